@@ -1,0 +1,28 @@
+"""Registers every sub-command of the ``attnkit`` CLI (one module per command)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# Each module defines ``register(subparsers)`` that adds its parser and sets ``func``.
+_COMMAND_MODULES = (
+    "attnkit.cli.params",
+    "attnkit.cli.data",
+    "attnkit.cli.train",
+    "attnkit.cli.finetune",
+    "attnkit.cli.sample",
+    "attnkit.cli.evaluate",
+    "attnkit.cli.translate",
+)
+
+
+def register_all(subparsers: argparse._SubParsersAction) -> None:
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:  # command not built yet
+                continue
+            raise
+        module.register(subparsers)

