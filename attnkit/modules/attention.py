@@ -1,0 +1,259 @@
+"""Scaled dot-product attention: a readable reference path and a fast path through PyTorch's fused kernel.
+
+Axis legend: ``B`` batch, ``H`` query heads, ``K`` key/value heads (``K < H``: grouped-query attention),
+``T`` query length, ``S`` key length, ``D`` head dim of queries/keys, ``Dv`` head dim of values.
+
+    Attention(Q, K, V) = softmax(Q K^T * scale + mask) V,     scale = 1 / sqrt(D) by default
+
+Mask rules (as torch.nn): a boolean mask is ``True`` where a query may *not* attend a key; a float
+mask is added to the scores. ``attn_mask`` is ``(T, S)``, ``(B, T, S)`` or ``(B, H, T, S)`` (a 4-D mask
+may use size 1 for ``B`` or ``H`` to broadcast); ``key_padding_mask`` is ``(B, S)`` (``True`` = padding).
+``is_causal`` forbids keys ``j > i + (S - T)``: aligned to the bottom-right corner so that the newest
+``T`` queries after a KV cache of ``S - T`` keys see the whole past.
+
+A query row whose keys are *all* masked has no well-defined softmax (``0 / 0``). We never compute that
+NaN: such rows are unmasked before the softmax (so the arithmetic stays finite, gradients too) and their
+output and weights are then set to zero.
+
+Grouped-query attention (Ainslie et al., 2023): with ``K < H`` key/value head ``g`` serves query heads
+``g * (H // K) ... (g + 1) * (H // K) - 1`` (query head ``h`` uses kv head ``h // (H // K)``, as Llama).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .masks import causal_mask
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool) -> tuple[int, int, int, int, int, int]:
+    """Validate q/k/v and return ``(B, H, K, T, S, D)``."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, heads, length, head_dim), got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype: expected {q.dtype} (q), got k {k.dtype}, v {v.dtype}")
+    if not q.is_floating_point():
+        raise ValueError(f"q, k, v must be floating point, got {q.dtype}")
+    B, H, T, D = q.shape
+    Bk, K, S, Dk = k.shape
+    if Bk != B or v.shape[0] != B:
+        raise ValueError(f"q, k, v must share the batch size B = {B} (q), got k {Bk}, v {v.shape[0]}")
+    if Dk != D:
+        raise ValueError(f"k head dim must equal q head dim D = {D}, got {Dk}")
+    if v.shape[1] != K or v.shape[2] != S:
+        raise ValueError(f"v must have shape (B, K, S, Dv) = ({B}, {K}, {S}, Dv), got {tuple(v.shape)}")
+    if K != H:
+        if not enable_gqa:
+            raise ValueError(f"k/v have K = {K} heads but q has H = {H}; pass enable_gqa=True for grouped-query "
+                             f"attention (or give k/v {H} heads)")
+        if K == 0 or H % K != 0:
+            raise ValueError(f"grouped-query attention needs H % K == 0, got H = {H}, K = {K}")
+    return B, H, K, T, S, D
+
+
+def _check_mask_dtype(mask: torch.Tensor, name: str) -> None:
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise ValueError(f"{name} must be bool (True = may not attend) or floating point (added), got {mask.dtype}")
+
+
+def merge_masks(
+    attn_mask: torch.Tensor | None,
+    key_padding_mask: torch.Tensor | None,
+    B: int,
+    H: int,
+    T: int,
+    S: int,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
+    """Validate ``attn_mask`` and ``key_padding_mask`` and merge them into one 4-D mask.
+
+    The result broadcasts to ``(B, H, T, S)`` without being expanded (a padding mask stays
+    ``(B, 1, 1, S)``). It is bool (``True`` = may not attend) when every input is bool, otherwise
+    additive float in ``dtype`` (bool entries become ``-inf``). Returns ``None`` when both are ``None``.
+
+    Shape:
+        attn_mask: ``(T, S)``, ``(B, T, S)`` or ``(B|1, H|1, T, S)``; key_padding_mask: ``(B, S)``;
+        returns ``(B|1, H|1, T, S)``.
+    """
+    masks = []
+    if attn_mask is not None:
+        _check_mask_dtype(attn_mask, "attn_mask")
+        shape = tuple(attn_mask.shape)
+        if attn_mask.dim() == 2:
+            if shape != (T, S):
+                raise ValueError(f"2-D attn_mask must have shape (T, S) = {(T, S)}, got {shape}")
+            attn_mask = attn_mask[None, None]  # (1, 1, T, S)
+        elif attn_mask.dim() == 3:
+            if shape != (B, T, S):
+                raise ValueError(f"3-D attn_mask must have shape (B, T, S) = {(B, T, S)}, got {shape}")
+            attn_mask = attn_mask[:, None]  # (B, 1, T, S)
+        elif attn_mask.dim() == 4:
+            ok = shape[0] in (1, B) and shape[1] in (1, H) and shape[2:] == (T, S)
+            if not ok:
+                raise ValueError(f"4-D attn_mask must have shape (B, H, T, S) = {(B, H, T, S)} "
+                                 f"(B or H may be 1), got {shape}")
+        else:
+            raise ValueError(f"attn_mask must be 2-D (T, S), 3-D (B, T, S) or 4-D (B, H, T, S), "
+                             f"got {attn_mask.dim()}-D shape {shape}")
+        masks.append(attn_mask)
+    if key_padding_mask is not None:
+        _check_mask_dtype(key_padding_mask, "key_padding_mask")
+        if tuple(key_padding_mask.shape) != (B, S):
+            raise ValueError(f"key_padding_mask must have shape (B, S) = {(B, S)}, got {tuple(key_padding_mask.shape)}")
+        masks.append(key_padding_mask[:, None, None, :])  # (B, 1, 1, S)
+    if not masks:
+        return None
+    if all(m.dtype == torch.bool for m in masks):
+        out = masks[0]
+        for m in masks[1:]:
+            out = out | m
+        return out
+    # At least one float mask: work additively (bool True -> -inf, float as given), summing the terms.
+    out = None
+    for m in masks:
+        if m.dtype == torch.bool:
+            add = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(m, float("-inf"))
+        else:
+            add = m.to(dtype)
+        out = add if out is None else out + add
+    return out
+
+
+def _build_mask(
+    attn_mask: torch.Tensor | None,
+    key_padding_mask: torch.Tensor | None,
+    is_causal: bool,
+    B: int,
+    H: int,
+    T: int,
+    S: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Merge every mask (causal included) and find the fully masked query rows.
+
+    Returns ``(mask, dead)``: ``mask`` as :func:`merge_masks` with the dead rows *unmasked*, and
+    ``dead`` a bool ``(B|1, H|1, T, 1)`` marking those rows (``None`` when there are none).
+    """
+    mask = merge_masks(attn_mask, key_padding_mask, B, H, T, S, dtype)
+    if is_causal:
+        causal = causal_mask(T, S, device=device)[None, None]  # (1, 1, T, S)
+        if mask is None:
+            mask = causal
+        elif mask.dtype == torch.bool:
+            mask = mask | causal
+        else:
+            mask = mask.masked_fill(causal, float("-inf"))
+    if mask is None:
+        return None, None
+    if mask.dtype == torch.bool:
+        dead = mask.all(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
+    else:
+        dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+    if not bool(dead.any()):
+        return mask, None
+    # Unmask the dead rows so the softmax sees finite numbers; their result is zeroed afterwards.
+    if mask.dtype == torch.bool:
+        mask = mask & ~dead
+    else:
+        mask = mask.masked_fill(dead, 0.0)
+    return mask, dead
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention spelled out: scores, mask, softmax, (dropout), weighted sum. Returns the weights too.
+
+    ``dropout_p`` is applied whenever it is > 0 (functional API: the caller passes 0 in eval mode).
+    The returned weights are the ones actually used, i.e. after dropout.
+
+    Shape:
+        q ``(B, H, T, D)``, k ``(B, K, S, D)``, v ``(B, K, S, Dv)`` ->
+        out ``(B, H, T, Dv)``, weights ``(B, H, T, S)``.
+    """
+    B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    mask, dead = _build_mask(attn_mask, key_padding_mask, is_causal, B, H, T, S, q.dtype, q.device)
+
+    if K != H:  # GQA: give every query head its (shared) kv head
+        group = H // K
+        k = k.repeat_interleave(group, dim=1)  # (B, H, S, D)
+        v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(mask, float("-inf"))
+        else:
+            scores = scores + mask
+    # softmax in at least float32 (half-precision scores lose too much), then back to the input dtype
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)  # rows with no allowed key attend nothing
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+    out = torch.matmul(weights, v)  # (B, H, T, Dv)
+    return out, weights
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    need_weights: bool = False,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled dot-product attention with torch.nn mask rules.
+
+    With ``need_weights=True`` this is :func:`reference_attention`. Otherwise the fused
+    ``torch.nn.functional.scaled_dot_product_attention`` does the work (its boolean masks mean
+    "may attend", the opposite of ours, so they are inverted here) and the weights are ``None``.
+    Both paths return zeros for query rows with no allowed key.
+
+    Shape:
+        q ``(B, H, T, D)``, k ``(B, K, S, D)``, v ``(B, K, S, Dv)``;
+        attn_mask ``(T, S)`` / ``(B, T, S)`` / ``(B, H, T, S)``; key_padding_mask ``(B, S)`` ->
+        out ``(B, H, T, Dv)``, weights ``(B, H, T, S)`` or ``None``.
+    """
+    if need_weights:
+        return reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
+    B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    gqa = K != H
+    if is_causal and T == 1:
+        is_causal = False  # one query (a decoding step): bottom-right alignment lets it see every key
+
+    if attn_mask is None and key_padding_mask is None and (not is_causal or S == T):
+        # Nothing to merge: let the kernel build the (square) causal mask itself, no O(T*S) tensor here.
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                                             enable_gqa=gqa)
+        return out, None
+
+    mask, dead = _build_mask(attn_mask, key_padding_mask, is_causal, B, H, T, S, q.dtype, q.device)
+    if mask.dtype == torch.bool:
+        mask = ~mask  # torch's fused kernel: True = may attend
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+    if dead is not None:
+        out = out.masked_fill(dead, 0.0)  # (B, H, T, Dv)
+    return out, None

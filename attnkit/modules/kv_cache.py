@@ -1,0 +1,121 @@
+"""Key/value cache for incremental (token-by-token) decoding.
+
+Axis legend: ``B`` batch, ``K`` key/value heads, ``T`` new positions in one step, ``D`` head dim.
+
+During generation each new token only needs its own query; the keys and values of all earlier tokens
+do not change, so they are stored once and reused. The cache preallocates ``(B, K, max_len, D)``
+buffers and fills them from the left; ``length`` counts the filled positions.
+
+The cache is meant for inference (``torch.no_grad()``): it writes into its buffers in place.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class KVCache(nn.Module):
+    """Preallocated key/value buffers for one attention layer.
+
+    Args:
+        batch_size: ``B``.
+        num_kv_heads: ``K``.
+        max_len: capacity in positions; writing past it raises ``ValueError``.
+        head_dim: ``D``.
+        dtype, device: of the buffers (they also follow ``.to()``).
+
+    Shape:
+        k_cache, v_cache: ``(B, K, max_len, D)`` (non-persistent buffers, not in ``state_dict``).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
+        super().__init__()
+        for name, value in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
+                            ("max_len", max_len), ("head_dim", head_dim)):
+            if value <= 0:
+                raise ValueError(f"KVCache {name} must be a positive int, got {value}")
+        self.max_len = max_len
+        shape = (batch_size, num_kv_heads, max_len, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.length = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.k_cache.shape[0]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.k_cache.shape[1]
+
+    @property
+    def head_dim(self) -> int:
+        return self.k_cache.shape[3]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``T`` new positions and return everything cached so far.
+
+        Shape:
+            k, v: ``(B, K, T, D)`` -> k_all, v_all: ``(B, K, length, D)`` (views into the buffers).
+        """
+        B, K, _, D = self.k_cache.shape
+        for name, t in (("k", k), ("v", v)):
+            if t.dim() != 4 or t.shape[0] != B or t.shape[1] != K or t.shape[3] != D:
+                raise ValueError(f"KVCache.update: {name} must have shape (B, K, T, D) = ({B}, {K}, T, {D}), "
+                                 f"got {tuple(t.shape)}")
+            if t.dtype != self.k_cache.dtype:
+                raise ValueError(f"KVCache.update: {name} must have dtype {self.k_cache.dtype}, got {t.dtype}")
+        if k.shape[2] != v.shape[2]:
+            raise ValueError(f"KVCache.update: k and v must have the same length T, got {k.shape[2]} and {v.shape[2]}")
+        T = k.shape[2]
+        if self.length + T > self.max_len:
+            raise ValueError(f"KVCache overflow: max_len = {self.max_len}, cached {self.length} + new {T} "
+                             f"= {self.length + T}")
+        start, end = self.length, self.length + T
+        self.k_cache[:, :, start:end] = k
+        self.v_cache[:, :, start:end] = v
+        self.length = end
+        return self.get()
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled part of the cache.
+
+        Shape:
+            returns k_all, v_all: ``(B, K, length, D)``.
+        """
+        return self.k_cache[:, :, : self.length], self.v_cache[:, :, : self.length]
+
+    def reset(self) -> None:
+        """Forget every cached position (the buffers are kept for reuse)."""
+        self.length = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Select/reorder batch rows, e.g. to follow the surviving hypotheses of a beam search.
+
+        Shape:
+            index: ``(B',)`` int64 with values in ``[0, B)``; the cache becomes ``(B', K, max_len, D)``.
+        """
+        if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"reorder index must be a 1-D integer tensor (B',), got shape {tuple(index.shape)} "
+                             f"dtype {index.dtype}")
+        B = self.k_cache.shape[0]
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
+            raise ValueError(f"reorder index values must be in [0, {B}), got min {int(index.min())} "
+                             f"max {int(index.max())}")
+        index = index.to(self.k_cache.device)
+        self.k_cache = self.k_cache.index_select(0, index)
+        self.v_cache = self.v_cache.index_select(0, index)
+
+    def extra_repr(self) -> str:
+        B, K, L, D = self.k_cache.shape
+        return f"batch_size={B}, num_kv_heads={K}, max_len={L}, head_dim={D}, length={self.length}"

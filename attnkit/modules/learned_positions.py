@@ -1,0 +1,61 @@
+"""Learned absolute position embeddings (BERT, GPT-2, ViT): one trained vector per position.
+
+Axis legend: ``T`` sequence length, ``C`` model width (``dim``).
+
+Unlike the sinusoidal table, a learned table cannot be extended: positions ``>= max_len`` were never
+trained, so asking for them is an error.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A ``(max_len, dim)`` trainable table indexed by position.
+
+    Args:
+        max_len: number of positions (GPT-2's ``n_positions`` / ``block_size``).
+        dim: model width ``C``.
+
+    Shape:
+        weight: ``(max_len, C)``, initialised N(0, 0.02^2) as GPT-2.
+    """
+
+    def __init__(self, max_len: int, dim: int):
+        super().__init__()
+        if max_len <= 0 or dim <= 0:
+            raise ValueError(f"LearnedPositionalEmbedding needs max_len > 0 and dim > 0, got max_len={max_len}, dim={dim}")
+        self.max_len = max_len
+        self.dim = dim
+        self.weight = nn.Parameter(torch.empty(max_len, dim))
+        nn.init.normal_(self.weight, mean=0.0, std=0.02)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings of the given positions.
+
+        Shape:
+            position_ids: ``(*)`` integer in ``[0, max_len)`` -> ``(*, C)``.
+        """
+        if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
+            raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
+        if position_ids.numel():
+            lo, hi = int(position_ids.min()), int(position_ids.max())
+            if lo < 0 or hi >= self.max_len:
+                raise ValueError(f"position ids must be in [0, max_len) = [0, {self.max_len}), got range [{lo}, {hi}]")
+        return F.embedding(position_ids, self.weight)
+
+    def forward_len(self, T: int) -> torch.Tensor:
+        """Embeddings of positions ``0 .. T-1``.
+
+        Shape:
+            returns ``(T, C)``.
+        """
+        if not 0 <= T <= self.max_len:
+            raise ValueError(f"sequence length must be <= max_len = {self.max_len}, got {T}")
+        return self.weight[:T]
+
+    def extra_repr(self) -> str:
+        return f"max_len={self.max_len}, dim={self.dim}"

@@ -1,0 +1,134 @@
+"""Attention masks: causal, padding, the seed-000 banded mask, and helpers to combine/convert them.
+
+Axis legend: ``B`` batch, ``T`` query (target) length, ``S`` key (source) length.
+
+Polarity is torch.nn's everywhere: a boolean mask is ``True`` where attention is *not* allowed;
+a float mask is *added* to the attention scores (``-inf`` forbids, ``0`` allows).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Look-ahead mask, aligned to the bottom-right corner.
+
+    Query ``i`` may attend keys ``j <= i + (S - T)``: with ``S == T`` this is the usual triangle; with
+    ``S > T`` (the queries are the *last* ``T`` positions, e.g. new tokens after a KV cache) every query
+    also sees the ``S - T`` earlier keys.
+
+    Shape:
+        returns ``(T, S)`` bool, ``True`` = may not attend.
+    """
+    S = T if S is None else S
+    if T < 0 or S < 0:
+        raise ValueError(f"causal_mask lengths must be >= 0, got T={T}, S={S}")
+    ones = torch.ones(T, S, dtype=torch.bool, device=device)
+    # triu(diagonal=k) keeps j - i >= k; we forbid j > i + (S - T), i.e. j - i >= S - T + 1.
+    return torch.triu(ones, diagonal=S - T + 1)
+
+
+def padding_mask(
+    lengths: torch.Tensor | Sequence[int] | None = None,
+    *,
+    ids: torch.Tensor | None = None,
+    pad_id: int | None = None,
+    max_len: int | None = None,
+) -> torch.Tensor:
+    """Key-padding mask, from sequence lengths or from token ids.
+
+    Give either ``lengths`` (right padding: positions ``>= lengths[b]`` are padding; ``max_len``
+    defaults to ``max(lengths)``) or ``ids`` with ``pad_id`` (positions where ``ids == pad_id``).
+
+    Shape:
+        lengths: ``(B,)``; ids: ``(B, S)``; returns ``(B, S)`` bool, ``True`` = padding.
+    """
+    if (lengths is None) == (ids is None):
+        raise ValueError("padding_mask needs exactly one of lengths= or ids=, got "
+                         f"lengths={'set' if lengths is not None else None}, ids={'set' if ids is not None else None}")
+    if ids is not None:
+        if pad_id is None:
+            raise ValueError("padding_mask(ids=...) needs pad_id, got None")
+        if ids.dim() != 2:
+            raise ValueError(f"ids must have shape (B, S), got {tuple(ids.shape)}")
+        return ids == pad_id
+    lengths_t = torch.as_tensor(lengths)
+    if lengths_t.dim() != 1 or lengths_t.is_floating_point() or lengths_t.dtype == torch.bool:
+        raise ValueError(f"lengths must be a 1-D integer tensor (B,), got shape {tuple(lengths_t.shape)} "
+                         f"dtype {lengths_t.dtype}")
+    if lengths_t.numel() and int(lengths_t.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got min {int(lengths_t.min())}")
+    longest = int(lengths_t.max()) if lengths_t.numel() else 0
+    S = longest if max_len is None else max_len
+    if S < longest:
+        raise ValueError(f"max_len must be >= max(lengths) = {longest}, got {S}")
+    positions = torch.arange(S, device=lengths_t.device)  # (S,)
+    return positions[None, :] >= lengths_t[:, None]  # (B, S)
+
+
+def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:
+    """Seed-000 banded mask: element ``[i, j]`` is ``True`` (masked) when ``seq_len - j + i <= masked_len``.
+
+    With ``masked_len = seq_len - 1`` this is the usual look-ahead mask (``j > i``); smaller values
+    mask fewer of the far-future keys. Vectorised (the seed loops over every element).
+
+    Shape:
+        returns ``(seq_len, seq_len)`` bool.
+    """
+    if seq_len < 0:
+        raise ValueError(f"seq_len must be >= 0, got {seq_len}")
+    i = torch.arange(seq_len)[:, None]  # (L, 1) query index
+    j = torch.arange(seq_len)[None, :]  # (1, L) key index
+    return (seq_len - j + i) <= masked_len  # (L, L)
+
+
+def to_additive(mask: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    """Convert a mask to the additive (float) form.
+
+    A bool mask becomes ``0`` where allowed and ``-inf`` where ``True``; a float mask is cast to ``dtype``.
+
+    Shape:
+        any shape -> same shape, ``dtype``.
+    """
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool:
+        out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        return out.masked_fill_(mask, float("-inf"))
+    if mask.is_floating_point():
+        return mask.to(dtype)
+    raise ValueError(f"mask dtype must be bool or floating point, got {mask.dtype}")
+
+
+def combine_masks(*masks: torch.Tensor | None, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    """Combine masks that broadcast together. ``None`` entries are skipped.
+
+    All bool -> logical or (bool result). Any float -> every mask is made additive and they are summed
+    (float result, in ``dtype`` or the promoted float dtype of the inputs).
+
+    Shape:
+        inputs broadcastable to a common shape -> that shape.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    for m in present:
+        if m.dtype != torch.bool and not m.is_floating_point():
+            raise ValueError(f"mask dtype must be bool or floating point, got {m.dtype}")
+    if all(m.dtype == torch.bool for m in present):
+        out = present[0]
+        for m in present[1:]:
+            out = out | m
+        return out
+    if dtype is None:  # promote the float inputs' dtypes (bool masks take whatever the floats use)
+        float_dtypes = [m.dtype for m in present if m.is_floating_point()]
+        dtype = float_dtypes[0]
+        for d in float_dtypes[1:]:
+            dtype = torch.promote_types(dtype, d)
+    out = to_additive(present[0], dtype)
+    for m in present[1:]:
+        out = out + to_additive(m, dtype)
+    return out

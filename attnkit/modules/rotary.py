@@ -1,0 +1,119 @@
+"""Rotary position embeddings (RoPE, Su et al. 2021) in the Hugging Face Llama convention.
+
+Axis legend: ``B`` batch, ``H`` heads, ``T`` sequence length, ``D`` head dim (even).
+
+RoPE encodes a position by *rotating* query and key vectors: channel pairs are rotated by an angle
+proportional to the position, so the dot product ``q_m . k_n`` depends only on ``m - n``.
+
+Convention (HF Llama "rotate_half"): channel ``i`` is paired with channel ``i + D/2`` and the pair
+``(x_i, x_{i+D/2})`` is rotated by ``pos * theta ** (-2i / D)``:
+
+    out = x * cos + rotate_half(x) * sin,   rotate_half([a, b]) = [-b, a],
+    cos = cos([f, f]), sin = sin([f, f]),   f_i = pos * theta ** (-2i / D),  i < D/2
+
+(Meta's original code pairs *adjacent* channels instead; checkpoints convert by permuting q/k rows.)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[a, b] -> [-b, a]`` on the last axis split in two halves.
+
+    Shape:
+        ``(*, D)`` -> ``(*, D)``.
+    """
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat((-b, a), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Applies RoPE to a ``(B, H, T, D)`` tensor at the given positions.
+
+    The cos/sin tables (non-persistent buffers ``cos_cached``/``sin_cached``, ``(length, D)``) are
+    computed in float32 like HF Llama and grow on demand past ``max_len``.
+
+    Args:
+        head_dim: ``D`` (must be even).
+        max_len: initial table length.
+        theta: the base of the frequencies (10000 in the paper, 500000 in Llama 3).
+    """
+
+    def __init__(self, head_dim: int, *, max_len: int = 2048, theta: float = 10000.0):
+        super().__init__()
+        if head_dim <= 0 or head_dim % 2 != 0:
+            raise ValueError(f"RotaryEmbedding head_dim must be a positive even int, got {head_dim}")
+        if max_len <= 0:
+            raise ValueError(f"RotaryEmbedding max_len must be > 0, got {max_len}")
+        self.head_dim = head_dim
+        self.theta = float(theta)
+        # inv_freq_i = theta ** (-2i / D), i < D/2, computed as HF does (int exponents -> float32)
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        inv_freq = 1.0 / (self.theta ** exponents)  # (D/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        cos, sin = self._tables(max_len)
+        self.register_buffer("cos_cached", cos, persistent=False)
+        self.register_buffer("sin_cached", sin, persistent=False)
+
+    def _tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(length, dtype=torch.int64, device=self.inv_freq.device).to(self.inv_freq.dtype)
+        freqs = positions[:, None] * self.inv_freq[None, :]  # (L, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (L, D): the same angle for channels i and i + D/2
+        return emb.cos(), emb.sin()
+
+    def _ensure_length(self, length: int) -> None:
+        current = self.cos_cached.shape[0]
+        if length <= current:
+            return
+        cos, sin = self._tables(max(length, 2 * current))
+        self.cos_cached = cos.to(self.cos_cached.dtype)
+        self.sin_cached = sin.to(self.sin_cached.dtype)
+
+    def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at the given positions (in the tables' dtype).
+
+        Shape:
+            position_ids: ``(B, T)`` or ``(T,)`` -> cos, sin: ``(B, T, D)`` or ``(T, D)``.
+        """
+        if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
+            raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
+        if position_ids.numel():
+            lo, hi = int(position_ids.min()), int(position_ids.max())
+            if lo < 0:
+                raise ValueError(f"position_ids must be >= 0, got min {lo}")
+            self._ensure_length(hi + 1)
+        return self.cos_cached[position_ids], self.sin_cached[position_ids]
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Rotate every head of ``x`` by its token's position.
+
+        ``position_ids`` may differ per batch row (left-padded batches, caches of different lengths).
+
+        Shape:
+            x: ``(B, H, T, D)``; position_ids: ``(B, T)`` or ``(T,)`` -> ``(B, H, T, D)``.
+        """
+        if x.dim() != 4 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"RotaryEmbedding expects x of shape (B, H, T, D={self.head_dim}), got {tuple(x.shape)}")
+        B, _, T, _ = x.shape
+        if position_ids.dim() == 1:
+            if position_ids.shape[0] != T:
+                raise ValueError(f"position_ids must have shape (T,) = ({T},) or (B, T) = ({B}, {T}), "
+                                 f"got {tuple(position_ids.shape)}")
+        elif position_ids.dim() == 2:
+            if tuple(position_ids.shape) != (B, T) and tuple(position_ids.shape) != (1, T):
+                raise ValueError(f"position_ids must have shape (B, T) = ({B}, {T}) or (T,), got {tuple(position_ids.shape)}")
+        else:
+            raise ValueError(f"position_ids must have shape (B, T) = ({B}, {T}) or (T,), got {tuple(position_ids.shape)}")
+        cos, sin = self.cos_sin(position_ids.to(x.device))  # (B, T, D) or (T, D)
+        if cos.dim() == 2:
+            cos, sin = cos[None], sin[None]  # (1, T, D)
+        cos = cos[:, None].to(x.dtype)  # (B|1, 1, T, D): broadcast over heads
+        sin = sin[:, None].to(x.dtype)
+        return x * cos + rotate_half(x) * sin
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, theta={self.theta}, length={self.cos_cached.shape[0]}"

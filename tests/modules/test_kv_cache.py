@@ -1,0 +1,72 @@
+"""KVCache: append, views, reset, reorder (beam search), overflow and shape/dtype checks."""
+
+import pytest
+import torch
+
+from attnkit.modules import KVCache
+
+
+def test_update_appends_and_returns_views():
+    cache = KVCache(2, 3, 6, 4)
+    k1, v1 = torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4)
+    k, v = cache.update(k1, v1)
+    assert cache.length == 2 and torch.equal(k, k1) and torch.equal(v, v1)
+    k2, v2 = torch.randn(2, 3, 3, 4), torch.randn(2, 3, 3, 4)
+    k, v = cache.update(k2, v2)
+    assert k.shape == (2, 3, 5, 4)
+    assert torch.equal(k, torch.cat([k1, k2], 2)) and torch.equal(v, torch.cat([v1, v2], 2))
+    assert k.data_ptr() == cache.k_cache.data_ptr()  # a view, no copy
+
+
+def test_reset():
+    cache = KVCache(1, 1, 4, 2)
+    cache.update(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
+    cache.reset()
+    assert cache.length == 0
+    k_new = torch.randn(1, 1, 4, 2)
+    k, _ = cache.update(k_new, k_new)
+    assert torch.equal(k, k_new)
+
+
+def test_reorder_selects_batch_rows():
+    cache = KVCache(3, 2, 5, 4)
+    k, v = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 2, 4)
+    cache.update(k, v)
+    index = torch.tensor([2, 2, 0, 1])  # beams may duplicate and grow the batch
+    cache.reorder(index)
+    assert cache.batch_size == 4 and cache.length == 2
+    k_all, v_all = cache.get()
+    assert torch.equal(k_all, k[index]) and torch.equal(v_all, v[index])
+    k_all, _ = cache.update(torch.randn(4, 2, 1, 4), torch.randn(4, 2, 1, 4))
+    assert k_all.shape == (4, 2, 3, 4)
+
+
+def test_buffers_follow_to_and_are_not_saved():
+    cache = KVCache(1, 2, 4, 8).to(torch.float64)
+    assert cache.k_cache.dtype == torch.float64 and cache.v_cache.dtype == torch.float64
+    assert cache.state_dict() == {}
+
+
+def test_overflow():
+    cache = KVCache(1, 1, 3, 2)
+    cache.update(torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))
+    with pytest.raises(ValueError, match=r"max_len = 3, cached 2 \+ new 2 = 4"):
+        cache.update(torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))
+
+
+def test_update_wrong_shape():
+    cache = KVCache(2, 3, 4, 8)
+    with pytest.raises(ValueError, match=r"\(B, K, T, D\) = \(2, 3, T, 8\), got \(2, 4, 1, 8\)"):
+        cache.update(torch.randn(2, 4, 1, 8), torch.randn(2, 4, 1, 8))
+
+
+def test_update_wrong_dtype():
+    cache = KVCache(1, 1, 4, 2)
+    with pytest.raises(ValueError, match=r"dtype torch.float32, got torch.float64"):
+        cache.update(torch.randn(1, 1, 1, 2, dtype=torch.float64), torch.randn(1, 1, 1, 2, dtype=torch.float64))
+
+
+def test_reorder_index_out_of_range():
+    cache = KVCache(2, 1, 4, 2)
+    with pytest.raises(ValueError, match=r"\[0, 2\), got min 0 max 2"):
+        cache.reorder(torch.tensor([0, 2]))

@@ -1,0 +1,93 @@
+"""Mask helpers: causal (bottom-right), padding, the seed-000 banded mask, combine_masks, to_additive."""
+
+import pytest
+import torch
+
+from attnkit.modules import causal_mask, combine_masks, generate_mask_mat, padding_mask, to_additive
+
+
+@pytest.mark.parametrize("T,S", [(4, 4), (3, 6), (5, 2), (1, 5)])
+def test_causal_mask_bottom_right(T, S):
+    m = causal_mask(T, S)
+    assert m.shape == (T, S) and m.dtype == torch.bool
+    for i in range(T):
+        for j in range(S):
+            assert bool(m[i, j]) == (j > i + (S - T))
+
+
+def test_causal_mask_square_default():
+    assert torch.equal(causal_mask(3), torch.tensor([[False, True, True], [False, False, True], [False, False, False]]))
+
+
+def seed_generate_mask_mat(seq_len, masked_len):
+    """Seed 000's element formula, element by element: a[i, j] = (seq_len - j + i <= masked_len)."""
+    out = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    for i in range(seq_len):
+        for j in range(seq_len):
+            out[i][j] = torch.tensor(seq_len - j + i <= masked_len, dtype=torch.bool)
+    return out
+
+
+@pytest.mark.parametrize("seq_len,masked_len", [(7, 6), (7, 3), (5, 0), (6, 10), (1, 0), (4, 4)])
+def test_generate_mask_mat_matches_seed_formula(seq_len, masked_len):
+    assert torch.equal(generate_mask_mat(seq_len, masked_len), seed_generate_mask_mat(seq_len, masked_len))
+
+
+def test_generate_mask_mat_full_length_is_causal():
+    assert torch.equal(generate_mask_mat(6, 5), causal_mask(6))
+
+
+def test_padding_mask_from_lengths():
+    m = padding_mask(torch.tensor([3, 1, 4]))
+    exp = torch.tensor([[False, False, False, True], [False, True, True, True], [False, False, False, False]])
+    assert torch.equal(m, exp)
+    assert padding_mask([2, 1], max_len=4).shape == (2, 4)
+
+
+def test_padding_mask_from_ids():
+    ids = torch.tensor([[5, 6, 0, 0], [0, 7, 8, 9]])
+    assert torch.equal(padding_mask(ids=ids, pad_id=0), ids == 0)
+
+
+def test_padding_mask_needs_exactly_one_source():
+    with pytest.raises(ValueError, match="exactly one"):
+        padding_mask()
+    with pytest.raises(ValueError, match="pad_id"):
+        padding_mask(ids=torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_padding_mask_max_len_too_small():
+    with pytest.raises(ValueError, match=r"max_len must be >= max\(lengths\) = 5, got 3"):
+        padding_mask(torch.tensor([5, 2]), max_len=3)
+
+
+def test_combine_masks_bool_or_broadcast():
+    a = causal_mask(3)  # (3, 3)
+    kpm = torch.tensor([[False, False, True], [False, False, False]])[:, None, :]  # (2, 1, 3)
+    m = combine_masks(a, None, kpm)
+    assert m.dtype == torch.bool and m.shape == (2, 3, 3)
+    assert torch.equal(m, a[None] | kpm)
+    assert combine_masks(None, None) is None
+
+
+def test_combine_masks_float_and_mixed():
+    f1, f2 = torch.randn(3, 3), torch.randn(3, 3)
+    torch.testing.assert_close(combine_masks(f1, f2), f1 + f2, atol=0, rtol=0)
+    b = causal_mask(3)
+    m = combine_masks(f1, b)
+    assert m.dtype == torch.float32
+    assert torch.equal(m, f1.masked_fill(b, float("-inf")))
+
+
+def test_to_additive():
+    b = causal_mask(3)
+    a = to_additive(b, torch.float64)
+    assert a.dtype == torch.float64
+    assert torch.equal(torch.isneginf(a), b) and torch.all(a[~b] == 0)
+    f = torch.randn(2, 2)
+    assert torch.equal(to_additive(f, torch.float64), f.double())
+
+
+def test_mask_integer_dtype_rejected():
+    with pytest.raises(ValueError, match=r"bool or floating point, got torch.int32"):
+        to_additive(torch.zeros(2, 2, dtype=torch.int32))

@@ -1,0 +1,66 @@
+"""Rotary embeddings against the complex-number formula (HF Llama rotate_half pairing), atol=1e-5."""
+
+import pytest
+import torch
+
+from attnkit.modules import RotaryEmbedding, rotate_half
+
+
+def rope_complex(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Oracle in float64: pair (x_i, x_{i+D/2}) as the complex number x_i + i x_{i+D/2} and multiply by
+    exp(i * pos * theta^(-2i/D)). positions: (B, T)."""
+    D = x.shape[-1]
+    half = D // 2
+    freqs = theta ** (-torch.arange(half, dtype=torch.float64) * 2 / D)  # (D/2,)
+    angle = positions.double()[:, None, :, None] * freqs  # (B, 1, T, D/2)
+    z = torch.complex(x[..., :half].double(), x[..., half:].double())
+    r = z * torch.polar(torch.ones_like(angle), angle)
+    return torch.cat([r.real, r.imag], dim=-1).float()
+
+
+@pytest.mark.parametrize("theta", [10000.0, 500000.0])
+def test_matches_complex_formula(theta):
+    rope = RotaryEmbedding(8, max_len=64, theta=theta)
+    x = torch.randn(2, 3, 10, 8)
+    positions = torch.stack([torch.arange(10), torch.arange(10) + 5])  # (B, T): different per row
+    torch.testing.assert_close(rope(x, positions), rope_complex(x, positions, theta), atol=1e-5, rtol=1e-5)
+    # (T,) positions are shared by every row
+    shared = rope(x, torch.arange(10))
+    torch.testing.assert_close(shared, rope_complex(x, torch.arange(10).expand(2, 10), theta), atol=1e-5, rtol=1e-5)
+
+
+def test_rotate_half():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert torch.equal(rotate_half(x), torch.tensor([-3.0, -4.0, 1.0, 2.0]))
+
+
+def test_dot_products_depend_on_relative_position_only():
+    rope = RotaryEmbedding(16)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    def score(m, n):
+        return (rope(q, torch.tensor([m])) * rope(k, torch.tensor([n]))).sum()
+    torch.testing.assert_close(score(7, 3), score(14, 10), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(score(2, 2), (q * k).sum(), atol=1e-5, rtol=1e-5)
+
+
+def test_cache_grows_and_follows_to():
+    rope = RotaryEmbedding(4, max_len=2)
+    assert "cos_cached" not in rope.state_dict() and "inv_freq" not in rope.state_dict()
+    x = torch.randn(1, 1, 3, 4)
+    out = rope(x, torch.tensor([0, 5, 9]))  # beyond the initial table
+    assert rope.cos_cached.shape[0] >= 10
+    torch.testing.assert_close(out, rope_complex(x, torch.tensor([[0, 5, 9]]), 10000.0), atol=1e-5, rtol=1e-5)
+    rope = rope.to(torch.float64)
+    assert rope.cos_cached.dtype == torch.float64 and rope.inv_freq.dtype == torch.float64
+    assert rope(x.double(), torch.arange(3)).dtype == torch.float64
+
+
+def test_odd_head_dim_rejected():
+    with pytest.raises(ValueError, match=r"positive even int, got 7"):
+        RotaryEmbedding(7)
+
+
+def test_position_ids_shape_checked():
+    rope = RotaryEmbedding(4)
+    with pytest.raises(ValueError, match=r"\(B, T\) = \(2, 3\) or \(T,\), got \(2, 4\)"):
+        rope(torch.randn(2, 1, 3, 4), torch.zeros(2, 4, dtype=torch.long))
