@@ -1,0 +1,31 @@
+"""Decoding: ``generate`` for decoder-only language models, greedy and beam search for encoder-decoders.
+
+* :func:`generate` (``generate.py``) -- greedy or sampled continuation of a batch of prompts.
+* :mod:`processors` -- temperature, top-k, top-p, repetition penalty on ``(B, V)`` logits.
+* :mod:`stopping` -- EOS, stop strings and length limits, per sequence.
+* :class:`TextStreamer` (``streaming.py``) -- print text as it is generated.
+* :func:`greedy_search` (``seq2seq.py``) and :func:`beam_search` (``beam_search.py``) -- translation.
+"""
+
+from .beam_search import Hypothesis, beam_search, beam_search_hypotheses, length_penalty_factor
+from .generate import generate
+from .processors import apply_repetition_penalty, apply_temperature, process_logits, top_k_filter, top_p_filter
+from .seq2seq import greedy_search
+from .stopping import StoppingCriteria
+from .streaming import TextStreamer
+
+__all__ = [
+    "generate",
+    "greedy_search",
+    "beam_search",
+    "beam_search_hypotheses",
+    "Hypothesis",
+    "length_penalty_factor",
+    "apply_temperature",
+    "top_k_filter",
+    "top_p_filter",
+    "apply_repetition_penalty",
+    "process_logits",
+    "StoppingCriteria",
+    "TextStreamer",
+]

@@ -1,0 +1,254 @@
+"""Batched beam search for encoder-decoder models.
+
+Axis legend: ``B`` batch (source sentences still being searched), ``k`` beam size, ``N = B * k`` decoder rows
+(row ``b * k + j`` is beam ``j`` of sentence ``b``), ``S`` source length, ``t`` target prefix length,
+``C`` model width, ``V`` target vocabulary.
+
+Greedy search keeps one prefix per sentence; beam search keeps the ``k`` best *live* prefixes ("beams") by
+their total log-probability ``log p(y_1..y_t | x) = sum_i log p(y_i | y_<i, x)``. One step:
+
+1. every beam proposes every token: ``score(beam) + log_softmax(logits)`` -> ``(B, k * V)`` candidates;
+2. the best ``2k`` candidates of each sentence are read in order. A candidate ending in EOS becomes a
+   *finished hypothesis* if it ranks among the top ``k`` (so with ``k = 1`` beam search is exactly greedy
+   search); the first ``k`` candidates that do not end in EOS become the next beams (``2k`` candidates
+   always contain ``k`` of them, since at most ``k`` end in EOS);
+3. the decoder's state follows the beams: ``cache.reorder(index)`` with ``index[n]`` = the row that the new
+   row ``n`` extends.
+
+Finished hypotheses are ranked by a length-normalised score, because a sum of log-probabilities only falls
+as a sentence grows and would otherwise favour short outputs::
+
+    score = log_prob / lp(length)        length = target tokens after BOS, EOS included
+    lp(length) = ((5 + length) / 6) ** alpha     length_penalty_style="gnmt"   (Wu et al., 2016; default)
+    lp(length) = length ** alpha                 length_penalty_style="simple" (fairseq / HF)
+
+``alpha = length_penalty``: 0 ranks by raw log-probability, larger values favour longer outputs.
+
+A sentence keeps its ``k`` best finished hypotheses and is searched until no live beam can beat them: it is
+done when it has ``k`` finished hypotheses and the best live beam, scored as if it ended now, is no better
+than the worst of them (the criterion of HF's default ``early_stopping=False``), when it reaches its length
+limit (live beams are then finished as they stand, without EOS), or when no live beam is left. Finished
+sentences leave the batch, so the rest runs on fewer rows.
+
+The encoder runs once per batch; its memory is expanded to the beams with ``index_select``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .generate import eval_mode
+from .seq2seq import (
+    IncrementalDecoder,
+    _check_id,
+    _target_limits,
+    check_length_args,
+    encode_source,
+    prepare_source,
+)
+
+__all__ = ["Hypothesis", "length_penalty_factor", "beam_search", "beam_search_hypotheses", "LENGTH_PENALTY_STYLES"]
+
+LENGTH_PENALTY_STYLES = ("gnmt", "simple")
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A finished beam-search output.
+
+    Attributes:
+        tokens: target ids without BOS and EOS.
+        score: ``log_prob / lp(length)``, what hypotheses are ranked by.
+        log_prob: total log-probability of the tokens (and of the EOS, when there is one).
+        length: ``len(tokens) + 1`` if it ended with EOS, else ``len(tokens)`` (it hit the length limit).
+        ended_with_eos: whether the model chose to stop.
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    length: int
+    ended_with_eos: bool
+
+
+def length_penalty_factor(length: int, alpha: float, style: str = "gnmt") -> float:
+    """The divisor ``lp(length)`` of the log-probability (see the module docstring).
+
+    Shape:
+        scalars.
+    """
+    if style == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if style == "simple":
+        return float(length) ** alpha
+    raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {style!r}")
+
+
+def _check_beam_args(beam_size, length_penalty, length_penalty_style) -> None:
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    if length_penalty_style not in LENGTH_PENALTY_STYLES:
+        raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {length_penalty_style!r}")
+
+
+def _add_finished(pool: list[Hypothesis], hyp: Hypothesis, k: int) -> None:
+    """Insert ``hyp`` into ``pool`` (best first, ties keep the earlier one) and keep the best ``k``."""
+    pool.append(hyp)
+    pool.sort(key=lambda h: -h.score)  # stable sort
+    del pool[k:]
+
+
+def beam_search_hypotheses(
+    model: nn.Module,
+    src: torch.Tensor,
+    src_key_padding_mask: torch.Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    length_penalty_style: str = "gnmt",
+    max_len: int | None = None,
+    max_len_a: float = 1.2,
+    max_len_b: float = 10,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
+    """Beam search returning up to ``beam_size`` finished hypotheses per sentence, best first.
+
+    Arguments as :func:`beam_search`.
+
+    Shape:
+        src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists of :class:`Hypothesis`.
+    """
+    V_cfg = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
+    _check_id("bos_id", bos_id, V_cfg)
+    _check_id("eos_id", eos_id, V_cfg)
+    _check_id("pad_id", pad_id, None)
+    _check_beam_args(beam_size, length_penalty, length_penalty_style)
+    check_length_args(max_len, max_len_a, max_len_b)
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
+    device = src.device
+    B, k = src.shape[0], beam_size
+    limits = _target_limits(model, mask, max_len, max_len_a, max_len_b)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+
+    with eval_mode(model):
+        memory, memory_mask = encode_source(model, src, mask)  # (B, S, C): the encoder runs once
+        to_beams = torch.arange(B, device=device).repeat_interleave(k)  # (B*k,): [0,0,..,1,1,..]
+        memory = memory.index_select(0, to_beams)  # (B*k, S, C)
+        memory_mask = None if memory_mask is None else memory_mask.index_select(0, to_beams)  # (B*k, S)
+        dec = IncrementalDecoder(model, memory, memory_mask, use_cache=use_cache, max_len=max(limits))
+
+        tgt = torch.full((B * k, 1), bos_id, dtype=torch.long, device=device)  # (N, t) with t = 1
+        # All beams start as the same prefix [BOS]; only beam 0 is alive, or the first step would pick
+        # the same candidate k times.
+        scores = torch.full((B, k), float("-inf"), device=device)  # (B, k) total log-prob of each beam
+        scores[:, 0] = 0.0
+        active = list(range(B))  # active[i] = the sentence that beam group i belongs to
+        length = 0
+        while active:
+            length += 1  # the candidates of this step have `length` tokens after BOS
+            n = len(active)
+            logp = torch.log_softmax(dec.next_logits(tgt), dim=-1)  # (n*k, V)
+            V = logp.shape[-1]
+            flat_scores = scores.view(n * k, 1)  # (n*k, 1)
+            cand = (flat_scores + logp).masked_fill(flat_scores == float("-inf"), float("-inf"))  # dead stay dead
+            cand = cand.view(n, k * V)  # (n, k*V): candidate c is token c % V appended to beam c // V
+            top_scores, top_index = cand.topk(min(2 * k, k * V), dim=1)  # (n, 2k), best first
+            top_beam, top_token = top_index // V, top_index % V  # (n, 2k) each
+            lp = length_penalty_factor(length, length_penalty, length_penalty_style)
+
+            top_scores_l, top_beam_l, top_token_l = top_scores.tolist(), top_beam.tolist(), top_token.tolist()
+            prefixes = tgt[:, 1:].tolist()  # (n*k) lists: the beams' tokens after BOS
+            next_rows, next_tokens, next_scores, still_active = [], [], [], []
+            for i, sent in enumerate(active):
+                live: list[tuple[float, int, int]] = []  # (score, beam, token), best first
+                for rank, (s, beam, tok) in enumerate(zip(top_scores_l[i], top_beam_l[i], top_token_l[i])):
+                    if s == float("-inf"):
+                        break  # the rest are dead too
+                    if tok == eos_id:
+                        if rank < k:  # EOS only counts if it is among the k best candidates
+                            _add_finished(finished[sent], Hypothesis(
+                                prefixes[i * k + beam], s / lp, s, length, True), k)
+                    elif len(live) < k:
+                        live.append((s, beam, tok))
+                # ---- is this sentence done? ----
+                if length >= limits[sent]:  # the length limit: live beams end here, without EOS
+                    for s, beam, tok in live:
+                        _add_finished(finished[sent], Hypothesis(
+                            prefixes[i * k + beam] + [tok], s / lp, s, length, False), k)
+                    continue
+                if not live:
+                    continue
+                pool = finished[sent]
+                if len(pool) >= k and live[0][0] / lp <= pool[-1].score:
+                    continue  # no live beam beats the k finished hypotheses
+                # ---- it goes on with k beams (dead placeholders copy the best beam, with score -inf) ----
+                live += [(float("-inf"), live[0][1], live[0][2])] * (k - len(live))
+                for s, beam, tok in live:
+                    next_rows.append(i * k + beam)
+                    next_tokens.append(tok)
+                    next_scores.append(s)
+                still_active.append(sent)
+
+            if not still_active:
+                break
+            # ---- the decoder follows the surviving beams: one index for reorder and drop ----
+            index = torch.tensor(next_rows, dtype=torch.long, device=device)  # (n'*k,)
+            tgt = torch.cat([tgt.index_select(0, index),
+                             torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None]], dim=1)  # (n'*k, t+1)
+            scores = torch.tensor(next_scores, dtype=scores.dtype, device=device).view(len(still_active), k)
+            dec.select(index)
+            active = still_active
+    return finished
+
+
+def beam_search(
+    model: nn.Module,
+    src: torch.Tensor,
+    src_key_padding_mask: torch.Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    length_penalty_style: str = "gnmt",
+    max_len: int | None = None,
+    max_len_a: float = 1.2,
+    max_len_b: float = 10,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Translate each source sentence with beam search; return the best hypothesis of each.
+
+    Args:
+        model: an encoder-decoder like :func:`~attnkit.generation.seq2seq.greedy_search` needs.
+        src: source ids; src_key_padding_mask: ``True`` = padding (default ``src == pad_id``).
+        bos_id, eos_id, pad_id: as in greedy search (EOS is not returned).
+        beam_size: ``k`` beams per sentence; 1 gives greedy search's output.
+        length_penalty: ``alpha`` of the length normalisation (0 = none).
+        length_penalty_style: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, default) or ``"simple"`` (``len ** alpha``).
+        max_len, max_len_a, max_len_b: the length limit ``min(max_len, floor(a * src_len + b))``.
+        use_cache: reorder a KV cache with the beams (default) or recompute every prefix.
+
+    Returns:
+        ``B`` lists of target ids (no BOS, no EOS).
+
+    Shape:
+        src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists.
+    """
+    hyps = beam_search_hypotheses(
+        model, src, src_key_padding_mask, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size,
+        length_penalty=length_penalty, length_penalty_style=length_penalty_style, max_len=max_len,
+        max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache,
+    )
+    return [h[0].tokens for h in hyps]

@@ -1,0 +1,211 @@
+"""Logits processors: small functions that reshape the next-token distribution before a token is picked.
+
+Axis legend: ``B`` batch (rows being decoded), ``V`` vocabulary, ``L`` length of the token history of a row.
+
+Every function takes raw next-token logits ``(B, V)`` and returns new logits ``(B, V)`` (a new tensor; the
+input is never modified). Tokens that must not be picked get ``-inf``; softmax turns them into probability 0.
+
+* :func:`apply_repetition_penalty` -- CTRL (Keskar et al., 2019): make already-seen tokens less likely.
+* :func:`apply_temperature`        -- divide by ``temperature``: < 1 sharpens, > 1 flattens.
+* :func:`top_k_filter`             -- keep the ``k`` most likely tokens.
+* :func:`top_p_filter`             -- nucleus sampling (Holtzman et al., 2019): keep the smallest set of
+  most likely tokens whose probabilities sum to at least ``p``.
+
+:func:`process_logits` applies them in that order (the order of HF ``generate``), and the ``check_*``
+functions validate the arguments (``ValueError`` naming the bad value) so that ``generate`` can fail
+before doing any work.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = [
+    "check_temperature",
+    "check_top_k",
+    "check_top_p",
+    "check_repetition_penalty",
+    "apply_temperature",
+    "top_k_filter",
+    "top_p_filter",
+    "apply_repetition_penalty",
+    "process_logits",
+]
+
+
+# ----------------------------------------------------------------------------------------------------
+# argument checks
+# ----------------------------------------------------------------------------------------------------
+def _is_real_number(x) -> bool:
+    # bool is an int in Python; `temperature=True` is a bug, not 1.0
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_temperature(temperature) -> float:
+    """``temperature`` must be a finite number > 0 (use ``do_sample=False`` for the greedy limit ``-> 0``)."""
+    if not _is_real_number(temperature) or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    return float(temperature)
+
+
+def check_top_k(top_k) -> int:
+    """``top_k`` must be an int >= 1 (``None`` = no top-k filter is handled by the caller)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    return top_k
+
+
+def check_top_p(top_p) -> float:
+    """``top_p`` must be a number with ``0 < top_p <= 1``."""
+    if not _is_real_number(top_p) or not (0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {top_p!r}")
+    return float(top_p)
+
+
+def check_repetition_penalty(penalty) -> float:
+    """``repetition_penalty`` must be a finite number > 0 (1.0 = off, > 1 discourages repeats)."""
+    if not _is_real_number(penalty) or not math.isfinite(penalty) or penalty <= 0:
+        raise ValueError(f"repetition_penalty must be a finite number > 0, got {penalty!r}")
+    return float(penalty)
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if not isinstance(logits, torch.Tensor) or not torch.is_floating_point(logits):
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a floating-point tensor (B, V), got {got}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# the processors
+# ----------------------------------------------------------------------------------------------------
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Divide the logits by ``temperature``.
+
+    ``softmax(z / t)``: ``t < 1`` sharpens the distribution, ``t > 1`` flattens it, ``t = 1`` changes
+    nothing. The ranking of the tokens never changes, so greedy decoding is unaffected.
+
+    Shape:
+        logits: ``(B, V)`` -> ``(B, V)``.
+    """
+    _check_logits(logits)
+    temperature = check_temperature(temperature)
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits of each row; set the others to ``-inf``.
+
+    ``top_k >= V`` keeps everything. Ties at the k-th value are all kept (a tie is not a reason to
+    prefer one token id over another).
+
+    Shape:
+        logits: ``(B, V)`` -> ``(B, V)``.
+    """
+    _check_logits(logits)
+    top_k = check_top_k(top_k)
+    V = logits.shape[-1]
+    if top_k >= V:
+        return logits.clone()
+    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest value of each row
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter: keep the smallest set of most likely tokens whose probability sum reaches ``top_p``.
+
+    Sort the probabilities in decreasing order and keep a token if the mass of the tokens *before* it
+    is still ``< top_p``. The most likely token is therefore always kept, and ``top_p = 1`` keeps every
+    token with nonzero probability.
+
+    Example: probabilities ``[0.5, 0.3, 0.15, 0.05]`` with ``top_p = 0.75`` keep the first two
+    (mass before them: 0 and 0.5 < 0.75; before the third it is 0.8, not < 0.75).
+
+    Shape:
+        logits: ``(B, V)`` -> ``(B, V)``.
+    """
+    _check_logits(logits)
+    top_p = check_top_p(top_p)
+    if top_p >= 1.0:
+        return logits.clone()  # (rounding in the cumulative sum must not drop the tiny tail)
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V) each
+    probs = torch.softmax(sorted_logits.float(), dim=-1)  # (B, V), in float32 for a stable cumulative sum
+    mass_before = torch.cumsum(probs, dim=-1) - probs  # (B, V): exclusive cumulative sum
+    remove_sorted = mass_before >= top_p  # (B, V) in sorted order; column 0 has mass 0 so it is never removed
+    # scatter the decision back to vocabulary order
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)  # (B, V)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def apply_repetition_penalty(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    penalty: float,
+    *,
+    ignore_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Penalise every token that already occurs in the row's history (CTRL's repetition penalty).
+
+    A seen token's logit ``z`` becomes ``z / penalty`` if ``z > 0`` and ``z * penalty`` otherwise, so
+    with ``penalty > 1`` it always moves *down* (the sign matters: dividing a negative logit would raise
+    it). Each token is penalised once, however often it occurred. ``penalty = 1`` changes nothing;
+    ``penalty < 1`` favours repetition.
+
+    Args:
+        logits: next-token logits.
+        input_ids: the tokens seen so far (prompt and generated), int64.
+        penalty: > 0.
+        ignore_mask: bool, ``True`` = not a real token (left padding); those ids are not penalised.
+
+    Shape:
+        logits ``(B, V)``; input_ids ``(B, L)``; ignore_mask ``(B, L)`` -> ``(B, V)``.
+    """
+    _check_logits(logits)
+    penalty = check_repetition_penalty(penalty)
+    B, V = logits.shape
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != B:
+        got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must have shape (B, L) with B = {B}, got {got}")
+    if ignore_mask is not None and (ignore_mask.dtype != torch.bool or ignore_mask.shape != input_ids.shape):
+        raise ValueError(f"ignore_mask must be a bool tensor of shape {tuple(input_ids.shape)}, "
+                         f"got {ignore_mask.dtype} {tuple(ignore_mask.shape)}")
+    if penalty == 1.0 or input_ids.shape[1] == 0:
+        return logits.clone()
+    # count every real occurrence of every token: counts[b, v] = #{l : input_ids[b, l] == v and not ignored}
+    real = torch.ones_like(input_ids) if ignore_mask is None else (~ignore_mask).to(input_ids.dtype)
+    counts = torch.zeros(B, V, dtype=input_ids.dtype, device=logits.device)
+    counts.scatter_add_(1, input_ids.to(logits.device), real.to(logits.device))  # (B, V)
+    seen = counts > 0  # (B, V)
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def process_logits(
+    logits: torch.Tensor,
+    *,
+    input_ids: torch.Tensor | None = None,
+    ignore_mask: torch.Tensor | None = None,
+    repetition_penalty: float = 1.0,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """Apply repetition penalty, temperature, top-k and top-p in that order (each only if it does something).
+
+    Shape:
+        logits ``(B, V)``; input_ids / ignore_mask ``(B, L)`` -> ``(B, V)``.
+    """
+    if repetition_penalty != 1.0:
+        if input_ids is None:
+            raise ValueError("process_logits: repetition_penalty != 1.0 needs input_ids (B, L), got None")
+        logits = apply_repetition_penalty(logits, input_ids, repetition_penalty, ignore_mask=ignore_mask)
+    if temperature != 1.0:
+        logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None and top_p < 1.0:
+        logits = top_p_filter(logits, top_p)
+    return logits

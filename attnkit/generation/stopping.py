@@ -1,0 +1,138 @@
+"""When does a sequence stop? End-of-sequence tokens, stop strings and a length limit, per sequence.
+
+Axis legend: ``B`` batch (number of sequences being decoded).
+
+A batch of sequences is decoded together, but each sequence stops on its own:
+
+* **EOS** -- the model picked one of the ``eos_token_id`` tokens. The EOS token is *not* part of the
+  output (the output is the content; the EOS only says "no more").
+* **stop string** -- the decoded text of the generated tokens contains one of ``stop_strings``. The token
+  that completes the stop string *is* part of the output (tokens cannot be split, so the stop string
+  appears in the decoded output, possibly followed by the rest of that last token's text). Only the
+  generated text is searched, never the prompt.
+* **length** -- ``max_new_tokens`` tokens were generated (the limit may differ per sequence).
+
+:class:`StoppingCriteria` keeps every sequence's tokens and its reason to stop; the decoding loops
+(``generate`` and ``greedy_search``) feed it one token per live sequence per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "check_max_new_tokens",
+    "normalize_eos_token_id",
+    "normalize_stop_strings",
+    "contains_stop_string",
+    "StoppingCriteria",
+]
+
+
+def check_max_new_tokens(max_new_tokens) -> int:
+    """``max_new_tokens`` must be an int >= 0 (0 returns empty outputs without running the model)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    return max_new_tokens
+
+
+def normalize_eos_token_id(eos_token_id) -> frozenset[int]:
+    """``None`` -> no EOS; an int or a list of ints (>= 0) -> the set of EOS ids."""
+    if eos_token_id is None:
+        return frozenset()
+    ids = [eos_token_id] if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool) else eos_token_id
+    if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+    ):
+        raise ValueError(f"eos_token_id must be None, an int >= 0 or a list of them, got {eos_token_id!r}")
+    return frozenset(ids)
+
+
+def normalize_stop_strings(stop_strings, tokenizer) -> tuple[str, ...]:
+    """``None`` -> no stop strings; a str or a list of non-empty strs, which needs a ``tokenizer``."""
+    if stop_strings is None:
+        return ()
+    strings = [stop_strings] if isinstance(stop_strings, str) else stop_strings
+    if not isinstance(strings, (list, tuple)) or not all(isinstance(s, str) and s for s in strings):
+        raise ValueError(f"stop_strings must be None, a non-empty str or a list of them, got {stop_strings!r}")
+    if tokenizer is None or not callable(getattr(tokenizer, "decode", None)):
+        raise ValueError(f"stop_strings need a tokenizer with decode(ids) -> str to read the text, got tokenizer={tokenizer!r}")
+    return tuple(strings)
+
+
+def contains_stop_string(text: str, stop_strings: Sequence[str]) -> bool:
+    """Whether ``text`` contains any of ``stop_strings``."""
+    return any(s in text for s in stop_strings)
+
+
+class StoppingCriteria:
+    """Per-sequence stopping state of a batch being decoded.
+
+    Args:
+        batch_size: ``B``.
+        max_new_tokens: the length limit, one int for all sequences or one per sequence.
+        eos_token_id: ``None``, an id or a list of ids (see :func:`normalize_eos_token_id`).
+        stop_strings: ``None``, a str or a list of strs, searched in ``tokenizer.decode(generated)``.
+        tokenizer: anything with ``decode(list[int]) -> str``; needed for stop strings only.
+
+    After :meth:`add`, ``outputs[b]`` holds the kept tokens of sequence ``b``, ``done[b]`` whether it has
+    stopped and ``reasons[b]`` why: ``"eos"``, ``"stop_string"`` or ``"length"`` (``None`` while running).
+
+    Shape:
+        outputs: ``B`` lists of token ids.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        *,
+        max_new_tokens: int | Sequence[int],
+        eos_token_id=None,
+        stop_strings=None,
+        tokenizer=None,
+    ):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if isinstance(max_new_tokens, (list, tuple)):
+            limits = list(max_new_tokens)
+        else:
+            limits = [check_max_new_tokens(max_new_tokens)] * batch_size
+        if len(limits) != batch_size:
+            raise ValueError(f"max_new_tokens must be an int or B = {batch_size} ints, got {len(limits)}")
+        self.max_new_tokens = [check_max_new_tokens(n) for n in limits]
+        self.eos = normalize_eos_token_id(eos_token_id)
+        self.stop_strings = normalize_stop_strings(stop_strings, tokenizer)
+        self.tokenizer = tokenizer
+        self.outputs: list[list[int]] = [[] for _ in range(batch_size)]
+        # a sequence allowed 0 new tokens is done before it starts
+        self.reasons: list[str | None] = ["length" if n == 0 else None for n in self.max_new_tokens]
+
+    @property
+    def done(self) -> list[bool]:
+        return [r is not None for r in self.reasons]
+
+    @property
+    def all_done(self) -> bool:
+        return all(r is not None for r in self.reasons)
+
+    def add(self, b: int, token: int) -> bool:
+        """Record the token picked for sequence ``b``; return ``True`` if it was *kept* in the output.
+
+        A finished sequence refuses new tokens (``ValueError``); an EOS token stops the sequence and is
+        not kept.
+
+        Shape:
+            b: a row index in ``[0, B)``; token: one id.
+        """
+        if self.reasons[b] is not None:
+            raise ValueError(f"sequence {b} already stopped ({self.reasons[b]}), got another token {token}")
+        if token in self.eos:
+            self.reasons[b] = "eos"
+            return False
+        out = self.outputs[b]
+        out.append(token)
+        if self.stop_strings and contains_stop_string(self.tokenizer.decode(out), self.stop_strings):
+            self.reasons[b] = "stop_string"
+        elif len(out) >= self.max_new_tokens[b]:
+            self.reasons[b] = "length"
+        return True
