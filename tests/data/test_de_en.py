@@ -1,0 +1,292 @@
+"""The de-en recipe (attnkit.data.de_en): Ding parsing, .mo parsing, catalog cleaning, the split, the recipe.
+
+Everything here is offline except ``test_real_recipe_end_to_end`` (marked ``network``), which runs the real
+recipe into the test cache ``$ATTNKIT_TEST_HOME/data/de-en`` (default ``~/.cache/attnkit-tests``, fixture
+``attnkit_test_home`` in conftest.py; the user's ``$ATTNKIT_HOME`` is never touched): the first run downloads
+~39 MB of Debian packages with apt-get and takes 20-40 s, later runs only re-check the cached files (~1 s).
+"""
+
+from __future__ import annotations
+
+import gettext
+import io
+import json
+import struct
+
+import pytest
+
+from attnkit.data import de_en
+from attnkit.data.de_en import catalog_pairs, clean_catalog_pair, ding_pairs, read_mo, split_pairs
+from attnkit.data.fetch import sha256_file
+from attnkit.data.parallel import read_tsv
+
+
+# --- Ding dictionary lines -----------------------------------------------------------------------------------
+DING = """\
+# Version :: devel 2023-01-30
+Aal {m} [cook.] | Aale {pl} :: eel | eels
+scheinbar {adv} | Das ist nur scheinbar paradox. :: seemingly | This is only seemingly a paradox.
+Lass das! [ugs.] | Er ließ sich leicht überreden. :: Leave it! [coll.] | He was easily persuaded.
+Weg {m} | Wege {pl} | Das ist der Weg. :: way | ways
+Wir gehen; ihr bleibt. :: We go; you stay.
+Ja, das stimmt. | Was es nicht alles gibt! :: Yes, that is right | It’s amazing what’s out there!
+Er lobte ihre Kochkunst {f}. :: He praised her cooking {n}.
+Er lobte ihre Kochkunst. :: He praised her cooking.
+kein trenner hier
+"""
+
+
+def test_ding_pairs_keeps_aligned_full_sentences_only():
+    pairs = ding_pairs(io.StringIO(DING))
+    assert pairs == [
+        ("Das ist nur scheinbar paradox.", "This is only seemingly a paradox."),
+        ("Er ließ sich leicht überreden.", "He was easily persuaded."),
+        ("Was es nicht alles gibt!", "It’s amazing what’s out there!"),
+        ("Er lobte ihre Kochkunst.", "He praised her cooking."),  # annotations dropped, duplicate removed
+    ]
+
+
+def test_ding_pairs_rules_one_by_one():
+    # fewer than 3 words ("Lass das!"), a ';' list, an unaligned entry (3 German parts, 2 English),
+    # a side without final punctuation ("Yes, that is right")
+    for line in ("Lass das! :: Leave it now!", "Wir gehen; ihr bleibt. :: We go; you stay.",
+                 "Weg | Wege | Das ist der Weg. :: way | This is the way.",
+                 "Ja, das stimmt. :: Yes, that is right"):
+        assert ding_pairs([line]) == [], line
+
+
+# --- .mo files ---------------------------------------------------------------------------------------------------
+def make_mo(messages: dict[bytes, bytes], endian: str = "<") -> bytes:
+    """A minimal compiled catalog (no hash table), the layout GNU msgfmt writes."""
+    keys = sorted(messages)
+    n = len(keys)
+    orig_off, trans_off = 28, 28 + 8 * n
+    data_off = 28 + 16 * n
+    blob = b""
+    orig_tab, trans_tab = [], []
+    for k in keys:
+        orig_tab.append((len(k), data_off + len(blob)))
+        blob += k + b"\x00"
+    for k in keys:
+        v = messages[k]
+        trans_tab.append((len(v), data_off + len(blob)))
+        blob += v + b"\x00"
+    header = struct.pack(endian + "7I", 0x950412DE, 0, n, orig_off, trans_off, 0, 0)
+    tables = b"".join(struct.pack(endian + "2I", *e) for e in orig_tab + trans_tab)
+    return header + tables + blob
+
+
+MO_MESSAGES = {
+    b"": b"Content-Type: text/plain; charset=UTF-8\nPlural-Forms: nplurals=2; plural=(n != 1);\n",
+    "Größe ändern".encode(): "Change size".encode(),  # (a reversed catalog is fine for parsing)
+    b"Open a file": "Eine Datei öffnen".encode(),
+    b"menu\x04_File": b"_Datei",
+    b"%d file\x00%d files": b"%d Datei\x00%d Dateien",
+}
+
+
+@pytest.mark.parametrize("endian", ["<", ">"])
+def test_read_mo_matches_pythons_gettext(endian, tmp_path):
+    data = make_mo(MO_MESSAGES, endian)
+    entries = read_mo(data)
+    assert [(e.context, e.msgid, e.msgstr) for e in entries] == [
+        (None, "Größe ändern", "Change size"),
+        (None, "Open a file", "Eine Datei öffnen"),
+        ("menu", "_File", "_Datei"),
+    ]  # header and the plural entry are skipped; order is the file's (msgids sorted as bytes)
+    path = tmp_path / "x.mo"
+    path.write_bytes(data)
+    catalog = gettext.GNUTranslations(io.BytesIO(data))._catalog
+    singular = {k: v for k, v in catalog.items() if isinstance(k, str) and k}
+    mine = {(e.context + "\x04" if e.context else "") + e.msgid: e.msgstr for e in read_mo(path)}
+    assert mine == singular
+
+
+def test_read_mo_refuses_a_bad_magic_number():
+    with pytest.raises(ValueError, match="magic number 0x950412de expected, got 0x00000000"):
+        read_mo(bytes(28))
+
+
+def test_read_mo_refuses_a_truncated_file():
+    data = make_mo(MO_MESSAGES)
+    with pytest.raises(ValueError, match="runs past the end of the file"):
+        read_mo(data[:-20])
+    with pytest.raises(ValueError, match="at least 20 bytes, got 3"):
+        read_mo(b"\xde\x12\x04")
+
+
+# --- catalog cleaning: one test per rule ------------------------------------------------------------------------
+@pytest.mark.parametrize("english,german,reason", [
+    ("Folder '%s' not found", "Ordner »%s« wurde nicht gefunden", "placeholder"),
+    ("read-only reference %qD used", "schreibgeschützte Referenz %qD verwendet", "placeholder"),
+    ("Delete the meeting “{0}”?", "Die Besprechung »{0}« löschen?", "placeholder"),
+    ("Cannot save template: $1", "Die Dokumentvorlage $1 lässt sich nicht speichern", "placeholder"),
+    ("Version $(ARG1) is required.", "Version $(ARG1) wird benötigt.", "placeholder"),
+    ("<b>Warning</b>", "<b>Warnung</b>", "markup"),
+    ("Copy &amp; paste", "Kopieren &amp; einfügen", "markup"),
+    ("See https://docs.gimp.org/", "Siehe https://docs.gimp.org/", "url"),
+    ("Mail john.doe@example.org", "Mail an max@beispiel.org", "url"),
+    ("-march=ARCH\tGenerate code.", "-march=ARCH\tCode erzeugen.", "tab"),
+    ("const_double_split got a bad insn", "const_double_split bekam einen falschen Befehl", "accelerator"),
+    ("_Save _As", "_Speichern _unter", "accelerator"),
+    ("Back", "Back", "identical"),
+    ("CHISQINV", "CHIQUINV", "code name"),
+    ("node is in same group list", "Interner Fehler: node is in same group list", "untranslated"),
+    ("0-59", "0–59", "no letters"),
+    (" ", "Leer", "empty"),
+    ("word " * 100, "Wort " * 100, "too long"),
+])
+def test_clean_catalog_pair_rejects(english, german, reason):
+    assert clean_catalog_pair(english, german) == (None, reason)
+
+
+@pytest.mark.parametrize("english,german,expected", [
+    ("_Skip", "Ü_berspringen", ("Überspringen", "Skip")),  # GTK mnemonic
+    ("~Notify", "~Benachrichtigen", ("Benachrichtigen", "Notify")),  # LibreOffice mnemonic
+    ("&Open", "Ö&ffnen", ("Öffnen", "Open")),  # Qt mnemonic
+    ("Indents & Spacing", "Einzüge und Abstände", ("Einzüge und Abstände", "Indents & Spacing")),  # a real '&'
+    ("Zoom 50 %", "Vergrößerung 50 %", ("Vergrößerung 50 %", "Zoom 50 %")),  # a percent sign, not a placeholder
+    ("resolve merge conflicts first", "lösen\nSie zuerst die Konflikte auf", ("lösen Sie zuerst die Konflikte auf",
+                                                                             "resolve merge conflicts first")),
+])
+def test_clean_catalog_pair_keeps_and_cleans(english, german, expected):
+    assert clean_catalog_pair(english, german) == (expected, "ok")
+
+
+def test_catalog_pairs_reads_mo_files_dedupes_and_counts_reasons(tmp_path):
+    a = tmp_path / "a.mo"
+    a.write_bytes(make_mo({b"Open a file": "Eine Datei öffnen".encode(), b"%s found": b"%s gefunden"}))
+    b = tmp_path / "b.mo"
+    b.write_bytes(make_mo({b"ctx\x04Open a file": "Eine Datei öffnen".encode(), b"Close": "Schließen".encode()}))
+    pairs, reasons = catalog_pairs([a, b])
+    assert pairs == [("Eine Datei öffnen", "Open a file"), ("Schließen", "Close")]
+    assert reasons == {"ok": 2, "duplicate": 1, "placeholder": 1}
+
+
+# --- the split -----------------------------------------------------------------------------------------------------
+def _pool(n: int) -> list[tuple[str, str]]:
+    return [(f"Das ist Satz Nummer {i}.", f"This is sentence number {i}.") for i in range(n)]
+
+
+def test_split_sizes_determinism_and_no_leakage():
+    pool = _pool(60) + [("DAS IST SATZ NUMMER 1.", "A variant of one.")]  # casefold-equal German
+    extra = [(f"Knopf {i}", f"Button {i}") for i in range(20)]
+    extra += [("Das ist Satz Nummer 5.", "Catalog copy.")]  # shares a German string with the pool
+    splits, removed = split_pairs(pool, extra, n_test=10, n_valid=5, seed=3)
+    again, _ = split_pairs(pool, extra, n_test=10, n_valid=5, seed=3)
+    other, _ = split_pairs(pool, extra, n_test=10, n_valid=5, seed=4)
+    assert splits == again and splits["test"] != other["test"]
+    assert len(splits["test"]) == 10 and len(splits["valid"]) == 5
+    assert all(p in pool for p in splits["test"] + splits["valid"])  # evaluation only from the pool
+    held_de = {d.casefold() for d, _ in splits["test"] + splits["valid"]}
+    held_en = {e.casefold() for _, e in splits["test"] + splits["valid"]}
+    assert len(held_de) == len(held_en) == 15  # evaluation strings are distinct
+    assert not any(d.casefold() in held_de or e.casefold() in held_en for d, e in splits["train"])
+    # every pair is accounted for: train + evaluation + removed for overlap
+    assert len(splits["train"]) + 15 + removed == len(pool) + len(extra)
+
+
+def test_split_refuses_a_pool_that_is_too_small():
+    with pytest.raises(ValueError, match=r"need 10 test \+ 5 valid pairs .* got 10 \+ 2 from 12 pairs"):
+        split_pairs(_pool(12), [], n_test=10, n_valid=5)
+
+
+# --- the recipe, offline (apt and dpkg replaced by fakes) ------------------------------------------------------
+def _fake_fetchers(monkeypatch, calls: list[str]):
+    def fake_apt_download(package, dest, sha256=None):
+        dest.mkdir(parents=True, exist_ok=True)
+        deb = dest / f"{package}_1.0-1_all.deb"
+        if not deb.exists():
+            calls.append(package)
+            deb.write_bytes(f"fake deb {package}".encode())
+        return deb, "1.0-1"
+
+    def fake_dpkg_extract(deb, dest):
+        package = deb.name.split("_")[0]
+        if package == "trans-de-en":
+            f = dest / "usr/share/trans/de-en"
+            f.parent.mkdir(parents=True)
+            f.write_text("".join(f"Satz {{m}} | Das ist Satz Nummer {i}. :: sentence | This is sentence number {i}.\n"
+                                 for i in range(40)), encoding="utf-8")
+        else:
+            f = dest / "usr/share/locale/de/LC_MESSAGES/x.mo"
+            f.parent.mkdir(parents=True)
+            f.write_bytes(make_mo({f"Open file {i} of {package}".encode(): f"Datei {i} von {package} öffnen".encode()
+                                   for i in range(5)}))
+        return dest
+
+    monkeypatch.setattr(de_en, "apt_download", fake_apt_download)
+    monkeypatch.setattr(de_en, "dpkg_extract", fake_dpkg_extract)
+    monkeypatch.setattr(de_en, "PACKAGES", (
+        de_en.DebSource("trans-de-en", "GPL-2+", "ding", ("usr/share/trans/de-en",)),
+        de_en.DebSource("git", "GPL-2", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),
+    ))
+    monkeypatch.setattr(de_en, "N_TEST", 6)
+    monkeypatch.setattr(de_en, "N_VALID", 4)
+
+
+def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatch, tmp_path, capsys):
+    from attnkit.data.registry import get_recipe, prepare
+
+    calls: list[str] = []
+    _fake_fetchers(monkeypatch, calls)
+    assert get_recipe("de-en").kind == "mt"
+    root = prepare("de-en", home=tmp_path)
+    assert root == tmp_path / "data" / "de-en" and calls == ["trans-de-en", "git"]
+    assert "train 35 / valid 4 / test 6" in capsys.readouterr().out
+    record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
+    assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
+    assert [p["package"] for p in record["packages"]] == ["trans-de-en", "git"]
+    assert record["packages"][1]["sha256"] == sha256_file(root / "debs" / "git_1.0-1_all.deb")
+    splits = {s: read_tsv(root / f"{s}.tsv") for s in ("train", "valid", "test")}
+    assert {s: len(c) for s, c in splits.items()} == {"train": 35, "valid": 4, "test": 6}
+    for s, c in splits.items():
+        assert record["outputs"][f"{s}.tsv"]["sha256"] == sha256_file(root / f"{s}.tsv")
+        assert c.skipped == 0
+    assert all(d.startswith("Das ist Satz") for d in splits["test"].sources + splits["valid"].sources)
+
+    # second call: cached, nothing fetched, nothing rewritten
+    before = (root / "train.tsv").stat().st_mtime_ns
+    assert prepare("de-en", home=tmp_path) == root
+    assert calls == ["trans-de-en", "git"] and (root / "train.tsv").stat().st_mtime_ns == before
+
+    # a damaged output is noticed and rebuilt from the cached .debs
+    (root / "test.tsv").write_text("kaputt\tbroken\n", encoding="utf-8")
+    prepare("de-en", home=tmp_path)
+    assert len(read_tsv(root / "test.tsv")) == 6 and calls == ["trans-de-en", "git"]
+
+    # force: fetch again and rebuild
+    prepare("de-en", home=tmp_path, force=True)
+    assert calls == ["trans-de-en", "git"] * 2
+
+
+def test_recipe_reports_a_package_whose_layout_changed(monkeypatch, tmp_path):
+    calls: list[str] = []
+    _fake_fetchers(monkeypatch, calls)
+    monkeypatch.setattr(de_en, "PACKAGES", (de_en.DebSource("git", "GPL-2", "gettext", ("usr/share/nowhere/*.mo",)),))
+    with pytest.raises(RuntimeError, match=r"git 1.0-1 contains none of \['usr/share/nowhere/\*.mo'\]"):
+        de_en.prepare_de_en(tmp_path)
+
+
+# --- the real thing ------------------------------------------------------------------------------------------------
+@pytest.mark.network
+def test_real_recipe_end_to_end(attnkit_test_home):
+    """Runs the real recipe into the test cache (downloads ~39 MB of .debs the first time, then cached)."""
+    from attnkit.data.registry import prepare
+
+    root = prepare("de-en", home=attnkit_test_home)
+    record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
+    counts = record["counts"]
+    assert counts["test"] == 2000 and counts["valid"] == 1000
+    assert 15_000 <= counts["dictionary_sentences"] <= 25_000
+    assert 30_000 <= counts["catalog_pairs"] <= 45_000
+    assert counts["train"] >= 45_000
+    assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
+    splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test")}
+    assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}
+    held_de = {d.casefold() for s in ("valid", "test") for d in splits[s].sources}
+    held_en = {e.casefold() for s in ("valid", "test") for e in splits[s].targets}
+    assert not any(d.casefold() in held_de for d in splits["train"].sources)
+    assert not any(e.casefold() in held_en for e in splits["train"].targets)
+    # evaluation pairs are full sentences (they come from the dictionary)
+    assert all(e[-1] in ".!?" and len(e.split()) >= 3 for e in splits["test"].targets)
