@@ -1,0 +1,617 @@
+"""Hugging Face transformers checkpoints <-> attnkit's ``GPT`` (GPT-2 and Llama families).
+
+Axis legend: ``C`` model width, ``H`` query heads, ``K`` key/value heads, ``D`` head dim, ``F`` feed-forward
+width, ``V`` vocabulary, ``P`` learned positions.
+
+attnkit's :class:`~attnkit.models.gpt.GPT` was named after nanoGPT/HF GPT-2, so most tensors map one to one.
+The differences, all handled here:
+
+* **GPT-2** (``GPT2LMHeadModel``) stores its linear layers as ``Conv1D`` with the weight *transposed*
+  (``(in, out)`` instead of ``nn.Linear``'s ``(out, in)``). ``c_attn`` already packs q, k, v in attnkit's
+  row order, so it only needs the transpose.
+* **Llama** (``LlamaForCausalLM``) has separate ``q_proj``/``k_proj``/``v_proj``; attnkit packs them into
+  one ``qkv_proj`` (rows ``[q heads | k heads | v heads]``). The SwiGLU MLP is ``down(silu(gate(x)) * up(x))``:
+  ``gate_proj``/``up_proj``/``down_proj`` are attnkit's ``w_gate``/``w_in``/``w_out``. Both use the same
+  rotary convention (rotate-half), so q/k rows need no permutation.
+* A tied head (``tie_word_embeddings``) is one tensor in attnkit; HF files usually omit ``lm_head.weight``.
+
+The name templates (``{i}`` = layer index) are :data:`GPT2_KEY_TEMPLATES` and :data:`LLAMA_KEY_TEMPLATES`:
+each row is ``(attnkit name, HF name(s), how)`` with ``how`` one of ``"copy"``, ``"transpose"``, ``"cat"``.
+
+Public API::
+
+    model = from_hf(hf_model)                  # a transformers GPT2LMHeadModel / LlamaForCausalLM
+    model = from_hf("path/to/folder")          # config.json + model.safetensors (or pytorch_model.bin)
+    model = from_hf(state_dict, config=cfg)    # HF-named tensors + an HF config (dict or PretrainedConfig)
+    hf_model = to_hf(model)                    # needs transformers
+    save_hf(model, "out/")                     # config.json + model.safetensors, loadable by transformers
+    hf_config, state_dict = load_hf_folder("path/to/folder")
+
+Every mismatch raises ``ValueError``: a config of one family with weights of the other, missing or
+unexpected tensors (listed), a tensor of the wrong shape (named, with both shapes), an unsupported
+config option (named). Pickled ``.bin`` files are only read with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+
+__all__ = [
+    "GPT2_KEY_TEMPLATES",
+    "LLAMA_KEY_TEMPLATES",
+    "from_hf",
+    "to_hf",
+    "save_hf",
+    "load_hf_folder",
+    "gpt_config_from_hf",
+    "hf_config_from_gpt",
+    "hf_family",
+    "state_dict_from_hf",
+    "state_dict_to_hf",
+]
+
+# ----------------------------------------------------------------------------------------------------------
+# name templates
+# ----------------------------------------------------------------------------------------------------------
+
+# (attnkit name, HF name(s), how). Rows marked bias/lm_head are used only when the config has them.
+GPT2_KEY_TEMPLATES: list[tuple[str, tuple[str, ...], str]] = [
+    ("wte.weight", ("transformer.wte.weight",), "copy"),
+    ("wpe.weight", ("transformer.wpe.weight",), "copy"),
+    ("blocks.{i}.ln_1.weight", ("transformer.h.{i}.ln_1.weight",), "copy"),
+    ("blocks.{i}.ln_1.bias", ("transformer.h.{i}.ln_1.bias",), "copy"),
+    ("blocks.{i}.attn.qkv_proj.weight", ("transformer.h.{i}.attn.c_attn.weight",), "transpose"),
+    ("blocks.{i}.attn.qkv_proj.bias", ("transformer.h.{i}.attn.c_attn.bias",), "copy"),
+    ("blocks.{i}.attn.out_proj.weight", ("transformer.h.{i}.attn.c_proj.weight",), "transpose"),
+    ("blocks.{i}.attn.out_proj.bias", ("transformer.h.{i}.attn.c_proj.bias",), "copy"),
+    ("blocks.{i}.ln_2.weight", ("transformer.h.{i}.ln_2.weight",), "copy"),
+    ("blocks.{i}.ln_2.bias", ("transformer.h.{i}.ln_2.bias",), "copy"),
+    ("blocks.{i}.mlp.w_in.weight", ("transformer.h.{i}.mlp.c_fc.weight",), "transpose"),
+    ("blocks.{i}.mlp.w_in.bias", ("transformer.h.{i}.mlp.c_fc.bias",), "copy"),
+    ("blocks.{i}.mlp.w_out.weight", ("transformer.h.{i}.mlp.c_proj.weight",), "transpose"),
+    ("blocks.{i}.mlp.w_out.bias", ("transformer.h.{i}.mlp.c_proj.bias",), "copy"),
+    ("ln_f.weight", ("transformer.ln_f.weight",), "copy"),
+    ("ln_f.bias", ("transformer.ln_f.bias",), "copy"),
+    ("lm_head.weight", ("lm_head.weight",), "copy"),
+]
+
+LLAMA_KEY_TEMPLATES: list[tuple[str, tuple[str, ...], str]] = [
+    ("wte.weight", ("model.embed_tokens.weight",), "copy"),
+    ("blocks.{i}.ln_1.weight", ("model.layers.{i}.input_layernorm.weight",), "copy"),
+    ("blocks.{i}.attn.qkv_proj.weight", ("model.layers.{i}.self_attn.q_proj.weight",
+                                         "model.layers.{i}.self_attn.k_proj.weight",
+                                         "model.layers.{i}.self_attn.v_proj.weight"), "cat"),
+    ("blocks.{i}.attn.qkv_proj.bias", ("model.layers.{i}.self_attn.q_proj.bias",
+                                       "model.layers.{i}.self_attn.k_proj.bias",
+                                       "model.layers.{i}.self_attn.v_proj.bias"), "cat"),
+    ("blocks.{i}.attn.out_proj.weight", ("model.layers.{i}.self_attn.o_proj.weight",), "copy"),
+    ("blocks.{i}.attn.out_proj.bias", ("model.layers.{i}.self_attn.o_proj.bias",), "copy"),
+    ("blocks.{i}.ln_2.weight", ("model.layers.{i}.post_attention_layernorm.weight",), "copy"),
+    ("blocks.{i}.mlp.w_gate.weight", ("model.layers.{i}.mlp.gate_proj.weight",), "copy"),
+    ("blocks.{i}.mlp.w_gate.bias", ("model.layers.{i}.mlp.gate_proj.bias",), "copy"),
+    ("blocks.{i}.mlp.w_in.weight", ("model.layers.{i}.mlp.up_proj.weight",), "copy"),
+    ("blocks.{i}.mlp.w_in.bias", ("model.layers.{i}.mlp.up_proj.bias",), "copy"),
+    ("blocks.{i}.mlp.w_out.weight", ("model.layers.{i}.mlp.down_proj.weight",), "copy"),
+    ("blocks.{i}.mlp.w_out.bias", ("model.layers.{i}.mlp.down_proj.bias",), "copy"),
+    ("ln_f.weight", ("model.norm.weight",), "copy"),
+    ("lm_head.weight", ("lm_head.weight",), "copy"),
+]
+
+_TEMPLATES = {"gpt2": GPT2_KEY_TEMPLATES, "llama": LLAMA_KEY_TEMPLATES}
+_PREFIX = {"gpt2": "transformer.", "llama": "model."}
+# non-parameter entries that old checkpoints carry (causal-mask buffers, rotary tables): skipped on load
+_IGNORED_SUFFIXES = {"gpt2": (".attn.bias", ".attn.masked_bias"), "llama": ("rotary_emb.inv_freq",)}
+
+# HF activation names <-> attnkit's
+_GPT2_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+                     "silu": "silu", "swish": "silu", "tanh": "tanh", "sigmoid": "sigmoid"}
+_GPT2_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu", "tanh": "tanh",
+                   "sigmoid": "sigmoid"}
+_LLAMA_ACT_FROM_HF = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
+_LLAMA_ACT_TO_HF = {"swiglu": "silu", "geglu": "gelu"}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# configs
+# ----------------------------------------------------------------------------------------------------------
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    """An HF config as a plain dict (accepts a dict or a transformers ``PretrainedConfig``)."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    if hasattr(config, "to_dict"):
+        return dict(config.to_dict())
+    raise ValueError(f"config must be a dict or a transformers PretrainedConfig, got {type(config).__name__}")
+
+
+def hf_family(config: Any) -> str:
+    """``"gpt2"`` or ``"llama"`` from an HF config's ``model_type`` (or ``architectures``)."""
+    cfg = _config_dict(config)
+    kind = cfg.get("model_type")
+    if kind is None:
+        archs = cfg.get("architectures") or []
+        kind = "gpt2" if any(a.startswith("GPT2") for a in archs) else "llama" if any(
+            a.startswith("Llama") for a in archs) else None
+    if kind not in _TEMPLATES:
+        raise ValueError(f"unsupported Hugging Face model_type {kind!r}; expected one of {sorted(_TEMPLATES)}")
+    return kind
+
+
+def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def gpt_config_from_hf(config: Any) -> GPTConfig:
+    """Translate an HF ``GPT2Config``/``LlamaConfig`` (dict or object) into a :class:`GPTConfig`.
+
+    Options attnkit does not implement (RoPE scaling, GPT-2's layer-index attention scaling, Llama with
+    different attention/MLP bias settings, other activations) raise ``ValueError`` naming the option.
+    """
+    cfg = _config_dict(config)
+    family = hf_family(cfg)
+    if family == "gpt2":
+        act = cfg.get("activation_function", "gelu_new")
+        if act not in _GPT2_ACT_FROM_HF:
+            raise ValueError(f"GPT-2 activation_function must be one of {sorted(_GPT2_ACT_FROM_HF)}, got {act!r}")
+        if cfg.get("scale_attn_by_inverse_layer_idx", False):
+            raise ValueError("GPT-2 option scale_attn_by_inverse_layer_idx=True is not supported (expected False)")
+        if not cfg.get("scale_attn_weights", True):
+            raise ValueError("GPT-2 option scale_attn_weights=False is not supported (expected True)")
+        if cfg.get("add_cross_attention", False):
+            raise ValueError("GPT-2 option add_cross_attention=True is not supported (expected False)")
+        return GPTConfig(
+            vocab_size=int(cfg.get("vocab_size", 50257)),
+            block_size=int(_get(cfg, "n_positions", "n_ctx", default=1024)),
+            n_layer=int(cfg.get("n_layer", 12)),
+            n_head=int(cfg.get("n_head", 12)),
+            n_embd=int(cfg.get("n_embd", 768)),
+            ffn_hidden=None if cfg.get("n_inner") is None else int(cfg["n_inner"]),
+            activation=_GPT2_ACT_FROM_HF[act],
+            norm="layernorm",
+            norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
+            bias=True,
+            position="learned",
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+            dropout=float(cfg.get("resid_pdrop", 0.0) or 0.0),
+        )
+    # llama
+    act = cfg.get("hidden_act", "silu")
+    if act not in _LLAMA_ACT_FROM_HF:
+        raise ValueError(f"Llama hidden_act must be one of {sorted(_LLAMA_ACT_FROM_HF)}, got {act!r}")
+    attention_bias = bool(cfg.get("attention_bias", False))
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    if attention_bias != mlp_bias:
+        raise ValueError(f"attnkit uses one bias flag: Llama attention_bias and mlp_bias must be equal, "
+                         f"got attention_bias={attention_bias}, mlp_bias={mlp_bias}")
+    rope = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling")
+    for r in (rope, scaling or {}):
+        rope_type = r.get("rope_type", r.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise ValueError(f"RoPE scaling is not supported: expected rope_type 'default', got {rope_type!r}")
+    if rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) not in (1, 1.0):
+        raise ValueError("partial rotary embeddings are not supported (expected partial_rotary_factor 1.0)")
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    C = int(cfg.get("hidden_size", 4096))
+    H = int(cfg.get("num_attention_heads", 32))
+    head_dim = cfg.get("head_dim")
+    return GPTConfig(
+        vocab_size=int(cfg.get("vocab_size", 32000)),
+        block_size=int(cfg.get("max_position_embeddings", 2048)),
+        n_layer=int(cfg.get("num_hidden_layers", 32)),
+        n_head=H,
+        n_embd=C,
+        n_kv_head=int(_get(cfg, "num_key_value_heads", default=H)),
+        head_dim=None if head_dim is None or int(head_dim) * H == C else int(head_dim),
+        ffn_hidden=int(cfg.get("intermediate_size", 11008)),
+        activation=_LLAMA_ACT_FROM_HF[act],
+        norm="rmsnorm",
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        bias=attention_bias,
+        position="rope",
+        rope_theta=float(theta),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
+    )
+
+
+def _export_family(config: GPTConfig) -> str:
+    """Which HF architecture can hold this GPT (ValueError naming the obstacles when neither can)."""
+    c = config
+    gpt2_problems = []
+    if c.position != "learned":
+        gpt2_problems.append(f"position={c.position!r} (needs 'learned')")
+    if c.norm != "layernorm":
+        gpt2_problems.append(f"norm={c.norm!r} (needs 'layernorm')")
+    if c.activation not in _GPT2_ACT_TO_HF:
+        gpt2_problems.append(f"activation={c.activation!r} (needs one of {sorted(_GPT2_ACT_TO_HF)})")
+    if not c.bias:
+        gpt2_problems.append("bias=False (needs True)")
+    if c.kv_heads != c.n_head:
+        gpt2_problems.append(f"n_kv_head={c.kv_heads} (needs n_head={c.n_head})")
+    if c.head_size * c.n_head != c.n_embd:
+        gpt2_problems.append(f"head_dim={c.head_size} (needs n_embd // n_head = {c.n_embd // c.n_head})")
+    if not gpt2_problems:
+        return "gpt2"
+    llama_problems = []
+    if c.position != "rope":
+        llama_problems.append(f"position={c.position!r} (needs 'rope')")
+    if c.norm != "rmsnorm":
+        llama_problems.append(f"norm={c.norm!r} (needs 'rmsnorm')")
+    if c.activation not in _LLAMA_ACT_TO_HF:
+        llama_problems.append(f"activation={c.activation!r} (needs one of {sorted(_LLAMA_ACT_TO_HF)})")
+    if not llama_problems:
+        return "llama"
+    raise ValueError("this GPTConfig matches no Hugging Face architecture: as GPT-2 it has "
+                     + ", ".join(gpt2_problems) + "; as Llama it has " + ", ".join(llama_problems))
+
+
+def hf_config_from_gpt(config: GPTConfig) -> dict[str, Any]:
+    """The HF ``config.json`` dict (``GPT2Config`` or ``LlamaConfig`` fields) for a :class:`GPTConfig`."""
+    c = config
+    family = _export_family(c)
+    if family == "gpt2":
+        token = 50256 if c.vocab_size >= 50257 else None  # GPT-2 tokenizer's <|endoftext|>, if it fits
+        return {
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "vocab_size": c.vocab_size,
+            "n_positions": c.block_size,
+            "n_embd": c.n_embd,
+            "n_layer": c.n_layer,
+            "n_head": c.n_head,
+            "n_inner": c.ffn_hidden,  # None = 4 * n_embd, in both libraries
+            "activation_function": _GPT2_ACT_TO_HF[c.activation],
+            "resid_pdrop": c.dropout,
+            "embd_pdrop": c.dropout,
+            "attn_pdrop": c.dropout,
+            "layer_norm_epsilon": c.norm_eps,
+            "scale_attn_weights": True,
+            "tie_word_embeddings": c.tie_embeddings,
+            "bos_token_id": token,
+            "eos_token_id": token,
+            "torch_dtype": "float32",
+        }
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.n_embd,
+        "intermediate_size": c.ffn_size,
+        "num_hidden_layers": c.n_layer,
+        "num_attention_heads": c.n_head,
+        "num_key_value_heads": c.kv_heads,
+        "head_dim": c.head_size,
+        "hidden_act": _LLAMA_ACT_TO_HF[c.activation],
+        "max_position_embeddings": c.block_size,
+        "rms_norm_eps": c.norm_eps,
+        "rope_theta": c.rope_theta,  # transformers 4.x
+        "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta},  # transformers 5.x
+        "attention_bias": c.bias,
+        "mlp_bias": c.bias,
+        "attention_dropout": c.dropout,
+        "tie_word_embeddings": c.tie_embeddings,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "torch_dtype": "float32",
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# state dicts
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Entry:
+    ours: str
+    hf: tuple[str, ...]
+    how: str
+    hf_shapes: tuple[tuple[int, ...], ...]  # expected shape of each HF tensor
+
+
+def _entries(config: GPTConfig, family: str) -> list[_Entry]:
+    """Every tensor of a GPT with this config, with its HF name(s) and expected HF shape(s)."""
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
+    H, K, D = config.n_head, config.kv_heads, config.head_size
+    out = []
+    for ours_t, hf_t, how in _TEMPLATES[family]:
+        layers = range(config.n_layer) if "{i}" in ours_t else [None]
+        for i in layers:
+            ours = ours_t.format(i=i) if i is not None else ours_t
+            if ours not in shapes:
+                continue  # a bias the config does not have, a tied/absent lm_head, ...
+            if ours == "lm_head.weight" and config.tie_embeddings:
+                continue
+            hf = tuple(t.format(i=i) if i is not None else t for t in hf_t)
+            shape = shapes[ours]
+            if how == "transpose":
+                hf_shapes = (shape[::-1],)
+            elif how == "cat":
+                sizes = (H * D, K * D, K * D)
+                hf_shapes = tuple((n,) + shape[1:] for n in sizes)
+            else:
+                hf_shapes = (shape,)
+            out.append(_Entry(ours, hf, how, hf_shapes))
+    return out
+
+
+def _weights_family(keys) -> str | None:
+    """Guess the family of HF-named tensors from telltale names."""
+    keys = list(keys)
+    if any(".c_attn." in k or k.endswith("wte.weight") or ".h.0." in k or k.startswith("h.0.") for k in keys):
+        return "gpt2"
+    if any("embed_tokens" in k or ".self_attn.q_proj." in k or "input_layernorm" in k for k in keys):
+        return "llama"
+    return None
+
+
+def _normalise_prefix(sd: Mapping[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+    """Accept bare ``GPT2Model``/``LlamaModel`` names (``h.0...``, ``layers.0...``) by adding the prefix."""
+    prefix = _PREFIX[family]
+    out = {}
+    for k, v in sd.items():
+        if k.startswith(prefix) or k.startswith("lm_head."):
+            out[k] = v
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _list(names: list[str], limit: int = 40) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def state_dict_from_hf(
+    state_dict: Mapping[str, torch.Tensor], config: Any
+) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
+    """HF-named tensors + HF config -> (:class:`GPTConfig`, attnkit-named state dict).
+
+    Raises ValueError when the weights belong to the other family, tensors are missing or unexpected
+    (all listed), or a tensor's shape differs from the config's (named, with both shapes).
+    """
+    hf_cfg = _config_dict(config)
+    family = hf_family(hf_cfg)
+    gcfg = gpt_config_from_hf(hf_cfg)
+    if not isinstance(state_dict, Mapping):
+        raise ValueError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+    found = _weights_family(state_dict.keys())
+    if found is not None and found != family:
+        example = next(iter(state_dict))
+        raise ValueError(f"config describes a {family} model but the weights are {found}-style "
+                         f"(e.g. {example!r}); config and weights belong to different model families")
+    sd = _normalise_prefix(state_dict, family)
+    sd = {k: v for k, v in sd.items() if not k.endswith(_IGNORED_SUFFIXES[family])}
+    if gcfg.tie_embeddings:
+        sd.pop("lm_head.weight", None)  # tied: the head is the embedding (HF ties it the same way)
+
+    entries = _entries(gcfg, family)
+    expected = {name: shape for e in entries for name, shape in zip(e.hf, e.hf_shapes)}
+    missing = sorted(set(expected) - set(sd))
+    extra = sorted(set(sd) - set(expected))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensor(s): {_list(missing)}")
+        if extra:
+            parts.append(f"unexpected {len(extra)} tensor(s): {_list(extra)}")
+        raise ValueError(f"{family} checkpoint does not match its config ({gcfg.n_layer} layers, bias={gcfg.bias}, "
+                         f"tie_embeddings={gcfg.tie_embeddings}): " + "; ".join(parts))
+    for name, shape in expected.items():
+        got = tuple(sd[name].shape)
+        if got != shape:
+            raise ValueError(f"tensor {name!r} has shape {got}, expected {shape} for this config")
+
+    out: dict[str, torch.Tensor] = {}
+    for e in entries:
+        tensors = [sd[n] for n in e.hf]
+        if e.how == "transpose":
+            out[e.ours] = tensors[0].t().contiguous()  # Conv1D (in, out) -> Linear (out, in)
+        elif e.how == "cat":
+            out[e.ours] = torch.cat(tensors, dim=0)  # rows [q | k | v]
+        else:
+            out[e.ours] = tensors[0]
+    return gcfg, out
+
+
+def state_dict_to_hf(model: GPT, *, include_tied: bool = True) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """attnkit ``GPT`` -> (HF config dict, HF-named state dict).
+
+    ``include_tied=False`` leaves out a tied ``lm_head.weight`` (what HF writes to safetensors files).
+    """
+    if not isinstance(model, GPT):
+        raise ValueError(f"expected an attnkit GPT, got {type(model).__name__}")
+    cfg = model.config
+    hf_cfg = hf_config_from_gpt(cfg)
+    family = hf_cfg["model_type"]
+    ours = model.state_dict()
+    H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_size
+    out: dict[str, torch.Tensor] = {}
+    for e in _entries(cfg, family):
+        t = ours[e.ours].detach()
+        if e.how == "transpose":
+            out[e.hf[0]] = t.t().contiguous()  # Linear (out, in) -> Conv1D (in, out)
+        elif e.how == "cat":
+            for name, part in zip(e.hf, t.split([H * D, K * D, K * D], dim=0)):
+                out[name] = part.contiguous()
+        else:
+            out[e.hf[0]] = t
+    if cfg.tie_embeddings and include_tied:
+        out["lm_head.weight"] = out[_TEMPLATES[family][0][1][0]]  # the embedding, shared
+    return hf_cfg, out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# folders
+# ----------------------------------------------------------------------------------------------------------
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path), device="cpu")
+
+
+def _load_bin(path: Path) -> dict[str, torch.Tensor]:
+    # never unpickle arbitrary objects: tensors and plain containers only
+    obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{path} must hold a state dict (a mapping of names to tensors), got {type(obj).__name__}")
+    return dict(obj)
+
+
+def load_hf_folder(folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Read an HF model folder: ``config.json`` and the weights, as ``(config dict, HF-named state dict)``.
+
+    Weights are looked for in this order: ``model.safetensors``, ``model.safetensors.index.json`` (shards),
+    ``pytorch_model.bin``, ``pytorch_model.bin.index.json``. ``.bin`` files are read with
+    ``torch.load(weights_only=True)`` only.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"expected a model folder (config.json + weights), got {str(folder)!r}, "
+                         f"which is not a directory")
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise ValueError(f"{str(folder)!r} has no config.json")
+    try:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{cfg_path} is not valid JSON ({err})") from None
+
+    candidates = [("model.safetensors", _load_safetensors), ("model.safetensors.index.json", _load_safetensors),
+                  ("pytorch_model.bin", _load_bin), ("pytorch_model.bin.index.json", _load_bin)]
+    for name, loader in candidates:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if name.endswith(".index.json"):
+            index = json.loads(path.read_text(encoding="utf-8"))
+            shards = sorted(set(index.get("weight_map", {}).values()))
+            if not shards:
+                raise ValueError(f"{path} lists no shards in its weight_map")
+            state: dict[str, torch.Tensor] = {}
+            for shard in shards:
+                shard_path = folder / shard
+                if not shard_path.is_file():
+                    raise ValueError(f"{path} refers to shard {shard!r}, which is missing from {str(folder)!r}")
+                state.update(loader(shard_path))
+            return config, state
+        return config, loader(path)
+    raise ValueError(f"{str(folder)!r} has no weights: expected one of {[n for n, _ in candidates]}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the public converters
+# ----------------------------------------------------------------------------------------------------------
+
+def from_hf(source: Any, *, config: Any = None, dtype: torch.dtype | None = None) -> GPT:
+    """Build an attnkit :class:`GPT` from a Hugging Face GPT-2 or Llama checkpoint.
+
+    Args:
+        source: a transformers model (``GPT2LMHeadModel``, ``LlamaForCausalLM``, or their base models),
+            a folder path (see :func:`load_hf_folder`), or a state dict of HF-named tensors.
+        config: the HF config (dict or ``PretrainedConfig``); required for a state dict, optional
+            otherwise (it overrides the model's/folder's own).
+        dtype: parameter dtype of the result (default float32).
+
+    Returns:
+        the model in eval mode (like ``from_pretrained``).
+    """
+    if isinstance(source, (str, os.PathLike)):
+        folder_cfg, state = load_hf_folder(source)
+        hf_cfg = folder_cfg if config is None else config
+    elif isinstance(source, torch.nn.Module):
+        if not hasattr(source, "config"):
+            raise ValueError(f"expected a transformers model with a .config, got {type(source).__name__}")
+        state = source.state_dict()
+        hf_cfg = source.config if config is None else config
+    elif isinstance(source, Mapping):
+        if config is None:
+            raise ValueError("from_hf(state_dict) needs config= (the HF config as a dict or PretrainedConfig), "
+                             "got None")
+        state, hf_cfg = source, config
+    else:
+        raise ValueError(f"from_hf expects a transformers model, a folder path or a state dict, "
+                         f"got {type(source).__name__}")
+
+    gcfg, ours = state_dict_from_hf(state, hf_cfg)
+    model = GPT(gcfg)
+    with torch.no_grad():
+        params = model.state_dict()
+        for name, tensor in ours.items():
+            params[name].copy_(tensor)  # also converts dtype (bf16/fp16 checkpoints -> float32)
+    if dtype is not None:
+        model = model.to(dtype=dtype)
+    return model.eval()
+
+
+def to_hf(model: GPT):
+    """The equivalent transformers model (``GPT2LMHeadModel`` or ``LlamaForCausalLM``), eval mode, same dtype.
+
+    Needs the ``transformers`` package.
+    """
+    hf_cfg, state = state_dict_to_hf(model, include_tied=True)
+    try:
+        import transformers
+    except ImportError as err:  # pragma: no cover - transformers is a test dependency
+        raise ValueError("to_hf needs the 'transformers' package (pip install transformers)") from err
+    kwargs = {k: v for k, v in hf_cfg.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    if hf_cfg["model_type"] == "gpt2":
+        hf_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kwargs))
+    else:
+        hf_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kwargs))
+    dtype = model.wte.weight.dtype
+    hf_model = hf_model.to(dtype=dtype)
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(_IGNORED_SUFFIXES[hf_cfg["model_type"]])]
+    if missing or unexpected:  # would be a bug in the templates
+        raise ValueError(f"to_hf: transformers model did not accept the tensors: missing {missing}, "
+                         f"unexpected {list(unexpected)}")
+    return hf_model.eval()
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, then rename (never a half-written file)."""
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_hf(model: GPT, folder: str | os.PathLike) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` that ``transformers`` loads with ``from_pretrained``.
+
+    A tied ``lm_head.weight`` is not stored (HF re-ties it from ``tie_word_embeddings``).
+    Returns the folder.
+    """
+    from safetensors.torch import save_file
+
+    hf_cfg, state = state_dict_to_hf(model, include_tied=False)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+    hf_cfg = dict(hf_cfg, torch_dtype=str(model.wte.weight.dtype).replace("torch.", ""))
+    _atomic_write(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata={"format": "pt"}))
+    text = json.dumps(hf_cfg, indent=2) + "\n"
+    _atomic_write(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
+    return folder

@@ -1,0 +1,393 @@
+"""Decoder-only language model: GPT-2 and the Llama family in one class.
+
+Axis legend: ``B`` batch, ``T`` new (query) positions, ``S`` key positions (cached + new),
+``C`` model width (``n_embd``), ``H`` query heads, ``K`` key/value heads, ``D`` head dim,
+``F`` feed-forward width, ``V`` vocabulary.
+
+The whole model is::
+
+    x = drop(wte(idx) [+ wpe(positions)])          # (B, T, C)   wpe only for learned/sinusoidal positions
+    for block in blocks:                             # pre-norm residual blocks
+        x = x + drop(attn(ln_1(x)))                  # causal self-attention (RoPE inside for Llama)
+        x = x + drop(mlp(ln_2(x)))                   # GELU MLP (GPT-2) or SwiGLU (Llama)
+    logits = lm_head(ln_f(x))                        # (B, T, V)
+
+What varies between GPT-2 and Llama is only configuration (:class:`~attnkit.models.configs.GPTConfig`):
+
+============  ======================  ==============================
+field         GPT-2                   Llama / SmolLM2
+============  ======================  ==============================
+position      ``learned`` (``wpe``)   ``rope`` (rotary in attention)
+norm          ``layernorm``           ``rmsnorm``
+activation    ``gelu_tanh``           ``swiglu``
+bias          True                    False
+n_kv_head     = n_head                < n_head (grouped-query)
+head          tied to ``wte``         tied or separate
+============  ======================  ==============================
+
+Attribute names follow nanoGPT / HF GPT-2 (``wte``, ``wpe``, ``blocks[i].ln_1/attn/ln_2/mlp``, ``ln_f``,
+``lm_head``), so checkpoints map name by name (see ``attnkit.interop.hf``).
+
+Padding: batches are *left*-padded for generation. Pass ``key_padding_mask`` (``True`` = padding) and,
+unless you give ``position_ids``, each row's positions are counted from its first real token, so a
+padded row produces the same logits as the same row alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from attnkit.modules.embeddings import TokenEmbedding
+from attnkit.modules.feed_forward import FeedForward
+from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.learned_positions import LearnedPositionalEmbedding
+from attnkit.modules.multi_head_attention import MultiHeadAttention
+from attnkit.modules.norms import build_norm
+from attnkit.modules.rotary import RotaryEmbedding
+from attnkit.modules.sinusoidal import SinusoidalPositionalEncoding
+
+from .configs import GPTConfig
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+class GPTCache:
+    """Key/value caches of every layer of a :class:`GPT` (one :class:`KVCache` per block).
+
+    Made by :meth:`GPT.new_cache`. ``length`` is the number of positions already processed;
+    ``reorder(index)`` selects/reorders batch rows (beam search); ``reset()`` empties it for reuse.
+
+    Shape:
+        each layer's buffers are ``(B, K, max_len, D)``.
+    """
+
+    def __init__(self, layers: list[KVCache]):
+        if not layers:
+            raise ValueError("GPTCache needs at least one layer cache, got 0")
+        self.layers = layers
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> KVCache:
+        return self.layers[i]
+
+    def __iter__(self):
+        return iter(self.layers)
+
+    @property
+    def length(self) -> int:
+        """Positions already cached (the same in every layer after a full forward)."""
+        return self.layers[0].length
+
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0].batch_size
+
+    @property
+    def max_len(self) -> int:
+        return self.layers[0].max_len
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep/reorder batch rows: row ``b`` of the new cache is row ``index[b]`` of the old one.
+
+        Shape:
+            index: ``(B',)`` integer.
+        """
+        for layer in self.layers:
+            layer.reorder(index)
+
+    def reset(self) -> None:
+        """Forget all cached positions (buffers are kept)."""
+        for layer in self.layers:
+            layer.reset()
+
+    def __repr__(self) -> str:
+        return (f"GPTCache(layers={len(self.layers)}, batch_size={self.batch_size}, length={self.length}, "
+                f"max_len={self.max_len})")
+
+
+class Block(nn.Module):
+    """One pre-norm decoder block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``.
+
+    Shape:
+        x: ``(B, T, C)`` -> ``(B, T, C)``.
+    """
+
+    def __init__(self, config: GPTConfig, rotary: RotaryEmbedding | None = None):
+        super().__init__()
+        C = config.n_embd
+        self.ln_1 = build_norm(config.norm, C, eps=config.norm_eps, bias=config.bias)
+        self.attn = MultiHeadAttention(
+            C,
+            config.n_head,
+            num_kv_heads=config.kv_heads,
+            head_dim=config.head_size,
+            bias=config.bias,
+            dropout=config.dropout,  # on the attention weights (GPT-2's attn_pdrop)
+            self_attention=True,
+            rotary=rotary,
+        )
+        self.ln_2 = build_norm(config.norm, C, eps=config.norm_eps, bias=config.bias)
+        # GPT-2 has no dropout inside the MLP; the residual dropout below plays that role.
+        self.mlp = FeedForward(C, config.ffn_size, activation=config.activation, dropout=0.0, bias=config.bias)
+        self.resid_drop = nn.Dropout(config.dropout)  # on each residual branch (GPT-2's resid_pdrop)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        key_padding_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Causal self-attention then feed-forward, each with a residual connection.
+
+        Shape:
+            x: ``(B, T, C)``; key_padding_mask: ``(B, S)``; position_ids: ``(B, T)`` or ``(T,)`` -> ``(B, T, C)``.
+        """
+        a, _ = self.attn(
+            self.ln_1(x),
+            key_padding_mask=key_padding_mask,
+            is_causal=True,
+            kv_cache=kv_cache,
+            position_ids=position_ids,
+        )
+        x = x + self.resid_drop(a)
+        x = x + self.resid_drop(self.mlp(self.ln_2(x)))
+        return x
+
+
+class GPT(nn.Module):
+    """Decoder-only Transformer language model configured by a :class:`GPTConfig`.
+
+    Shape:
+        idx: ``(B, T)`` int64/int32 token ids in ``[0, V)`` -> logits ``(B, T, V)``.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"GPT expects a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        C = config.n_embd
+
+        self.wte = TokenEmbedding(config.vocab_size, C)
+        if config.position == "learned":
+            self.wpe = LearnedPositionalEmbedding(config.block_size, C)
+        elif config.position == "sinusoidal":
+            self.wpe = SinusoidalPositionalEncoding(C, max_len=config.block_size)
+        else:
+            self.wpe = None
+        # One rotary module shared by every block (its cos/sin tables are buffers, not parameters).
+        self.rotary = (
+            RotaryEmbedding(config.head_size, max_len=config.block_size, theta=config.rope_theta)
+            if config.position == "rope" else None
+        )
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList([Block(config, self.rotary) for _ in range(config.n_layer)])
+        self.ln_f = build_norm(config.norm, C, eps=config.norm_eps, bias=config.bias)
+        self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.wte.weight  # one tensor, used for input and output (weight tying)
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------------------------------------
+    # initialisation
+    # ------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """GPT-2 / nanoGPT initialisation.
+
+        Linear and embedding weights ~ N(0, 0.02^2), biases 0, norms 1 (and 0); the two projections
+        that write into the residual stream (``attn.out_proj`` and ``mlp.w_out``) get
+        std ``0.02 / sqrt(2 * n_layer)`` so the residual's variance does not grow with depth.
+        """
+        std = 0.02
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, (TokenEmbedding, LearnedPositionalEmbedding, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+        residual_std = std / math.sqrt(2 * self.config.n_layer)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.mlp.w_out.weight, mean=0.0, std=residual_std)
+        # (norm weights/biases keep their ones/zeros from construction)
+
+    # ------------------------------------------------------------------------------------------------
+    # caches
+    # ------------------------------------------------------------------------------------------------
+    def new_cache(self, batch_size: int, max_len: int | None = None, *, dtype: torch.dtype | None = None) -> GPTCache:
+        """Empty key/value caches for incremental decoding, on the model's device.
+
+        Args:
+            batch_size: ``B``.
+            max_len: capacity in positions (prompt + generated); default ``block_size``.
+            dtype: of the buffers; default the model's parameter dtype.
+
+        Shape:
+            each layer holds ``(B, K, max_len, D)`` keys and values.
+        """
+        cfg = self.config
+        max_len = cfg.block_size if max_len is None else max_len
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
+        if cfg.position == "learned" and max_len > cfg.block_size:
+            raise ValueError(f"max_len must be <= block_size = {cfg.block_size} with learned positions, got {max_len}")
+        ref = self.wte.weight
+        dtype = ref.dtype if dtype is None else dtype
+        return GPTCache([
+            KVCache(batch_size, cfg.kv_heads, max_len, cfg.head_size, dtype=dtype, device=ref.device)
+            for _ in range(cfg.n_layer)
+        ])
+
+    # ------------------------------------------------------------------------------------------------
+    # forward
+    # ------------------------------------------------------------------------------------------------
+    def _check_idx(self, idx: torch.Tensor) -> None:
+        V = self.config.vocab_size
+        if not isinstance(idx, torch.Tensor):
+            raise ValueError(f"idx must be a torch.Tensor of token ids with shape (B, T), got {type(idx).__name__}")
+        if idx.dtype not in _INDEX_DTYPES:
+            raise ValueError(f"idx must have dtype torch.int64 or torch.int32, got {idx.dtype}")
+        if idx.dim() != 2:
+            raise ValueError(f"idx must have shape (B, T), got {idx.dim()}-D shape {tuple(idx.shape)}")
+        if idx.shape[0] == 0 or idx.shape[1] == 0:
+            raise ValueError(f"idx must have B >= 1 and T >= 1, got shape {tuple(idx.shape)}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= V:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token ids must be in [0, vocab_size) = [0, {V}), got id {bad}")
+
+    def _positions(
+        self,
+        B: int,
+        T: int,
+        past: int,
+        key_padding_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        device: torch.device,
+    ) -> torch.Tensor:
+        """Position of every new token: given, or counted from each row's first non-padding key.
+
+        Shape:
+            returns ``(B, T)`` or ``(T,)`` int64.
+        """
+        if position_ids is not None:
+            if not isinstance(position_ids, torch.Tensor) or position_ids.dtype not in _INDEX_DTYPES:
+                got = position_ids.dtype if isinstance(position_ids, torch.Tensor) else type(position_ids).__name__
+                raise ValueError(f"position_ids must be an int64/int32 tensor, got {got}")
+            if tuple(position_ids.shape) not in ((B, T), (T,)):
+                raise ValueError(
+                    f"position_ids must have shape (B, T) = ({B}, {T}) or (T,) = ({T},), "
+                    f"got {tuple(position_ids.shape)}"
+                )
+            if position_ids.numel() and int(position_ids.min()) < 0:
+                raise ValueError(f"position_ids must be >= 0, got {int(position_ids.min())}")
+            return position_ids.to(device=device, dtype=torch.int64)
+        if key_padding_mask is not None:
+            # left padding: a row's first real token is position 0. cumsum over real keys, minus one.
+            real = (~key_padding_mask).to(torch.int64)  # (B, S)
+            pos = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, S)
+            return pos[:, past:]  # (B, T): the new tokens are the last T keys
+        return torch.arange(past, past + T, device=device)  # (T,)
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        *,
+        key_padding_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: GPTCache | None = None,
+    ) -> torch.Tensor:
+        """Next-token logits for every position.
+
+        Args:
+            idx: token ids.
+            key_padding_mask: bool, ``True`` = padding, covering *all* keys: the ``cache.length`` cached
+                positions followed by the ``T`` new ones.
+            position_ids: positions of the new tokens; default counted from each row's first non-padding
+                key (when a mask is given) or ``cache.length + arange(T)``.
+            cache: a :class:`GPTCache` from :meth:`new_cache`; the new keys/values are appended to it.
+
+        Shape:
+            idx ``(B, T)``; key_padding_mask ``(B, S)`` with ``S = cache.length + T``;
+            position_ids ``(B, T)`` or ``(T,)`` -> logits ``(B, T, V)``.
+        """
+        cfg = self.config
+        self._check_idx(idx)
+        B, T = idx.shape
+        past = 0
+        if cache is not None:
+            if not isinstance(cache, GPTCache):
+                raise ValueError(f"cache must be a GPTCache from GPT.new_cache(), got {type(cache).__name__}")
+            if len(cache) != cfg.n_layer:
+                raise ValueError(f"cache must have n_layer = {cfg.n_layer} layer caches, got {len(cache)}")
+            if cache.batch_size != B:
+                raise ValueError(f"cache batch size must equal idx batch size B = {B}, got {cache.batch_size}")
+            past = cache.length
+            if past + T > cache.max_len:
+                raise ValueError(
+                    f"cache overflow: max_len = {cache.max_len}, cached {past} + new {T} = {past + T}"
+                )
+        S = past + T
+        if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
+                got = (key_padding_mask.dtype if isinstance(key_padding_mask, torch.Tensor)
+                       else type(key_padding_mask).__name__)
+                raise ValueError(f"key_padding_mask must be a bool tensor (True = padding), got {got}")
+            if tuple(key_padding_mask.shape) != (B, S):
+                raise ValueError(
+                    f"key_padding_mask must have shape (B, S) = ({B}, {S}) (S = cached {past} + new {T}), "
+                    f"got {tuple(key_padding_mask.shape)}"
+                )
+            key_padding_mask = key_padding_mask.to(idx.device)
+            if not bool(key_padding_mask.any()):
+                key_padding_mask = None  # nothing padded: keep the fused causal fast path
+        pos = self._positions(B, T, past, key_padding_mask, position_ids, idx.device)
+
+        if cfg.position == "learned":
+            if position_ids is None and key_padding_mask is None and S > cfg.block_size:
+                raise ValueError(
+                    f"sequence length must be <= block_size = {cfg.block_size} with learned positions, "
+                    f"got {S} (cached {past} + new {T})"
+                )
+            if int(pos.max()) >= cfg.block_size:
+                raise ValueError(
+                    f"position ids must be < block_size = {cfg.block_size} with learned positions, got {int(pos.max())}"
+                )
+
+        x = self.wte(idx)  # (B, T, C)
+        if self.wpe is not None:
+            x = x + self.wpe(pos)  # (B|1, T, C) broadcast over the batch when pos is (T,)
+        x = self.drop(x)
+        rope_pos = pos if self.rotary is not None else None
+        for i, block in enumerate(self.blocks):
+            x = block(
+                x,
+                key_padding_mask=key_padding_mask,
+                position_ids=rope_pos,
+                kv_cache=None if cache is None else cache[i],
+            )
+        x = self.ln_f(x)
+        return self.lm_head(x)  # (B, T, V)
+
+    # ------------------------------------------------------------------------------------------------
+    # conveniences
+    # ------------------------------------------------------------------------------------------------
+    def num_parameters(self) -> int:
+        """Parameter count, tied weights once (see :mod:`attnkit.models.params`)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"vocab_size={c.vocab_size}, block_size={c.block_size}, position={c.position!r}, "
+                f"tie_embeddings={c.tie_embeddings}")

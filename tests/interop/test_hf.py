@@ -1,0 +1,260 @@
+"""attnkit GPT <-> Hugging Face transformers (GPT2LMHeadModel, LlamaForCausalLM), with tiny random
+configs built locally (nothing is downloaded).
+
+Parity tolerance: logits agree within 1e-4 (absolute) in float32; the weights are redrawn with a large
+spread (std 0.2) so that the logits are far from uniform and a wrong mapping cannot pass.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attnkit.interop.hf import (  # noqa: E402
+    GPT2_KEY_TEMPLATES,
+    LLAMA_KEY_TEMPLATES,
+    from_hf,
+    gpt_config_from_hf,
+    hf_config_from_gpt,
+    load_hf_folder,
+    save_hf,
+    state_dict_from_hf,
+    to_hf,
+)
+from attnkit.models import GPT, GPTConfig, build_model  # noqa: E402
+
+TOL = 1e-4
+V = 67
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # from_pretrained(folder) must never reach the network
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _spread(model: torch.nn.Module, std: float = 0.2, seed: int = 0) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if p.dim() == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            else:
+                p.copy_(noise * std)
+    return model.eval()
+
+
+def _hf_gpt2(tied: bool = True):
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                  tie_word_embeddings=tied, bos_token_id=0, eos_token_id=0)
+    return _spread(transformers.GPT2LMHeadModel(cfg))
+
+
+def _hf_llama(tied: bool = False, head_dim: int | None = None, bias: bool = False):
+    kw = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, rope_theta=5000.0, rms_norm_eps=1e-5,
+              tie_word_embeddings=tied, attention_bias=bias, mlp_bias=bias, bos_token_id=0, eos_token_id=0)
+    if head_dim is not None:
+        kw["head_dim"] = head_dim
+    return _spread(transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)))
+
+
+def _logits(hf_model, idx):
+    with torch.no_grad():
+        return hf_model(input_ids=idx).logits
+
+
+HF_MODELS = {
+    "gpt2-tied": lambda: _hf_gpt2(tied=True),
+    "gpt2-untied": lambda: _hf_gpt2(tied=False),
+    "llama-gqa-untied": lambda: _hf_llama(tied=False),
+    "llama-gqa-tied": lambda: _hf_llama(tied=True),
+    "llama-head_dim16-bias": lambda: _hf_llama(head_dim=16, bias=True),
+}
+
+
+# --------------------------------------------------------------------------- import
+@pytest.mark.parametrize("kind", list(HF_MODELS))
+def test_from_hf_model_matches_transformers_logits(kind):
+    hf_model = HF_MODELS[kind]()
+    ours = from_hf(hf_model)
+    assert isinstance(ours, GPT) and not ours.training
+    assert ours.config.tie_embeddings == hf_model.config.tie_word_embeddings
+    if ours.config.tie_embeddings:
+        assert ours.lm_head.weight is ours.wte.weight
+    idx = torch.randint(0, V, (3, 17))
+    expected = _logits(hf_model, idx)
+    with torch.no_grad():
+        got = ours(idx)
+    assert expected.abs().max() > 1.0  # far from uniform: the check is not vacuous
+    torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["gpt2-tied", "llama-gqa-untied"])
+def test_incremental_decoding_after_import_equals_full_forward(kind):
+    hf_model = HF_MODELS[kind]()
+    ours = from_hf(hf_model)
+    idx = torch.randint(0, V, (2, 14))
+    with torch.no_grad():
+        full = ours(idx)
+        cache = ours.new_cache(2, 16)
+        steps = [ours(idx[:, :6], cache=cache)] + [ours(idx[:, t:t + 1], cache=cache) for t in range(6, 14)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    torch.testing.assert_close(full, _logits(hf_model, idx), atol=TOL, rtol=0)
+
+
+def test_config_mapping():
+    g = gpt_config_from_hf(_hf_gpt2().config)
+    assert (g.position, g.norm, g.activation, g.bias, g.block_size, g.n_embd, g.n_head) == \
+        ("learned", "layernorm", "gelu_tanh", True, 32, 32, 4)
+    ll = gpt_config_from_hf(_hf_llama(head_dim=16).config)
+    assert (ll.position, ll.norm, ll.activation, ll.bias, ll.kv_heads, ll.head_size, ll.rope_theta, ll.ffn_size) == \
+        ("rope", "rmsnorm", "swiglu", False, 2, 16, 5000.0, 48)
+    # the older flat `rope_theta` key (transformers 4.x / GGUF converters) works too
+    flat = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "intermediate_size": 40, "num_hidden_layers": 1, "vocab_size": 10, "rope_theta": 123.0}
+    assert gpt_config_from_hf(flat).rope_theta == 123.0
+    # and back
+    back = hf_config_from_gpt(ll)
+    assert back["model_type"] == "llama" and back["num_key_value_heads"] == 2 and back["head_dim"] == 16
+    assert gpt_config_from_hf(back) == ll
+    assert gpt_config_from_hf(hf_config_from_gpt(g)) == g
+
+
+def test_key_templates_cover_every_parameter():
+    for cfg, templates in ((GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=8, tie_embeddings=False),
+                            GPT2_KEY_TEMPLATES),
+                           (GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=8, position="rope",
+                                      norm="rmsnorm", activation="swiglu", bias=True, tie_embeddings=False),
+                            LLAMA_KEY_TEMPLATES)):
+        names = {t.format(i=0) for t, _, _ in templates}
+        assert set(build_model(cfg).state_dict()) <= names
+
+
+# --------------------------------------------------------------------------- export
+@pytest.mark.parametrize("kind", ["gpt2-tied", "gpt2-untied", "llama-tied", "llama-untied-bias"])
+def test_save_hf_folder_loads_in_transformers(kind, tmp_path):
+    if kind.startswith("gpt2"):
+        cfg = GPTConfig(vocab_size=V, block_size=32, n_layer=2, n_head=4, n_embd=32,
+                        tie_embeddings=kind == "gpt2-tied")
+    else:
+        cfg = GPTConfig(vocab_size=V, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=48,
+                        position="rope", norm="rmsnorm", activation="swiglu", bias=kind.endswith("bias"),
+                        rope_theta=2500.0, tie_embeddings=kind == "llama-tied")
+    ours = _spread(build_model(cfg))
+    folder = save_hf(ours, tmp_path / "export")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    cls = transformers.GPT2LMHeadModel if kind.startswith("gpt2") else transformers.LlamaForCausalLM
+    hf_model = cls.from_pretrained(str(folder)).eval()
+    idx = torch.randint(0, V, (2, 13))
+    with torch.no_grad():
+        expected = ours(idx)
+    torch.testing.assert_close(_logits(hf_model, idx), expected, atol=TOL, rtol=0)
+    # to_hf gives the same model in memory, and from_hf(folder) round-trips exactly
+    torch.testing.assert_close(_logits(to_hf(ours), idx), expected, atol=TOL, rtol=0)
+    again = from_hf(folder)
+    assert again.config == ours.config
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name
+
+
+def test_load_hf_folder_reads_pytorch_model_bin(tmp_path):
+    hf_model = _hf_llama()
+    (tmp_path / "config.json").write_text(json.dumps(hf_model.config.to_dict()))
+    torch.save(hf_model.state_dict(), tmp_path / "pytorch_model.bin")
+    config, state = load_hf_folder(tmp_path)
+    assert config["model_type"] == "llama" and "model.embed_tokens.weight" in state
+    idx = torch.randint(0, V, (1, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(from_hf(tmp_path)(idx), _logits(hf_model, idx), atol=TOL, rtol=0)
+
+
+def test_export_rejects_a_config_no_hf_architecture_can_hold():
+    cfg = GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=8, position="sinusoidal")
+    with pytest.raises(ValueError, match="matches no Hugging Face architecture.*position='sinusoidal'"):
+        hf_config_from_gpt(cfg)
+
+
+# --------------------------------------------------------------------------- errors
+def test_config_of_one_family_with_weights_of_another():
+    llama = _hf_llama()
+    gpt2 = _hf_gpt2()
+    with pytest.raises(ValueError, match="config describes a gpt2 model but the weights are llama-style"):
+        from_hf(llama.state_dict(), config=gpt2.config)
+    with pytest.raises(ValueError, match="config describes a llama model but the weights are gpt2-style"):
+        from_hf(gpt2.state_dict(), config=llama.config)
+
+
+def test_missing_tensors_are_listed():
+    hf_model = _hf_gpt2(tied=False)
+    state = dict(hf_model.state_dict())
+    del state["transformer.h.1.mlp.c_fc.bias"]
+    del state["lm_head.weight"]
+    with pytest.raises(ValueError) as err:
+        from_hf(state, config=hf_model.config)
+    msg = str(err.value)
+    assert "missing 2 tensor(s)" in msg and "'transformer.h.1.mlp.c_fc.bias'" in msg and "'lm_head.weight'" in msg
+
+
+def test_extra_tensors_are_listed():
+    hf_model = _hf_llama()
+    state = dict(hf_model.state_dict())
+    state["model.layers.2.self_attn.q_proj.weight"] = torch.zeros(32, 32)  # a third layer the config lacks
+    state["model.extra.weight"] = torch.zeros(3)
+    with pytest.raises(ValueError) as err:
+        from_hf(state, config=hf_model.config)
+    msg = str(err.value)
+    assert "unexpected 2 tensor(s)" in msg
+    assert "'model.layers.2.self_attn.q_proj.weight'" in msg and "'model.extra.weight'" in msg
+
+
+def test_shape_mismatch_names_tensor_and_both_shapes():
+    hf_model = _hf_llama()
+    state = dict(hf_model.state_dict())
+    state["model.layers.0.self_attn.k_proj.weight"] = torch.zeros(32, 32)  # as if K = H (no GQA)
+    with pytest.raises(ValueError, match=r"tensor 'model.layers.0.self_attn.k_proj.weight' has shape \(32, 32\), "
+                                         r"expected \(16, 32\)"):
+        from_hf(state, config=hf_model.config)
+    gpt2 = _hf_gpt2()
+    state = dict(gpt2.state_dict())
+    state["transformer.h.0.attn.c_attn.weight"] = state["transformer.h.0.attn.c_attn.weight"].t()  # un-transposed
+    with pytest.raises(ValueError, match=r"'transformer.h.0.attn.c_attn.weight' has shape \(96, 32\), expected \(32, 96\)"):
+        from_hf(state, config=gpt2.config)
+
+
+def test_unsupported_options_and_bad_sources(tmp_path):
+    with pytest.raises(ValueError, match="unsupported Hugging Face model_type 'bert'"):
+        gpt_config_from_hf({"model_type": "bert"})
+    with pytest.raises(ValueError, match="RoPE scaling is not supported.*'linear'"):
+        gpt_config_from_hf({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
+                            "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    with pytest.raises(ValueError, match="attention_bias and mlp_bias must be equal"):
+        gpt_config_from_hf({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
+                            "attention_bias": True, "mlp_bias": False})
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        gpt_config_from_hf({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": True})
+    with pytest.raises(ValueError, match="needs config="):
+        from_hf({"lm_head.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="no config.json"):
+        from_hf(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="has no weights: expected one of"):
+        load_hf_folder(tmp_path)
+
+
+def test_bare_base_model_names_are_accepted():
+    """Checkpoints of GPT2Model (keys 'h.0...', 'wte.weight') load like GPT2LMHeadModel ones."""
+    hf_model = _hf_gpt2(tied=True)
+    bare = {k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+    cfg, sd = state_dict_from_hf(bare, hf_model.config)
+    assert cfg.tie_embeddings and torch.equal(sd["wte.weight"], hf_model.transformer.wte.weight)
