@@ -1,0 +1,386 @@
+"""Checkpoints: safetensors for tensors, JSON for everything else, published with an atomic rename.
+
+A checkpoint is a folder::
+
+    step_00000400/
+        model.safetensors       model weights (tied weights stored once, via safetensors' save_model)
+        optimizer.safetensors   optimizer state tensors, named "<param name>:<state key>",
+                                e.g. "blocks.0.attn.qkv_proj.weight:exp_avg"  (absent if no optimizer)
+        state.json              everything else: the caller's ``state`` (step, configs, task state, best
+                                metric, ...), ``extra`` (e.g. the tokenizer), the optimizer's hyper-parameters
+                                and param-group layout (by parameter name), the scheduler state and the RNG
+                                states
+
+Nothing is ever pickled, so loading a checkpoint cannot execute code.
+
+Crash safety: files are written into ``<name>.tmp/``, flushed to disk, and only then renamed to ``<name>``,
+so a visible checkpoint folder is always complete. Replacing an existing folder (e.g. ``best/``) renames
+the old one to ``<name>.old`` first and deletes it afterwards; :func:`clean_stale` (run on every resume)
+deletes leftover ``.tmp`` folders and puts back an ``.old`` one whose replacement never appeared.
+
+Every problem with a checkpoint raises :class:`CheckpointError` (a ``ValueError``) naming the file.
+No tensors flow through the public API of this module, so there are no shapes to document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file, save_model
+from torch import nn
+
+from .atomic import fsync_dir, fsync_file, write_text_atomic
+from .rng import capture_rng_state, restore_rng_state
+
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+STATE_FILE = "state.json"
+FORMAT = "attnkit.checkpoint"
+FORMAT_VERSION = 1
+# keys save_checkpoint writes itself; the caller's `state` may not use them
+RESERVED_KEYS = ("format", "version", "extra", "optimizer", "scheduler", "rng")
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete, corrupt or does not fit the model/optimizer."""
+
+
+def step_dir_name(step: int) -> str:
+    """Folder name of the checkpoint after ``step`` updates: ``step_00000400`` (sorts by name)."""
+    return f"step_{step:08d}"
+
+
+# -------------------------------------------------------------------------------------------------
+# small file helpers
+# -------------------------------------------------------------------------------------------------
+
+def _to_json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} must be JSON-serialisable (finite numbers, str, lists, dicts), got an error: {err}") from None
+
+
+def _jsonable(value: Any) -> Any:
+    """Optimizer hyper-parameters as JSON: tuples -> lists, 0-dim tensors -> numbers."""
+    if isinstance(value, torch.Tensor):
+        return value.item()
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# -------------------------------------------------------------------------------------------------
+# optimizer <-> (tensors by stable name, JSON layout)
+# -------------------------------------------------------------------------------------------------
+
+def _optimizer_param_names(optimizer: torch.optim.Optimizer, model: nn.Module) -> list[list[str]]:
+    """Parameter names of every param group, in the optimizer's order."""
+    by_id = {id(p): name for name, p in model.named_parameters()}
+    groups = []
+    for gi, group in enumerate(optimizer.param_groups):
+        names = []
+        for p in group["params"]:
+            if id(p) not in by_id:
+                raise ValueError(f"optimizer param group {gi} holds a parameter of shape {tuple(p.shape)} "
+                                 f"that is not a parameter of the {type(model).__name__} being saved")
+            names.append(by_id[id(p)])
+        groups.append(names)
+    return groups
+
+
+def _optimizer_to_payload(optimizer: torch.optim.Optimizer, model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    group_names = _optimizer_param_names(optimizer, model)
+    flat_names = [n for names in group_names for n in names]  # state_dict() numbers params in this order
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for index, per_param in sd["state"].items():
+        for key, value in per_param.items():
+            stable = f"{flat_names[index]}:{key}"
+            if isinstance(value, torch.Tensor):
+                tensors[stable] = value.detach().cpu().contiguous()
+            else:
+                scalars[stable] = _jsonable(value)
+    layout = []
+    for group, names in zip(sd["param_groups"], group_names):
+        hyper = {k: _jsonable(v) for k, v in group.items() if k != "params"}
+        hyper["params"] = names
+        layout.append(hyper)
+    return tensors, {"class": type(optimizer).__name__, "param_groups": layout, "scalars": scalars}
+
+
+def _optimizer_from_payload(optimizer: torch.optim.Optimizer, model: nn.Module, meta: dict[str, Any],
+                            tensors: dict[str, torch.Tensor], where: Path) -> None:
+    if meta.get("class") != type(optimizer).__name__:
+        raise CheckpointError(f"{where / STATE_FILE}: optimizer class is {meta.get('class')!r}, "
+                              f"but the optimizer to restore is {type(optimizer).__name__!r}")
+    saved_groups = [g.get("params", []) for g in meta.get("param_groups", [])]
+    current_groups = _optimizer_param_names(optimizer, model)
+    if saved_groups != current_groups:
+        detail = (f"{len(saved_groups)} groups of sizes {[len(g) for g in saved_groups]} vs "
+                  f"{len(current_groups)} groups of sizes {[len(g) for g in current_groups]}")
+        for gi, (a, b) in enumerate(zip(saved_groups, current_groups)):
+            if a != b:
+                only_saved = sorted(set(a) - set(b))[:5]
+                only_now = sorted(set(b) - set(a))[:5]
+                detail += f"; group {gi} differs: only in checkpoint {only_saved}, only now {only_now}"
+                break
+        raise CheckpointError(f"{where / STATE_FILE}: optimizer parameter layout differs from the current one ({detail})")
+    index = {name: i for i, name in enumerate(n for names in current_groups for n in names)}
+    state: dict[int, dict[str, Any]] = {}
+    entries = list(tensors.items()) + list(meta.get("scalars", {}).items())
+    for stable, value in entries:
+        name, _, key = stable.rpartition(":")
+        if name not in index:
+            raise CheckpointError(f"{where / OPTIMIZER_FILE}: state entry {stable!r} names no optimized parameter")
+        state.setdefault(index[name], {})[key] = value
+    groups = []
+    for hyper, current in zip(meta["param_groups"], optimizer.param_groups):
+        group = {}
+        for k, v in hyper.items():
+            # JSON turned tuples (betas) into lists; give torch back what it had
+            group[k] = tuple(v) if isinstance(current.get(k), tuple) and isinstance(v, list) else v
+        group["params"] = [index[n] for n in hyper["params"]]
+        groups.append(group)
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+    except (ValueError, KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{where / OPTIMIZER_FILE}: cannot restore the optimizer: {err}") from None
+
+
+# -------------------------------------------------------------------------------------------------
+# save
+# -------------------------------------------------------------------------------------------------
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: Any = None, state: dict[str, Any] | None = None,
+                    extra: dict[str, str | dict] | None = None, *, include_rng: bool = True) -> Path:
+    """Write a checkpoint folder at ``path`` atomically (replacing an existing one) and return its path.
+
+    Args:
+        model: its ``state_dict`` goes to ``model.safetensors`` (shared/tied tensors stored once).
+        optimizer: optional; state tensors to ``optimizer.safetensors``, hyper-parameters and the param-group
+            layout (parameter names) to ``state.json["optimizer"]``. Its params must belong to ``model``.
+        scheduler: optional object with a JSON-able ``state_dict()`` (e.g. ``LRScheduler``).
+        state: JSON-able dict merged at the top level of ``state.json`` (step, configs, task state, ...);
+            keys ``format, version, extra, optimizer, scheduler, rng`` are reserved.
+        extra: JSON-able ``{name: str | dict}`` for whatever should travel with the weights (tokenizer JSON,
+            vocabulary, notes); stored as ``state.json["extra"]``.
+        include_rng: also store the python / numpy / torch RNG states (``state.json["rng"]``).
+    """
+    path = Path(path)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"save_checkpoint expects an nn.Module, got {type(model).__name__}")
+    state = dict(state or {})
+    clash = sorted(set(state) & set(RESERVED_KEYS))
+    if clash:
+        raise ValueError(f"save_checkpoint: state may not use the reserved keys {clash} (reserved: {list(RESERVED_KEYS)})")
+    extra = dict(extra or {})
+    for key, value in extra.items():
+        if not isinstance(key, str) or not isinstance(value, (str, dict)):
+            raise ValueError(f"save_checkpoint: extra must map str -> str | dict, got {key!r} -> {type(value).__name__}")
+
+    payload: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, **state, "extra": extra}
+    opt_tensors = None
+    if optimizer is not None:
+        opt_tensors, payload["optimizer"] = _optimizer_to_payload(optimizer, model)
+    if scheduler is not None:
+        payload["scheduler"] = scheduler.state_dict()
+    if include_rng:
+        payload["rng"] = capture_rng_state()
+    text = _to_json(payload, "checkpoint state")  # fail before touching the disk
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_model(model, str(tmp / MODEL_FILE))
+    fsync_file(tmp / MODEL_FILE)
+    if opt_tensors is not None:
+        save_file(opt_tensors, str(tmp / OPTIMIZER_FILE))
+        fsync_file(tmp / OPTIMIZER_FILE)
+    write_text_atomic(tmp / STATE_FILE, text)
+    fsync_dir(tmp)
+
+    # Publish. A directory cannot be renamed over a non-empty one, so an existing checkpoint is moved
+    # aside first; at every instant either the old or the new complete folder (or `.old`) exists.
+    old = path.with_name(path.name + ".old")
+    if path.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(path, old)
+    os.rename(tmp, path)
+    fsync_dir(path.parent)
+    if old.exists():
+        shutil.rmtree(old)
+    return path
+
+
+# -------------------------------------------------------------------------------------------------
+# load
+# -------------------------------------------------------------------------------------------------
+
+def read_checkpoint_state(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse and return ``<path>/state.json`` (no tensors loaded); raises :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"no checkpoint at {path}: the folder does not exist")
+    file = path / STATE_FILE
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {path} is incomplete: {file} is missing")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{file} is corrupt (not valid JSON: {err})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{file} is not an attnkit checkpoint (expected format {FORMAT!r}, "
+                              f"got {data.get('format') if isinstance(data, dict) else type(data).__name__!r})")
+    if data.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{file} has checkpoint format version {data.get('version')!r}, "
+                              f"this attnkit reads version {FORMAT_VERSION}")
+    return data
+
+
+def _read_safetensors(file: Path, device: str) -> dict[str, torch.Tensor]:
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {file.parent} is incomplete: {file} is missing")
+    try:
+        return load_file(str(file), device=device)
+    except Exception as err:  # safetensors raises its own SafetensorError (header/size checks) for bad files
+        raise CheckpointError(f"{file} is corrupt or truncated: {err}") from None
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    """Identifies the memory a tensor views: tied parameters share it."""
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+def _check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
+    """Names and shapes of ``weights`` must match ``model.state_dict()`` (a tied alias may be absent)."""
+    expected = model.state_dict()
+    unexpected = sorted(set(weights) - set(expected))
+    loaded = {_storage_key(expected[k]) for k in weights if k in expected}
+    missing = sorted(k for k in set(expected) - set(weights) if _storage_key(expected[k]) not in loaded)
+    wrong = [f"{k}: checkpoint {tuple(weights[k].shape)}, model {tuple(expected[k].shape)}"
+             for k in sorted(set(weights) & set(expected)) if weights[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        raise CheckpointError(f"{file} does not fit {type(model).__name__}: missing keys {missing[:10]}, "
+                              f"unexpected keys {unexpected[:10]}, shape mismatches {wrong[:10]}")
+
+
+def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: Any = None, *, restore_rng: bool = False,
+                    device: str | torch.device | None = None) -> dict[str, Any]:
+    """Load weights (and optionally optimizer / scheduler / RNG states) from a checkpoint folder.
+
+    Returns the parsed ``state.json`` dict (the caller's ``state`` keys plus ``extra``, ``optimizer``,
+    ``scheduler``, ``rng``). ``device`` defaults to the model's current device. Everything is checked before
+    the model is touched: a missing or corrupt file, or weights whose names/shapes do not fit the model,
+    raise :class:`CheckpointError` naming the file.
+    """
+    path = Path(path)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"load_checkpoint expects an nn.Module, got {type(model).__name__}")
+    data = read_checkpoint_state(path)
+    if device is None:
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = str(torch.device(device))
+
+    # Validate every file before modifying anything, so a failed load leaves model and optimizer intact.
+    weights = _read_safetensors(path / MODEL_FILE, device)
+    _check_weights_fit(model, weights, path / MODEL_FILE)
+    opt_tensors = None
+    if optimizer is not None:
+        if "optimizer" not in data:
+            raise CheckpointError(f"{path / STATE_FILE} has no optimizer state (saved without an optimizer)")
+        opt_tensors = _read_safetensors(path / OPTIMIZER_FILE, "cpu")
+    if scheduler is not None and "scheduler" not in data:
+        raise CheckpointError(f"{path / STATE_FILE} has no scheduler state (saved without a scheduler)")
+    if restore_rng and "rng" not in data:
+        raise CheckpointError(f"{path / STATE_FILE} has no RNG state (saved with include_rng=False)")
+
+    # strict=False because a tied weight is stored under one of its names only (checked above)
+    model.load_state_dict(weights, strict=False)
+    if optimizer is not None:
+        _optimizer_from_payload(optimizer, model, data["optimizer"], opt_tensors, path)
+    if scheduler is not None:
+        try:
+            scheduler.load_state_dict(data["scheduler"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{path / STATE_FILE}: cannot restore the scheduler: {err}") from None
+    if restore_rng:
+        try:
+            restore_rng_state(data["rng"])
+        except ValueError as err:
+            raise CheckpointError(f"{path / STATE_FILE}: {err}") from None
+    return data
+
+
+# -------------------------------------------------------------------------------------------------
+# a folder of checkpoints: listing, pruning, crash leftovers
+# -------------------------------------------------------------------------------------------------
+
+def list_checkpoints(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``[(step, folder), ...]`` of the ``step_*`` checkpoints under ``root``, oldest first.
+
+    ``.tmp`` / ``.old`` leftovers and ``best/`` are not listed.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in root.iterdir():
+        m = _STEP_DIR.match(entry.name)
+        if m and entry.is_dir():
+            found.append((int(m.group(1)), entry))
+    return sorted(found)
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The ``step_*`` folder with the highest step, or None."""
+    found = list_checkpoints(root)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` ``step_*`` checkpoints (``best/`` is never touched)."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+        raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
+    doomed = [p for _, p in list_checkpoints(root)[:-keep_last]]
+    for p in doomed:
+        shutil.rmtree(p)
+    return doomed
+
+
+def clean_stale(root: str | os.PathLike) -> list[str]:
+    """Repair a checkpoint folder after a crash; returns a description of each action taken.
+
+    ``<name>.tmp`` (a save that never finished) is deleted. ``<name>.old`` (the previous version of a
+    folder being replaced) is deleted if ``<name>`` exists, and renamed back to ``<name>`` otherwise.
+    """
+    root = Path(root)
+    actions: list[str] = []
+    if not root.is_dir():
+        return actions
+    for entry in sorted(root.iterdir()):
+        if entry.name.endswith(".tmp"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            actions.append(f"removed unfinished {entry.name}")
+        elif entry.name.endswith(".old") and entry.is_dir():
+            target = entry.with_name(entry.name[: -len(".old")])
+            if target.exists():
+                shutil.rmtree(entry)
+                actions.append(f"removed replaced {entry.name}")
+            else:
+                os.rename(entry, target)
+                actions.append(f"restored {target.name} from {entry.name}")
+    return actions

@@ -1,0 +1,224 @@
+"""Training configuration: one validated dataclass that round-trips through JSON.
+
+``TrainConfig`` holds every knob of the training loop (:class:`attnkit.training.trainer.Trainer`): how long
+to train, batch shape, optimizer, learning-rate schedule, evaluation / logging / checkpoint cadence, seed,
+and the opt-in speed features (``torch.compile``, bfloat16 autocast, fused/foreach AdamW).
+
+Step numbering used everywhere in attnkit.training: ``step`` counts *completed optimizer updates*.
+A run with ``steps=100`` performs updates 1..100; a checkpoint "at step 40" holds the state after update 40;
+"every N steps" means after updates N, 2N, ...
+
+Axis legend (for the batch-shape fields): B batch (sequences per micro-batch), T sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
+AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16")
+ADAMW_IMPLS: tuple[str, ...] = ("auto", "fused", "foreach", "for_loop")
+BEST_MODES: tuple[str, ...] = ("min", "max")
+
+# Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming.
+RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time")
+
+
+def _int(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    # bool is an int subclass in Python; `steps=True` is a bug, not a 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"TrainConfig.{name} must be an int >= {minimum}"
+                         f"{' or None' if allow_none else ''}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"TrainConfig.{name} must be an int >= {minimum}, got {value}")
+    return value
+
+
+def _float(name: str, value: Any, *, low: float, high: float | None = None, low_inclusive: bool = True,
+           high_inclusive: bool = True, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"TrainConfig.{name} must be a number{' or None' if allow_none else ''}, "
+                         f"got {value!r} ({type(value).__name__})")
+    value = float(value)  # ints become floats so that the JSON round-trip is exact
+    ok = math.isfinite(value) and (value >= low if low_inclusive else value > low)
+    if high is not None:
+        ok = ok and (value <= high if high_inclusive else value < high)
+    if not ok:
+        rng = f"{'[' if low_inclusive else '('}{low}, {'inf)' if high is None else str(high) + (']' if high_inclusive else ')')}"
+        raise ValueError(f"TrainConfig.{name} must be a finite number in {rng}, got {value}")
+    return value
+
+
+def _choice(name: str, value: Any, choices: tuple) -> Any:
+    if value not in choices:
+        raise ValueError(f"TrainConfig.{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+@dataclass
+class TrainConfig:
+    """Everything the training loop needs to know, validated on construction.
+
+    Length of the run (at least one of the two; with both, whichever comes first stops training):
+        steps: number of optimizer updates (None = unbounded, then ``max_time`` is required).
+        max_time: wall-clock budget in minutes, counted over the whole run including earlier resumed
+            segments (None = unbounded). Time-limited runs are not reproducible step for step.
+    Batch:
+        batch_size: B, sequences per micro-batch. block_size: T for language modelling (read by the task
+            builder, e.g. ``LMTask``; the loop itself does not use it). grad_accum: micro-batches per update
+            (gradients are averaged over all tokens of all micro-batches, so ``grad_accum=2, batch_size=b``
+            equals ``batch_size=2b``).
+    Optimizer (AdamW, decay on matrices only, see ``optim.py``):
+        lr, weight_decay, betas, eps, adamw_impl ("auto" lets torch choose, or force "fused" / "foreach" /
+        "for_loop"), grad_clip (max global L2 norm; None = no clipping).
+    Schedule (see ``optim.lr_at``): schedule "cosine" (linear warmup to lr, cosine decay to min_lr at
+        ``steps``; needs ``steps``), "inverse_sqrt" (the paper's ``lr * d_model**-0.5 *
+        min(n**-0.5, n * warmup**-1.5)``, lr is the scale factor, 1.0 reproduces the paper; needs
+        warmup_steps >= 1 and ``d_model`` here or from the model config), "constant" (linear warmup to lr,
+        then flat). min_lr (cosine only), warmup_steps.
+    Cadence: eval_every / log_every / ckpt_every in steps, eval_batches per evaluation, keep_last K
+        step checkpoints (plus ``best/``, judged by ``best_metric`` (a key of the logged evaluation row,
+        e.g. "valid_loss" or "valid_bleu") in ``best_mode`` "min" or "max").
+    Misc: seed (python, numpy and torch RNGs at the start of ``fit``), device ("cpu", "cuda", ...),
+        compile (opt-in ``torch.compile``), autocast (None or "bf16").
+    """
+
+    steps: int | None = 1000
+    max_time: float | None = None
+    batch_size: int = 32
+    block_size: int = 128
+    grad_accum: int = 1
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    d_model: int | None = None
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    adamw_impl: str = "auto"
+    grad_clip: float | None = 1.0
+    eval_every: int = 250
+    eval_batches: int = 20
+    log_every: int = 10
+    ckpt_every: int = 500
+    keep_last: int = 2
+    best_metric: str = "valid_loss"
+    best_mode: str = "min"
+    seed: int = 1337
+    device: str = "cpu"
+    compile: bool = False
+    autocast: str | None = None
+
+    def __post_init__(self) -> None:
+        self.steps = _int("steps", self.steps, minimum=1, allow_none=True)
+        self.max_time = _float("max_time", self.max_time, low=0.0, low_inclusive=False, allow_none=True)
+        if self.steps is None and self.max_time is None:
+            raise ValueError("TrainConfig needs steps or max_time (or both) to know when to stop, got both None")
+        self.batch_size = _int("batch_size", self.batch_size, minimum=1)
+        self.block_size = _int("block_size", self.block_size, minimum=1)
+        self.grad_accum = _int("grad_accum", self.grad_accum, minimum=1)
+
+        self.lr = _float("lr", self.lr, low=0.0, low_inclusive=False)
+        self.min_lr = _float("min_lr", self.min_lr, low=0.0)
+        if self.min_lr > self.lr:
+            raise ValueError(f"TrainConfig.min_lr must be <= lr = {self.lr}, got {self.min_lr}")
+        self.warmup_steps = _int("warmup_steps", self.warmup_steps, minimum=0)
+        _choice("schedule", self.schedule, SCHEDULES)
+        self.d_model = _int("d_model", self.d_model, minimum=1, allow_none=True)
+        if self.schedule == "cosine":
+            if self.steps is None:
+                raise ValueError("TrainConfig.schedule 'cosine' decays over `steps`, so steps must be set, got None "
+                                 "(use schedule 'constant' or 'inverse_sqrt' for a time-only run)")
+            if self.warmup_steps > self.steps:
+                raise ValueError(f"TrainConfig.warmup_steps must be <= steps = {self.steps} for the cosine "
+                                 f"schedule, got {self.warmup_steps}")
+        if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
+            raise ValueError(f"TrainConfig.warmup_steps must be >= 1 for the inverse_sqrt schedule "
+                             f"(it divides by warmup**1.5), got {self.warmup_steps}")
+
+        self.weight_decay = _float("weight_decay", self.weight_decay, low=0.0)
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise ValueError(f"TrainConfig.betas must be a pair (beta1, beta2), got {self.betas!r}")
+        self.betas = (_float("betas[0]", self.betas[0], low=0.0, high=1.0, high_inclusive=False),
+                      _float("betas[1]", self.betas[1], low=0.0, high=1.0, high_inclusive=False))
+        self.eps = _float("eps", self.eps, low=0.0, low_inclusive=False)
+        _choice("adamw_impl", self.adamw_impl, ADAMW_IMPLS)
+        self.grad_clip = _float("grad_clip", self.grad_clip, low=0.0, low_inclusive=False, allow_none=True)
+
+        for name in ("eval_every", "eval_batches", "log_every", "ckpt_every", "keep_last"):
+            setattr(self, name, _int(name, getattr(self, name), minimum=1))
+        if not isinstance(self.best_metric, str) or not self.best_metric:
+            raise ValueError(f"TrainConfig.best_metric must be a non-empty str, got {self.best_metric!r}")
+        _choice("best_mode", self.best_mode, BEST_MODES)
+        self.seed = _int("seed", self.seed, minimum=0)
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"TrainConfig.device must be a device string like 'cpu', got {self.device!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"TrainConfig.compile must be a bool, got {self.compile!r}")
+        _choice("autocast", self.autocast, AUTOCAST_DTYPES)
+
+    # ---------------------------------------------------------------------------------------------
+    # dict / JSON round-trip
+    # ---------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of every field (``betas`` as a list); ``from_dict(to_dict())`` equals ``self``."""
+        out = dataclasses.asdict(self)
+        out["betas"] = list(self.betas)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """Build from a dict made by :meth:`to_dict`; unknown keys raise ``ValueError`` listing the valid ones."""
+        if not isinstance(data, dict):
+            raise ValueError(f"TrainConfig.from_dict expects a dict, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"TrainConfig.from_dict got unknown keys {unknown}; valid keys are {sorted(names)}")
+        data = dict(data)
+        if isinstance(data.get("betas"), list):
+            data["betas"] = tuple(data["betas"])
+        return cls(**data)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"TrainConfig.from_json: invalid JSON ({err})") from None
+        return cls.from_dict(data)
+
+    def replace(self, **overrides: Any) -> "TrainConfig":
+        """A copy with some fields changed (validated again)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(f"TrainConfig has no fields {unknown}; valid fields are {sorted(names)}")
+        return dataclasses.replace(self, **overrides)
+
+    def resume_differences(self, other: "TrainConfig | dict[str, Any]") -> dict[str, tuple[Any, Any]]:
+        """Fields that differ from ``other`` and may NOT change on resume: ``{name: (other's, self's)}``.
+
+        ``steps`` and ``max_time`` are ignored (see ``RESUMABLE_CHANGES``).
+        """
+        theirs = other.to_dict() if isinstance(other, TrainConfig) else dict(other)
+        mine = self.to_dict()
+        diffs = {}
+        for key in sorted(set(mine) | set(theirs)):
+            if key in RESUMABLE_CHANGES:
+                continue
+            if mine.get(key, "<missing>") != theirs.get(key, "<missing>"):
+                diffs[key] = (theirs.get(key, "<missing>"), mine.get(key, "<missing>"))
+        return diffs

@@ -1,0 +1,141 @@
+"""Language modelling as a training :class:`~attnkit.training.task.Task`: predict the next token.
+
+The data is one long stream of token ids per split. A batch is ``B`` random windows of ``T + 1``
+consecutive tokens; the input is the first ``T`` and the target the last ``T`` (shifted by one):
+
+    tokens  t0 t1 t2 t3 t4          (a window of T + 1 = 5)
+    x       t0 t1 t2 t3             model input        (B, T)
+    y          t1 t2 t3 t4          next-token targets (B, T)
+
+Window starts come from a ``torch.Generator`` seeded from (seed, split, step), so batch ``step`` is the
+same in every process: resuming needs only the step number. Validation uses batches ``0..n_batches-1`` of
+the "valid" split, i.e. the same fixed windows at every evaluation, so evaluations are comparable.
+
+Axis legend: B batch, T sequence length (block size), V vocabulary, N tokens in a split.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .task import batch_seed, check_split, check_step, model_device, tensor_fingerprint
+
+
+def _as_token_stream(name: str, tokens: Any, block_size: int) -> torch.Tensor:
+    if not isinstance(tokens, torch.Tensor):
+        try:
+            tokens = torch.as_tensor(tokens)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"{name} must be a 1-D integer tensor of token ids, got {type(tokens).__name__} ({err})") from None
+    if tokens.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (N,), got shape {tuple(tokens.shape)}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.numel() < block_size + 1:
+        raise ValueError(f"{name} must hold at least block_size + 1 = {block_size + 1} tokens, got {tokens.numel()}")
+    tokens = tokens.to(torch.long).contiguous()
+    if int(tokens.min()) < 0:
+        raise ValueError(f"{name} must hold token ids >= 0, got min {int(tokens.min())}")
+    return tokens
+
+
+class LMTask:
+    """Next-token prediction on token streams.
+
+    Args:
+        train_tokens: LongTensor ``(N_train,)`` (anything ``torch.as_tensor`` turns into 1-D integers).
+        valid_tokens: LongTensor ``(N_valid,)``.
+        block_size: T, the context length of each window.
+        batch_size: B, windows per batch.
+        seed: data seed (which windows each step sees); independent of the model/dropout seed.
+
+    Shape:
+        ``batch(split, step) -> (x, y)``, both LongTensor ``(B, T)``.
+        ``loss(model, (x, y))``: ``model(x)`` must return logits ``(B, T, V)``; returns (mean cross-entropy
+        over all ``B * T`` positions, ``B * T``).
+    """
+
+    def __init__(self, train_tokens: Any, valid_tokens: Any, block_size: int, batch_size: int, seed: int = 0):
+        for name, value in (("block_size", block_size), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LMTask {name} must be an int >= 1, got {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"LMTask seed must be an int >= 0, got {seed!r}")
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.seed = seed
+        self.tokens = {"train": _as_token_stream("train_tokens", train_tokens, block_size),
+                       "valid": _as_token_stream("valid_tokens", valid_tokens, block_size)}
+        # Computed once: the checkpoint stores them so a resume with different data is refused.
+        self._fingerprints = {split: tensor_fingerprint(t) for split, t in self.tokens.items()}
+
+    # --------------------------------------------------------------------------------------------
+    def batch(self, split: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch number ``step`` of ``split``: ``(x, y)``, LongTensors ``(B, T)``, y = x shifted by one.
+
+        Shape: returns ``(B, T)``, ``(B, T)``.
+        """
+        check_split(split)
+        check_step(step)
+        data = self.tokens[split]
+        T = self.block_size
+        gen = torch.Generator().manual_seed(batch_seed(self.seed, split, step))
+        starts = torch.randint(0, data.numel() - T, (self.batch_size,), generator=gen)  # (B,)
+        idx = starts[:, None] + torch.arange(T + 1)  # (B, T + 1) positions of each window
+        window = data[idx]  # (B, T + 1)
+        return window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T), (B, T)
+
+    def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """Mean next-token cross-entropy over all positions, and the number of positions.
+
+        Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss.
+        """
+        x, y = batch
+        logits = model(x)
+        if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != x.shape:
+            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ValueError(f"LMTask: model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
+        V = logits.shape[-1]
+        y_max = int(y.max())
+        if y_max >= V:
+            raise ValueError(f"LMTask: target token id {y_max} is outside the model's vocabulary [0, {V})")
+        # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.
+        loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))  # (B*T, V) vs (B*T,)
+        return loss, y.numel()
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
+        """Validation loss (mean over all tokens of ``n_batches`` fixed batches) and perplexity ``exp(loss)``."""
+        if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
+            raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+        device = model_device(model)
+        total, count = 0.0, 0
+        for i in range(n_batches):
+            x, y = self.batch("valid", i)
+            loss, n = self.loss(model, (x.to(device), y.to(device)))
+            total += float(loss) * n
+            count += n
+        mean = total / count
+        return {"loss": mean, "ppl": math.exp(min(mean, 700.0))}  # exp overflows a float past ~709
+
+    # --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able description of the data; :meth:`load_state_dict` refuses a different one."""
+        return {"kind": "lm", "seed": self.seed, "block_size": self.block_size, "batch_size": self.batch_size,
+                "n_train": self.tokens["train"].numel(), "n_valid": self.tokens["valid"].numel(),
+                "train_fingerprint": self._fingerprints["train"], "valid_fingerprint": self._fingerprints["valid"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check that a checkpoint was trained on this very task (same data, seed and batch shape)."""
+        if not isinstance(state, dict):
+            raise ValueError(f"LMTask state must be a dict, got {type(state).__name__}")
+        mine = self.state_dict()
+        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {v!r})" for k, v in mine.items() if state.get(k) != v]
+        if diffs:
+            raise ValueError("cannot resume: the language-modelling data differ from the checkpoint's in "
+                             + ", ".join(diffs))

@@ -1,0 +1,296 @@
+"""Translation as a training :class:`~attnkit.training.task.Task`: teacher-forced encoder-decoder training.
+
+The data side is ``attnkit.data.mt_batching``: tokenized pairs (:class:`~attnkit.data.mt_batching.EncodedPairs`)
+are grouped by length into batches under a token budget (:class:`~attnkit.data.mt_batching.TokenBudgetBatcher`)
+and padded into an :class:`~attnkit.data.mt_batching.MTBatch`::
+
+    src      Er  lobte  ihre  Kochkunst  .  <eos>       (B, S)  encoder input
+    tgt_in   <bos>  He  praised  her  cooking  .        (B, T)  decoder input
+    labels   He  praised  her  cooking  .  <eos>        (B, T)  what each position predicts (-100 = padding)
+
+This task adds what training needs on top: the loss (cross-entropy over non-padding labels, optionally
+label-smoothed; the paper uses 0.1) and the evaluation (*unsmoothed* validation loss, perplexity and, with a
+``translate_fn``, corpus BLEU from sacrebleu on the first validation sentences).
+
+Batch ``step`` of the training split is a pure function of (seed, step) (the batcher's plan for epoch
+``step // n_batches``), so a resumed run needs only the step number. Validation batch ``i`` is the i-th
+batch of one fixed plan (the epoch-0 plan, shuffled once), so the first ``n_batches`` validation batches are
+the same at every evaluation *and* a fair sample of sentence lengths (not just the shortest sentences).
+
+From files in one call: :meth:`MTTask.from_data` reads a prepared folder (``attnkit data prepare de-en``), a
+TSV or two line-aligned files, trains a joint BPE (or takes a tokenizer), encodes with a length limit and
+builds the task (with the tokenizer, texts and references attached).
+
+Label smoothing (Szegedy et al. 2016; ε = 0.1 in "Attention Is All You Need", the default here): the target
+distribution puts ``1 - ε`` on the reference token and ``ε`` spread uniformly over the vocabulary, which keeps
+the model from becoming over-confident and usually improves BLEU at the price of a higher perplexity.
+
+Axis legend: B batch (sentence pairs), S source length, T target length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnkit.data.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher, encode_pairs
+
+from .task import check_split, check_step, model_device, move_to_device
+
+# (model, [source ids (with <eos>), ...]) -> [hypothesis text, ...]
+TranslateFn = Callable[[nn.Module, list[list[int]]], list[str]]
+
+
+def _pairs_fingerprint(data: EncodedPairs) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=12)
+    for s, t in zip(data.src, data.tgt):
+        h.update((",".join(map(str, s)) + "|" + ",".join(map(str, t)) + ";").encode())
+    return h.hexdigest()
+
+
+class MTTask:
+    """Sequence-to-sequence training on tokenized sentence pairs.
+
+    Args:
+        train / valid: :class:`EncodedPairs` (from ``attnkit.data.mt_batching.encode_pairs``).
+        max_tokens: token budget per batch, ``B * max(S, T)`` (the batcher's measure); every pair must fit.
+        seed: data-order seed.
+        label_smoothing: ε in [0, 1) (default 0.1), applied to the training loss only.
+        translate_fn: optional ``(model, [source ids, ...]) -> [hypothesis text, ...]``; enables BLEU.
+            :func:`greedy_translator` builds one from a tokenizer.
+        references: reference texts of ``valid`` (same order), required with ``translate_fn``.
+        bleu_sentences: how many validation sentences (from the start) are translated per evaluation.
+
+    Shape:
+        ``batch(split, step) -> MTBatch``: src ``(B, S)``, tgt_in / labels ``(B, T)``, masks ``(B, S)`` / ``(B, T)``.
+        ``loss(model, batch)``: ``model(src, tgt_in, src_key_padding_mask=, tgt_key_padding_mask=)`` must
+        return logits ``(B, T, V)``; returns (mean loss over non-padding labels, their count).
+    """
+
+    def __init__(self, train: EncodedPairs, valid: EncodedPairs, *, max_tokens: int, seed: int = 0,
+                 label_smoothing: float = 0.1, translate_fn: TranslateFn | None = None,
+                 references: Sequence[str] | None = None, bleu_sentences: int = 200):
+        for name, data in (("train", train), ("valid", valid)):
+            if not isinstance(data, EncodedPairs):
+                raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.mt_batching.encode_pairs), "
+                                 f"got {type(data).__name__}")
+            if len(data) == 0:
+                raise ValueError(f"MTTask {name} must hold at least one pair, got 0")
+        for name, value, low in (("max_tokens", max_tokens, 1), ("seed", seed, 0), ("bleu_sentences", bleu_sentences, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"MTTask {name} must be an int >= {low}, got {value!r}")
+        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+                or not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"MTTask label_smoothing must be in [0, 1), got {label_smoothing!r}")
+        if translate_fn is not None:
+            if not callable(translate_fn):
+                raise ValueError(f"MTTask translate_fn must be callable, got {type(translate_fn).__name__}")
+            if references is None or len(references) != len(valid):
+                raise ValueError(f"MTTask references must hold one text per validation pair ({len(valid)}) "
+                                 f"when translate_fn is given, got "
+                                 f"{'None' if references is None else len(references)}")
+        self.train, self.valid = train, valid
+        self.max_tokens, self.seed = max_tokens, seed
+        self.label_smoothing = float(label_smoothing)
+        self.translate_fn = translate_fn
+        self.references = None if references is None else [str(r) for r in references]
+        self.bleu_sentences = bleu_sentences
+        # The batchers validate max_tokens against the longest pair (ValueError naming both).
+        # Validation always uses the batcher's epoch-0 plan (see batch()): fixed, and shuffled once so that a
+        # prefix of it is a representative sample.
+        self.batchers = {"train": TokenBudgetBatcher(train, max_tokens=max_tokens, seed=seed, shuffle=True),
+                         "valid": TokenBudgetBatcher(valid, max_tokens=max_tokens, seed=seed, shuffle=True)}
+        # Filled by from_data (None / 0 when the task is built from EncodedPairs directly).
+        self.tokenizer: Any = None
+        self.corpora: dict[str, tuple[list[str], list[str]]] = {}
+        self.skipped: dict[str, int] = {"train": 0, "valid": 0}
+        self._fingerprints = {"train": _pairs_fingerprint(train), "valid": _pairs_fingerprint(valid)}
+
+    # --------------------------------------------------------------------------------------------
+    @classmethod
+    def from_data(cls, data: str | Path | Sequence[str | Path], *, valid: str | Path | Sequence[str | Path] | None = None,
+                  tokenizer: Any = None, vocab_size: int = 8000, max_len: int = 256, truncate: bool = True,
+                  strict: bool = False, bleu: bool = False, max_tokens: int = 4096, **kwargs: Any) -> "MTTask":
+        """Build a task from files.
+
+        Args:
+            data: a prepared folder (its ``train.tsv`` and, unless ``valid`` is given, ``valid.tsv``), a TSV file,
+                or two line-aligned files ``[source, target]`` (see :func:`attnkit.data.parallel.load_parallel`).
+            valid: the validation data in the same forms (required unless ``data`` is a folder).
+            tokenizer: the tokenizer to use; ``None`` trains a joint BPE of ``vocab_size`` on the training pairs
+                (:func:`attnkit.data.mt_batching.train_joint_bpe`). Either way it is ``task.tokenizer``.
+            max_len: longest source (with ``<eos>``) / target (with ``<bos>``) the model takes, e.g. its
+                ``config.max_len``. Longer sentences are cut (``task.n_truncated``) or, with ``truncate=False``,
+                refused with a ``ValueError``.
+            strict: refuse malformed input lines instead of skipping and counting them (``task.skipped``).
+            bleu: compute BLEU during evaluation with :func:`greedy_translator` (references = valid targets).
+            max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``).
+        """
+        from attnkit.data.mt_batching import train_joint_bpe
+        from attnkit.data.parallel import load_parallel
+
+        train_corpus = load_parallel(data, split="train", strict=strict)
+        if valid is None:
+            if not (isinstance(data, (str, Path)) and Path(data).is_dir()):
+                raise ValueError("pass valid= (a TSV or two line-aligned files) when data is not a prepared folder "
+                                 f"holding valid.tsv; got data={data!r}")
+            valid_corpus = load_parallel(data, split="valid", strict=strict)
+        else:
+            valid_corpus = load_parallel(valid, strict=strict)
+        for name, corpus in (("train", train_corpus), ("valid", valid_corpus)):
+            if len(corpus) == 0:
+                raise ValueError(f"MTTask {name} data {corpus.path!r} holds no usable pair "
+                                 f"({corpus.skipped} malformed lines skipped)")
+        if tokenizer is None:
+            tokenizer = train_joint_bpe(train_corpus.sources, train_corpus.targets, vocab_size)
+        enc = {name: encode_pairs(tokenizer, c.sources, c.targets, max_src_len=max_len, truncate=truncate)
+               for name, c in (("train", train_corpus), ("valid", valid_corpus))}
+        if bleu:
+            kwargs.setdefault("translate_fn", greedy_translator(tokenizer))
+            kwargs.setdefault("references", valid_corpus.targets)
+        task = cls(enc["train"], enc["valid"], max_tokens=max_tokens, **kwargs)
+        task.tokenizer = tokenizer
+        task.corpora = {"train": (train_corpus.sources, train_corpus.targets),
+                        "valid": (valid_corpus.sources, valid_corpus.targets)}
+        task.skipped = {"train": train_corpus.skipped, "valid": valid_corpus.skipped}
+        return task
+
+    # --------------------------------------------------------------------------------------------
+    @property
+    def n_truncated(self) -> dict[str, int]:
+        """Sentences cut to the length limit when encoding, per split (sources and targets together)."""
+        return {name: d.n_truncated_src + d.n_truncated_tgt for name, d in (("train", self.train), ("valid", self.valid))}
+
+    def num_batches(self, split: str) -> int:
+        """Batches per epoch of ``split``."""
+        check_split(split)
+        return self.batchers[split].num_batches
+
+    def padding_ratio(self, split: str = "train") -> dict[str, float]:
+        """Fraction of padding positions in ``split``'s batches: ``{"src", "tgt", "total"}``."""
+        check_split(split)
+        return self.batchers[split].padding_ratio()
+
+    def batch(self, split: str, step: int) -> MTBatch:
+        """Batch number ``step`` of ``split`` (see the class docstring for shapes).
+
+        Train: batch ``step % n`` of epoch ``step // n``. Valid: batch ``step % n`` of the one fixed plan.
+        """
+        check_split(split)
+        check_step(step)
+        batcher = self.batchers[split]
+        if split == "valid":
+            step %= batcher.num_batches
+        return batcher.batch(step)
+
+    def _logits(self, model: nn.Module, b: MTBatch) -> torch.Tensor:
+        logits = model(b.src, b.tgt_in, src_key_padding_mask=b.src_key_padding_mask,
+                       tgt_key_padding_mask=b.tgt_key_padding_mask)
+        if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != b.tgt_in.shape:
+            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ValueError(f"MTTask: model(src, tgt_in) must return logits (B, T, V) = "
+                             f"({b.tgt_in.shape[0]}, {b.tgt_in.shape[1]}, V), got {got}")
+        return logits
+
+    @staticmethod
+    def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
+        V = logits.shape[-1]
+        y_max = int(labels.max())
+        if y_max >= V:
+            raise ValueError(f"MTTask: label id {y_max} is outside the model's target vocabulary [0, {V})")
+        loss = F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1),  # (B*T, V) vs (B*T,)
+                               ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
+        return loss, int((labels != IGNORE_INDEX).sum())
+
+    def loss(self, model: nn.Module, batch: MTBatch) -> tuple[torch.Tensor, int]:
+        """Label-smoothed cross-entropy over non-padding labels, and their number.
+
+        Shape: batch src ``(B, S)``, tgt_in / labels ``(B, T)``; returns a 0-dim loss.
+        """
+        return self._cross_entropy(self._logits(model, batch), batch.labels, self.label_smoothing)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
+        """Unsmoothed validation loss and perplexity over the first ``n_batches`` validation batches (at most
+        one pass), plus ``"bleu"`` (sacrebleu corpus BLEU, 0-100) when ``translate_fn`` is set."""
+        if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
+            raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+        device = model_device(model)
+        total, count = 0.0, 0
+        for i in range(min(n_batches, self.batchers["valid"].num_batches)):
+            b = move_to_device(self.batch("valid", i), device)
+            loss, n = self._cross_entropy(self._logits(model, b), b.labels, 0.0)
+            total += float(loss) * n
+            count += n
+        mean = total / count
+        out = {"loss": mean, "ppl": math.exp(min(mean, 700.0))}  # exp overflows a float past ~709
+        if self.translate_fn is not None:
+            import sacrebleu  # only needed for BLEU
+
+            k = min(self.bleu_sentences, len(self.valid))
+            hyps = self.translate_fn(model, [list(s) for s in self.valid.src[:k]])
+            if not isinstance(hyps, list) or len(hyps) != k:
+                raise ValueError(f"MTTask translate_fn must return a list of {k} strings, got {type(hyps).__name__}"
+                                 f"{f' of length {len(hyps)}' if isinstance(hyps, list) else ''}")
+            out["bleu"] = float(sacrebleu.corpus_bleu([str(h) for h in hyps], [self.references[:k]]).score)
+        return out
+
+    # --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able description of the data and batching; :meth:`load_state_dict` refuses a different one."""
+        return {"kind": "mt", "seed": self.seed, "max_tokens": self.max_tokens,
+                "label_smoothing": self.label_smoothing, "pad_id": self.train.pad_id, "bos_id": self.train.bos_id,
+                "eos_id": self.train.eos_id, "n_train": len(self.train), "n_valid": len(self.valid),
+                "train_fingerprint": self._fingerprints["train"], "valid_fingerprint": self._fingerprints["valid"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check that a checkpoint was trained on this very task (same pairs, special ids, seed, batching)."""
+        if not isinstance(state, dict):
+            raise ValueError(f"MTTask state must be a dict, got {type(state).__name__}")
+        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {v!r})" for k, v in self.state_dict().items()
+                 if state.get(k) != v]
+        if diffs:
+            raise ValueError("cannot resume: the translation data differ from the checkpoint's in " + ", ".join(diffs))
+
+
+def greedy_translator(tokenizer: Any, *, batch_size: int = 64, max_len_a: float = 1.2,
+                      max_len_b: float = 10) -> TranslateFn:
+    """A ``translate_fn`` for :class:`MTTask`: greedy search (``attnkit.generation.greedy_search``) in
+    batches of ``batch_size`` sources, then ``tokenizer.decode(ids, skip_special_tokens=True)``.
+
+    ``tokenizer`` needs ``pad_id``, ``bos_id``, ``eos_id`` and ``decode``.
+
+    Shape: ``N`` source id lists (each ending with ``<eos>``) -> ``N`` strings.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    for name in ("pad_id", "bos_id", "eos_id"):
+        if getattr(tokenizer, name, None) is None:
+            raise ValueError(f"greedy_translator needs a tokenizer with {name}, got {tokenizer!r}")
+
+    def translate(model: nn.Module, sources: list[list[int]]) -> list[str]:
+        from attnkit.generation import greedy_search
+
+        device = model_device(model)
+        out: list[str] = []
+        for start in range(0, len(sources), batch_size):
+            chunk = sources[start:start + batch_size]
+            width = max(len(s) for s in chunk)
+            src = torch.full((len(chunk), width), tokenizer.pad_id, dtype=torch.long)  # (B, S)
+            for i, s in enumerate(chunk):
+                src[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+            mask = torch.arange(width)[None, :] >= torch.tensor([len(s) for s in chunk])[:, None]  # (B, S)
+            ids = greedy_search(model, src.to(device), mask.to(device), bos_id=tokenizer.bos_id,
+                                eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+                                max_len_a=max_len_a, max_len_b=max_len_b)
+            out.extend(tokenizer.decode(h, skip_special_tokens=True) for h in ids)
+        return out
+
+    return translate

@@ -1,0 +1,162 @@
+"""AdamW with decoupled weight decay on matrices only, and the learning-rate schedules.
+
+Weight decay pulls weights towards zero. It makes sense for the big matrices that do the work (linear
+layers, embeddings: every parameter with ``ndim >= 2``), but not for biases, norm gains and other 1-D
+parameters: decaying a LayerNorm gain towards 0 would fight the normalisation itself. So the optimizer gets
+two parameter groups, "decay" and "no_decay" (the nanoGPT recipe; embeddings decay too).
+
+Schedules are written as a function of ``n``, the 1-based number of the update about to happen
+(``n = step + 1`` where ``step`` counts completed updates), with ``W = warmup_steps``, ``N = steps``:
+
+* ``cosine``       n <= W: ``lr * n / W``; W < n < N: ``min_lr + (lr - min_lr) * (1 + cos(pi * (n - W) / (N - W))) / 2``;
+                   n >= N: ``min_lr``. So update W runs at the peak ``lr`` and the last update at ``min_lr``.
+* ``inverse_sqrt`` ``lr * d_model**-0.5 * min(n**-0.5, n * W**-1.5)`` ("Attention Is All You Need", eq. 3,
+                   with ``lr`` as a scale factor: ``lr=1.0`` is the paper); peaks at n = W.
+* ``constant``     n <= W: ``lr * n / W``; afterwards ``lr``.
+
+No tensors are involved here, so there are no shapes to document.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import SCHEDULES, TrainConfig
+
+
+# -------------------------------------------------------------------------------------------------
+# parameter groups + optimizer
+# -------------------------------------------------------------------------------------------------
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Split the trainable parameters into ``[decay group, no_decay group]``.
+
+    Each group is a dict for ``torch.optim.AdamW`` with ``"params"``, ``"weight_decay"`` and two extra
+    keys the optimizer carries along untouched: ``"name"`` ("decay" / "no_decay") and ``"param_names"``
+    (the parameter names, in order; checkpoints use them to store optimizer state under stable names).
+    Tied parameters (e.g. ``lm_head.weight`` is ``wte.weight``) appear once, under their first name.
+    Frozen parameters (``requires_grad=False``) are left out.
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"param_groups expects an nn.Module, got {type(model).__name__}")
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():  # named_parameters() already removes tied duplicates
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append((name, p))
+    if not decay and not no_decay:
+        raise ValueError(f"{type(model).__name__} has no trainable parameters")
+    return [
+        {"params": [p for _, p in decay], "param_names": [n for n, _ in decay],
+         "weight_decay": float(weight_decay), "name": "decay"},
+        {"params": [p for _, p in no_decay], "param_names": [n for n, _ in no_decay],
+         "weight_decay": 0.0, "name": "no_decay"},
+    ]
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups` with the config's lr, betas, eps and implementation choice."""
+    impl = {"auto": {}, "fused": {"fused": True}, "foreach": {"foreach": True},
+            "for_loop": {"foreach": False}}[config.adamw_impl]
+    # An empty group is legal for torch but useless; keep the two-group layout anyway so the checkpoint
+    # layout of every attnkit optimizer is the same ("decay", "no_decay").
+    return torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+                             eps=config.eps, **impl)
+
+
+# -------------------------------------------------------------------------------------------------
+# learning-rate schedules
+# -------------------------------------------------------------------------------------------------
+
+def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_steps: int = 0,
+          total_steps: int | None = None, d_model: int | None = None) -> float:
+    """Learning rate for the update that follows ``step`` completed updates (i.e. update ``n = step + 1``).
+
+    See the module docstring for the formulas. Raises ``ValueError`` for an unknown schedule, a negative
+    step, or a missing ``total_steps`` (cosine) / ``d_model`` / ``warmup_steps`` (inverse_sqrt).
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    n = step + 1
+    w = warmup_steps
+    if schedule == "constant":
+        return lr * n / w if n <= w else lr
+    if schedule == "cosine":
+        if total_steps is None:
+            raise ValueError("the cosine schedule needs total_steps, got None")
+        if n <= w:
+            return lr * n / w
+        if n >= total_steps:
+            return min_lr
+        progress = (n - w) / (total_steps - w)  # in (0, 1)
+        return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule == "inverse_sqrt":
+        if d_model is None:
+            raise ValueError("the inverse_sqrt schedule needs d_model, got None")
+        if w < 1:
+            raise ValueError(f"the inverse_sqrt schedule needs warmup_steps >= 1, got {w}")
+        return lr * d_model ** -0.5 * min(n ** -0.5, n * w ** -1.5)
+    raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
+
+
+class LRScheduler:
+    """Sets every param group's ``lr`` from :func:`lr_at`, one update at a time.
+
+    Usage (the trainer does exactly this)::
+
+        sched = LRScheduler(optimizer, config)   # sets the lr for update 1
+        for ...:
+            optimizer.step()
+            sched.step()                         # one more update done; sets the lr for the next one
+
+    ``d_model`` overrides ``config.d_model`` (inverse_sqrt only). ``state_dict()`` is JSON-able:
+    ``{"step": completed updates, "schedule": name, "lr": current lr}``; ``load_state_dict`` restores the
+    step and re-applies the lr (the formula itself always comes from the current config).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, config: TrainConfig, *, d_model: int | None = None):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"LRScheduler expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if not isinstance(config, TrainConfig):
+            raise ValueError(f"LRScheduler expects a TrainConfig, got {type(config).__name__}")
+        self.optimizer = optimizer
+        self.config = config
+        self.d_model = d_model if d_model is not None else config.d_model
+        if config.schedule == "inverse_sqrt" and self.d_model is None:
+            raise ValueError("schedule 'inverse_sqrt' needs d_model: set TrainConfig.d_model or pass d_model=, got None")
+        self.last_step = 0  # completed updates
+        self._apply()
+
+    def lr_at(self, step: int) -> float:
+        """The lr for the update after ``step`` completed updates."""
+        c = self.config
+        return lr_at(step, schedule=c.schedule, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps,
+                     total_steps=c.steps, d_model=self.d_model)
+
+    def get_lr(self) -> float:
+        """The lr the next ``optimizer.step()`` will use."""
+        return self.lr_at(self.last_step)
+
+    def _apply(self) -> None:
+        lr = self.get_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self) -> None:
+        """Record one completed update and set the lr for the next one."""
+        self.last_step += 1
+        self._apply()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.last_step, "schedule": self.config.schedule, "lr": self.get_lr()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        step = state.get("step") if isinstance(state, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"scheduler state must contain an int 'step' >= 0, got {state!r}")
+        self.last_step = step
+        self._apply()

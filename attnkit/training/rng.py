@@ -1,0 +1,93 @@
+"""Random-number-generator state: seed everything, capture it as JSON, restore it.
+
+Exact resume needs the *global* generators to continue where they stopped: dropout draws from torch's
+default CPU generator (and the CUDA ones on a GPU); user code may use python's ``random`` or numpy.
+The training *data* does not depend on these (tasks seed their own ``torch.Generator`` from
+(seed, split, step)), so these states are all that is left to save.
+
+The captured state is plain JSON (numbers and base64 strings of the raw state words), never a pickle.
+No tensors flow through this module's public API, so there are no shapes to document.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's ``random``, numpy's legacy global generator and torch (CPU and all CUDA devices)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # numpy's legacy seed must fit in 32 bits
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _b64(t: torch.Tensor) -> str:
+    """uint8 tensor -> base64 text."""
+    return base64.b64encode(t.numpy().tobytes()).decode("ascii")
+
+
+def _unb64(text: str) -> torch.Tensor:
+    """base64 text -> uint8 tensor."""
+    return torch.frombuffer(bytearray(base64.b64decode(text, validate=True)), dtype=torch.uint8).clone()
+
+
+def _words_b64(words) -> str:
+    """A sequence of 32-bit unsigned words (Mersenne-Twister state) -> base64 text (little endian)."""
+    return base64.b64encode(np.asarray(words, dtype="<u4").tobytes()).decode("ascii")
+
+
+def _unwords_b64(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text, validate=True), dtype="<u4").astype(np.uint32)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """JSON-able snapshot of the python, numpy and torch (CPU + CUDA) generators."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state(legacy=False)  # {'bit_generator', 'state': {'key', 'pos'}, 'has_gauss', 'gauss'}
+    state: dict[str, Any] = {
+        # python's Mersenne Twister: 624 state words + the position (<= 624), all fit in uint32
+        "python": {"version": version, "state": _words_b64(internal), "gauss": gauss},
+        "numpy": {"bit_generator": np_state["bit_generator"],
+                  "key": _words_b64(np_state["state"]["key"]), "pos": int(np_state["state"]["pos"]),
+                  "has_gauss": int(np_state["has_gauss"]), "gauss": float(np_state["gauss"])},
+        "torch_cpu": _b64(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`; raises ``ValueError`` naming the part that is malformed."""
+    if not isinstance(state, dict):
+        raise ValueError(f"RNG state must be a dict, got {type(state).__name__}")
+    for key in ("python", "numpy", "torch_cpu"):
+        if key not in state:
+            raise ValueError(f"RNG state is missing {key!r}; it has {sorted(state)}")
+    try:
+        py = state["python"]
+        random.setstate((py["version"], tuple(int(w) for w in _unwords_b64(py["state"])), py["gauss"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"RNG state 'python' is malformed: {err}") from None
+    try:
+        npx = state["numpy"]
+        np.random.set_state({"bit_generator": npx["bit_generator"],
+                             "state": {"key": _unwords_b64(npx["key"]), "pos": npx["pos"]},
+                             "has_gauss": npx["has_gauss"], "gauss": npx["gauss"]})
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"RNG state 'numpy' is malformed: {err}") from None
+    try:
+        torch.set_rng_state(_unb64(state["torch_cpu"]))
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"RNG state 'torch_cpu' is malformed: {err}") from None
+    if "torch_cuda" in state and torch.cuda.is_available():
+        cuda_states = [_unb64(s) for s in state["torch_cuda"]]
+        if len(cuda_states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda_states)

@@ -1,0 +1,104 @@
+"""The ``Task`` protocol: what the training loop needs from "language modelling" or "translation".
+
+The trainer knows nothing about tokens, windows, source sentences or BLEU. It drives a *task*:
+
+* ``batch(split, step) -> batch``: the batch number ``step`` of ``split`` ("train" or "valid"), a pure
+  function of (task seed, split, step). Nothing else (no iterator, no epoch counter) decides which data
+  comes next, so a resumed run only needs the step number to continue with exactly the same data.
+  With gradient accumulation the trainer asks for micro-batch ``update * grad_accum + i``.
+* ``loss(model, batch) -> (loss, n_tokens)``: a scalar loss tensor (the *mean* over the batch's
+  predicted tokens, with autograd) and the number of tokens it averages over. The trainer weights
+  micro-batches by ``n_tokens`` so accumulation equals one big batch even when padding makes micro-batches
+  carry different numbers of tokens.
+* ``evaluate(model, n_batches) -> dict[str, float]``: metrics on ``n_batches`` fixed validation batches, at
+  least ``"loss"`` (the trainer logs them as ``valid_<name>``); e.g. ``{"loss", "ppl"}`` or also ``"bleu"``.
+  Called in eval mode under ``torch.no_grad()``.
+* ``state_dict() -> dict`` / ``load_state_dict(dict)``: JSON-able task state stored in every checkpoint
+  (tasks use it to check that a resumed run sees the same data).
+
+Implementations: :class:`attnkit.training.lm_task.LMTask`, :class:`attnkit.training.mt_task.MTTask`.
+
+Axis legend: B batch, T sequence length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+SPLITS: tuple[str, ...] = ("train", "valid")
+TASK_METHODS: tuple[str, ...] = ("batch", "loss", "evaluate", "state_dict", "load_state_dict")
+
+
+@runtime_checkable
+class Task(Protocol):
+    """Structural type of a training task (see the module docstring for the contract)."""
+
+    def batch(self, split: str, step: int) -> Any: ...
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]: ...
+
+    def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def check_task(task: Any) -> None:
+    """Raise ``ValueError`` naming the missing methods if ``task`` does not implement :class:`Task`."""
+    missing = [m for m in TASK_METHODS if not callable(getattr(task, m, None))]
+    if missing:
+        raise ValueError(f"task {type(task).__name__} must implement {list(TASK_METHODS)}; missing {missing}")
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+
+
+def check_step(step: int) -> None:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"batch step must be an int >= 0, got {step!r}")
+
+
+def batch_seed(seed: int, split: str, step: int) -> int:
+    """A 63-bit generator seed that depends only on (seed, split, step).
+
+    A cryptographic hash (not python's ``hash()``, which is salted per process) makes neighbouring steps
+    independent and the value identical in every process and on every machine.
+    """
+    digest = hashlib.blake2b(f"attnkit:{seed}:{split}:{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def tensor_fingerprint(t: torch.Tensor) -> str:
+    """Short content hash of a tensor (to recognise "the same data" when resuming)."""
+    data = t.detach().cpu().contiguous()
+    h = hashlib.blake2b(digest_size=12)
+    h.update(f"{data.dtype}:{tuple(data.shape)}:".encode())
+    h.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes, any dtype
+    return h.hexdigest()
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor inside a (nested) tuple / list / dict batch to ``device``; other values pass through."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: move_to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(move_to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(v, device) for v in batch)
+    return batch
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Device of the model's first parameter (CPU for a parameter-less module)."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")

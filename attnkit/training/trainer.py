@@ -1,0 +1,405 @@
+"""The training loop: one ``Trainer`` for language modelling and translation alike.
+
+The trainer owns everything that is the same for every task: the optimizer (AdamW, decay on matrices
+only), the learning-rate schedule, gradient accumulation and clipping, optional bf16 autocast and
+``torch.compile``, periodic evaluation, metrics files, the progress bar, checkpoints (last K + best) and
+exact resume. What a batch is and how the loss is computed is the task's business (``task.py``).
+
+One optimizer update ("step") is::
+
+    zero grads
+    for i in range(grad_accum):                       # micro-batches
+        batch = task.batch("train", step * grad_accum + i)
+        loss_i, n_i = task.loss(model, batch)         # mean over n_i tokens
+        backward(loss_i * n_i)                        # gradient of the token *sum*
+    grads /= sum(n_i)                                 # -> gradient of the mean over all tokens
+    clip grads to grad_clip; optimizer.step(); scheduler.step()
+
+so accumulation equals one big batch even when micro-batches carry different numbers of tokens.
+
+Run folder layout (``out_dir``)::
+
+    run.json                       train config + model config (marks the folder as a run)
+    metrics.jsonl / metrics.csv / loss.png
+    checkpoints/step_00000500/     last ``keep_last`` checkpoints (see checkpoint.py for the contents)
+    checkpoints/best/              best evaluation so far (by ``config.best_metric``)
+    summary.json                   what ``fit()`` returned
+
+Exact resume: the data of step s is a pure function of s (task contract), and a checkpoint stores model,
+optimizer, schedule, RNG states (dropout) and the step, so a run killed at any point and resumed from its
+last checkpoint produces the same losses, bit for bit on the CPU, as a run that was never interrupted.
+(Evaluation runs on a forked RNG, so evaluating more or less often does not change training either.)
+
+Axis legend: B batch, T sequence length (only inside the task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .atomic import write_text_atomic
+from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                         read_checkpoint_state, save_checkpoint, step_dir_name)
+from .config import RESUMABLE_CHANGES, TrainConfig
+from .metrics import MetricsLogger
+from .optim import LRScheduler, build_optimizer
+from .progress import TrainProgress
+from .rng import restore_rng_state, seed_everything
+from .task import check_task, move_to_device
+
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+CHECKPOINTS_DIR = "checkpoints"
+BEST_DIR = "best"
+# Anything of these in a folder means "a run lives here" (so a fresh run must not write into it).
+_RUN_MARKERS = (RUN_FILE, "metrics.jsonl", CHECKPOINTS_DIR)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True if ``path`` holds (part of) a training run."""
+    path = Path(path)
+    return path.is_dir() and any((path / m).exists() for m in _RUN_MARKERS)
+
+
+def _json_roundtrip(value: Any, what: str) -> Any:
+    """``value`` as it will read back from JSON (tuples become lists); raises if not JSON-able."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} must be JSON-serialisable, got an error: {err}") from None
+
+
+def _dict_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
+        if a != b:
+            out.append(f"{prefix}{key} (checkpoint {a!r}, now {b!r})")
+    return out
+
+
+class Trainer:
+    """Train ``model`` on ``task`` as configured, writing everything to ``out_dir``.
+
+    Args:
+        model: the ``nn.Module`` to train (moved to ``config.device``).
+        task: an object implementing the :class:`~attnkit.training.task.Task` protocol.
+        config: a :class:`~attnkit.training.config.TrainConfig`.
+        out_dir: the run folder. A fresh run (``resume=False``) refuses a folder that already holds a run.
+        model_config: JSON-able dict (or an object with ``to_dict()``, e.g. ``GPTConfig``) describing how
+            to rebuild the model; stored in every checkpoint and compared on resume. Its ``d_model`` or
+            ``n_embd`` feeds the inverse_sqrt schedule when ``config.d_model`` is None.
+        extra: ``{name: str | dict}`` stored with every checkpoint (e.g. the tokenizer as JSON).
+        resume: continue the run in ``out_dir`` from its latest checkpoint. Only ``steps`` and ``max_time``
+            may differ from the checkpoint's config; anything else raises ``ValueError`` naming the fields.
+        progress: show the tqdm bar and evaluation lines.
+
+    Raises ``ValueError`` for bad arguments, an existing run without ``resume``, or a changed config on
+    resume; :class:`~attnkit.training.checkpoint.CheckpointError` (a ``ValueError``) when there is nothing
+    (or nothing readable) to resume from.
+    """
+
+    def __init__(self, model: nn.Module, task: Any, config: TrainConfig, out_dir: str | Path, *,
+                 model_config: dict[str, Any] | Any, extra: dict[str, str | dict] | None = None,
+                 resume: bool = False, progress: bool = True):
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"Trainer expects an nn.Module model, got {type(model).__name__}")
+        check_task(task)
+        if not isinstance(config, TrainConfig):
+            raise ValueError(f"Trainer expects a TrainConfig, got {type(config).__name__}")
+        if hasattr(model_config, "to_dict") and not isinstance(model_config, dict):
+            model_config = model_config.to_dict()
+        if not isinstance(model_config, dict):
+            raise ValueError(f"model_config must be a dict (or have to_dict()), got {type(model_config).__name__}")
+        if extra is not None and not isinstance(extra, dict):
+            raise ValueError(f"extra must be a dict of str -> str | dict, got {type(extra).__name__}")
+        for key, value in (extra or {}).items():
+            if not isinstance(key, str) or not isinstance(value, (str, dict)):
+                raise ValueError(f"extra must map str -> str | dict, got {key!r} -> {type(value).__name__}")
+        try:
+            self.device = torch.device(config.device)
+        except RuntimeError as err:
+            raise ValueError(f"TrainConfig.device {config.device!r} is not a torch device: {err}") from None
+
+        self.model = model.to(self.device)
+        self.task = task
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.ckpt_dir = self.out_dir / CHECKPOINTS_DIR
+        self.model_config = _json_roundtrip(model_config, "model_config")
+        self.extra = _json_roundtrip(dict(extra or {}), "extra")
+        self.progress_enabled = progress
+
+        self.optimizer = build_optimizer(self.model, config)
+        d_model = config.d_model or self.model_config.get("d_model") or self.model_config.get("n_embd")
+        self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model)
+        self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+
+        # run state (all of it goes into every checkpoint)
+        self.step = 0                       # completed optimizer updates
+        self.elapsed = 0.0                  # seconds of training, summed over resumed segments
+        self.tokens = 0                     # training tokens seen
+        self.best: dict[str, Any] | None = None   # {"metric", "value", "step"}
+        self.last_eval: dict[str, Any] | None = None
+        self.last_loss: float | None = None
+        self.last_checkpoint: Path | None = None
+        self.resumed_from: Path | None = None
+        self._rng_state: dict[str, Any] | None = None
+        self._fitted = False
+        self._now = lambda: self.elapsed  # replaced by a live clock inside fit()
+
+        if resume:
+            self._load_for_resume()
+        else:
+            self._claim_out_dir()
+        write_text_atomic(self.out_dir / RUN_FILE, json.dumps(
+            {"train_config": config.to_dict(), "model_config": self.model_config,
+             "extra_keys": sorted(self.extra)}, indent=2))
+        self.metrics = MetricsLogger(self.out_dir, resume_step=self.step if resume else None)
+
+    # --------------------------------------------------------------------------------------------
+    # starting / resuming
+    # --------------------------------------------------------------------------------------------
+    def _claim_out_dir(self) -> None:
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise ValueError(f"out_dir {self.out_dir} exists and is not a folder")
+        if is_run_dir(self.out_dir):
+            raise ValueError(f"out_dir {self.out_dir} already holds a training run; pass resume=True to continue "
+                             f"it, or choose another folder (a run is never overwritten)")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def _load_for_resume(self) -> None:
+        if not self.out_dir.is_dir():
+            raise CheckpointError(f"cannot resume: the run folder {self.out_dir} does not exist")
+        clean_stale(self.ckpt_dir)  # unfinished saves of the interrupted run
+        latest = latest_checkpoint(self.ckpt_dir)
+        if latest is None:
+            raise CheckpointError(f"cannot resume: no checkpoint in {self.ckpt_dir} (the first one is written at "
+                                  f"step {self.config.ckpt_every}); start a fresh run in a new folder instead")
+        state = read_checkpoint_state(latest)
+        for key in ("step", "train_config", "model_config", "task"):
+            if key not in state:
+                raise CheckpointError(f"{latest / 'state.json'} lacks {key!r}: not written by the Trainer")
+
+        diffs = [f"{name} (checkpoint {old!r}, now {new!r})"
+                 for name, (old, new) in self.config.resume_differences(state["train_config"]).items()]
+        diffs += _dict_differences(state["model_config"], self.model_config, prefix="model_config.")
+        if diffs:
+            raise ValueError(f"cannot resume from {latest}: the configuration changed in {len(diffs)} field(s): "
+                             + "; ".join(diffs) + f". Only {list(RESUMABLE_CHANGES)} may change on resume.")
+
+        self.task.load_state_dict(state["task"])  # raises if the data differ
+        load_checkpoint(latest, self.model, self.optimizer, self.scheduler, device=self.device)
+        self.step = int(state["step"])
+        if self.scheduler.last_step != self.step:
+            raise CheckpointError(f"{latest / 'state.json'}: scheduler step {self.scheduler.last_step} "
+                                  f"!= checkpoint step {self.step}")
+        self.elapsed = float(state.get("elapsed", 0.0))
+        self.tokens = int(state.get("tokens", 0))
+        self.best = state.get("best")
+        self.last_eval = state.get("last_eval")
+        self.last_loss = state.get("last_loss")
+        self._rng_state = state.get("rng")
+        self.last_checkpoint = latest
+        self.resumed_from = latest
+        # best/ may be newer than the latest step checkpoint (saved between two step checkpoints before the
+        # crash); the folder on disk is what later evaluations must beat.
+        best_dir = self.ckpt_dir / BEST_DIR
+        if best_dir.is_dir():
+            try:
+                on_disk = read_checkpoint_state(best_dir).get("best")
+            except CheckpointError:
+                on_disk = None
+            if on_disk is not None:
+                self.best = on_disk
+
+    # --------------------------------------------------------------------------------------------
+    # pieces of the loop
+    # --------------------------------------------------------------------------------------------
+    def _autocast(self):
+        if self.config.autocast == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _check_loss(self, loss: Any, n_tokens: Any, micro: int) -> tuple[float, int]:
+        if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+            got = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise ValueError(f"task.loss must return a 0-dim loss tensor, got {got}")
+        if not loss.requires_grad:
+            raise ValueError("task.loss returned a loss without grad (computed under no_grad or detached?)")
+        if isinstance(n_tokens, torch.Tensor) and n_tokens.numel() == 1:
+            n_tokens = int(n_tokens.item())
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+            raise ValueError(f"task.loss must return n_tokens as an int >= 1, got {n_tokens!r}")
+        value = loss.item()
+        if not math.isfinite(value):
+            raise FloatingPointError(f"training loss is {value} at step {self.step + 1} (micro-batch {micro}): "
+                                     f"the run diverged; lower lr, raise warmup_steps or set grad_clip")
+        return value, n_tokens
+
+    def _update(self, train_model: nn.Module) -> tuple[float, int, float | None]:
+        """One optimizer update; returns (token-weighted mean loss, tokens, grad norm before clipping)."""
+        cfg = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, total = 0.0, 0
+        for micro in range(cfg.grad_accum):
+            batch = move_to_device(self.task.batch("train", self.step * cfg.grad_accum + micro), self.device)
+            with self._autocast():
+                loss, n_tokens = self.task.loss(train_model, batch)
+            value, n_tokens = self._check_loss(loss, n_tokens, micro)
+            (loss * n_tokens).backward()  # gradient of the token sum; normalised below
+            loss_sum += value * n_tokens  # python float64: exact for one micro-batch
+            total += n_tokens
+        for p in self._params:
+            if p.grad is not None:
+                p.grad.div_(total)
+        grad_norm = None
+        if cfg.grad_clip is not None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip))
+            if not math.isfinite(grad_norm):
+                raise FloatingPointError(f"gradient norm is {grad_norm} at step {self.step + 1}: the run diverged")
+        self.optimizer.step()
+        return loss_sum / total, total, grad_norm
+
+    def _evaluate(self, train_model: nn.Module) -> dict[str, Any]:
+        """Evaluate, log ``valid_*``, refresh CSV/PNG, update ``best/``. Training RNG is left untouched."""
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        self.model.eval()
+        try:
+            with torch.random.fork_rng(devices=devices), torch.no_grad(), self._autocast():
+                results = self.task.evaluate(train_model, self.config.eval_batches)
+        finally:
+            self.model.train()
+        if not isinstance(results, dict) or not results:
+            raise ValueError(f"task.evaluate must return a non-empty dict of str -> float, got {results!r}")
+        row: dict[str, Any] = {"step": self.step}
+        for key, value in results.items():
+            if isinstance(value, torch.Tensor):
+                value = value.item()
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"task.evaluate value {key!r} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise FloatingPointError(f"evaluation metric {key!r} is {value} at step {self.step}")
+            row[f"valid_{key}"] = float(value)
+        self.metrics.log(row)
+        self.metrics.write_tables()
+        self.last_eval = row
+
+        metric = self.config.best_metric
+        if metric not in row:
+            raise ValueError(f"TrainConfig.best_metric {metric!r} is not among the evaluation results "
+                             f"{sorted(k for k in row if k != 'step')}")
+        value = row[metric]
+        better = (self.best is None or (value < self.best["value"] if self.config.best_mode == "min"
+                                        else value > self.best["value"]))
+        if better:
+            self.best = {"metric": metric, "value": value, "step": self.step}
+            save_checkpoint(self.ckpt_dir / BEST_DIR, self.model, self.optimizer, self.scheduler,
+                            state=self._checkpoint_state(), extra=self.extra)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "step")
+        self._progress.write(f"step {self.step}: {shown}" + ("  (best)" if better else ""))
+        return row
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        return {"step": self.step, "elapsed": self._now(), "tokens": self.tokens,
+                "train_config": self.config.to_dict(), "model_config": self.model_config,
+                "task": self.task.state_dict(), "best": self.best, "last_eval": self.last_eval,
+                "last_loss": self.last_loss}
+
+    def _save(self) -> Path:
+        path = save_checkpoint(self.ckpt_dir / step_dir_name(self.step), self.model, self.optimizer,
+                               self.scheduler, state=self._checkpoint_state(), extra=self.extra)
+        prune_checkpoints(self.ckpt_dir, self.config.keep_last)
+        self.last_checkpoint = path
+        return path
+
+    # --------------------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        """Train until ``steps`` updates or ``max_time`` minutes (whichever first); returns a summary dict.
+
+        Summary keys: ``out_dir, steps, stopped_by ("steps" | "max_time"), elapsed (s), tokens, train_loss,
+        valid_* (last evaluation), best ({"metric", "value", "step"}), checkpoint, best_checkpoint,
+        resumed_from``. A final evaluation and checkpoint are made at the last step. Also written to
+        ``summary.json``.
+        """
+        if self._fitted:
+            raise RuntimeError("Trainer.fit() can run once; build a new Trainer (resume=True) to continue")
+        self._fitted = True
+        cfg = self.config
+        if self._rng_state is not None:
+            restore_rng_state(self._rng_state)  # continue dropout etc. exactly where the checkpoint stopped
+        else:
+            seed_everything(cfg.seed)
+        train_model = torch.compile(self.model) if cfg.compile else self.model
+        self.model.train()
+
+        start_elapsed, t0 = self.elapsed, time.perf_counter()
+        self._now = lambda: start_elapsed + (time.perf_counter() - t0)
+        self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=None if cfg.max_time is None else cfg.max_time * 60,
+                                       initial_step=self.step, initial_elapsed=self.elapsed,
+                                       enabled=self.progress_enabled)
+        interval_tokens, interval_time, tps_ema = 0, 0.0, None
+        stopped_by = "steps"
+        try:
+            while True:
+                if cfg.steps is not None and self.step >= cfg.steps:
+                    stopped_by = "steps"
+                    break
+                if cfg.max_time is not None and self._now() >= cfg.max_time * 60:
+                    stopped_by = "max_time"
+                    break
+                lr = self.scheduler.get_lr()  # the lr this update uses
+                t_step = time.perf_counter()
+                loss, n_tokens, grad_norm = self._update(train_model)
+                dt = time.perf_counter() - t_step
+                self.scheduler.step()
+                self.step += 1
+                self.tokens += n_tokens
+                self.last_loss = loss
+                self.elapsed = self._now()
+                interval_tokens += n_tokens
+                interval_time += dt
+                tps = n_tokens / max(dt, 1e-9)
+                tps_ema = tps if tps_ema is None else 0.9 * tps_ema + 0.1 * tps
+
+                if self.step % cfg.log_every == 0:
+                    row = {"step": self.step, "loss": loss, "lr": lr, "tokens": self.tokens,
+                           "tokens_per_s": interval_tokens / max(interval_time, 1e-9), "elapsed": self.elapsed}
+                    if grad_norm is not None:
+                        row["grad_norm"] = grad_norm
+                    self.metrics.log(row)
+                    interval_tokens, interval_time = 0, 0.0
+                self._progress.update(self.step, self.elapsed, loss=loss, lr=lr, **{"tok/s": tps_ema})
+                if self.step % cfg.eval_every == 0:
+                    self._evaluate(train_model)
+                if self.step % cfg.ckpt_every == 0:
+                    self._save()
+
+            # the end of the run always has an evaluation and a checkpoint
+            if self.last_eval is None or self.last_eval["step"] != self.step:
+                self._evaluate(train_model)
+            if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
+                self._save()
+            self.metrics.write_tables(only_if_changed=True)
+        finally:
+            self._progress.close()
+            self.metrics.close()
+
+        self.elapsed = self._now()
+        best_dir = self.ckpt_dir / BEST_DIR
+        summary = {"out_dir": str(self.out_dir), "steps": self.step, "stopped_by": stopped_by,
+                   "elapsed": self.elapsed, "tokens": self.tokens, "train_loss": self.last_loss,
+                   **{k: v for k, v in (self.last_eval or {}).items() if k != "step"},
+                   "best": self.best, "checkpoint": str(self.last_checkpoint),
+                   "best_checkpoint": str(best_dir) if best_dir.is_dir() else None,
+                   "resumed_from": None if self.resumed_from is None else str(self.resumed_from)}
+        write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+        return summary

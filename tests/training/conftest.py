@@ -1,0 +1,105 @@
+"""Shared fixtures for the training tests: tiny models and tasks that run in milliseconds on one CPU thread.
+
+Axis legend: B batch, T sequence length, C width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: the machine is shared, and results must not depend on thread scheduling."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class TinyLM(nn.Module):
+    """Embedding -> residual MLP -> LayerNorm -> tied output head. ``forward(x (B, T)) -> (B, T, V)``."""
+
+    def __init__(self, vocab_size: int = 32, dim: int = 16, dropout: float = 0.0):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, dim)
+        nn.init.normal_(self.emb.weight, std=0.3)  # keeps the tied logits moderate
+        self.fc = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(dropout)
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.emb.weight  # tied, like GPT-2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)  # (B, T, C)
+        h = h + self.drop(F.gelu(self.fc(h)))
+        return self.head(self.ln(h))  # (B, T, V)
+
+
+class FixedTask:
+    """A Task over a fixed tensor of windows: train batch i = rows [i*B, (i+1)*B) (wrapping around).
+
+    With this layout, ``grad_accum=2`` at batch size b reads exactly the rows of batch size 2b.
+    """
+
+    def __init__(self, windows: torch.Tensor, batch_size: int):
+        self.windows = windows  # (N, T + 1)
+        self.batch_size = batch_size
+
+    def batch(self, split, step):
+        n = self.windows.shape[0]
+        idx = [(step * self.batch_size + j) % n for j in range(self.batch_size)]
+        w = self.windows[idx]  # (B, T + 1)
+        return w[:, :-1], w[:, 1:]
+
+    def loss(self, model, batch):
+        x, y = batch
+        logits = model(x)  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return loss, y.numel()
+
+    def evaluate(self, model, n_batches):
+        total = 0.0
+        for i in range(n_batches):
+            loss, _ = self.loss(model, self.batch("valid", i))
+            total += float(loss)
+        return {"loss": total / n_batches}
+
+    def state_dict(self):
+        return {"kind": "fixed", "n": int(self.windows.shape[0]), "batch_size": self.batch_size}
+
+    def load_state_dict(self, state):
+        if state != self.state_dict():
+            raise ValueError(f"FixedTask state differs: {state} vs {self.state_dict()}")
+
+
+@pytest.fixture
+def tiny_lm():
+    """Factory: ``tiny_lm(seed=0, dropout=0.0, vocab_size=32)`` -> a freshly initialised TinyLM."""
+
+    def make(seed: int = 0, dropout: float = 0.0, vocab_size: int = 32) -> TinyLM:
+        torch.manual_seed(seed)
+        return TinyLM(vocab_size=vocab_size, dropout=dropout)
+
+    return make
+
+
+@pytest.fixture
+def token_streams():
+    """Random token ids (V = 32): ``(train (3000,), valid (600,))``."""
+    g = torch.Generator().manual_seed(1234)
+    return torch.randint(0, 32, (3000,), generator=g), torch.randint(0, 32, (600,), generator=g)
+
+
+@pytest.fixture
+def fixed_task():
+    """Factory: ``fixed_task(batch_size, n_windows=64, T=8)`` with reproducible random windows."""
+
+    def make(batch_size: int, n_windows: int = 64, T: int = 8) -> FixedTask:
+        g = torch.Generator().manual_seed(99)
+        return FixedTask(torch.randint(0, 32, (n_windows, T + 1), generator=g), batch_size)
+
+    return make

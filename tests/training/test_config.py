@@ -1,0 +1,129 @@
+"""TrainConfig: validation (one test per rule), JSON round-trip, resume comparison."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnkit.training.config import TrainConfig
+
+
+def test_defaults_are_valid_and_round_trip_json():
+    cfg = TrainConfig()
+    assert TrainConfig.from_json(cfg.to_json()) == cfg
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_round_trip_of_non_default_values():
+    cfg = TrainConfig(steps=None, max_time=2.5, batch_size=3, block_size=7, grad_accum=4, lr=0.7, min_lr=0.0,
+                      warmup_steps=40, schedule="inverse_sqrt", d_model=64, weight_decay=0.0, betas=(0.9, 0.98),
+                      eps=1e-9, adamw_impl="foreach", grad_clip=None, eval_every=3, eval_batches=2, log_every=1,
+                      ckpt_every=5, keep_last=1, best_metric="valid_bleu", best_mode="max", seed=7,
+                      compile=True, autocast="bf16")
+    text = cfg.to_json()
+    assert json.loads(text)["betas"] == [0.9, 0.98]
+    back = TrainConfig.from_json(text)
+    assert back == cfg and isinstance(back.betas, tuple)
+
+
+def test_ints_become_floats_so_round_trip_is_exact():
+    cfg = TrainConfig(lr=1, max_time=3)
+    assert isinstance(cfg.lr, float) and isinstance(cfg.max_time, float)
+    assert TrainConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_steps_or_max_time_required():
+    with pytest.raises(ValueError, match="steps or max_time"):
+        TrainConfig(steps=None, max_time=None, schedule="constant")
+
+
+def test_max_time_only_is_allowed_with_constant_schedule():
+    assert TrainConfig(steps=None, max_time=1.0, schedule="constant").steps is None
+
+
+def test_cosine_needs_steps():
+    with pytest.raises(ValueError, match="cosine"):
+        TrainConfig(steps=None, max_time=1.0, schedule="cosine")
+
+
+def test_cosine_warmup_longer_than_steps():
+    with pytest.raises(ValueError, match="warmup_steps must be <= steps = 10 for the cosine schedule, got 20"):
+        TrainConfig(steps=10, warmup_steps=20)
+
+
+def test_inverse_sqrt_needs_warmup():
+    with pytest.raises(ValueError, match="warmup_steps must be >= 1 for the inverse_sqrt"):
+        TrainConfig(schedule="inverse_sqrt", warmup_steps=0)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("steps", 0, "steps must be an int >= 1, got 0"),
+    ("steps", 2.0, "steps must be an int >= 1 or None, got 2.0"),
+    ("steps", True, "steps must be an int"),
+    ("max_time", 0.0, r"max_time must be a finite number in \(0.0, inf\), got 0.0"),
+    ("max_time", float("inf"), "max_time must be a finite number"),
+    ("batch_size", 0, "batch_size must be an int >= 1, got 0"),
+    ("block_size", -1, "block_size must be an int >= 1, got -1"),
+    ("grad_accum", 0, "grad_accum must be an int >= 1, got 0"),
+    ("lr", 0.0, "lr must be a finite number in"),
+    ("lr", "fast", "lr must be a number"),
+    ("min_lr", -1e-5, "min_lr must be a finite number"),
+    ("warmup_steps", -1, "warmup_steps must be an int >= 0, got -1"),
+    ("schedule", "linear", r"schedule must be one of \['cosine', 'inverse_sqrt', 'constant'\], got 'linear'"),
+    ("d_model", 0, "d_model must be an int >= 1"),
+    ("weight_decay", -0.1, "weight_decay must be a finite number"),
+    ("betas", (0.9,), r"betas must be a pair"),
+    ("betas", (0.9, 1.0), r"betas\[1\] must be a finite number in \[0.0, 1.0\), got 1.0"),
+    ("eps", 0.0, "eps must be a finite number"),
+    ("adamw_impl", "apex", "adamw_impl must be one of"),
+    ("grad_clip", 0.0, "grad_clip must be a finite number"),
+    ("eval_every", 0, "eval_every must be an int >= 1, got 0"),
+    ("eval_batches", 0, "eval_batches must be an int >= 1, got 0"),
+    ("log_every", 0, "log_every must be an int >= 1, got 0"),
+    ("ckpt_every", 0, "ckpt_every must be an int >= 1, got 0"),
+    ("keep_last", 0, "keep_last must be an int >= 1, got 0"),
+    ("best_metric", "", "best_metric must be a non-empty str"),
+    ("best_mode", "lowest", "best_mode must be one of"),
+    ("seed", -1, "seed must be an int >= 0, got -1"),
+    ("device", "", "device must be a device string"),
+    ("compile", 1, "compile must be a bool, got 1"),
+    ("autocast", "fp16", r"autocast must be one of \[None, 'bf16'\], got 'fp16'"),
+])
+def test_bad_field_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{field: value})
+
+
+def test_min_lr_above_lr():
+    with pytest.raises(ValueError, match="min_lr must be <= lr = 0.001, got 0.01"):
+        TrainConfig(lr=1e-3, min_lr=1e-2)
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ValueError, match=r"unknown keys \['learning_rate'\]"):
+        TrainConfig.from_dict({"learning_rate": 1.0})
+
+
+def test_from_json_rejects_invalid_json():
+    with pytest.raises(ValueError, match="invalid JSON"):
+        TrainConfig.from_json("{steps: 3")
+
+
+def test_replace_validates_and_rejects_unknown_fields():
+    cfg = TrainConfig()
+    assert cfg.replace(steps=5000).steps == 5000
+    with pytest.raises(ValueError, match="no fields"):
+        cfg.replace(stepz=1)
+    with pytest.raises(ValueError, match="batch_size"):
+        cfg.replace(batch_size=0)
+
+
+def test_resume_differences_ignore_steps_and_max_time():
+    a = TrainConfig(steps=100, max_time=None, lr=1e-3)
+    b = TrainConfig(steps=300, max_time=5.0, lr=2e-3, batch_size=4)
+    diffs = b.resume_differences(a)
+    assert set(diffs) == {"lr", "batch_size"}
+    assert diffs["lr"] == (1e-3, 2e-3)
+    assert b.resume_differences(a.to_dict()) == diffs
+    assert a.replace(steps=999).resume_differences(a) == {}

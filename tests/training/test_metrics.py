@@ -1,0 +1,78 @@
+"""MetricsLogger: JSONL with exact floats, CSV merged by step, loss.png, truncation on resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from attnkit.training.metrics import MetricsLogger, read_metrics
+
+
+def _log_run(out_dir, steps):
+    m = MetricsLogger(out_dir)
+    for s in steps:
+        m.log({"step": s, "loss": 1.0 / (s + 3), "lr": 0.1})
+        if s % 2 == 0:
+            m.log({"step": s, "valid_loss": 2.0 / (s + 3), "valid_ppl": 7.5})
+    return m
+
+
+def test_jsonl_keeps_exact_floats(tmp_path):
+    m = _log_run(tmp_path, [1, 2, 3])
+    m.close()
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 2, 3]
+    assert rows[0]["loss"] == 1.0 / 4  # the very same float
+    assert rows[3]["loss"] == 1.0 / 6
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[3])["loss"] == 1.0 / 6
+
+
+def test_csv_and_png_written(tmp_path):
+    m = _log_run(tmp_path, [1, 2, 3, 4])
+    m.write_tables()
+    m.close()
+    with open(tmp_path / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["step"] for r in rows] == ["1", "2", "3", "4"]  # one line per step
+    assert list(rows[0]) == ["step", "loss", "lr", "valid_loss", "valid_ppl"]
+    assert float(rows[1]["valid_loss"]) == 2.0 / 5 and rows[0]["valid_loss"] == ""
+    assert float(rows[2]["loss"]) == 1.0 / 6
+    png = (tmp_path / "loss.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_resume_drops_rows_past_the_checkpoint(tmp_path):
+    _log_run(tmp_path, [1, 2, 3, 4, 5]).close()
+    m = MetricsLogger(tmp_path, resume_step=3)
+    m.log({"step": 4, "loss": 0.5})
+    m.close()
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 2, 3, 4]
+    assert rows[-1]["loss"] == 0.5
+
+
+def test_fresh_logger_empties_old_log(tmp_path):
+    _log_run(tmp_path, [1, 2]).close()
+    MetricsLogger(tmp_path).close()
+    assert read_metrics(tmp_path) == []
+
+
+def test_half_written_last_line_is_skipped(tmp_path):
+    _log_run(tmp_path, [1]).close()
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 2, "lo')  # killed mid-write
+    with pytest.warns(UserWarning, match="malformed metrics line"):
+        m = MetricsLogger(tmp_path, resume_step=10)
+    m.close()
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1]
+
+
+def test_bad_rows_rejected(tmp_path):
+    m = MetricsLogger(tmp_path)
+    with pytest.raises(ValueError, match="needs an int 'step', got None"):
+        m.log({"loss": 1.0})
+    with pytest.raises(ValueError, match="'loss' at step 3 is not finite: nan"):
+        m.log({"step": 3, "loss": float("nan")})
+    m.close()
