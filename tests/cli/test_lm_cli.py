@@ -1,0 +1,205 @@
+"""The language-modelling workflow from the command line: train lm → sample → eval, resume, bad input.
+
+Runs ``attnkit.cli.main.main([...])`` in-process on a tiny model and a small generated corpus, so the
+whole CLI path (argument parsing, data, tokenizer, trainer, checkpoint, loading, generation) is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli.main import main
+from attnkit.training.runs import load_trained
+
+TINY = ["--preset", "char-small", "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32",
+        "--block-size", "16", "--batch-size", "8", "--warmup-steps", "2", "--eval-every", "10",
+        "--eval-batches", "2", "--ckpt-every", "10", "--log-every", "5", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """About 20 kB of speeches in the Tiny-Shakespeare layout, from a seeded generator."""
+    rng = random.Random(0)
+    speakers = ["ROMEO", "JULIET", "NURSE", "FRIAR"]
+    words = "love night day sweet death fair light moon star heart hand kiss name rose dream".split()
+    lines = []
+    for _ in range(300):
+        lines.append(rng.choice(speakers) + ":")
+        for _ in range(rng.randint(1, 3)):
+            lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + ".")
+        lines.append("")
+    path = tmp_path_factory.mktemp("corpus") / "plays.txt"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _train(corpus: Path, out: Path, *extra: str) -> int:
+    return main(["train", "lm", "--data", str(corpus), "--out", str(out), *TINY, *extra])
+
+
+def test_train_sample_eval(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "40", "--lr", "1e-2") == 0
+    for name in ("run.json", "metrics.jsonl", "metrics.csv", "loss.png", "summary.json"):
+        assert (out / name).is_file(), name
+    assert (out / "checkpoints" / "best" / "model.safetensors").is_file()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert losses[-1] < losses[0] - 0.5  # it learned something
+
+    model, tok, state = load_trained(out)
+    assert state["extra"]["kind"] == "lm" and tok.vocab_size == model.config.vocab_size
+
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "30", "--seed", "3"]) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("ROMEO:") and len(first) > len("ROMEO:") + 10
+    # same seed, same text; the KV cache does not change the sampled tokens
+    assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "30", "--seed", "3",
+                 "--no-cache", "--no-stream"]) == 0
+    assert capsys.readouterr().out == first
+
+    assert main(["eval", "lm", "--ckpt", str(out), "--data", str(corpus)]) == 0
+    printed = capsys.readouterr().out
+    assert "loss" in printed and "perplexity" in printed
+
+
+def _losses(run: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r}
+
+
+def test_sigkill_then_resume_matches_uninterrupted_run(corpus, tmp_path):
+    """`attnkit train lm` killed with SIGKILL mid-run, then `--resume`d: every per-step loss equals an
+    uninterrupted run's, bit for bit (dropout on, so the RNG state must be restored exactly)."""
+    args = ["--data", str(corpus), *TINY, "--steps", "60", "--ckpt-every", "10", "--log-every", "1",
+            "--set", "dropout=0.1"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(["train", "lm", "--out", str(straight), *args]) == 0
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "attnkit", "train", "lm", "--out", str(killed), *args],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        # wait until the run is past its second checkpoint, then kill it without warning
+        while not (killed / "checkpoints" / "step_00000020").is_dir():
+            assert proc.poll() is None, "the training process ended before it could be killed"
+            assert time.monotonic() < deadline, "no checkpoint appeared in time"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (killed / "summary.json").exists()  # really interrupted
+
+    assert main(["train", "lm", "--out", str(killed), "--resume", "--no-progress"]) == 0
+    assert _losses(killed) == _losses(straight)
+    assert sorted(_losses(killed)) == list(range(1, 61))
+
+
+def test_refuses_existing_run_without_resume(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "10") == 0
+    before = (out / "metrics.jsonl").read_bytes()
+    assert _train(corpus, out, "--steps", "10") == 2
+    assert "resume" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_bytes() == before  # nothing overwritten
+
+
+def test_resume_with_changed_config_is_refused(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "10") == 0
+    capsys.readouterr()
+    assert main(["train", "lm", "--out", str(out), "--resume", "--steps", "20", "--lr", "0.5", "--no-progress"]) == 2
+    assert "lr" in capsys.readouterr().err
+    assert main(["train", "lm", "--out", str(out), "--resume", "--steps", "20", "--set", "n_layer=2",
+                 "--no-progress"]) == 2
+    assert "n_layer" in capsys.readouterr().err
+
+
+def test_resume_without_checkpoint(tmp_path, capsys):
+    assert main(["train", "lm", "--out", str(tmp_path / "nothing"), "--resume", "--no-progress"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_bad_data_files(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert _train(empty, tmp_path / "r1", "--steps", "2") == 2
+    assert "empty" in capsys.readouterr().err
+
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(b"hello world\n" * 10 + "caf\u00e9 au lait\n".encode("latin-1") * 50)
+    assert _train(latin1, tmp_path / "r2", "--steps", "2") == 2
+    err = capsys.readouterr().err
+    assert "UTF-8" in err and "123" in err  # names the byte offset of the first bad byte
+
+    binary = tmp_path / "bin.dat"
+    binary.write_bytes(bytes(range(256)) * 40)
+    assert _train(binary, tmp_path / "r4", "--steps", "2") == 2
+    assert "binary" in capsys.readouterr().err
+
+    short = tmp_path / "short.txt"
+    short.write_text("To be, or not to be.\n")
+    assert _train(short, tmp_path / "r3", "--steps", "2") == 2
+    assert "block" in capsys.readouterr().err
+    assert not (tmp_path / "r1").exists() or not any((tmp_path / "r1").iterdir())
+
+
+def test_prompt_outside_char_vocabulary(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "5") == 0
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO: ☃ ünïcode", "--max-new-tokens", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "☃" in err
+
+
+def test_checkpoint_missing_or_corrupt_file(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "10") == 0
+    ckpt = out / "checkpoints" / "step_00000010"
+    (ckpt / "model.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes()[:100])
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(ckpt), "--prompt", "RO", "--max-new-tokens", "3"]) == 2
+    assert "model.safetensors" in capsys.readouterr().err
+    (ckpt / "state.json").unlink()
+    assert main(["sample", "--ckpt", str(ckpt), "--prompt", "RO", "--max-new-tokens", "3"]) == 2
+    assert "state.json" in capsys.readouterr().err or "no checkpoint" in capsys.readouterr().err
+
+
+def test_help_on_every_command(capsys):
+    for argv in (["--help"], ["train", "--help"], ["train", "lm", "--help"], ["sample", "--help"],
+                 ["params", "--help"], ["data", "--help"], ["data", "prepare", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 0
+        assert "usage:" in capsys.readouterr().out
+
+
+def test_params_command(capsys):
+    assert main(["params", "gpt2"]) == 0
+    assert "124,439,808" in capsys.readouterr().out
+    assert main(["params", "gpt2-seed002"]) == 0
+    out = capsys.readouterr().out
+    for line in ("38,633,472", "786,432", "85,054,464", "1,536", "163,109,376"):
+        assert line in out

@@ -1,0 +1,19 @@
+"""Suite-wide test settings.
+
+Every test runs torch on one thread: the models in the tests are tiny, so a second thread costs more in
+start-up and synchronisation than it saves, and on a loaded 2-core machine a thread waiting for a busy
+core slows tiny-model steps by an order of magnitude. (Tests that need more set it themselves.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _torch_one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
