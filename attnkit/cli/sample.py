@@ -36,26 +36,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def load_lm(args: argparse.Namespace):
-    """(model, tokenizer, eos ids, chat formatter or None) from --ckpt or --model."""
+    """``(model, tokenizer, chat formatter or None, stop ids, add_bos)`` from ``--ckpt`` or ``--model``."""
     if args.ckpt:
         from attnkit.training.runs import load_trained
 
         model, tokenizer, state = load_trained(args.ckpt, expect_kind="lm")
         if tokenizer is None:
             raise ValueError(f"{args.ckpt} stores no tokenizer, so text prompts cannot be encoded")
+        extra = state.get("extra") or {}
+        template = extra.get("chat_template")
         chat = None
-        template = (state.get("extra") or {}).get("chat_template")
         if template:
             from attnkit.interop.pretrained import apply_chat_template
 
-            chat = lambda text: apply_chat_template({"chat_template": template, "tokenizer": tokenizer},
-                                                    [{"role": "user", "content": text}])
-        return model, tokenizer, chat
+            chat = lambda text: apply_chat_template(template, [{"role": "user", "content": text}])
+        stop = extra.get("stop_token_ids") or ([tokenizer.eos_id] if tokenizer.eos_id is not None else None)
+        return model, tokenizer, chat, stop, bool(extra.get("add_bos_token", False))
     from attnkit.interop.pretrained import apply_chat_template, load_pretrained
 
     model, tokenizer, info = load_pretrained(args.model)
-    chat = lambda text: apply_chat_template(info, [{"role": "user", "content": text}])
-    return model, tokenizer, chat
+    chat = (lambda text: apply_chat_template(info, [{"role": "user", "content": text}])) if info.chat_template else None
+    return model, tokenizer, chat, info.stop_token_ids or None, info.add_bos_token
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,19 +64,20 @@ def run(args: argparse.Namespace) -> int:
 
     from attnkit.generation import TextStreamer, generate
 
-    model, tokenizer, chat = load_lm(args)
+    model, tokenizer, chat, stop_ids, add_bos = load_lm(args)
     prompt = args.prompt
     if args.chat:
         if chat is None:
             raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
         prompt = chat(prompt)
     ids = tokenizer.encode(prompt) if prompt else []
+    if add_bos and tokenizer.bos_id is not None and (not ids or ids[0] != tokenizer.bos_id):
+        ids = [tokenizer.bos_id] + ids
     if not ids:
         start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.token_to_id("\n")
         if start is None:
             raise ValueError("empty --prompt and the tokenizer has neither a BOS token nor a newline; give --prompt")
         ids = [start]
-    eos = tokenizer.eos_id
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
     use_cache = not args.no_cache
@@ -97,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         with torch.inference_mode():
             out = generate(model, [ids], max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                           repetition_penalty=args.repetition_penalty, eos_token_id=eos,
+                           repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids,
                            stop_strings=args.stop, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
                            pad_token_id=tokenizer.pad_id if tokenizer.pad_id is not None else 0, streamer=streamer)
         if not stream:

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from attnkit.cli.main import main
 from attnkit.training.runs import load_trained
@@ -24,14 +23,6 @@ from attnkit.training.runs import load_trained
 TINY = ["--preset", "char-small", "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32",
         "--block-size", "16", "--batch-size", "8", "--warmup-steps", "2", "--eval-every", "10",
         "--eval-batches", "2", "--ckpt-every", "10", "--log-every", "5", "--no-progress"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

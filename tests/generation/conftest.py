@@ -23,16 +23,6 @@ VOCAB = 40
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10], [11, 12, 13, 14]]  # different lengths -> left padding
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models decode token by token: thread start-up costs more than it saves, and on a shared
-    2-core machine a second thread waits for a busy core. One thread here (restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def spread_weights(model: torch.nn.Module, seed: int, std: float = 0.3) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -12,13 +12,9 @@ from attnkit.models import GPTConfig, TransformerConfig
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_threads():
-    # reproducible fresh weights/inputs in every test; one thread keeps the shared CPU calm (and fast)
+def _seed():
+    # fresh but reproducible random weights/inputs in every test (one thread: see tests/conftest.py)
     torch.manual_seed(1234)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _spread(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:

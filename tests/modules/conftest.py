@@ -5,10 +5,6 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_threads():
-    # fresh but reproducible random weights/inputs in every test; one thread keeps the shared CPU calm
+def _seed():
+    # fresh but reproducible random weights/inputs in every test (one thread: see tests/conftest.py)
     torch.manual_seed(1234)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -11,14 +11,6 @@ from torch import nn
 import torch.nn.functional as F
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: the machine is shared, and results must not depend on thread scheduling."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 class TinyLM(nn.Module):
     """Embedding -> residual MLP -> LayerNorm -> tied output head. ``forward(x (B, T)) -> (B, T, V)``."""
