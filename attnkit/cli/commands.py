@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "attnkit.cli.sample",
     "attnkit.cli.evaluate",
     "attnkit.cli.translate",
+    "attnkit.cli.viz",
 )
 
 

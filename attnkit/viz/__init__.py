@@ -1,0 +1,53 @@
+"""Tools to see inside a Transformer: attention weights captured from a running model, and figures.
+
+    from attnkit.viz import attention_maps, plot_attention, save_figure, token_labels
+
+    maps = attention_maps(model, ids)                  # per layer (H, T, T), captured with hooks
+    labels = token_labels(tokenizer, ids)
+    save_figure(plot_attention(maps[0], query_labels=labels, key_labels=labels), "attn.png")
+
+Modules: :mod:`~attnkit.viz.attention_maps` (capturing), :mod:`~attnkit.viz.predictions` (next-token
+probabilities), :mod:`~attnkit.viz.labels` (tick labels for tokens), :mod:`~attnkit.viz.plots` (figures).
+The same figures are on the command line: ``attnkit viz positions|mask|attention|predict|params``.
+"""
+
+from .attention_maps import (
+    AttentionCapture,
+    Seq2SeqAttention,
+    attention_maps,
+    capture_attention,
+    select_attention,
+    seq2seq_attention_maps,
+)
+from .labels import token_labels, visible
+from .plots import (
+    MASK_KINDS,
+    make_mask,
+    plot_attention,
+    plot_mask,
+    plot_parameters,
+    plot_positional_encoding,
+    plot_predictions,
+    save_figure,
+)
+from .predictions import next_token_predictions
+
+__all__ = [
+    "AttentionCapture",
+    "Seq2SeqAttention",
+    "attention_maps",
+    "capture_attention",
+    "select_attention",
+    "seq2seq_attention_maps",
+    "token_labels",
+    "visible",
+    "MASK_KINDS",
+    "make_mask",
+    "plot_attention",
+    "plot_mask",
+    "plot_parameters",
+    "plot_positional_encoding",
+    "plot_predictions",
+    "save_figure",
+    "next_token_predictions",
+]

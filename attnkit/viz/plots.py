@@ -1,0 +1,409 @@
+"""Figures that show what is inside a Transformer: positional encodings, masks, attention maps, parameter
+counts and next-token predictions.
+
+Axis legend: ``T`` query positions (rows), ``S`` key positions (columns), ``C`` model width, ``H`` heads,
+``B`` batch rows, ``k`` candidates per position.
+
+Every ``plot_*`` function takes numbers (tensors) and returns a :class:`matplotlib.figure.Figure` drawn on the
+Agg canvas (no pyplot, no global backend change, nothing shown on screen); :func:`save_figure` writes it as a
+PNG atomically. The numbers come from attnkit itself (:func:`~attnkit.modules.sinusoidal.sinusoidal_table`,
+:mod:`~attnkit.modules.masks`, :mod:`attnkit.viz.attention_maps`, :mod:`attnkit.viz.predictions`,
+:mod:`~attnkit.models.params`), so a figure shows exactly what the model computes.
+
+    fig = plot_positional_encoding(seq_len=100, dim=128)
+    save_figure(fig, "pe.png")
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+__all__ = [
+    "save_figure",
+    "plot_positional_encoding",
+    "make_mask",
+    "MASK_KINDS",
+    "plot_mask",
+    "plot_attention",
+    "plot_parameters",
+    "plot_predictions",
+]
+
+MASK_KINDS = ("causal", "banded", "padding")
+
+
+def _figure(width: float, height: float, *, constrained: bool = True):
+    """A Figure attached to an Agg canvas (object-oriented matplotlib: no pyplot state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained" if constrained else None)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
+    """Render ``fig`` to PNG and write it to ``path`` (temporary name, then rename); returns the path.
+
+    The parent folder is created if needed. ``path`` must end in ``.png``.
+    """
+    from attnkit.training.atomic import write_bytes_atomic
+
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"figures are written as PNG: the path must end in .png, got {str(path)!r}")
+    if dpi < 10:
+        raise ValueError(f"dpi must be >= 10, got {dpi}")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, buf.getvalue())
+    return path
+
+
+def _label_fontsize(n: int) -> float:
+    return 9 if n <= 16 else 7 if n <= 32 else 5.5 if n <= 64 else 4.5
+
+
+# ----------------------------------------------------------------------------------------------------
+# positional encoding
+# ----------------------------------------------------------------------------------------------------
+
+def plot_positional_encoding(seq_len: int = 100, dim: int = 128, *, dims: Sequence[int] | None = None,
+                             base: float = 10000.0):
+    """Heatmap of the sinusoidal table (positions down, channels across) and a few channels as curves.
+
+    Low channels oscillate fast along the positions, high channels slowly: every position gets a unique
+    pattern, and channels ``2m`` (sine) and ``2m + 1`` (cosine) share one frequency.
+
+    Args:
+        seq_len: positions ``T`` (rows).
+        dim: channels ``C`` (columns).
+        dims: channels drawn as curves (default: the pair at 1/16 of the width, and the sines at 1/8 and 1/4).
+        base: the ``10000`` of the formula.
+
+    Shape:
+        draws the ``(T, C)`` table of :func:`~attnkit.modules.sinusoidal.sinusoidal_table`.
+    """
+    from attnkit.modules.sinusoidal import sinusoidal_table
+
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len must be an int >= 1, got {seq_len!r}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be an int >= 1, got {dim!r}")
+    if dims is None:
+        # a sine/cosine pair, then two slower sines: periods grow geometrically with the channel index
+        d16, d8, d4 = 2 * (dim // 16), 2 * (dim // 8), 2 * (dim // 4)
+        dims = sorted({d for d in (d16, d16 + 1, d8, d4) if d < dim})
+    dims = list(dims)
+    if not dims:
+        raise ValueError("dims must name at least one channel, got none")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < dim:
+            raise ValueError(f"dims must be channels in [0, {dim}), got {d!r}")
+    table = sinusoidal_table(seq_len, dim, base=base)  # (T, C)
+
+    fig = _figure(12, 4.8)
+    heat_ax, curve_ax = fig.subplots(1, 2, width_ratios=[1.15, 1])
+    im = heat_ax.imshow(table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    heat_ax.set_xlabel("channel i (even: sin, odd: cos)")
+    heat_ax.set_ylabel("position pos")
+    heat_ax.set_title(f"sinusoidal positional encoding, {seq_len} positions x {dim} channels")
+    fig.colorbar(im, ax=heat_ax, label="PE[pos, i]")
+
+    positions = torch.arange(seq_len).numpy()
+    for d in dims:
+        kind = "sin" if d % 2 == 0 else "cos"
+        period = 2 * math.pi * base ** ((d - d % 2) / dim)
+        curve_ax.plot(positions, table[:, d].numpy(), label=f"i = {d} ({kind}, period {period:,.1f})")
+    curve_ax.set_xlabel("position pos")
+    curve_ax.set_ylabel("PE[pos, i]")
+    curve_ax.set_ylim(-1.15, 1.45)
+    curve_ax.set_title("a few channels along the positions")
+    curve_ax.grid(True, alpha=0.3)
+    curve_ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------
+# masks
+# ----------------------------------------------------------------------------------------------------
+
+def make_mask(kind: str, *, length: int | None = None, key_length: int | None = None, masked_len: int | None = None,
+              lengths: Sequence[int] | None = None) -> torch.Tensor:
+    """Build one of attnkit's masks by name (what ``attnkit viz mask --kind`` draws).
+
+    * ``"causal"``: :func:`~attnkit.modules.masks.causal_mask` ``(length, key_length)`` (bottom-right aligned);
+    * ``"banded"``: seed 000's :func:`~attnkit.modules.masks.generate_mask_mat` ``(length, length)`` with
+      ``masked_len`` (default ``length - 1``, which is the look-ahead mask);
+    * ``"padding"``: :func:`~attnkit.modules.masks.padding_mask` from ``lengths``, padded to ``key_length``
+      (default ``max(lengths)``).
+
+    Shape:
+        returns ``(T, S)`` bool for causal/banded, ``(B, S)`` bool for padding; ``True`` = may not attend.
+    """
+    from attnkit.modules.masks import causal_mask, generate_mask_mat, padding_mask
+
+    if kind not in MASK_KINDS:
+        raise ValueError(f"mask kind must be one of {MASK_KINDS}, got {kind!r}")
+    if kind == "padding":
+        if not lengths:
+            raise ValueError("a padding mask needs lengths (one per batch row), got none")
+        return padding_mask(list(lengths), max_len=key_length)
+    if length is None or isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"a {kind} mask needs length >= 1, got {length!r}")
+    if kind == "causal":
+        S = length if key_length is None else key_length
+        if S < 1:
+            raise ValueError(f"key_length must be >= 1, got {S}")
+        return causal_mask(length, S)
+    masked_len = length - 1 if masked_len is None else masked_len
+    if not 0 <= masked_len <= length:
+        raise ValueError(f"masked_len must be in [0, {length}] for length {length}, got {masked_len}")
+    return generate_mask_mat(length, masked_len)
+
+
+def plot_mask(mask: torch.Tensor, *, title: str | None = None, xlabel: str = "key position j",
+              ylabel: str = "query position i", row_labels: Sequence[str] | None = None,
+              col_labels: Sequence[str] | None = None):
+    """Draw a boolean mask as a grid of cells: dark = ``True`` (may not attend), light = ``False`` (may attend).
+
+    Small masks (up to 32 x 32) get a cross in every masked cell, like the seeds' mask diagrams.
+
+    Shape:
+        mask ``(T, S)`` (or ``(B, S)`` for a padding mask), bool.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
+        got = (f"{mask.dtype} tensor of shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor)
+               else type(mask).__name__)
+        raise ValueError(f"mask must be a 2-D bool tensor (True = may not attend), got {got}")
+    rows, cols = mask.shape
+    if rows == 0 or cols == 0:
+        raise ValueError(f"mask must not be empty, got shape {tuple(mask.shape)}")
+    for name, labels, n in (("row_labels", row_labels, rows), ("col_labels", col_labels, cols)):
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"{name} must have {n} entries, got {len(labels)}")
+    cell = min(0.45, max(0.12, 7.0 / max(rows, cols)))
+    fig = _figure(max(4.5, cols * cell + 2.2), max(3.5, rows * cell + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    cmap = ListedColormap(["#f4f1de", "#3d405b"])  # False (may attend), True (masked)
+    ax.imshow(mask.to(torch.uint8).cpu().numpy(), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    # cell borders
+    ax.set_xticks([x - 0.5 for x in range(cols + 1)], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(rows + 1)], minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.0)
+    ax.tick_params(which="minor", length=0)
+    if max(rows, cols) <= 32:
+        for i, j in mask.nonzero().tolist():
+            ax.text(j, i, "×", ha="center", va="center", color="white", fontsize=8)
+    fs = _label_fontsize(max(rows, cols))
+    if cols <= 64:
+        ax.set_xticks(range(cols))
+        ax.set_xticklabels(list(col_labels) if col_labels is not None else [str(j) for j in range(cols)],
+                           fontsize=fs, rotation=90 if col_labels is not None else 0)
+    if rows <= 64:
+        ax.set_yticks(range(rows))
+        ax.set_yticklabels(list(row_labels) if row_labels is not None else [str(i) for i in range(rows)], fontsize=fs)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_label_position("top")
+    ax.xaxis.tick_top()
+    if title:
+        ax.set_title(title, pad=12)
+    ax.legend(handles=[Patch(color="#3d405b", label="True: may not attend"),
+                       Patch(color="#f4f1de", label="False: may attend")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------
+# attention maps
+# ----------------------------------------------------------------------------------------------------
+
+def plot_attention(weights: torch.Tensor, *, query_labels: Sequence[str] | None = None,
+                   key_labels: Sequence[str] | None = None, title: str | None = None,
+                   panel_titles: Sequence[str] | None = None):
+    """Attention weights as heatmaps: one panel per head (a grid), queries down, keys across.
+
+    All panels share one colour scale from 0 to the largest weight, so heads can be compared. Tokens label the
+    axes when given (and when there are at most 64 of them).
+
+    Args:
+        weights: ``(H, T, S)`` for a grid of heads, or ``(T, S)`` for a single map.
+        query_labels / key_labels: ``T`` / ``S`` strings (e.g. from :func:`attnkit.viz.labels.token_labels`).
+        panel_titles: ``H`` strings (default ``head 0``, ``head 1``, ...).
+
+    Shape:
+        weights ``(H, T, S)`` or ``(T, S)``.
+    """
+    if not isinstance(weights, torch.Tensor) or weights.dim() not in (2, 3) or not weights.is_floating_point():
+        got = (f"{weights.dtype} tensor of shape {tuple(weights.shape)}" if isinstance(weights, torch.Tensor)
+               else type(weights).__name__)
+        raise ValueError(f"weights must be a float tensor of shape (H, T, S) or (T, S), got {got}")
+    w = weights.detach().float().cpu()
+    if w.dim() == 2:
+        w = w[None]  # (1, T, S)
+    H, T, S = w.shape
+    if H == 0 or T == 0 or S == 0:
+        raise ValueError(f"weights must not be empty, got shape {tuple(weights.shape)}")
+    if not torch.isfinite(w).all():
+        raise ValueError("weights contain NaN or inf; attention weights are finite probabilities")
+    for name, labels, n in (("query_labels", query_labels, T), ("key_labels", key_labels, S)):
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"{name} must have {n} entries (one per {'query' if name[0] == 'q' else 'key'}), "
+                             f"got {len(labels)}")
+    if panel_titles is None:
+        panel_titles = [f"head {h}" for h in range(H)]
+    if len(panel_titles) != H:
+        raise ValueError(f"panel_titles must have {H} entries (one per head), got {len(panel_titles)}")
+
+    cols = math.ceil(math.sqrt(H))
+    rows = math.ceil(H / cols)
+    panel = min(6.5, max(2.6, 0.22 * max(T, S))) if H > 1 else min(10.0, max(4.0, 0.3 * max(T, S)))
+    fig = _figure(cols * panel + 1.2, rows * panel + (0.6 if title else 0.2))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    vmax = float(w.max()) if float(w.max()) > 0 else 1.0
+    fs = _label_fontsize(max(T, S)) * (1.0 if H == 1 else 0.85)
+    image = None
+    for h in range(rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= H:
+            ax.set_axis_off()
+            continue
+        image = ax.imshow(w[h].numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto",
+                          interpolation="nearest")
+        ax.set_title(panel_titles[h], fontsize=10)
+        if key_labels is not None and S <= 64:
+            ax.set_xticks(range(S))
+            ax.set_xticklabels(list(key_labels), rotation=90, fontsize=fs)
+        if query_labels is not None and T <= 64:
+            ax.set_yticks(range(T))
+            ax.set_yticklabels(list(query_labels) if h % cols == 0 else [], fontsize=fs)
+        if h % cols == 0:
+            ax.set_ylabel("query", fontsize=9)
+        if h // cols == rows - 1 or h + cols >= H:
+            ax.set_xlabel("key", fontsize=9)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------
+# parameter counts
+# ----------------------------------------------------------------------------------------------------
+
+def plot_parameters(model_or_config: Any, *, depth: int = 1, title: str | None = None):
+    """Horizontal bars of :func:`~attnkit.models.params.parameter_table`: where the parameters are.
+
+    Each bar is labelled with its count and share of the total; tied tensors are counted once (under the
+    module that owns them). A config is built on the meta device, so even GPT-2 XL costs no memory.
+
+    Shape:
+        one bar per row of ``parameter_table(model, depth)``.
+    """
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import GPTConfig, TransformerConfig
+    from attnkit.models.params import parameter_table, tied_parameters
+
+    module = model_or_config
+    if isinstance(model_or_config, (GPTConfig, TransformerConfig)):
+        module = build_model(model_or_config, device="meta")  # shapes only, built once for both tables
+    rows = parameter_table(module, depth)
+    total = sum(n for _, n in rows)
+    if total == 0:
+        raise ValueError("the model has no parameters to plot")
+    names = [name for name, _ in rows]
+    counts = [n for _, n in rows]
+    fig = _figure(10, max(2.5, 0.32 * len(rows) + 1.5))
+    ax = fig.add_subplot(1, 1, 1)
+    positions = list(range(len(rows)))
+    ax.barh(positions, counts, color="tab:blue", alpha=0.8)
+    ax.set_yticks(positions)
+    ax.set_yticklabels(names, fontsize=_label_fontsize(len(rows)) + 1)
+    ax.invert_yaxis()  # first module on top, as in the printed table
+    ax.set_xlim(0, max(counts) * 1.45)
+    for y, n in zip(positions, counts):
+        ax.text(n, y, f"  {n:,} ({100 * n / total:.1f}%)", va="center", fontsize=8)
+    ax.set_xlabel("parameters")
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    head = title or type(model_or_config).__name__
+    tied = tied_parameters(module)
+    note = "" if not tied else f"  ({', '.join(a for a, _ in tied)} tied, counted once)"
+    ax.set_title(f"{head}: {total:,} parameters{note}", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------
+# next-token predictions
+# ----------------------------------------------------------------------------------------------------
+
+def plot_predictions(probs: torch.Tensor, candidate_labels: Sequence[Sequence[str]], *,
+                     context_labels: Sequence[str] | None = None, hits: torch.Tensor | None = None,
+                     title: str | None = None):
+    """The probability matrix, row by row: at each position, the ``k`` most likely next tokens.
+
+    Row ``t`` is labelled with the token at position ``t`` and shows the candidates for position ``t + 1``
+    (shade = probability). ``hits`` outlines the cell of the token that actually comes next in the text.
+
+    Args:
+        probs: probabilities, each row in decreasing order (from :func:`attnkit.viz.predictions.next_token_predictions`).
+        candidate_labels: ``T`` rows of ``k`` strings.
+        context_labels: ``T`` strings for the rows.
+        hits: bool ``(T, k)``, ``True`` where the candidate is the actual next token.
+
+    Shape:
+        probs ``(T, k)``; hits ``(T, k)``.
+    """
+    if not isinstance(probs, torch.Tensor) or probs.dim() != 2 or not probs.is_floating_point():
+        got = (f"{probs.dtype} tensor of shape {tuple(probs.shape)}" if isinstance(probs, torch.Tensor)
+               else type(probs).__name__)
+        raise ValueError(f"probs must be a float tensor of shape (T, k), got {got}")
+    T, k = probs.shape
+    if T == 0 or k == 0:
+        raise ValueError(f"probs must not be empty, got shape {(T, k)}")
+    if len(candidate_labels) != T or any(len(row) != k for row in candidate_labels):
+        raise ValueError(f"candidate_labels must be {T} rows of {k} strings, got "
+                         f"{[len(row) for row in candidate_labels]}")
+    if context_labels is not None and len(context_labels) != T:
+        raise ValueError(f"context_labels must have {T} entries, got {len(context_labels)}")
+    if hits is not None and (not isinstance(hits, torch.Tensor) or tuple(hits.shape) != (T, k)):
+        raise ValueError(f"hits must be a bool tensor of shape (T, k) = ({T}, {k}), got "
+                         f"{tuple(hits.shape) if isinstance(hits, torch.Tensor) else type(hits).__name__}")
+    from matplotlib.patches import Rectangle
+
+    p = probs.detach().float().cpu()
+    fig = _figure(1.3 * k + 2.5, 0.42 * T + 1.4)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(p.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    fs = 8 if T <= 24 else 6
+    for t in range(T):
+        for r in range(k):
+            value = float(p[t, r])
+            ax.text(r, t, f"{candidate_labels[t][r]}\n{value:.2f}", ha="center", va="center", fontsize=fs,
+                    color="white" if value > 0.55 else "black")
+            if hits is not None and bool(hits[t, r]):
+                ax.add_patch(Rectangle((r - 0.5, t - 0.5), 1, 1, fill=False, edgecolor="tab:orange", linewidth=2))
+    ax.set_xticks(range(k))
+    ax.set_xticklabels([f"#{r + 1}" for r in range(k)])
+    ax.set_xlabel("candidates for the next token, most likely first")
+    ax.set_yticks(range(T))
+    ax.set_yticklabels(list(context_labels) if context_labels is not None else [str(t) for t in range(T)],
+                       fontsize=fs + 1)
+    ax.set_ylabel("token at position t (predicting t + 1)")
+    ax.xaxis.set_label_position("top")
+    ax.xaxis.tick_top()
+    fig.colorbar(image, ax=ax, shrink=0.8, label="probability")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -1,0 +1,167 @@
+"""``attnkit viz ...`` end to end, in-process: every figure writes a valid PNG and prints its path; --help;
+bad input gives exit code 2 and one clear line on stderr."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnkit.cli.main import main
+
+LOW_DPI = ["--dpi", "40"]  # small PNGs: the tests check files and numbers, not looks
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["viz", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("figure", ["positions", "mask", "attention", "predict", "params"])
+def test_help(figure, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["viz", figure, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: attnkit viz {figure}") and "--out" in out and "--dpi" in out
+
+
+def test_viz_lists_its_figures(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["viz", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for figure in ("positions", "mask", "attention", "predict", "params"):
+        assert figure in out
+
+
+def test_positions(tmp_path, capsys, is_png):
+    path = tmp_path / "figs" / "pe.png"
+    code, out, _ = _run(capsys, "positions", "--dim", "32", "--len", "40", "--dims", "0,1,9", "--out", str(path),
+                        *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    is_png(path)
+
+
+@pytest.mark.parametrize("args", [
+    ["--kind", "causal", "--len", "4", "--key-len", "7"],
+    ["--kind", "banded", "--len", "8", "--masked-len", "3"],
+    ["--kind", "padding", "--lengths", "5,3,7"],
+])
+def test_mask(args, tmp_path, capsys, is_png):
+    path = tmp_path / "mask.png"
+    code, out, _ = _run(capsys, "mask", *args, "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    is_png(path)
+
+
+def test_params(tmp_path, capsys, is_png):
+    path = tmp_path / "params.png"
+    code, out, _ = _run(capsys, "params", "llama-tiny", "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    is_png(path)
+
+
+def test_attention_of_a_language_model_checkpoint(lm_checkpoint, tmp_path, capsys, is_png):
+    path = tmp_path / "attn.png"
+    code, out, _ = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "ROMEO: hi", "--layer", "0",
+                        "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    is_png(path)
+
+
+def test_attention_one_head(lm_checkpoint, tmp_path, capsys, is_png):
+    path = tmp_path / "head.png"
+    code, out, _ = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "to be", "--head", "3",
+                        "--out", str(path), *LOW_DPI)
+    assert code == 0
+    is_png(path)
+
+
+@pytest.mark.parametrize("kind", ["cross", "encoder"])
+def test_attention_of_a_translation_checkpoint(kind, mt_checkpoint, tmp_path, capsys, is_png):
+    path = tmp_path / f"{kind}.png"
+    code, out, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--src", "das haus ist gross",
+                          "--tgt", "the house", "--attn", kind, "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path) and "translation" not in err
+    is_png(path)
+
+
+def test_attention_of_the_greedy_translation(mt_checkpoint, tmp_path, capsys, is_png):
+    path = tmp_path / "dec.png"
+    code, out, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--src", "der hund", "--attn", "decoder",
+                          "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    assert "translation (greedy):" in err  # the decoder input it drew is reported, on stderr
+    is_png(path)
+
+
+def test_predict(lm_checkpoint, tmp_path, capsys, is_png):
+    path = tmp_path / "pred.png"
+    code, out, _ = _run(capsys, "predict", "--ckpt", str(lm_checkpoint), "--text", "romeo", "--top-k", "3",
+                        "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    is_png(path)
+
+
+# --------------------------------------------------------------------------- bad input
+def test_layer_out_of_range(lm_checkpoint, tmp_path, capsys):
+    code, out, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "hi", "--layer", "2",
+                          "--out", str(tmp_path / "x.png"))
+    assert code == 2 and out == ""
+    assert "layer must be in [0, 2) (the model has 2 layers), got 2" in err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_head_out_of_range(lm_checkpoint, tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "hi", "--head", "4",
+                        "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "head must be in [0, 4)" in err
+
+
+def test_missing_checkpoint(tmp_path, capsys):
+    missing = tmp_path / "nowhere"
+    code, _, err = _run(capsys, "attention", "--ckpt", str(missing), "--text", "hi", "--out", str(tmp_path / "x.png"))
+    assert code == 2 and f"no such checkpoint or run folder: {missing}" in err
+
+
+def test_language_model_needs_text(lm_checkpoint, tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "needs --text" in err
+
+
+def test_language_model_refuses_src(lm_checkpoint, tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--src", "hi",
+                        "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "--src/--tgt are for translation checkpoints" in err
+
+
+def test_language_model_refuses_cross_attention(lm_checkpoint, tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "hi", "--attn", "cross",
+                        "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "causal self-attention only; got --attn cross" in err
+
+
+def test_translation_model_needs_src(mt_checkpoint, tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "needs --src" in err
+
+
+def test_padding_mask_needs_lengths(tmp_path, capsys):
+    code, _, err = _run(capsys, "mask", "--kind", "padding", "--out", str(tmp_path / "m.png"))
+    assert code == 2 and "--kind padding needs --lengths" in err
+
+
+def test_bad_lengths_list(tmp_path, capsys):
+    code, _, err = _run(capsys, "mask", "--kind", "padding", "--lengths", "3,x", "--out", str(tmp_path / "m.png"))
+    assert code == 2 and "--lengths must be comma-separated integers, got '3,x'" in err
+
+
+def test_out_must_be_png(tmp_path, capsys):
+    code, _, err = _run(capsys, "positions", "--out", str(tmp_path / "pe.svg"))
+    assert code == 2 and "must end in .png" in err
+
+
+def test_unknown_preset(tmp_path, capsys):
+    code, _, err = _run(capsys, "params", "gpt5", "--out", str(tmp_path / "p.png"))
+    assert code == 2 and "gpt5" in err
