@@ -7,6 +7,7 @@
     attnkit sample --ckpt DIR | --model NAME   generate text
     attnkit eval lm|mt ...                     loss, perplexity / BLEU, chrF
     attnkit translate --ckpt DIR               translate stdin or --input FILE
+    attnkit viz positions|mask|attention|...   PNG figures of what happens inside
 
 Every command has ``--help``. Heavy imports happen inside the commands so ``--help`` is instant.
 """
