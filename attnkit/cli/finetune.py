@@ -1,0 +1,429 @@
+"""``attnkit finetune``: continue training a pretrained decoder on your text, fully or with LoRA adapters.
+
+    attnkit finetune --from smollm2-135m-instruct --data fortunes --lora --max-time 20 --out runs/ft
+    attnkit sample --ckpt runs/ft --prompt "Q: Why" --max-new-tokens 60
+
+It is the one training loop of ``attnkit train lm`` (``Trainer`` + ``LMTask``, the same flags) with four
+differences:
+
+* the model and its tokenizer come from ``--from``: a named pretrained model (``smollm2-135m-instruct``), a
+  ``.gguf`` file, an attnkit run/checkpoint folder, or a Hugging Face folder (``config.json`` +
+  ``model.safetensors``, tokenizer from ``tokenizer.json`` or ``--tokenizer``). Pickled weights are refused.
+* the corpus is encoded with the model's own tokenizer. Text made of documents -- fortune files, whose
+  entries are separated by lines holding only ``%``, or (``--documents blank-line``) paragraphs separated by
+  blank lines -- is split into its documents and each one is followed by the tokenizer's end-of-sequence token
+  (the ``%`` lines themselves are dropped), so the model learns where a text ends and ``attnkit sample``
+  stops there.
+* a low learning rate by default (5e-5 full, 1e-3 LoRA), no weight decay, block size 256.
+* ``--lora``: the pretrained weights stay frozen and low-rank adapters train (:mod:`attnkit.modules.lora`).
+
+Checkpoints (see :func:`finalize_lora_run`): with ``--lora`` the step checkpoints hold the frozen weights plus
+the adapters (``...qkv_proj.lora_A`` / ``lora_B``), which is what an exact ``--resume`` needs; when the run ends
+(or is interrupted), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it is a
+plain GPT checkpoint that ``attnkit sample --ckpt DIR`` (and ``finetune --from DIR``) loads like any other.
+Every checkpoint's ``extra`` holds ``kind: "lm"``, the tokenizer, the chat template (if the model has one),
+the data and the LoRA settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from attnkit.cli.train import _add_common, parse_overrides, read_saved_run, train_config_from_args
+
+# Fine-tuning recipe: small batches of long-ish blocks, a gentle learning rate, no weight decay (it would pull
+# the pretrained weights towards zero), frequent evaluation (runs are short).
+FT_DEFAULTS: dict[str, Any] = dict(
+    batch_size=8, block_size=256, grad_accum=1, lr=5e-5, min_lr=5e-6, warmup_steps=20, schedule="cosine",
+    weight_decay=0.0, grad_clip=1.0, eval_every=50, eval_batches=10, log_every=5, ckpt_every=50,
+    keep_last=1, seed=1337,
+)
+LORA_LR = 1e-3
+DOCUMENT_MODES = ("auto", "fortune", "blank-line", "none")
+# Files that hold pickled Python objects: never unpickled (loading them can run arbitrary code).
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "finetune", help="fine-tune a pretrained decoder (full or LoRA) on a text corpus",
+        description="Fine-tune a pretrained GPT/Llama-style model on text with attnkit's training loop. The model's "
+                    "own tokenizer encodes the data; documents (fortune entries, or blank-line paragraphs) end with "
+                    "its end-of-sequence token. With --lora only low-rank adapters train and the best checkpoint "
+                    "holds them merged into the weights at the end. Sample the result with "
+                    "`attnkit sample --ckpt OUT`.")
+    p.add_argument("--from", dest="source", default=None, metavar="MODEL",
+                   help="smollm2-135m-instruct, a .gguf file, an attnkit run/checkpoint folder, or a Hugging Face "
+                        "folder (config.json + model.safetensors); not needed with --resume")
+    p.add_argument("--data", default=None, help="recipe name (fortunes, shakespeare) or a UTF-8 text file/folder")
+    p.add_argument("--documents", choices=DOCUMENT_MODES, default=None,
+                   help="how the text splits into documents, each followed by the EOS token: fortune ('%%' lines), "
+                        "blank-line (paragraphs), none (one stream); auto (default) = fortune if the text has "
+                        "lines holding only '%%', else none")
+    p.add_argument("--tokenizer", default=None, metavar="FILE",
+                   help="tokenizer for a Hugging Face folder without tokenizer.json: an attnkit tokenizer JSON or "
+                        "a Hugging Face tokenizer.json")
+    p.add_argument("--block-size", dest="block_size", type=int, default=None, help="context length T (default 256)")
+    lo = p.add_argument_group("LoRA")
+    lo.add_argument("--lora", action="store_true", help="train low-rank adapters instead of all weights")
+    lo.add_argument("--lora-rank", type=int, default=None, help="adapter rank r (default 8)")
+    lo.add_argument("--lora-alpha", type=float, default=None, help="adapter scale alpha; update = alpha/r * B A "
+                                                                   "(default 16)")
+    lo.add_argument("--lora-dropout", type=float, default=None, help="dropout on the adapter input (default 0)")
+    lo.add_argument("--lora-targets", nargs="+", default=None, metavar="NAME",
+                    help="Linear layers to adapt by name (default qkv_proj out_proj; also w_in w_gate w_out)")
+    _add_common(p)
+    p.set_defaults(func=run)
+
+
+# -------------------------------------------------------------------------------------------------------
+# loading the model to fine-tune
+# -------------------------------------------------------------------------------------------------------
+
+def _refuse_pickle(path: Path) -> None:
+    raise ValueError(
+        f"{path} holds pickled weights ({path.suffix} is a Python pickle / torch.save format). attnkit never "
+        "unpickles model files: loading a pickle can run arbitrary code hidden in it. Convert it to "
+        "safetensors (config.json + model.safetensors) or GGUF with a tool you trust, and pass that instead.")
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token from tokenizer_config.json: a string or ``{"content": ...}``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _load_tokenizer_file(path: Path, folder: Path | None = None):
+    """An attnkit tokenizer JSON, or a Hugging Face ``tokenizer.json`` (roles from ``tokenizer_config.json``)."""
+    from attnkit.data.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizer import tokenizer_from_dict, tokenizer_types
+
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file {path} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}") from None
+    if isinstance(data, dict) and data.get("type") in tokenizer_types():
+        return tokenizer_from_dict(data), None
+    roles, template = {}, None
+    cfg_file = (folder or path.parent) / "tokenizer_config.json"
+    if cfg_file.is_file():
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        for role in ("bos", "eos", "pad", "unk"):
+            roles[role] = _token_text(cfg.get(f"{role}_token"))
+        template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
+    return BPETokenizer.from_file(path, **roles), template
+
+
+def load_source(source: str, *, tokenizer_file: str | None = None):
+    """``(model, tokenizer, chat_template or None, description)`` for ``--from``.
+
+    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` (with the reason) for anything that
+    is not a loadable model: unknown names, pickles, folders of the wrong kind, HF folders without tokenizer.
+    """
+    from attnkit.interop.pretrained import load_pretrained, pretrained_names
+
+    if source in pretrained_names():
+        model, tok, info = load_pretrained(source)
+        return model, tok, info.chat_template, f"pretrained {source}"
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"--from {source!r}: no such file or folder, and not a named model "
+                                f"(known: {', '.join(pretrained_names())})")
+    if path.is_file():
+        if tokenizer_file is not None:
+            raise ValueError("--tokenizer only applies to a Hugging Face folder; a GGUF file brings its own tokenizer")
+        if path.suffix in PICKLE_SUFFIXES:
+            _refuse_pickle(path)
+        from attnkit.interop.gguf import check_gguf_file
+
+        check_gguf_file(path)  # refuses pickles by content, and anything else that is not GGUF
+        model, tok, info = load_pretrained(path)
+        return model, tok, info.chat_template, f"GGUF file {path}"
+    # a folder: attnkit checkpoint/run, or Hugging Face
+    if tokenizer_file is not None and not (path.is_dir() and (path / "config.json").is_file()):
+        raise ValueError("--tokenizer only applies to a Hugging Face folder; this model brings its own tokenizer")
+    if (path / "state.json").is_file() or (path / "checkpoints").is_dir():
+        from attnkit.training.runs import load_trained
+
+        model, tok, state = load_trained(path, expect_kind="lm")
+        if tok is None:
+            raise ValueError(f"{path} stores no tokenizer; fine-tuning needs the model's tokenizer")
+        template = (state.get("extra") or {}).get("chat_template")
+        return model, tok, template or None, f"attnkit checkpoint {path}"
+    if (path / "config.json").is_file():
+        from attnkit.interop.hf import from_hf
+
+        model = from_hf(path)
+        tok_path = Path(tokenizer_file) if tokenizer_file else path / "tokenizer.json"
+        if not tok_path.is_file():
+            raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; pass --tokenizer FILE")
+        tok, template = _load_tokenizer_file(tok_path, path)
+        return model, tok, template, f"Hugging Face folder {path}"
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        _refuse_pickle(path / pickles[0])
+    raise ValueError(f"--from {path}: not a model folder (expected an attnkit run/checkpoint folder with "
+                     "state.json or checkpoints/, or a Hugging Face folder with config.json + model.safetensors)")
+
+
+# -------------------------------------------------------------------------------------------------------
+# data
+# -------------------------------------------------------------------------------------------------------
+
+_FORTUNE_SEP = re.compile(r"^%[ \t]*$", re.MULTILINE)
+
+
+def split_documents(text: str, mode: str) -> list[str] | None:
+    """The documents of ``text`` (``None`` for mode ``"none"``: keep one stream).
+
+    fortune: entries between lines holding only ``%`` (cleaned as the fortunes recipe does); blank-line:
+    paragraphs separated by one or more blank lines; auto: fortune if such ``%`` lines exist, else none.
+    """
+    if mode not in DOCUMENT_MODES:
+        raise ValueError(f"documents mode must be one of {list(DOCUMENT_MODES)}, got {mode!r}")
+    if mode == "auto":
+        mode = "fortune" if _FORTUNE_SEP.search(text) else "none"
+    if mode == "none":
+        return None
+    if mode == "fortune":
+        from attnkit.data.fortunes import parse_fortunes
+
+        return parse_fortunes(text)
+    return [p.strip("\n") for p in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")) if p.strip()]
+
+
+def encode_documents(tokenizer, text: str, mode: str):
+    """Token ids of ``text``: documents each followed by ``tokenizer.eos_id``, or the plain stream.
+
+    Shape: text -> ``LongTensor (N,)``.
+    """
+    import numpy as np
+    import torch
+
+    from attnkit.data.lm_dataset import encode_corpus
+
+    docs = split_documents(text, mode)
+    if docs is None:
+        return encode_corpus(tokenizer, text)
+    if tokenizer.eos_id is None:
+        raise ValueError("the text is split into documents, but the tokenizer has no end-of-sequence token to "
+                         "separate them; pass --documents none")
+    eos = tokenizer.eos_id
+    pieces = [np.asarray(ids + [eos], dtype=np.int64) for ids in tokenizer.encode_batch(docs)]
+    return torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
+
+
+def prepare_finetune_data(data: str, tokenizer, documents: str = "auto"):
+    """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer.
+
+    Shape: returns ``LongTensor (N_train,)``, ``LongTensor (N_valid,)``.
+    """
+    from attnkit.data.text import load_text_corpus
+
+    train_text, valid_text, info = load_text_corpus(data)
+    train = encode_documents(tokenizer, train_text, documents)
+    valid = encode_documents(tokenizer, valid_text, documents)
+    mode = documents
+    if mode == "auto":
+        mode = "fortune" if _FORTUNE_SEP.search(train_text) else "none"
+    info = json.loads(json.dumps(info, default=str))
+    return train, valid, {"source": info, "documents": mode}
+
+
+# -------------------------------------------------------------------------------------------------------
+# LoRA runs: build, and merge the best checkpoint at the end
+# -------------------------------------------------------------------------------------------------------
+
+def _lora_settings(args: argparse.Namespace, saved: dict[str, Any] | None, resuming: bool) -> dict[str, Any] | None:
+    """The run's LoRA settings (None for full fine-tuning). On resume they come from the checkpoint and any
+    LoRA flag given must agree with them."""
+    given = {"rank": args.lora_rank, "alpha": args.lora_alpha, "dropout": args.lora_dropout,
+             "targets": None if args.lora_targets is None else list(args.lora_targets)}
+    if resuming:
+        if saved is None:
+            if args.lora or any(v is not None for v in given.values()):
+                raise ValueError("--resume: the run is a full fine-tune; drop the --lora flags")
+            return None
+        saved = {k: saved[k] for k in ("rank", "alpha", "dropout", "targets")}
+        for key, value in given.items():
+            if value is not None and value != saved[key]:
+                raise ValueError(f"--resume: --lora-{key} must stay {saved[key]!r} (the run's), got {value!r}")
+        return saved
+    if not args.lora:
+        used = [f"--lora-{k}" for k, v in given.items() if v is not None]
+        if used:
+            raise ValueError(f"{', '.join(used)} only apply with --lora")
+        return None
+    from attnkit.modules.lora import DEFAULT_TARGETS
+
+    return {"rank": 8 if args.lora_rank is None else args.lora_rank,
+            "alpha": 16.0 if args.lora_alpha is None else float(args.lora_alpha),
+            "dropout": 0.0 if args.lora_dropout is None else float(args.lora_dropout),
+            "targets": list(args.lora_targets or DEFAULT_TARGETS)}
+
+
+def add_lora(model, lora: dict[str, Any]) -> int:
+    """Put adapters on ``model`` as ``lora`` says and freeze the rest; returns the trainable parameter count."""
+    from attnkit.modules.lora import apply_lora, mark_only_lora_trainable
+
+    apply_lora(model, rank=lora["rank"], alpha=lora["alpha"], targets=tuple(lora["targets"]),
+               dropout=lora["dropout"])
+    return mark_only_lora_trainable(model)
+
+
+def finalize_lora_run(out: str | Path) -> Path | None:
+    """Rewrite ``out/checkpoints/best`` with its adapters merged into the weights (a plain GPT checkpoint).
+
+    The step checkpoints keep the adapters (``--resume`` continues from those, exactly); ``best/`` is only read
+    back by the trainer for its score, so replacing its tensors is safe. The rewrite is atomic; the state
+    (step, score, configs) is kept and ``extra["lora"]["merged"]`` becomes true. Returns the folder, or None
+    when there is no best checkpoint or it is already merged.
+    """
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import config_from_dict
+    from attnkit.modules.lora import merge_lora
+    from attnkit.training.checkpoint import RESERVED_KEYS, load_checkpoint, read_checkpoint_state, save_checkpoint
+
+    best = Path(out) / "checkpoints" / "best"
+    if not (best / "state.json").is_file():
+        return None
+    state = read_checkpoint_state(best)
+    extra = dict(state.get("extra") or {})
+    lora = extra.get("lora")
+    if not isinstance(lora, dict) or lora.get("merged"):
+        return None
+    model = build_model(config_from_dict(state["model_config"]))
+    add_lora(model, lora)
+    load_checkpoint(best, model)
+    merge_lora(model)
+    extra["lora"] = dict(lora, merged=True)
+    kept = {k: v for k, v in state.items() if k not in RESERVED_KEYS and k != "format" and k != "version"}
+    return save_checkpoint(best, model, state=kept, extra=extra, include_rng=False)
+
+
+# -------------------------------------------------------------------------------------------------------
+# the command
+# -------------------------------------------------------------------------------------------------------
+
+def _defaults(args: argparse.Namespace, lora: dict | None) -> dict[str, Any]:
+    d = dict(FT_DEFAULTS)
+    if lora is not None:
+        d.update(lr=LORA_LR, min_lr=LORA_LR / 10)
+    if args.lr is not None and args.min_lr is None:
+        d["min_lr"] = min(d["min_lr"], args.lr / 10)
+    if args.steps is not None and args.warmup_steps is None:
+        d["warmup_steps"] = min(d["warmup_steps"], args.steps // 10)
+    if args.steps is None and args.max_time is not None and args.schedule is None:
+        d["schedule"] = "constant"  # cosine decays over a known number of steps; a time budget has none
+    return d
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.data.tokenizer import tokenizer_from_dict
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import GPTConfig, config_from_dict
+    from attnkit.models.params import count_parameters
+    from attnkit.training import LMTask, Trainer, seed_everything
+
+    if args.preset is not None:
+        raise ValueError("finetune takes the architecture from --from; --preset does not apply")
+    overrides = parse_overrides(args.set)
+    bad = sorted(set(overrides) - {"dropout"})
+    if bad:
+        raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")
+
+    saved = read_saved_run(args.out) if args.resume else None
+    extra_saved = (saved or {}).get("extra", {})
+    if saved is not None:
+        if extra_saved.get("task") != "finetune":
+            raise ValueError(f"--resume: {args.out} is not a finetune run (continue it with the command that "
+                             f"started it)")
+        for flag, key, value in (("--from", "from", args.source), ("--data", "data", args.data),
+                                 ("--documents", "documents", None if args.documents == "auto" else args.documents)):
+            if value is not None and value != extra_saved.get(key):
+                raise ValueError(f"--resume: the run used {flag} {extra_saved.get(key)!r}, got {value!r}")
+        lora = _lora_settings(args, extra_saved.get("lora"), resuming=True)
+        data = extra_saved["data"]
+        documents = extra_saved.get("documents", "none")
+        source = extra_saved["from"]
+    else:
+        if args.source is None or args.data is None:
+            raise ValueError("finetune needs --from MODEL and --data DATA (or --resume --out DIR)")
+        if args.out is None:
+            raise ValueError("finetune needs --out DIR (the run folder)")
+        if args.steps is None and args.max_time is None:
+            raise ValueError("finetune needs a length: --steps N or --max-time MIN (a 135M-parameter model does "
+                             "a few hundred steps an hour on a laptop CPU)")
+        lora = _lora_settings(args, None, resuming=False)
+        data, documents, source = args.data, args.documents or "auto", args.source
+    cfg = train_config_from_args(args, _defaults(args, lora), saved.get("train_config") if saved else None)
+
+    if saved is not None:
+        # Everything comes back from the checkpoint: architecture (weights are loaded by the trainer),
+        # tokenizer, adapters.
+        tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
+        model_config = config_from_dict(saved["model_config"])
+        if overrides:
+            model_config = model_config.replace(**overrides)  # the trainer refuses a real change by name
+        chat_template = extra_saved.get("chat_template")
+        seed_everything(cfg.seed)
+        model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
+        what = extra_saved.get("from_description", source)
+    else:
+        model, tokenizer, chat_template, what = load_source(source, tokenizer_file=args.tokenizer)
+        model_config = getattr(model, "config", None)
+        if not isinstance(model_config, GPTConfig):
+            raise ValueError(f"--from {source}: finetune needs a decoder-only GPT, got {type(model).__name__}")
+        if overrides:  # dropout modules hold their p: rebuild the module tree around the loaded weights
+            model_config = model_config.replace(**overrides)
+            fresh = build_model(model_config)
+            fresh.load_state_dict(model.state_dict())
+            model = fresh
+    if model_config.position == "learned" and cfg.block_size > model_config.block_size:
+        raise ValueError(f"--block-size must be <= the model's block_size = {model_config.block_size} "
+                         f"(learned positions), got {cfg.block_size}")
+    if tokenizer.vocab_size > model_config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
+                         f"{model_config.vocab_size} embeddings: they do not belong together")
+
+    train_ids, valid_ids, data_info = prepare_finetune_data(data, tokenizer, documents)
+    total = count_parameters(model)
+    seed_everything(cfg.seed)  # the adapters' random A matrices are part of the run's reproducible start
+    trainable = add_lora(model, lora) if lora is not None else total
+    model.train()
+    task = LMTask(train_ids, valid_ids, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
+    print(f"model {what}: {total:,} parameters, {trainable:,} trainable"
+          + (f" (LoRA r={lora['rank']} alpha={lora['alpha']:g} on {', '.join(lora['targets'])})" if lora else "")
+          + f"; threads {torch.get_num_threads()}", file=sys.stderr)
+    print(f"data {data}: {train_ids.numel():,} train / {valid_ids.numel():,} valid tokens "
+          f"(documents: {data_info['documents']}); run folder {args.out}", file=sys.stderr)
+
+    extra: dict[str, Any] = {"kind": "lm", "task": "finetune", "from": str(source), "from_description": what,
+                             "data": str(data), "documents": data_info["documents"] if saved is None else documents,
+                             "tokenizer": tokenizer.to_dict(), "source": data_info["source"]}
+    if chat_template:
+        extra["chat_template"] = chat_template
+    if lora is not None:
+        extra["lora"] = dict(lora, merged=False)
+    trainer = Trainer(model, task, cfg, args.out, model_config=model_config, extra=extra, resume=args.resume,
+                      progress=not args.no_progress)
+    try:
+        summary = trainer.fit()
+    finally:
+        if lora is not None:  # also after Ctrl-C: leave a best/ that `attnkit sample` can load
+            finalize_lora_run(args.out)
+    vl = summary.get("valid_loss")
+    print(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+          f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+          + f"; sample with: attnkit sample --ckpt {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,184 @@
+"""Fine-tuning benchmark: SmolLM2-135M-Instruct on the fortunes corpus, validation loss before and after.
+
+    .venv/bin/python -m benchmarks.finetune_fortunes --minutes 20 --out runs/bench-finetune-fortunes
+
+1. loads the pretrained model and the ``fortunes`` recipe, encodes both splits with the model's tokenizer
+   (every fortune followed by the end-of-sequence token, as ``attnkit finetune`` does),
+2. measures the pretrained model's validation loss on exactly the windows the trainer evaluates
+   (``LMTask`` batches ``valid`` 0..eval_batches-1),
+3. runs ``attnkit finetune`` in-process for ``--minutes`` of wall-clock time (LoRA by default),
+4. takes the trainer's final validation loss (same windows), draws five samples from the fine-tuned model and
+   five from the pretrained one (same seeds; each starts right after an end-of-sequence token, i.e. "a new
+   fortune"), and writes the "Fine-tuning" section of ``benchmarks/RESULTS.md`` (between its own markers;
+   other sections are left alone) plus ``<out>/benchmark.json``.
+
+The machine's load average is recorded before and after: on a shared CPU the number of steps done in the
+time budget depends on it. This is a benchmark, not a test (it takes ~30 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BEGIN = "<!-- finetune:begin (written by `python -m benchmarks.finetune_fortunes`; edit outside these markers) -->"
+END = "<!-- finetune:end -->"
+HEADER = "# attnkit benchmark results\n\nSections are written by different tools; each keeps to its own.\n"
+
+
+def loadavg() -> list[float] | None:
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return None
+
+
+def write_section(path: Path, body: str) -> None:
+    """Replace the text between our markers in ``path`` (append it the first time), atomically."""
+    block = f"{BEGIN}\n{body.rstrip()}\n{END}\n"
+    text = path.read_text(encoding="utf-8") if path.is_file() else HEADER
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail.lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".RESULTS.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def sample_texts(model, tokenizer, stop_ids, *, n: int, max_new_tokens: int, seed: int) -> list[str]:
+    import torch
+
+    from attnkit.generation import generate
+
+    start = tokenizer.eos_id if tokenizer.eos_id is not None else tokenizer.bos_id
+    out = []
+    for i in range(n):
+        with torch.inference_mode():
+            ids = generate(model, [[start]], max_new_tokens=max_new_tokens, do_sample=True, temperature=0.8,
+                           top_p=0.95, eos_token_id=stop_ids, seed=seed + i)
+        out.append(tokenizer.decode(ids[0], skip_special_tokens=True).strip())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=20.0, help="fine-tuning budget (wall clock)")
+    p.add_argument("--out", type=Path, default=Path("runs/bench-finetune-fortunes"))
+    p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--block-size", type=int, default=256)
+    p.add_argument("--eval-batches", type=int, default=10)
+    p.add_argument("--max-new-tokens", type=int, default=80)
+    p.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from attnkit.cli.finetune import FT_DEFAULTS, prepare_finetune_data
+    from attnkit.cli.main import main as cli
+    from attnkit.interop.pretrained import load_pretrained
+    from attnkit.training import LMTask
+    from attnkit.training.runs import load_trained
+
+    command = [sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.finetune_fortunes"] + (argv or sys.argv[1:])
+    load_start = loadavg()
+    t0 = time.perf_counter()
+    model, tok, info = load_pretrained("smollm2-135m-instruct")
+    train_ids, valid_ids, data_info = prepare_finetune_data("fortunes", tok, "auto")
+    seed = FT_DEFAULTS["seed"]
+    task = LMTask(train_ids, valid_ids, block_size=args.block_size, batch_size=args.batch_size, seed=seed)
+    t_eval = time.perf_counter()
+    before = task.evaluate(model.eval(), args.eval_batches)
+    t_eval = time.perf_counter() - t_eval
+    print(f"pretrained valid loss {before['loss']:.4f} (ppl {before['ppl']:.2f}) in {t_eval:.0f} s", file=sys.stderr)
+    samples_before = sample_texts(model, tok, info.stop_token_ids, n=5, max_new_tokens=args.max_new_tokens, seed=0)
+    del model
+
+    ft_args = ["finetune", "--from", "smollm2-135m-instruct", "--data", "fortunes", "--out", str(args.out),
+               "--max-time", str(args.minutes), "--batch-size", str(args.batch_size),
+               "--block-size", str(args.block_size), "--eval-batches", str(args.eval_batches),
+               "--warmup-steps", "5", "--eval-every", "100000", "--ckpt-every", "100000"]  # eval/save once, at the end
+    if not args.full:
+        ft_args.append("--lora")
+    load_train_start = loadavg()
+    rc = cli(ft_args)
+    load_train_end = loadavg()
+    if rc != 0:
+        print(f"finetune failed with exit code {rc}", file=sys.stderr)
+        return rc
+    summary = json.loads((args.out / "summary.json").read_text())
+    tuned, tok2, state = load_trained(args.out)
+    samples_after = sample_texts(tuned, tok2, info.stop_token_ids, n=5, max_new_tokens=args.max_new_tokens, seed=0)
+    after = summary["valid_loss"]
+    train_cfg = state["train_config"]
+    lora = state["extra"].get("lora")
+    load_end = loadavg()
+    record = {
+        "command": " ".join(command), "finetune_command": "attnkit " + " ".join(ft_args),
+        "valid_loss_before": before["loss"], "valid_ppl_before": before["ppl"],
+        "valid_loss_after": after, "valid_ppl_after": summary.get("valid_ppl"),
+        "steps": summary["steps"], "train_seconds": summary["elapsed"], "tokens": summary["tokens"],
+        "train_loss_last": summary["train_loss"], "lora": lora, "lr": train_cfg["lr"],
+        "schedule": train_cfg["schedule"], "batch_size": args.batch_size, "block_size": args.block_size,
+        "eval_tokens": args.eval_batches * args.batch_size * args.block_size,
+        "valid_tokens_total": int(valid_ids.numel()), "train_tokens_total": int(train_ids.numel()),
+        "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "load_start": load_start, "load_train_start": load_train_start, "load_train_end": load_train_end,
+        "load_end": load_end, "wall_seconds": time.perf_counter() - t0,
+        "samples_before": samples_before, "samples_after": samples_after, "torch": torch.__version__,
+    }
+    (args.out / "benchmark.json").write_text(json.dumps(record, indent=2, ensure_ascii=False))
+
+    mode = (f"LoRA r={lora['rank']} alpha={lora['alpha']:g} on {', '.join(lora['targets'])}" if lora
+            else "full fine-tuning")
+    lines = [
+        "## Fine-tuning: SmolLM2-135M-Instruct on fortunes",
+        "",
+        f"Command: `{record['command']}` (runs `{record['finetune_command']}`).",
+        "",
+        f"{mode}; AdamW lr {train_cfg['lr']:g} ({train_cfg['schedule']} schedule, "
+        f"{train_cfg['warmup_steps']} warmup steps), batch {args.batch_size} x {args.block_size} tokens, "
+        f"{summary['steps']} steps = {summary['tokens']:,} training tokens in the {args.minutes:g}-minute budget "
+        f"(the trainer's elapsed time, {summary['elapsed'] / 60:.1f} min, includes the final evaluation) "
+        f"(fortunes train split: {record['train_tokens_total']:,} tokens, so {summary['tokens'] / record['train_tokens_total']:.2f} "
+        "epochs). Validation: the trainer's fixed windows, "
+        f"{args.eval_batches} batches = {record['eval_tokens']:,} tokens of the fortunes valid split "
+        f"({record['valid_tokens_total']:,} tokens; every fortune ends with the EOS token).",
+        "",
+        "| model | valid loss | valid perplexity |",
+        "|---|---|---|",
+        f"| SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) | {before['loss']:.4f} | {before['ppl']:.2f} |",
+        f"| after {args.minutes:g} min of fine-tuning ({summary['steps']} steps) | {after:.4f} | {summary.get('valid_ppl', float('nan')):.2f} |",
+        "",
+        f"Machine: {os.cpu_count()} CPU cores shared with other jobs, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads. Load average (1/5/15 min): {load_start} at the start, "
+        f"{load_train_start} when training started, {load_train_end} when it ended, {load_end} at the end. "
+        f"Whole benchmark: {record['wall_seconds'] / 60:.1f} min.",
+        "",
+        "Five samples each (temperature 0.8, top-p 0.95, seeds 0-4, at most "
+        f"{args.max_new_tokens} tokens, each starting right after an EOS token, i.e. \"a new text\"):",
+        "",
+    ]
+    for title, samples in (("After fine-tuning", samples_after), ("Pretrained", samples_before)):
+        lines += [f"**{title}**", ""]
+        for i, s in enumerate(samples):
+            quoted = "\n".join("    " + line for line in (s or "(empty)").splitlines())
+            lines += [f"{i + 1}.", "", quoted, ""]
+    write_section(args.results, "\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""``attnkit finetune`` end to end on a tiny random "pretrained" model (never the 135M one: tests stay fast).
+
+The fixture builds a 2-layer Llama-style GPT with a small byte-level BPE tokenizer, saves it both as an attnkit
+checkpoint folder (with a chat template) and as a Hugging Face folder, and writes a small corpus in fortune-file
+format. Each test runs ``attnkit.cli.main.main([...])`` in-process.
+
+Axis legend: B batch, T positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli.finetune import encode_documents, split_documents
+from attnkit.cli.main import main
+from attnkit.data.bpe_tokenizer import BPETokenizer
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+from attnkit.modules.lora import LoRALinear
+from attnkit.training.checkpoint import save_checkpoint
+from attnkit.training.runs import load_trained
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+FAST = ["--batch-size", "4", "--block-size", "32", "--eval-every", "4", "--eval-batches", "2", "--ckpt-every", "4",
+        "--log-every", "2", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """~300 short "fortunes" separated by '%' lines, from a seeded generator."""
+    rng = random.Random(0)
+    subjects = ["A cat", "The moon", "My code", "Every bug", "A wise man", "The printer"]
+    verbs = ["runs", "sleeps", "compiles", "laughs", "fails", "shines"]
+    tails = ["at night.", "on Mondays.", "without tests.", "in silence.", "for no reason."]
+    entries = []
+    for _ in range(300):
+        lines = [f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(tails)}" for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.3:
+            lines.append("\t\t-- " + rng.choice(["Anonymous", "Zippy", "A. Fortune"]))
+        entries.append("\n".join(lines))
+    path = tmp_path_factory.mktemp("corpus") / "fortunes.txt"
+    path.write_text("".join(f"{e}\n%\n" for e in entries), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, corpus) -> dict[str, Path]:
+    """A tiny random Llama-style GPT + BPE tokenizer saved as an attnkit checkpoint and as an HF folder."""
+    root = tmp_path_factory.mktemp("pretrained")
+    tok = BPETokenizer.train(corpus.read_text(encoding="utf-8"), vocab_size=320,
+                             special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], eos="<|im_end|>")
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
+                    ffn_hidden=64, activation="swiglu", norm="rmsnorm", bias=False, position="rope",
+                    tie_embeddings=True)
+    model = GPT(cfg)
+    ckpt = save_checkpoint(root / "attnkit_ckpt", model, state={"model_config": cfg.to_dict()},
+                           extra={"kind": "lm", "tokenizer": tok.to_dict(), "chat_template": CHAT_TEMPLATE})
+    from attnkit.interop.hf import save_hf
+
+    hf = save_hf(model, root / "hf")
+    tok.backend.save(str(hf / "tokenizer.json"))
+    (hf / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": CHAT_TEMPLATE}))
+    return {"ckpt": ckpt, "hf": hf, "root": root}
+
+
+def _finetune(src: Path, corpus: Path, out: Path, *extra: str) -> int:
+    return main(["finetune", "--from", str(src), "--data", str(corpus), "--out", str(out), *FAST, *extra])
+
+
+def _valid_losses(out: Path) -> list[float]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["valid_loss"] for r in rows if "valid_loss" in r]
+
+
+def _train_losses(out: Path) -> list[float]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+# -------------------------------------------------------------------------------------------------
+# data
+# -------------------------------------------------------------------------------------------------
+
+def test_documents_split_and_eos_between_entries(pretrained):
+    tok = load_trained(pretrained["ckpt"])[1]
+    text = "First one.\n%\nSecond\n  -- someone\n%\n"
+    assert split_documents(text, "auto") == ["First one.", "Second\n  -- someone"]
+    assert split_documents("a b\n\n\nc\nd\n", "blank-line") == ["a b", "c\nd"]
+    assert split_documents("a\n%\nb\n", "none") is None
+    ids = encode_documents(tok, text, "auto").tolist()
+    eos = tok.eos_id
+    assert ids.count(eos) == 2 and ids[-1] == eos
+    first = ids[: ids.index(eos)]
+    assert tok.decode(first) == "First one."
+    assert "%" not in tok.decode(ids, skip_special_tokens=True)
+    with pytest.raises(ValueError, match="documents mode must be one of"):
+        split_documents(text, "paragraphs")
+
+
+# -------------------------------------------------------------------------------------------------
+# full fine-tuning and LoRA
+# -------------------------------------------------------------------------------------------------
+
+def test_full_finetune_lowers_loss_and_sample_works(pretrained, corpus, tmp_path, capsys):
+    out = tmp_path / "full"
+    assert _finetune(pretrained["ckpt"], corpus, out, "--steps", "12", "--lr", "3e-3") == 0
+    losses = _valid_losses(out)
+    assert len(losses) >= 3 and losses[-1] < losses[0] - 0.1
+    model, tok, state = load_trained(out)
+    extra = state["extra"]
+    assert extra["kind"] == "lm" and extra["chat_template"] == CHAT_TEMPLATE and extra["documents"] == "fortune"
+    assert "lora" not in extra and state["train_config"]["lr"] == 3e-3
+    # the fine-tuned weights differ from the pretrained ones
+    base = load_trained(pretrained["ckpt"])[0]
+    assert not torch.equal(model.blocks[0].attn.qkv_proj.weight, base.blocks[0].attn.qkv_proj.weight)
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(out), "--prompt", "A cat", "--max-new-tokens", "8", "--seed", "1",
+                 "--no-stream"]) == 0
+    assert capsys.readouterr().out.startswith("A cat")
+    # the stored chat template renders prompts for the fine-tuned model (what `sample --chat` uses)
+    from attnkit.interop.pretrained import apply_chat_template
+
+    prompt = apply_chat_template(extra["chat_template"], [{"role": "user", "content": "hi"}])
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.encode(prompt)[0] == tok.token_to_id("<|im_start|>")
+
+
+def test_lora_finetune_trains_only_adapters_and_exports_a_plain_model(pretrained, corpus, tmp_path, capsys):
+    out = tmp_path / "lora"
+    assert _finetune(pretrained["ckpt"], corpus, out, "--lora", "--lora-rank", "4", "--lora-alpha", "16",
+                     "--lora-targets", "qkv_proj", "out_proj", "w_gate", "w_out", "--steps", "12", "--lr", "2e-2") == 0
+    err = capsys.readouterr().err
+    assert "trainable" in err and "LoRA r=4" in err
+    losses = _valid_losses(out)
+    assert losses[-1] < losses[0] - 0.01  # seeded: the same numbers every run
+    # step checkpoints keep the adapters (for --resume) ...
+    step = sorted((out / "checkpoints").glob("step_*"))[-1]
+    from safetensors import safe_open
+
+    with safe_open(str(step / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "blocks.0.attn.qkv_proj.lora_A" in keys and "blocks.1.mlp.w_out.lora_B" in keys
+    # ... best/ holds them merged: a plain GPT checkpoint that load_trained / sample read
+    model, tok, state = load_trained(out)
+    assert state["extra"]["lora"] == {"rank": 4, "alpha": 16.0, "dropout": 0.0,
+                                      "targets": ["qkv_proj", "out_proj", "w_gate", "w_out"], "merged": True}
+    assert not any(isinstance(m, LoRALinear) for m in model.modules())
+    base = load_trained(pretrained["ckpt"])[0]
+    # adapted layers changed, everything else (embeddings, norms, un-targeted Linears) is bit-identical
+    assert not torch.equal(model.blocks[0].attn.qkv_proj.weight, base.blocks[0].attn.qkv_proj.weight)
+    for name in ("wte.weight", "blocks.0.ln_1.weight", "blocks.1.mlp.w_in.weight", "ln_f.weight"):
+        assert torch.equal(model.state_dict()[name], base.state_dict()[name]), name
+    # the merged model computes what the adapter model computed at the best step
+    x = torch.randint(0, tok.vocab_size, (2, 16))
+    lora_model = load_trained(pretrained["ckpt"])[0]
+    from attnkit.cli.finetune import add_lora
+    from attnkit.training.checkpoint import load_checkpoint
+
+    add_lora(lora_model, state["extra"]["lora"])
+    best_step = state["best"]["step"]
+    assert best_step == 12  # the loss went down to the end, so best is the last step
+    load_checkpoint(out / "checkpoints" / f"step_{best_step:08d}", lora_model)
+    lora_model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), lora_model(x), rtol=1e-5, atol=1e-5)
+    assert main(["sample", "--ckpt", str(out), "--prompt", "The moon", "--max-new-tokens", "6", "--seed", "0",
+                 "--no-stream"]) == 0
+
+
+def test_lora_resume_is_exact(pretrained, corpus, tmp_path):
+    args = ("--lora", "--lora-rank", "2", "--lr", "1e-2", "--warmup-steps", "1", "--schedule", "constant")
+    straight = tmp_path / "straight"
+    assert _finetune(pretrained["ckpt"], corpus, straight, *args, "--steps", "8") == 0
+    resumed = tmp_path / "resumed"
+    assert _finetune(pretrained["ckpt"], corpus, resumed, *args, "--steps", "4") == 0
+    assert (resumed / "checkpoints" / "best" / "state.json").is_file()
+    assert main(["finetune", "--resume", "--out", str(resumed), "--steps", "8", "--no-progress"]) == 0
+    assert _train_losses(resumed) == _train_losses(straight)  # bit for bit
+    a, _, sa = load_trained(straight)
+    b, _, sb = load_trained(resumed)
+    assert sa["step"] == sb["step"] == 8
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+
+
+def test_full_resume_is_exact_and_refuses_changes(pretrained, corpus, tmp_path):
+    straight, resumed = tmp_path / "s", tmp_path / "r"
+    assert _finetune(pretrained["ckpt"], corpus, straight, "--steps", "8", "--warmup-steps", "1", "--schedule", "constant") == 0
+    assert _finetune(pretrained["ckpt"], corpus, resumed, "--steps", "4", "--warmup-steps", "1", "--schedule", "constant") == 0
+    assert main(["finetune", "--resume", "--out", str(resumed), "--steps", "8", "--no-progress"]) == 0
+    assert _train_losses(resumed) == _train_losses(straight)
+    # a full run cannot be resumed as LoRA
+    assert main(["finetune", "--resume", "--out", str(resumed), "--steps", "9", "--lora"]) == 2
+
+
+def test_from_hugging_face_folder(pretrained, corpus, tmp_path, capsys):
+    out = tmp_path / "hf_run"
+    assert _finetune(pretrained["hf"], corpus, out, "--lora", "--steps", "4", "--lr", "1e-2") == 0
+    assert "Hugging Face folder" in capsys.readouterr().err
+    model, tok, state = load_trained(out)
+    assert state["extra"]["chat_template"] == CHAT_TEMPLATE
+    assert tok.eos_id == tok.token_to_id("<|im_end|>")
+    # the attnkit checkpoint and the HF folder hold the same model: same starting validation loss
+    out2 = tmp_path / "ck_run"
+    assert _finetune(pretrained["ckpt"], corpus, out2, "--lora", "--steps", "4", "--lr", "1e-2") == 0
+    assert _valid_losses(out)[0] == pytest.approx(_valid_losses(out2)[0], abs=1e-5)
+
+
+# -------------------------------------------------------------------------------------------------
+# bad input
+# -------------------------------------------------------------------------------------------------
+
+def test_missing_from_folder_is_refused(corpus, tmp_path, capsys):
+    assert _finetune(tmp_path / "nope", corpus, tmp_path / "o", "--steps", "2") == 2
+    err = capsys.readouterr().err
+    assert "no such file or folder" in err and "smollm2-135m-instruct" in err
+
+
+def test_pickle_file_is_refused_with_explanation(corpus, tmp_path, capsys):
+    # a pickle that would run code if loaded: it must never be unpickled
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    for name in ("model.pt", "weights.gguf"):  # by suffix and by content
+        path = tmp_path / name
+        path.write_bytes(pickle.dumps({"w": Evil()}, protocol=4))
+        assert _finetune(path, corpus, tmp_path / "o", "--steps", "2") == 2
+        err = capsys.readouterr().err
+        assert "pickle" in err and "arbitrary code" in err
+    assert not marker.exists()
+
+
+def test_folder_with_only_a_pickle_is_refused(corpus, tmp_path, capsys):
+    folder = tmp_path / "torch_run"
+    folder.mkdir()
+    torch.save({"w": torch.randn(2, 2)}, folder / "model.pth")
+    assert _finetune(folder, corpus, tmp_path / "o", "--steps", "2") == 2
+    assert "never unpickles" in capsys.readouterr().err
+
+
+def test_unknown_lora_target_lists_names(pretrained, corpus, tmp_path, capsys):
+    assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--lora", "--lora-targets", "q_proj",
+                     "--steps", "2") == 2
+    err = capsys.readouterr().err
+    assert "q_proj" in err and "available Linear names" in err and "qkv_proj" in err
+
+
+def test_lora_flags_need_lora(pretrained, corpus, tmp_path, capsys):
+    assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--lora-rank", "4", "--steps", "2") == 2
+    assert "only apply with --lora" in capsys.readouterr().err
+
+
+def test_bad_lora_rank(pretrained, corpus, tmp_path, capsys):
+    assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--lora", "--lora-rank", "0", "--steps", "2") == 2
+    assert "rank must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_preset_and_architecture_overrides_refused(pretrained, corpus, tmp_path, capsys):
+    assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--preset", "gpt2", "--steps", "2") == 2
+    assert "--preset does not apply" in capsys.readouterr().err
+    assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--set", "n_layer=3", "--steps", "2") == 2
+    assert "can only --set dropout" in capsys.readouterr().err
+
+
+def test_a_length_is_required(pretrained, corpus, tmp_path, capsys):
+    assert main(["finetune", "--from", str(pretrained["ckpt"]), "--data", str(corpus), "--out", str(tmp_path / "o")]) == 2
+    assert "--steps N or --max-time MIN" in capsys.readouterr().err
+
+
+def test_tokenizer_flag_only_for_hf_folders(pretrained, corpus, tmp_path, capsys):
+    tok_file = pretrained["hf"] / "tokenizer.json"
+    assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--tokenizer", str(tok_file), "--steps", "2") == 2
+    assert "--tokenizer only applies to a Hugging Face folder" in capsys.readouterr().err
