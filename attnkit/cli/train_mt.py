@@ -1,0 +1,233 @@
+"""``attnkit train mt``: train an encoder-decoder translator with the shared training loop.
+
+    attnkit train mt --data de-en --preset transformer-small --max-tokens 2048 --max-time 45 --out runs/de-en
+
+What happens, in order:
+
+1. ``--data`` is resolved (:func:`resolve_parallel_data`): a recipe name (``de-en``; prepared on first use, like
+   ``attnkit data prepare de-en``), a TSV file (``source<TAB>target``, then ``--valid`` is required), or two
+   line-aligned files ``SRC_FILE,TGT_FILE``.
+2. :meth:`attnkit.training.MTTask.from_data` reads the pairs (malformed lines are skipped and counted, or
+   refused with their line number under ``--strict``), trains a joint BPE of ``--vocab-size`` on the training
+   pairs, encodes them with the model's length limit ``--max-len`` (longer sentences are cut and counted, or
+   refused under ``--strict``) and groups them into batches of at most ``--max-tokens`` padded tokens.
+   The decoder input starts with ``<bos>``, the labels end with ``<eos>`` (``attnkit.data.mt_batching.collate``).
+3. The model is the preset with the vocabulary size set to the tokenizer's and ``max_len`` to ``--max-len``
+   (plus ``--set FIELD=VALUE`` overrides, e.g. ``--set dropout=0.3``).
+4. The :class:`~attnkit.training.Trainer` runs with the translation defaults below: label smoothing 0.1,
+   the paper's warmup + inverse-square-root schedule, Adam betas (0.9, 0.98), no weight decay. With
+   ``--bleu`` each evaluation also translates the first ``--bleu-sentences`` validation sentences greedily and
+   reports ``valid_bleu``, and ``best/`` is chosen by BLEU instead of validation loss.
+5. ``--average-last N``: after training, the weights of the last N step checkpoints are averaged into
+   ``<out>/checkpoints/averaged`` (:mod:`attnkit.training.averaging`).
+
+The tokenizer travels in the checkpoint (``extra["tokenizer"]``, with ``extra["kind"] = "mt"``), so
+``attnkit translate --ckpt RUN`` and ``attnkit eval mt --ckpt RUN`` need nothing else.
+
+There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+# Translation recipe defaults for the default preset (transformer-small, post-norm as in the paper). The paper's
+# schedule is lr * d_model**-0.5 * min(n**-0.5, n * warmup**-1.5) with warmup 4000 and lr 1.0; a CPU run is a
+# few thousand updates long, so the warmup is shorter and the scale factor smaller (peak lr about 1.3e-3 at
+# d_model 256). Short CPU runs do better still with a pre-norm model and a 150-step warmup: see the benchmark
+# command in benchmarks/RESULTS.md ("Translation").
+MT_DEFAULTS: dict[str, Any] = dict(
+    lr=0.5, min_lr=0.0, warmup_steps=600, schedule="inverse_sqrt", betas=(0.9, 0.98), weight_decay=0.0,
+    grad_clip=1.0, grad_accum=1, eval_every=250, eval_batches=30, log_every=10, ckpt_every=250,
+    keep_last=5, seed=1337,
+)
+MT_DEFAULT_PRESET = "transformer-small"
+MT_DEFAULT_VOCAB = 8000
+MT_DEFAULT_MAX_TOKENS = 2048
+MT_DEFAULT_MAX_LEN = 128
+
+
+def resolve_parallel_data(data: str, *, kind: str = "mt") -> tuple[Any, str]:
+    """What ``--data`` names → ``(argument for load_parallel / MTTask.from_data, description)``.
+
+    ``"SRC,TGT"`` → the two line-aligned files; an existing path → itself; anything else is a recipe name
+    (prepared on first use; an unknown name or a language-modelling recipe raise ``ValueError``).
+    """
+    if "," in data:
+        parts = [p.strip() for p in data.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"--data with a comma must name exactly two files SRC_FILE,TGT_FILE, got {data!r}")
+        for p in parts:
+            if not Path(p).is_file():
+                raise FileNotFoundError(f"--data: no such file: {p}")
+        return [Path(parts[0]), Path(parts[1])], data
+    path = Path(data)
+    if path.exists():
+        return path, data
+    if any(c in data for c in "/\\") or data.endswith((".tsv", ".txt")):
+        raise FileNotFoundError(f"--data: no such file or folder: {data}")
+    from attnkit.data.registry import get_recipe, prepare
+
+    recipe = get_recipe(data)  # unknown name → ValueError listing the known recipes
+    if recipe.kind != kind:
+        raise ValueError(f"--data {data!r} is a {recipe.kind} recipe; translation needs a parallel corpus "
+                         f"(an mt recipe such as de-en, a TSV file or SRC_FILE,TGT_FILE)")
+    return prepare(data), data
+
+
+def register(tsub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+    mt = tsub.add_parser(
+        "mt", help="train an encoder-decoder translator",
+        description="Train a Transformer (default preset transformer-small) on sentence pairs: a recipe name "
+                    "(de-en), a TSV file (source<TAB>target, with --valid) or two line-aligned files "
+                    "SRC_FILE,TGT_FILE (with --valid). Defaults: label smoothing 0.1, warmup + inverse-sqrt "
+                    "schedule, Adam betas (0.9, 0.98).")
+    mt.add_argument("--data", default=None, help="recipe name (de-en), TSV file, or SRC_FILE,TGT_FILE (default de-en)")
+    mt.add_argument("--valid", default=None, help="validation pairs in the same forms (required for files)")
+    mt.add_argument("--vocab-size", type=int, default=None, help=f"joint BPE vocabulary (default {MT_DEFAULT_VOCAB})")
+    mt.add_argument("--tokenizer", type=Path, default=None, help="use this tokenizer JSON instead of training a BPE")
+    mt.add_argument("--max-tokens", type=int, default=None,
+                    help=f"token budget per batch, B * max(S, T) padded tokens (default {MT_DEFAULT_MAX_TOKENS})")
+    mt.add_argument("--max-len", type=int, default=None,
+                    help=f"longest source/target in tokens the model takes (default {MT_DEFAULT_MAX_LEN}); "
+                         "longer sentences are truncated and counted (refused with --strict)")
+    mt.add_argument("--label-smoothing", type=float, default=None, help="ε of label smoothing (default 0.1)")
+    mt.add_argument("--strict", action="store_true",
+                    help="refuse malformed lines and over-long sentences (with the line / pair number) "
+                         "instead of skipping / truncating and counting them")
+    mt.add_argument("--bleu", action="store_true", help="also compute greedy BLEU at every evaluation "
+                    "(and keep best/ by BLEU)")
+    mt.add_argument("--bleu-sentences", type=int, default=None,
+                    help="validation sentences translated for --bleu (default 200)")
+    mt.add_argument("--average-last", type=int, default=0, metavar="N",
+                    help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
+    add_common(mt)
+    mt.set_defaults(func=run_mt)
+
+
+def run_mt(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.cli.train import default_out, parse_overrides, read_saved_run, train_config_from_args
+    from attnkit.data.tokenizer import load_tokenizer, tokenizer_from_dict
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import TransformerConfig, config_from_dict
+    from attnkit.models.params import count_parameters
+    from attnkit.models.presets import get_preset
+    from attnkit.training import MTTask, Trainer, seed_everything
+
+    if args.average_last < 0:
+        raise ValueError(f"--average-last must be >= 0, got {args.average_last}")
+    saved = read_saved_run(args.out) if args.resume else None
+    extra_saved = (saved or {}).get("extra", {})
+    opts_saved = extra_saved.get("mt_options", {})
+    if saved is not None and extra_saved.get("kind") != "mt":
+        raise ValueError(f"--resume: {args.out} is not a translation run (kind {extra_saved.get('kind')!r})")
+    data = args.data or extra_saved.get("data") or "de-en"
+    if saved is not None and args.data is not None and args.data != extra_saved.get("data"):
+        raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {args.data!r}")
+    valid = args.valid if args.valid is not None else opts_saved.get("valid")
+    preset = args.preset or extra_saved.get("preset") or MT_DEFAULT_PRESET
+
+    def opt(name: str, default: Any) -> Any:
+        """A translation option: the flag, else the resumed run's value, else the default."""
+        v = getattr(args, name)
+        return v if v is not None else opts_saved.get(name, default)
+
+    vocab_size = opt("vocab_size", MT_DEFAULT_VOCAB)
+    max_tokens = opt("max_tokens", MT_DEFAULT_MAX_TOKENS)
+    max_len = opt("max_len", MT_DEFAULT_MAX_LEN)
+    smoothing = opt("label_smoothing", 0.1)
+    strict = bool(args.strict or opts_saved.get("strict", False))
+    bleu = bool(args.bleu or opts_saved.get("bleu", False))
+    bleu_sentences = opt("bleu_sentences", 200)
+
+    defaults = dict(MT_DEFAULTS)
+    if bleu:
+        defaults.update(best_metric="valid_bleu", best_mode="max")
+    if args.average_last > 0 and args.keep_last is None:
+        defaults["keep_last"] = max(defaults["keep_last"], args.average_last)
+    cfg = train_config_from_args(args, defaults, saved.get("train_config") if saved else None)
+    if args.average_last > cfg.keep_last:
+        raise ValueError(f"--average-last {args.average_last} needs that many step checkpoints, but --keep-last "
+                         f"is {cfg.keep_last}; raise --keep-last to at least {args.average_last}")
+
+    source, data_desc = resolve_parallel_data(data)
+    valid_source = None
+    if valid is not None:
+        valid_source, _ = resolve_parallel_data(valid)
+        if isinstance(valid_source, Path) and valid_source.is_dir():  # a recipe / prepared folder: its valid split
+            valid_source = valid_source / "valid.tsv"
+            if not valid_source.is_file():
+                raise FileNotFoundError(f"--valid {valid!r}: no such file {valid_source}")
+    elif not (isinstance(source, Path) and source.is_dir()):
+        raise ValueError(f"--data {data!r} is a file, so pass --valid with validation pairs (a TSV or SRC,TGT)")
+
+    if saved is not None:
+        tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
+    elif args.tokenizer is not None:
+        tokenizer = load_tokenizer(args.tokenizer)
+    else:
+        tokenizer = None  # MTTask.from_data trains a joint BPE
+    print(f"reading {data_desc}" + ("" if tokenizer is not None else f" and training a joint BPE of {vocab_size}")
+          + " ...", file=sys.stderr)
+    task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, vocab_size=vocab_size, max_len=max_len,
+                            truncate=not strict, strict=strict, bleu=bleu, max_tokens=max_tokens, seed=cfg.seed,
+                            label_smoothing=smoothing, bleu_sentences=bleu_sentences)
+    tokenizer = task.tokenizer
+
+    if saved is not None:
+        model_config = config_from_dict(saved["model_config"])
+        overrides = parse_overrides(args.set)
+        if overrides:
+            model_config = model_config.replace(**overrides)  # the trainer refuses real changes by name
+    else:
+        V = tokenizer.vocab_size
+        overrides = {"src_vocab_size": V, "tgt_vocab_size": V, "max_len": max_len, "pad_id": tokenizer.pad_id}
+        overrides.update(parse_overrides(args.set))
+        model_config = get_preset(preset, **overrides)
+    if not isinstance(model_config, TransformerConfig):
+        raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
+                         f"{preset!r} is a decoder-only GPT")
+    out = args.out or default_out("mt", data, preset)
+
+    # What was dropped or cut, and how much of each batch is padding: worth seeing before a long run.
+    pad = task.padding_ratio("train")
+    cut = task.n_truncated
+    print(f"data {data_desc}: {len(task.train):,} train / {len(task.valid):,} valid pairs; skipped malformed lines: "
+          f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
+          f"train {cut['train']}, valid {cut['valid']}", file=sys.stderr)
+    print(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
+          f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {tokenizer.type} "
+          f"(vocab {tokenizer.vocab_size:,})", file=sys.stderr)
+
+    seed_everything(cfg.seed)  # reproducible initialisation
+    model = build_model(model_config)
+    print(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
+          f"run folder {out}", file=sys.stderr)
+    mt_options = {"valid": None if valid is None else str(valid), "vocab_size": vocab_size, "max_tokens": max_tokens,
+                  "max_len": max_len, "label_smoothing": smoothing, "strict": strict, "bleu": bleu,
+                  "bleu_sentences": bleu_sentences}
+    extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": tokenizer.to_dict(),
+             "mt_options": mt_options,
+             "data_stats": {"train_pairs": len(task.train), "valid_pairs": len(task.valid),
+                            "skipped": task.skipped, "truncated": cut, "padding": pad}}
+    trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,
+                      progress=not args.no_progress)
+    summary = trainer.fit()
+    vl, vb = summary.get("valid_loss"), summary.get("valid_bleu")
+    print(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+          f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+          + (f", valid BLEU (greedy) {vb:.2f}" if vb is not None else "") + f"; run folder {out}", file=sys.stderr)
+
+    if args.average_last > 0:
+        from attnkit.training.averaging import average_last_checkpoints
+
+        avg = average_last_checkpoints(out, args.average_last)
+        ev = json.loads((avg / "state.json").read_text()).get("averaged_from", [])
+        print(f"averaged {len(ev)} checkpoints into {avg} (use --ckpt {avg})", file=sys.stderr)
+    return 0

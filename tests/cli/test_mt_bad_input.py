@@ -1,0 +1,198 @@
+"""Bad input to `attnkit train mt`, `translate` and `eval mt`: one test per rule.
+
+Every failure is one clear line on stderr and exit code 2 (``attnkit.cli.main``), and nothing already on disk
+is overwritten.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli.main import main
+
+# The tiny model of test_mt_end_to_end.py (pytest's importlib mode keeps test files from importing each other).
+TINY_MT = ["--preset", "transformer-small", "--set", "d_model=64", "--set", "num_heads=4",
+           "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=128",
+           "--set", "dropout=0.0", "--set", "norm_first=true", "--vocab-size", "300", "--max-tokens", "384",
+           "--max-len", "24", "--lr", "1.0", "--warmup-steps", "40", "--log-every", "20", "--no-progress"]
+
+
+def make_copy_task(folder: Path, *, sizes) -> Path:
+    """A prepared data folder of letter sequences (source) and their upper-case copies (target)."""
+    rng = random.Random(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes:
+        lines = []
+        for _ in range(n):
+            words = [rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))]
+            lines.append(" ".join(words) + "\t" + " ".join(w.upper() for w in words))
+        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def copy_data(tmp_path_factory) -> Path:
+    return make_copy_task(tmp_path_factory.mktemp("data") / "copy", sizes=(("train", 200), ("valid", 20), ("test", 20)))
+
+
+@pytest.fixture(scope="module")
+def trained(copy_data, tmp_path_factory) -> Path:
+    """A translation run of a few steps (enough to load and decode; quality does not matter here)."""
+    run = tmp_path_factory.mktemp("runs") / "mt"
+    assert main(["train", "mt", "--data", str(copy_data), "--out", str(run), *TINY_MT, "--steps", "3"]) == 0
+    return run
+
+
+def _train(data: str, out: Path, *extra: str) -> int:
+    return main(["train", "mt", "--data", data, "--out", str(out), *TINY_MT, "--steps", "2", *extra])
+
+
+def _bad_tsv(tmp_path: Path, copy_data: Path) -> Path:
+    good = (copy_data / "train.tsv").read_text().splitlines()[:50]
+    lines = good[:2] + ["no tab on this line", "\tempty source", "empty target\t", "a\tb\tc"] + good[2:]
+    path = tmp_path / "bad.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_malformed_tsv_lines_are_skipped_and_counted(tmp_path, copy_data, capsys):
+    bad = _bad_tsv(tmp_path, copy_data)
+    assert _train(str(bad), tmp_path / "run", "--valid", str(copy_data / "valid.tsv")) == 0
+    err = capsys.readouterr().err
+    assert "skipped malformed lines: train 4, valid 0" in err, err
+    state = json.loads(next((tmp_path / "run" / "checkpoints").glob("step_*/state.json")).read_text())
+    assert state["extra"]["data_stats"]["train_pairs"] == 50
+    # eval mt never scores a model on its own training file by default
+    assert main(["eval", "mt", "--ckpt", str(tmp_path / "run")]) == 2
+    assert "has no test split; pass --data" in capsys.readouterr().err
+
+
+def test_malformed_tsv_line_refused_with_line_number_under_strict(tmp_path, copy_data, capsys):
+    bad = _bad_tsv(tmp_path, copy_data)
+    assert _train(str(bad), tmp_path / "run", "--valid", str(copy_data / "valid.tsv"), "--strict") == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3: expected exactly one tab" in err, err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_overlong_sentences_truncated_and_counted(tmp_path, copy_data, capsys):
+    long_pair = " ".join(["a b c d e f g h"] * 8)
+    data = tmp_path / "long.tsv"
+    data.write_text((copy_data / "train.tsv").read_text() + f"{long_pair}\t{long_pair.upper()}\n", encoding="utf-8")
+    assert _train(str(data), tmp_path / "run", "--valid", str(copy_data / "valid.tsv")) == 0
+    assert "truncated to 24 tokens: train 2, valid 0" in capsys.readouterr().err  # source and target side
+
+
+def test_overlong_sentences_refused_under_strict(tmp_path, copy_data, capsys):
+    long_pair = " ".join(["a b c d e f g h"] * 8)
+    data = tmp_path / "long.tsv"
+    data.write_text((copy_data / "train.tsv").read_text() + f"{long_pair}\t{long_pair.upper()}\n", encoding="utf-8")
+    assert _train(str(data), tmp_path / "run", "--valid", str(copy_data / "valid.tsv"), "--strict") == 2
+    err = capsys.readouterr().err
+    assert "pair 200" in err and "longer than max_src_len = 24" in err, err
+
+
+def test_translate_truncates_overlong_input_and_counts_it(trained, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b c\n" + " ".join(["a b c d"] * 20) + "\n"))
+    assert main(["translate", "--ckpt", str(trained), "--beam", "1"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2
+    assert "1 of 2 sentences were longer than max_len = 24 tokens and were truncated" in captured.err
+
+
+def test_translate_refuses_overlong_input_under_strict(trained, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b c\n" + " ".join(["a b c d"] * 20) + "\n"))
+    assert main(["translate", "--ckpt", str(trained), "--strict"]) == 2
+    assert "line 2: the sentence is" in capsys.readouterr().err
+
+
+def test_parallel_files_of_different_lengths_are_refused(tmp_path, capsys):
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_text("a b\nc d\ne f\n", encoding="utf-8")
+    tgt.write_text("A B\nC D\n", encoding="utf-8")
+    assert _train(f"{src},{tgt}", tmp_path / "run", "--valid", f"{src},{src}") == 2
+    err = capsys.readouterr().err
+    assert "same number of lines" in err and "has 3" in err and "has 2" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_lm_checkpoint_passed_to_translate_and_eval_mt(tmp_path, capsys, monkeypatch):
+    from attnkit.data.char_tokenizer import CharTokenizer
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import GPTConfig
+    from attnkit.training.checkpoint import save_checkpoint
+
+    tok = CharTokenizer.train(["hello world"])
+    config = GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    ckpt = save_checkpoint(tmp_path / "lm_ckpt", build_model(config), state={"model_config": config.to_dict()},
+                           extra={"kind": "lm", "tokenizer": tok.to_dict()})
+    monkeypatch.setattr("sys.stdin", io.StringIO("hallo\n"))
+    assert main(["translate", "--ckpt", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a language model" in err and "needs a translation model" in err, err
+    assert main(["eval", "mt", "--ckpt", str(ckpt), "--data", str(tmp_path)]) == 2
+    assert "holds a language model" in capsys.readouterr().err
+
+
+def test_mt_checkpoint_passed_to_eval_lm(trained, copy_data, capsys):
+    assert main(["eval", "lm", "--ckpt", str(trained), "--data", str(copy_data / "train.tsv")]) == 2
+    assert "holds a translation model" in capsys.readouterr().err
+
+
+def test_unknown_recipe_name(tmp_path, capsys):
+    assert _train("no-such-corpus", tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "unknown data recipe 'no-such-corpus'" in err and "de-en" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_language_modelling_recipe_is_not_a_parallel_corpus(tmp_path, capsys):
+    assert _train("shakespeare", tmp_path / "run") == 2
+    assert "is a lm recipe; translation needs a parallel corpus" in capsys.readouterr().err
+
+
+def test_file_data_needs_valid(tmp_path, copy_data, capsys):
+    assert _train(str(copy_data / "train.tsv"), tmp_path / "run") == 2
+    assert "pass --valid" in capsys.readouterr().err
+
+
+def test_existing_run_is_not_overwritten(trained, copy_data, capsys):
+    before = {p: p.read_bytes() for p in trained.rglob("*") if p.is_file()}
+    assert _train(str(copy_data), trained) == 2
+    assert "already holds a training run" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in trained.rglob("*") if p.is_file()} == before
+
+
+def test_average_last_needs_enough_checkpoints_kept(tmp_path, copy_data, capsys):
+    assert _train(str(copy_data), tmp_path / "run", "--average-last", "4", "--keep-last", "2") == 2
+    assert "--average-last 4 needs that many step checkpoints" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_mt_counts_or_refuses_malformed_reference_lines(trained, tmp_path, copy_data, capsys):
+    bad = _bad_tsv(tmp_path, copy_data)
+    assert main(["eval", "mt", "--ckpt", str(trained), "--data", str(bad), "--beam", "1",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["skipped_lines"] == 4
+    capsys.readouterr()
+    assert main(["eval", "mt", "--ckpt", str(trained), "--data", str(bad), "--strict"]) == 2
+    assert f"{bad}:3:" in capsys.readouterr().err
+
+
+def test_translate_missing_input_file(trained, tmp_path, capsys):
+    assert main(["translate", "--ckpt", str(trained), "--input", str(tmp_path / "nope.txt")]) == 2
+    assert "no such file" in capsys.readouterr().err

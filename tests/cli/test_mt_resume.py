@@ -1,0 +1,57 @@
+"""`attnkit train mt --resume`: a stopped translation run continues exactly (same losses as a straight run),
+reusing its tokenizer and translation options; a different --data is refused."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.cli.main import main
+
+TINY_MT = ["--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",
+           "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=64",
+           "--set", "dropout=0.1", "--vocab-size", "300", "--max-tokens", "128", "--max-len", "24",
+           "--warmup-steps", "4", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3",
+           "--eval-batches", "2", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _data(folder: Path) -> Path:
+    rng = random.Random(3)
+    folder.mkdir(parents=True)
+    for split, n in (("train", 120), ("valid", 10)):
+        rows = []
+        for _ in range(n):
+            words = [rng.choice("abcdef") for _ in range(rng.randint(2, 6))]
+            rows.append(" ".join(words) + "\t" + " ".join(reversed(words)))
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def _losses(run: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r}
+
+
+def test_resume_continues_exactly(tmp_path, capsys):
+    data = _data(tmp_path / "data")
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main(["train", "mt", "--data", str(data), "--out", str(straight), *TINY_MT, "--steps", "9"]) == 0
+    assert main(["train", "mt", "--data", str(data), "--out", str(stopped), *TINY_MT, "--steps", "6"]) == 0
+    # resume with only --out/--steps: data, tokenizer, model and options come from the checkpoint
+    assert main(["train", "mt", "--out", str(stopped), "--resume", "--steps", "9", "--no-progress"]) == 0
+    assert _losses(stopped) == _losses(straight)
+    capsys.readouterr()
+    assert main(["train", "mt", "--out", str(stopped), "--resume", "--steps", "12", "--data", "de-en"]) == 2
+    assert "the run was trained on --data" in capsys.readouterr().err
