@@ -15,8 +15,8 @@ from typing import Any
 # Defaults of the language-modelling recipe (tuned for the char-small preset on 2 CPU cores;
 # see benchmarks/RESULTS.md for how they were chosen).
 LM_DEFAULTS: dict[str, Any] = dict(
-    batch_size=32, block_size=128, grad_accum=1, lr=2e-3, min_lr=2e-4, warmup_steps=100, schedule="cosine",
-    weight_decay=0.1, grad_clip=1.0, eval_every=200, eval_batches=20, log_every=10, ckpt_every=200,
+    batch_size=24, block_size=128, grad_accum=1, lr=4e-3, min_lr=1e-4, warmup_steps=50, schedule="cosine",
+    weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, eval_every=200, eval_batches=20, log_every=10, ckpt_every=200,
     keep_last=2, seed=1337,
 )
 
