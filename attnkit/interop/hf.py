@@ -463,12 +463,24 @@ def state_dict_to_hf(model: GPT, *, include_tied: bool = True) -> tuple[dict[str
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return load_file(str(path), device="cpu")
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as err:  # safetensors' own error type for bad headers / short files
+        raise ValueError(f"{path} is not a readable safetensors file (truncated or corrupt?): {err}") from None
 
 
 def _load_bin(path: Path) -> dict[str, torch.Tensor]:
     # never unpickle arbitrary objects: tensors and plain containers only
-    obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    import pickle
+
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"refusing {path}: it is a pickle file that holds more than tensors (or is damaged), and unpickling "
+            "arbitrary objects can run code. attnkit reads .bin weights only with torch.load(weights_only=True); "
+            f"convert the weights to safetensors with a tool you trust. ({first[:200]})") from None
     if not isinstance(obj, Mapping):
         raise ValueError(f"{path} must hold a state dict (a mapping of names to tensors), got {type(obj).__name__}")
     return dict(obj)

@@ -258,3 +258,29 @@ def test_bare_base_model_names_are_accepted():
     bare = {k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
     cfg, sd = state_dict_from_hf(bare, hf_model.config)
     assert cfg.tie_embeddings and torch.equal(sd["wte.weight"], hf_model.transformer.wte.weight)
+
+
+def test_truncated_safetensors_is_a_clear_error(tmp_path):
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    save_hf(model, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match="model.safetensors"):
+        from_hf(tmp_path)
+
+
+class _Payload:
+    """An object whose unpickling would run code: a weights file must never be unpickled like this."""
+
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def test_pickle_with_code_offered_as_weights_is_refused(tmp_path, capsys):
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    save_hf(model, tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save({"model": _Payload()}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="pickle|weights_only"):
+        from_hf(tmp_path)
+    assert "this must never run" not in capsys.readouterr().out
