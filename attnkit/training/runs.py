@@ -78,7 +78,16 @@ def load_trained(path: str | Path, *, expect_kind: str | None = None, prefer: st
         raise ValueError(f"{ckpt} holds {what.get(kind, kind)}, but this command needs "
                          f"{what.get(expect_kind, expect_kind)}")
     model = build_model(config)
-    load_checkpoint(ckpt, model, device=device)
+    lora = extra.get("lora")
+    if isinstance(lora, dict) and not lora.get("merged", True):
+        # a LoRA fine-tuning step checkpoint: frozen weights + adapters; load both, then fold the adapters in
+        from attnkit.modules.lora import apply_lora, merge_lora
+
+        apply_lora(model, rank=lora["rank"], alpha=lora["alpha"], targets=lora["targets"], dropout=0.0)
+        load_checkpoint(ckpt, model, device=device)
+        merge_lora(model)
+    else:
+        load_checkpoint(ckpt, model, device=device)
     model.eval()
     tok = extra.get("tokenizer")
     tokenizer = tokenizer_from_dict(tok) if tok is not None else None

@@ -179,6 +179,12 @@ def test_lora_finetune_trains_only_adapters_and_exports_a_plain_model(pretrained
     lora_model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(x), lora_model(x), rtol=1e-5, atol=1e-5)
+    # a step checkpoint (adapters not merged) loads too: load_trained merges them on the way in
+    step_model, _, step_state = load_trained(out / "checkpoints" / f"step_{best_step:08d}")
+    assert step_state["extra"]["lora"]["merged"] is False
+    assert not any(isinstance(m, LoRALinear) for m in step_model.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(step_model(x), lora_model(x), rtol=1e-5, atol=1e-5)
     assert main(["sample", "--ckpt", str(out), "--prompt", "The moon", "--max-new-tokens", "6", "--seed", "0",
                  "--no-stream"]) == 0
 
