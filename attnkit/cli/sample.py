@@ -80,13 +80,14 @@ def run(args: argparse.Namespace) -> int:
         ids = [start]
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
-    use_cache = not args.no_cache
+    use_cache, sliding = not args.no_cache, False
     cfg = getattr(model, "config", None)
-    if use_cache and getattr(cfg, "position", None) == "learned" and len(ids) + args.max_new_tokens - 1 > cfg.block_size:
-        # Learned positions stop at block_size: slide the context window instead (recompute, no cache).
+    block = getattr(cfg, "block_size", None)
+    if block is not None and len(ids) + args.max_new_tokens - 1 > block:
+        # Past the context the model was trained on: slide a window of block_size tokens (recomputed, no cache).
         print(f"note: {len(ids)} prompt + {args.max_new_tokens} new tokens exceed the model's context of "
-              f"{cfg.block_size}; sampling with a sliding window (no KV cache)", file=sys.stderr)
-        use_cache = False
+              f"{block}; sampling with a sliding window (no KV cache)", file=sys.stderr)
+        use_cache, sliding = False, True
     for i in range(args.num_samples):
         seed = None if args.seed is None else args.seed + i
         if args.num_samples > 1:
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             out = generate(model, [ids], max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                            repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids,
-                           stop_strings=args.stop, tokenizer=tokenizer, seed=seed, use_cache=use_cache,
+                           stop_strings=args.stop, tokenizer=tokenizer, seed=seed, use_cache=use_cache, sliding_window=sliding,
                            pad_token_id=tokenizer.pad_id if tokenizer.pad_id is not None else 0, streamer=streamer)
         if not stream:
             text = tokenizer.decode(out[0], skip_special_tokens=True)

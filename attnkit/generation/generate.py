@@ -35,7 +35,9 @@ If that exceeds ``block_size``:
 * ``use_cache=True``: ``ValueError`` before anything runs (a cache cannot drop its oldest positions
   without recomputing them); use ``use_cache=False`` or fewer tokens.
 
-RoPE, sinusoidal and position-free models have no such table and are never cropped.
+RoPE, sinusoidal and position-free models have no such table and are not cropped by default (they
+extrapolate past ``block_size``, with the cache or without); ``sliding_window=True`` (with
+``use_cache=False``) crops them too, so the model never sees a context longer than it was trained on.
 
 **Stopping** per sequence (see :mod:`attnkit.generation.stopping`): at an ``eos_token_id`` (not included
 in the output), after the token that completes a stop string (included), or after ``max_new_tokens``.
@@ -160,6 +162,7 @@ def generate(
     use_cache: bool = True,
     pad_token_id: int = 0,
     streamer=None,
+    sliding_window: bool = False,
 ) -> list[list[int]]:
     """Continue each prompt with up to ``max_new_tokens`` tokens; return the new tokens of each prompt.
 
@@ -184,6 +187,8 @@ def generate(
             valid id).
         streamer: ``put(ids)`` / ``end()`` object (e.g. :class:`~attnkit.generation.streaming.TextStreamer`),
             fed each kept token; batch size 1 only.
+        sliding_window: with ``use_cache=False``, feed at most the last ``block_size`` tokens for every kind of
+            position (learned positions always slide).
 
     Returns:
         ``B`` lists of new token ids (no prompt, no EOS), in prompt order.
@@ -211,6 +216,9 @@ def generate(
     seed = _check_optional_seed(seed)
     if not isinstance(use_cache, bool):
         raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    if not isinstance(sliding_window, bool) or (sliding_window and use_cache):
+        raise ValueError(f"sliding_window must be a bool and needs use_cache=False, got sliding_window="
+                         f"{sliding_window!r}, use_cache={use_cache!r}")
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0 or (
         V is not None and pad_token_id >= V
     ):
@@ -263,7 +271,7 @@ def generate(
                 fed = tokens.shape[1]
             else:
                 ctx, ctx_pad = tokens, pad
-                if learned_positions and block_size is not None and ctx.shape[1] > block_size:
+                if (learned_positions or sliding_window) and block_size is not None and ctx.shape[1] > block_size:
                     ctx, ctx_pad = ctx[:, -block_size:], ctx_pad[:, -block_size:]  # crop: (b, block_size)
                 logits = model(ctx, key_padding_mask=ctx_pad, position_ids=position_ids_from_padding(ctx_pad))
             logits = logits[:, -1, :].float()  # (b, V): only the last position predicts the next token

@@ -227,3 +227,17 @@ def test_use_cache_needs_new_cache(gpt):
     with pytest.raises(ValueError, match="new_cache"):
         generate(NoCache(), [[1, 2]], max_new_tokens=2)
     assert len(generate(NoCache(), [[1, 2]], max_new_tokens=2, use_cache=False)[0]) == 2
+
+
+def test_sliding_window_crops_a_rope_model_to_block_size(make_gpt):
+    model = make_gpt("llama", seed=3, block_size=8)
+    prompt = [[5, 6, 7, 8, 9, 10]]
+    out = generate(model, prompt, max_new_tokens=10, use_cache=False, sliding_window=True)[0]
+    idx = torch.tensor(prompt)
+    with torch.no_grad():
+        for _ in range(10):
+            logits = model(idx[:, -8:])
+            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert out == idx[0, 6:].tolist()
+    with pytest.raises(ValueError, match="sliding_window"):
+        generate(model, prompt, max_new_tokens=2, use_cache=True, sliding_window=True)
