@@ -44,6 +44,7 @@ from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.learned_positions import LearnedPositionalEmbedding
+from attnkit.modules.masks import drop_if_unpadded
 from attnkit.modules.multi_head_attention import MultiHeadAttention
 from attnkit.modules.norms import build_norm
 from attnkit.modules.rotary import RotaryEmbedding
@@ -349,9 +350,7 @@ class GPT(nn.Module):
                     f"key_padding_mask must have shape (B, S) = ({B}, {S}) (S = cached {past} + new {T}), "
                     f"got {tuple(key_padding_mask.shape)}"
                 )
-            key_padding_mask = key_padding_mask.to(idx.device)
-            if not bool(key_padding_mask.any()):
-                key_padding_mask = None  # nothing padded: keep the fused causal fast path
+            key_padding_mask = drop_if_unpadded(key_padding_mask.to(idx.device))  # nothing padded: fast path
         pos = self._positions(B, T, past, key_padding_mask, position_ids, idx.device)
 
         if cfg.position == "learned":

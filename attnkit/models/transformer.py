@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from attnkit.modules.embeddings import TransformerEmbedding
+from attnkit.modules.masks import drop_if_unpadded
 
 from .configs import TransformerConfig
 from .encoder_decoder import DecoderCache, EncoderDecoder
@@ -113,9 +114,7 @@ class Transformer(nn.Module):
 
     def _src_mask(self, src: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
         if mask is None:
-            mask = self.padding_mask(src)
-            # nothing padded: no mask at all keeps attention on its fast path
-            return None if mask is None or not bool(mask.any()) else mask
+            return drop_if_unpadded(self.padding_mask(src))  # nothing padded: no mask, fast path
         return self._check_mask("src_key_padding_mask", mask, tuple(src.shape), "(B, S)").to(src.device)
 
     # ------------------------------------------------------------------------------------------------
@@ -164,9 +163,7 @@ class Transformer(nn.Module):
             self._check_mask("memory_key_padding_mask", memory_key_padding_mask, (B, S), "(B, S)")
         past = 0 if cache is None else cache.length
         if tgt_key_padding_mask is None:
-            tgt_key_padding_mask = self.padding_mask(tgt)
-            if tgt_key_padding_mask is not None and not bool(tgt_key_padding_mask.any()):
-                tgt_key_padding_mask = None  # nothing padded: keep the fused causal fast path
+            tgt_key_padding_mask = drop_if_unpadded(self.padding_mask(tgt))  # nothing padded: fused causal path
         elif cache is None:
             self._check_mask("tgt_key_padding_mask", tgt_key_padding_mask, (B, T), "(B, T)")
         # (with a cache the decoder accepts (B, T) or (B, cached + T) and checks it)

@@ -85,6 +85,20 @@ def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:
     return (seq_len - j + i) <= masked_len  # (L, L)
 
 
+def drop_if_unpadded(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``None`` when a boolean padding mask pads nothing (all ``False``), else the mask itself.
+
+    Models call this once per forward: with no mask at all, attention keeps its fused fast path
+    (``is_causal`` or no mask) instead of carrying an all-False mask through every layer.
+
+    Shape:
+        key_padding_mask ``(B, S)`` bool or None -> the same, or None.
+    """
+    if key_padding_mask is None or bool(key_padding_mask.any()):
+        return key_padding_mask
+    return None
+
+
 def to_additive(mask: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
     """Convert a mask to the additive (float) form.
 

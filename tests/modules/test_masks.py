@@ -91,3 +91,12 @@ def test_to_additive():
 def test_mask_integer_dtype_rejected():
     with pytest.raises(ValueError, match=r"bool or floating point, got torch.int32"):
         to_additive(torch.zeros(2, 2, dtype=torch.int32))
+
+
+def test_drop_if_unpadded():
+    from attnkit.modules.masks import drop_if_unpadded
+
+    assert drop_if_unpadded(None) is None
+    assert drop_if_unpadded(torch.zeros(2, 5, dtype=torch.bool)) is None
+    padded = torch.tensor([[False, False, True], [False, False, False]])
+    assert drop_if_unpadded(padded) is padded
