@@ -194,3 +194,18 @@ def test_params_command(capsys):
     out = capsys.readouterr().out
     for line in ("38,633,472", "786,432", "85,054,464", "1,536", "163,109,376"):
         assert line in out
+
+
+@pytest.mark.network
+def test_train_with_gpt2_tokenizer(corpus, tmp_path, monkeypatch, capsys):
+    """`--tokenizer gpt2`: GPT-2's BPE (from the openai-whisper sdist, cached) drives an LM run end to end."""
+    home = Path(os.environ.get("ATTNKIT_TEST_HOME") or Path.home() / ".cache" / "attnkit-tests").expanduser()
+    monkeypatch.setenv("ATTNKIT_HOME", str(home))
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--tokenizer", "gpt2", "--steps", "3") == 0
+    model, tok, state = load_trained(out)
+    assert tok.vocab_size == 50257 == model.config.vocab_size
+    assert tok.encode("Hello world") == [15496, 995]
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "3", "--seed", "0"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
