@@ -63,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.generation import TextStreamer, generate
+    from attnkit.generation.decoding_layout import use_decoding_layout
 
     model, tokenizer, chat, stop_ids, add_bos = load_lm(args)
+    use_decoding_layout(model)  # same weights, transposed storage: faster one-token steps (see its docstring)
     prompt = args.prompt
     if args.chat:
         if chat is None:

@@ -4,10 +4,12 @@
 * :mod:`processors` -- temperature, top-k, top-p, repetition penalty on ``(B, V)`` logits.
 * :mod:`stopping` -- EOS, stop strings and length limits, per sequence.
 * :class:`TextStreamer` (``streaming.py``) -- print text as it is generated.
+* :func:`use_decoding_layout` (``decoding_layout.py``) -- store Linear weights transposed for faster decoding.
 * :func:`greedy_search` (``seq2seq.py``) and :func:`beam_search` (``beam_search.py``) -- translation.
 """
 
 from .beam_search import Hypothesis, beam_search, beam_search_hypotheses, length_penalty_factor
+from .decoding_layout import is_decoding_layout, use_decoding_layout, use_training_layout
 from .generate import generate
 from .processors import apply_repetition_penalty, apply_temperature, process_logits, top_k_filter, top_p_filter
 from .seq2seq import greedy_search
@@ -16,6 +18,9 @@ from .streaming import TextStreamer
 
 __all__ = [
     "generate",
+    "use_decoding_layout",
+    "use_training_layout",
+    "is_decoding_layout",
     "greedy_search",
     "beam_search",
     "beam_search_hypotheses",

@@ -359,7 +359,8 @@ class GPT(nn.Module):
                     f"sequence length must be <= block_size = {cfg.block_size} with learned positions, "
                     f"got {S} (cached {past} + new {T})"
                 )
-            if int(pos.max()) >= cfg.block_size:
+            # (positions counted from cache.length are covered by the check above: no extra sync per step)
+            if (position_ids is not None or key_padding_mask is not None) and int(pos.max()) >= cfg.block_size:
                 raise ValueError(
                     f"position ids must be < block_size = {cfg.block_size} with learned positions, got {int(pos.max())}"
                 )

@@ -3,7 +3,7 @@
 A checkpoint is a folder::
 
     step_00000400/
-        model.safetensors       model weights (tied weights stored once, via safetensors' save_model)
+        model.safetensors       model weights (tied weights stored once)
         optimizer.safetensors   optimizer state tensors, named "<param name>:<state key>",
                                 e.g. "blocks.0.attn.qkv_proj.weight:exp_avg"  (absent if no optimizer)
         state.json              everything else: the caller's ``state`` (step, configs, task state, best
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file, save_model
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .atomic import fsync_dir, fsync_file, write_text_atomic
@@ -203,7 +203,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_model(model, str(tmp / MODEL_FILE))
+    _save_model_weights(model, tmp / MODEL_FILE)
     fsync_file(tmp / MODEL_FILE)
     if opt_tensors is not None:
         save_file(opt_tensors, str(tmp / OPTIMIZER_FILE))
@@ -262,6 +262,21 @@ def _read_safetensors(file: Path, device: str) -> dict[str, torch.Tensor]:
 def _storage_key(t: torch.Tensor) -> tuple:
     """Identifies the memory a tensor views: tied parameters share it."""
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+def _save_model_weights(model: nn.Module, file: Path) -> None:
+    """``model.state_dict()`` to safetensors, each tied tensor once (under its alphabetically first name, as
+    safetensors' ``save_model`` does) and made contiguous (weights may be strided, e.g. after
+    :func:`attnkit.generation.use_decoding_layout`)."""
+    groups: dict[tuple, list[str]] = {}
+    state = model.state_dict()
+    for name, t in state.items():
+        groups.setdefault(_storage_key(t), []).append(name)
+    tensors = {}
+    for names in groups.values():
+        keep = sorted(names)[0]
+        tensors[keep] = state[keep].detach().cpu().contiguous()
+    save_file(tensors, str(file), metadata={"format": "pt"})
 
 
 def _check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
