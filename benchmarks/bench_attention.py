@@ -47,7 +47,8 @@ def _fwd_bwd(fn, q, k, v, gout):
     return run
 
 
-def run_attention(sizes: AttnSizes | None = None, *, rounds: int = 3, warmup: int = 1, progress=None) -> BenchResult:
+def run_attention(sizes: AttnSizes | None = None, *, rounds: int = 3, warmup: int = 1, progress=None,
+                  min_time: float = 0.5) -> BenchResult:
     s = sizes or AttnSizes()
     res = BenchResult("attention", "Attention forward+backward (causal)", asdict(s))
     c = s.causal
@@ -66,12 +67,13 @@ def run_attention(sizes: AttnSizes | None = None, *, rounds: int = 3, warmup: in
         names = ["attnkit fast", "torch sdpa"] + (["attnkit reference"] if T <= s.ref_max_len else [])
         impls = [Impl(n, _fwd_bwd(fns[n], q, k, v, gout), unit="calls") for n in names]
         sub = BenchResult("attention", f"T={T}", {})
-        run_impls(sub, impls, rounds=rounds, warmup=warmup,
+        # a sample repeats the call for >= min_time seconds: at T = 512 one call takes ~15 ms
+        run_impls(sub, impls, rounds=rounds, warmup=warmup, min_time=min_time,
                   progress=None if progress is None else (lambda msg, T=T: progress(f"T={T} {msg}")))
         loads += [sub.load_before, sub.load_after]
         per_len[T] = sub.results
         fast, ref = sub.results["attnkit fast"], sub.results["torch sdpa"]
-        t_ratio = fast["seconds"]["median"] / ref["seconds"]["median"]
+        t_ratio = fast["seconds_per_unit"]["median"] / ref["seconds_per_unit"]["median"]
         m_ratio = (fast["peak_bytes"] / ref["peak_bytes"]) if fast["peak_bytes"] and ref["peak_bytes"] else None
         res.ratios[f"T={T} time attnkit fast / torch sdpa"] = t_ratio
         res.ratios[f"T={T} memory attnkit fast / torch sdpa"] = m_ratio

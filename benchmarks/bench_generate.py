@@ -5,7 +5,8 @@ Axis legend: ``B`` batch (1 here), ``T`` prompt length, ``N`` new tokens, ``C`` 
 GPT-2-small shape with random weights (no downloads), batch 1, a ``T``-token random prompt, exactly ``N``
 new tokens (no EOS), fp32. Implementations:
 
-* ``attnkit+cache``: :func:`attnkit.generation.generate` with the preallocated KV cache;
+* ``attnkit+cache``: :func:`attnkit.generation.generate` with the preallocated KV cache, after
+  :func:`attnkit.generation.use_decoding_layout` (Linear weights stored transposed, as ``attnkit sample`` does);
 * ``hf+cache``: ``model.generate(..., use_cache=True)`` (HF's dynamic cache, sdpa attention);
 * ``attnkit-int8+cache``: attnkit with every Linear (head included) replaced by an int8
   :class:`~attnkit.modules.quantized_linear.QuantizedLinear` (``mode="dynamic"``);
@@ -29,12 +30,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnkit.generation import generate
+from attnkit.generation import generate, use_decoding_layout
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 from attnkit.modules.quantized_linear import quantize_linear_layers
 
-from .common import BenchResult, have_transformers, ratio, run_impls, seeded
+from .common import BenchResult, have_transformers, linear_gemm_floor, ratio, run_impls, seeded
 from .harness import Impl
 
 MEMORY_BANDWIDTH_GBS = 22.8  # the issue's measured memory bandwidth for this machine
@@ -116,7 +117,10 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
 
     torch.manual_seed(0)
     ak = _attnkit_gpt2(s)
-    impls = [Impl("attnkit+cache", _ak_run(ak, prompt, s.new_tokens, True))]
+    # attnkit's decoding recipe (what `attnkit sample` does): Linear weights stored transposed, same values
+    use_decoding_layout(ak)
+    impls = [Impl("attnkit+cache", _ak_run(ak, prompt, s.new_tokens, True),
+                  notes="use_decoding_layout: Linear weights stored (K, N)-contiguous")]
     hf = None
     if peers and have_transformers():
         torch.manual_seed(0)
@@ -138,7 +142,14 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
         if hf is not None:
             impls.append(Impl("hf no-cache", _hf_run(hf, prompt, s.new_tokens, False)))
 
+    # Evidence for the fp32 target: only the Linear layers' one-row products (head included), once per
+    # new token, in the faster (K, N) layout. Every implementation reads at least these weights per token.
+    impls.append(Impl("matvec floor (Linear weights only)",
+                      linear_gemm_floor(ak, 1, steps=s.new_tokens, backward=False),
+                      notes="upper bound: one x @ W.T per Linear per token, nothing else"))
     measured = run_impls(res, impls, rounds=rounds, warmup=warmup, progress=progress)
+    res.ratios["matvec floor / hf+cache (the most any fp32 implementation could reach)"] = ratio(
+        measured, "matvec floor (Linear weights only)", "hf+cache")
     # matrices read per token: all Linear weights + the head (tied to wte, read once as the head)
     wbytes = sum(m.weight.numel() * 4 for m in ak.modules() if isinstance(m, torch.nn.Linear))
     res.extra["fp32_weight_bytes_read_per_token"] = wbytes

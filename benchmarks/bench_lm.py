@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 
-from .common import BenchResult, have_transformers, ratio, run_impls, seeded
+from .common import BenchResult, have_transformers, linear_gemm_floor, ratio, run_impls, seeded
 from .harness import Impl, matmul_peak_gflops
 
 NOMINAL_PEAK_GFLOPS = 289.0  # the issue's fp32 matmul peak for this machine (2 cores, AVX-512)
@@ -137,6 +137,11 @@ def run_lm(sizes: LMSizes | None = None, *, rounds: int = 5, warmup: int = 1, co
                                                               x, y, s.steps_per_round, lambda m, i: compiled(i)),
                           notes="torch.compile (inductor); compile time is first_call_s"))
 
+    # Evidence for the target: the Linear layers' matrix products alone (forward + both gradients), with
+    # nothing else. No implementation of this model can train faster than this on this machine.
+    impls.append(Impl("matmul floor (Linear GEMMs only)", linear_gemm_floor(ak, s.batch_size * s.block_size,
+                                                                            steps=s.steps_per_round),
+                      notes="upper bound: the Linear layers' forward and gradient products, nothing else"))
     if peak is None:
         peak = matmul_peak_gflops()
     measured = run_impls(res, impls, rounds=rounds, warmup=warmup, progress=progress)
@@ -148,6 +153,9 @@ def run_lm(sizes: LMSizes | None = None, *, rounds: int = 5, warmup: int = 1, co
         summ["mfu_measured_peak"] = tp * fpt / (peak["max_gflops"] * 1e9)
         summ["mfu_nominal_peak"] = tp * fpt / (NOMINAL_PEAK_GFLOPS * 1e9)
     res.ratios["attnkit / hf-gpt2-sdpa"] = ratio(measured, "attnkit", "hf-gpt2-sdpa")
+    res.ratios["matmul floor / hf-gpt2-sdpa (the most any implementation could reach)"] = ratio(
+        measured, "matmul floor (Linear GEMMs only)", "hf-gpt2-sdpa")
+    res.ratios["attnkit / matmul floor"] = ratio(measured, "attnkit", "matmul floor (Linear GEMMs only)")
     if compile:
         res.ratios["attnkit+compile / hf-gpt2-sdpa"] = ratio(measured, "attnkit+compile", "hf-gpt2-sdpa")
         res.ratios["attnkit+compile / attnkit"] = ratio(measured, "attnkit+compile", "attnkit")

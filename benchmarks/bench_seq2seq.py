@@ -22,7 +22,7 @@ from attnkit.models.transformer import Transformer
 from attnkit.modules.sinusoidal import sinusoidal_table
 
 from .bench_lm import make_optimizer
-from .common import BenchResult, ratio, run_impls, seeded
+from .common import BenchResult, linear_gemm_floor, ratio, run_impls, seeded
 from .harness import Impl
 
 
@@ -112,7 +112,14 @@ def run_seq2seq(sizes: Seq2SeqSizes | None = None, *, rounds: int = 5, warmup: i
         tn = TorchSeq2Seq(s).train()
         impls.append(Impl("torch.nn.Transformer", _step_fn(tn, make_optimizer(tn.parameters(), s.optimizer, s.lr),
                                                           src, tgt_in, tgt_out, s.steps_per_round)))
+    # The Linear layers' matrix products alone (forward + both gradients; the decoder's cross-attention
+    # key/value projections run on the source rows): an upper bound for any implementation.
+    rows = s.batch_size * s.tgt_len
+    impls.append(Impl("matmul floor (Linear GEMMs only)", linear_gemm_floor(ak, rows, steps=s.steps_per_round),
+                      notes="upper bound: the Linear layers' forward and gradient products, nothing else"))
     measured = run_impls(res, impls, rounds=rounds, warmup=warmup, progress=progress)
     res.ratios["attnkit / torch.nn.Transformer"] = ratio(measured, "attnkit", "torch.nn.Transformer")
+    res.ratios["matmul floor / torch.nn.Transformer (the most any implementation could reach)"] = ratio(
+        measured, "matmul floor (Linear GEMMs only)", "torch.nn.Transformer")
     res.add_target("attnkit / torch.nn.Transformer target tokens/s", res.ratios["attnkit / torch.nn.Transformer"], 1.2)
     return res

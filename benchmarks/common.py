@@ -40,14 +40,53 @@ class BenchResult:
         }
 
 
-def run_impls(result: BenchResult, impls: list[Impl], *, rounds: int, warmup: int, progress=None) -> dict[str, Measurement]:
+def run_impls(result: BenchResult, impls: list[Impl], *, rounds: int, warmup: int, progress=None,
+              min_time: float = 0.0) -> dict[str, Measurement]:
     """Run ``impls`` alternately, recording load before/after and the summaries into ``result``."""
     result.load_before = loadavg()
-    measured = alternate(impls, rounds=rounds, warmup=warmup, progress=progress)
+    measured = alternate(impls, rounds=rounds, warmup=warmup, progress=progress, min_time=min_time)
     result.load_after = loadavg()
     for name, m in measured.items():
         result.results[name] = m.summary()
     return measured
+
+
+def linear_gemm_floor(model: torch.nn.Module, rows: int, *, steps: int = 1, backward: bool = True,
+                      work: float | None = None):
+    """A closure doing only the matrix products of ``model``'s ``nn.Linear`` layers for ``rows`` input rows.
+
+    Forward ``X (rows, K) @ W.T``; with ``backward`` also ``dY @ W`` and ``dY.T @ X`` (the two gradient
+    products). Nothing else: no attention, norms, activations, loss or optimizer. Every real
+    implementation does at least this work with the same BLAS, so its throughput is an **upper bound**
+    on what any of them can reach on this machine (the "floor" of the step time). Returns ``work``
+    (default ``rows * steps``) per call, like the implementations it bounds.
+
+    Shape:
+        for each Linear ``(N, K)``: X ``(rows, K)``, dY ``(rows, N)``.
+    """
+    mats = []
+    seen = set()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and id(m) not in seen:
+            seen.add(id(m))
+            N, K = m.weight.shape
+            g = seeded(N * 7919 + K)
+            w = m.weight.detach().clone()
+            if not backward:  # a decoding step: the layout attnkit decodes with, (K, N) contiguous
+                w = w.t().contiguous().t()
+            mats.append((torch.randn(rows, K, generator=g), w, torch.randn(rows, N, generator=g)))
+    total = float(rows * steps) if work is None else float(work)
+
+    def run() -> float:
+        for _ in range(steps):
+            for x, w, dy in mats:
+                torch.nn.functional.linear(x, w)  # (rows, N)
+                if backward:
+                    torch.mm(dy, w)  # (rows, K): input gradient
+                    torch.mm(dy.t(), x)  # (N, K): weight gradient
+        return total
+
+    return run
 
 
 def have_transformers() -> bool:
@@ -64,4 +103,4 @@ def seeded(seed: int) -> torch.Generator:
     return g
 
 
-__all__ = ["BenchResult", "run_impls", "have_transformers", "seeded", "ratio"]
+__all__ = ["BenchResult", "run_impls", "have_transformers", "seeded", "ratio", "linear_gemm_floor"]

@@ -9,8 +9,14 @@ generation, one attention forward+backward) and returns how much work it did (to
    ``torch.compile``: the first call's time is kept separately as ``first_call_s``);
 2. **rounds**: implementations alternate ``A B C A B C ...`` so slow drifts of the machine's load hit
    all of them alike;
-3. each timed call also records the **peak resident memory above the level at its start** (Linux:
-   ``/proc/self/clear_refs`` resets the high-water mark ``VmHWM``; without it, ``None``);
+   A sample repeats the call until ``min_time`` seconds have passed (work and time are summed), so
+   calls of a few milliseconds are not dominated by timer and scheduler noise;
+3. **memory**: after the rounds, every implementation runs once more with glibc told to serve every
+   allocation above 64 KiB by ``mmap`` and to return it at once (``mallopt``), so the **peak resident
+   memory above the level at its start** (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``) sees
+   every large temporary instead of memory the C allocator had kept from an earlier call. This pass is
+   not timed; afterwards glibc gets thresholds (32 MiB mmap / 64 MiB trim) close to the ones it would
+   have reached on its own. Without ``/proc`` or glibc the peak is ``None``;
 4. we report ``min / median / max`` of the per-round throughput; ratios between implementations are
    ratios of medians from the same run.
 
@@ -93,6 +99,39 @@ def rss_bytes() -> int | None:
     return None if kib is None else kib * 1024
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+
+
+def _mallopt(param: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").mallopt(param, value))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+class ExactAllocations:
+    """Inside the block, glibc ``mmap``-s every allocation above 64 KiB and unmaps it on ``free``.
+
+    Then the resident high-water mark counts every large temporary, even ones that would otherwise reuse
+    memory the allocator kept cached. ``active`` is False where ``mallopt`` is unavailable.
+    """
+
+    def __enter__(self) -> "ExactAllocations":
+        self.active = _mallopt(_M_MMAP_THRESHOLD, 64 * 1024) and _mallopt(_M_TRIM_THRESHOLD, 0)
+        if self.active:  # give back the heap memory kept from earlier calls, so nothing can be reused
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.active:  # roughly where glibc's dynamic thresholds settle after large frees
+            _mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+            _mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024)
+
+
 class PeakMemory:
     """Peak resident memory reached inside a ``with`` block, above the resident memory at its start.
 
@@ -155,6 +194,8 @@ class Measurement:
             "rounds": len(self.seconds),
             "seconds": {"min": min(self.seconds), "median": statistics.median(self.seconds), "max": max(self.seconds)},
             "throughput": {"min": min(tp), "median": statistics.median(tp), "max": max(tp)},
+            # seconds per unit of work (per call when the unit is "calls"), from the same samples
+            "seconds_per_unit": {"min": 1 / max(tp), "median": 1 / statistics.median(tp), "max": 1 / min(tp)},
             "peak_bytes": max(peaks) if peaks else None,
             "first_call_s": self.first_call_s,
             "notes": self.notes,
@@ -173,13 +214,17 @@ class Impl:
     notes: str = ""
 
 
-def alternate(impls: list[Impl], *, rounds: int, warmup: int = 1, progress: Callable[[str], None] | None = None) -> dict[str, Measurement]:
-    """Warm every implementation up, then time them in alternating rounds ``A B A B ...``.
+def alternate(impls: list[Impl], *, rounds: int, warmup: int = 1, progress: Callable[[str], None] | None = None,
+              min_time: float = 0.0, measure_memory: bool = True) -> dict[str, Measurement]:
+    """Warm every implementation up, time them in alternating rounds ``A B A B ...``, then measure memory.
 
+    Each timed sample repeats ``run()`` until at least ``min_time`` seconds have passed.
     Returns one :class:`Measurement` per implementation name (in the order given).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if min_time < 0:
+        raise ValueError(f"min_time must be >= 0, got {min_time}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     names = [impl.name for impl in impls]
@@ -195,15 +240,20 @@ def alternate(impls: list[Impl], *, rounds: int, warmup: int = 1, progress: Call
     for r in range(rounds):
         for impl in impls:
             m = results[impl.name]
-            with PeakMemory() as mem:
-                t0 = time.perf_counter()
-                work = impl.run()
+            work, dt = 0.0, 0.0
+            t0 = time.perf_counter()
+            while dt == 0.0 or dt < min_time:
+                work += float(impl.run())
                 dt = time.perf_counter() - t0
             m.seconds.append(dt)
-            m.work.append(float(work))
-            m.peak_bytes.append(mem.peak_bytes)
+            m.work.append(work)
             if progress is not None:
                 progress(f"round {r + 1}/{rounds} {impl.name}: {work / dt:,.1f} {impl.unit}/s")
+    if measure_memory:
+        for impl in impls:
+            with ExactAllocations(), PeakMemory() as mem:
+                impl.run()
+            results[impl.name].peak_bytes.append(mem.peak_bytes)
     return results
 
 

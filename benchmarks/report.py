@@ -35,9 +35,10 @@ def bench_markdown(b: dict) -> str:
     cfg = ", ".join(f"{k}={v}" for k, v in b["config"].items())
     lines += [f"Config: {cfg}", "", f"Load (1/5/15 min) before: {_load(b['load_before'])}; after: {_load(b['load_after'])}", ""]
     if b["name"] == "attention":
-        lines += ["| T / implementation | median s | min s | max s | peak memory | rounds |", "|---|---:|---:|---:|---:|---:|"]
+        lines += ["| T / implementation | median s per call | min s | max s | peak memory | rounds |",
+                  "|---|---:|---:|---:|---:|---:|"]
         for name, r in b["results"].items():
-            sec = r["seconds"]
+            sec = r.get("seconds_per_unit", r["seconds"])
             lines.append(f"| {name} | {sec['median']:.3f} | {sec['min']:.3f} | {sec['max']:.3f} | "
                          f"{_mib(r['peak_bytes'])} | {r['rounds']} |")
     else:

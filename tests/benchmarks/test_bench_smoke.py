@@ -15,10 +15,32 @@ def test_alternate_runs_in_rounds_and_counts_work():
     calls = []
     impls = [Impl("a", lambda: calls.append("a") or 3.0), Impl("b", lambda: calls.append("b") or 5.0)]
     res = alternate(impls, rounds=3, warmup=1)
-    assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up of each, then A B A B A B
+    # warm-up of each, then A B A B A B, then one untimed memory pass of each
+    assert calls == ["a", "b"] + ["a", "b"] * 3 + ["a", "b"]
     assert res["a"].work == [3.0, 3.0, 3.0] and res["b"].work == [5.0, 5.0, 5.0]
     summ = res["b"].summary()
     assert summ["rounds"] == 3 and summ["throughput"]["min"] <= summ["throughput"]["median"] <= summ["throughput"]["max"]
+
+
+def test_min_time_repeats_short_calls_and_sums_their_work():
+    calls = []
+    impls = [Impl("a", lambda: calls.append("a") or 1.0, unit="calls")]
+    res = alternate(impls, rounds=2, warmup=0, min_time=0.02, measure_memory=False)
+    assert len(calls) >= 4 and sum(res["a"].work) == len(calls)  # several calls per sample, all counted
+    assert all(s >= 0.02 for s in res["a"].seconds)
+    summ = res["a"].summary()
+    assert abs(summ["seconds_per_unit"]["median"] * summ["throughput"]["median"] - 1.0) < 1e-9
+
+
+def test_memory_pass_sees_a_temporary_the_allocator_could_reuse():
+    def work():
+        t = torch.ones(8 * 2**20 // 4)  # 8 MiB temporary: below glibc's usual mmap threshold once warmed up
+        return float(t.sum() > 0)
+
+    res = alternate([Impl("a", work, unit="calls")], rounds=2, warmup=2)
+    peak = res["a"].summary()["peak_bytes"]
+    if peak is not None:  # Linux /proc (and glibc) available
+        assert peak >= 7 * 2**20
 
 
 def test_peak_memory_sees_a_large_allocation():
@@ -49,8 +71,10 @@ def test_quick_run_covers_every_benchmark(tmp_path):
     lm = run["benchmarks"][0]
     assert {"attnkit", "hf-gpt2-sdpa"} <= set(lm["results"])
     assert lm["results"]["attnkit"]["mfu_measured_peak"] > 0
+    assert "matmul floor (Linear GEMMs only)" in lm["results"] and "matmul floor (Linear GEMMs only)" in run["benchmarks"][1]["results"]
     gen = run["benchmarks"][2]
-    assert {"attnkit+cache", "hf+cache", "attnkit-int8+cache", "attnkit no-cache", "hf no-cache"} == set(gen["results"])
+    assert {"attnkit+cache", "hf+cache", "attnkit-int8+cache", "attnkit no-cache", "hf no-cache",
+            "matvec floor (Linear weights only)"} == set(gen["results"])
     attn = run["benchmarks"][3]
     assert "T=32 attnkit reference" in attn["results"] and "T=64 attnkit reference" not in attn["results"]
     saved = json.loads(js.read_text())
