@@ -318,8 +318,36 @@ def lever_no_pad_mask(rounds, warmup, progress, *, quick=False):
     return res
 
 
+def lever_decode_layout(rounds, warmup, progress, *, quick=False):
+    """Greedy decoding of a GPT-2-small-shaped model with nn.Linear's row-major weights vs the decoding layout."""
+    from attnkit.generation import generate, use_decoding_layout
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+
+    cfg = (GPTConfig(vocab_size=512, block_size=64, n_layer=2, n_head=2, n_embd=64) if quick else
+           GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768))
+    steps = 8 if quick else 64
+    res = BenchResult("lever_decode_layout", "Lever: Linear weight layout for decoding (row-major vs transposed)",
+                      {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "vocab_size": cfg.vocab_size,
+                       "prompt_len": 16, "new_tokens": steps})
+    torch.manual_seed(0)
+    row_major = GPT(cfg).eval()
+    transposed = GPT(cfg).eval()
+    transposed.load_state_dict(row_major.state_dict())
+    use_decoding_layout(transposed)
+    prompt = torch.randint(0, cfg.vocab_size, (16,), generator=seeded(3)).tolist()
+
+    def run(model):
+        return lambda: float(len(generate(model, [prompt], max_new_tokens=steps)[0]))
+
+    m = run_impls(res, [Impl("row-major (nn.Linear)", run(row_major)), Impl("decoding layout", run(transposed))],
+                  rounds=rounds, warmup=warmup, progress=progress)
+    res.ratios["decoding layout / row-major"] = ratio(m, "decoding layout", "row-major (nn.Linear)")
+    return res
+
+
 LEVERS = ("fused_qkv", "is_causal", "no_pad_mask", "kv_cache", "adamw", "int8", "threads", "head_merge",
-          "last_logits", "compile")
+          "last_logits", "decode_layout", "compile")
 
 
 def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progress=None, compile: bool = True,
@@ -336,6 +364,7 @@ def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progres
         "threads": lambda: lever_threads(s, rounds, warmup, progress),
         "head_merge": lambda: lever_head_merge(s, rounds, warmup, progress),
         "last_logits": lambda: lever_last_logits(rounds, warmup, progress, quick=quick),
+        "decode_layout": lambda: lever_decode_layout(rounds, warmup, progress, quick=quick),
         "compile": lambda: lever_compile(s, rounds, warmup, progress),
     }
     if not compile:

@@ -263,6 +263,9 @@ class GPT(nn.Module):
             raise ValueError(f"idx must have shape (B, T), got {idx.dim()}-D shape {tuple(idx.shape)}")
         if idx.shape[0] == 0 or idx.shape[1] == 0:
             raise ValueError(f"idx must have B >= 1 and T >= 1, got shape {tuple(idx.shape)}")
+        if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
+            torch._assert_async(((idx >= 0) & (idx < V)).all(), f"token ids must be in [0, vocab_size) = [0, {V})")
+            return
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= V:
             bad = lo if lo < 0 else hi

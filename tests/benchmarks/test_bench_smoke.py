@@ -81,3 +81,24 @@ def test_quick_run_covers_every_benchmark(tmp_path):
     assert saved["command"].startswith("python -m benchmarks --quick")
     text = md.read_text()
     assert "## Speed" in text and "attnkit / hf-gpt2-sdpa" in text and "Load average" in text
+
+
+def test_every_lever_runs_at_tiny_sizes():
+    from benchmarks.bench_levers import LEVERS, run_levers
+
+    out = run_levers(quick=True, rounds=1, warmup=0, compile=False)
+    assert [r.name for r in out] == [f"lever_{name}" for name in LEVERS if name != "compile"]
+    assert all(r.ratios and all(v is not None and v > 0 for v in r.ratios.values()) for r in out)
+
+
+def test_breakdown_categories_and_table():
+    from benchmarks.breakdown import CATEGORIES, breakdown_markdown, categorize, profile_breakdown
+
+    assert categorize("aten::addmm") == "matmul" and categorize("aten::bernoulli_") == "dropout RNG"
+    assert categorize("aten::_log_softmax_backward_data") == "softmax / cross-entropy"
+    assert categorize("aten::_fused_adamw_") == "optimizer" and categorize("aten::gelu") == "other"
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    cats = profile_breakdown(lambda: [torch.mm(a, b) for _ in range(20)], warmup=1)
+    assert cats["matmul"] > 0 and set(cats) <= set(CATEGORIES)
+    table = breakdown_markdown("x", {"impl": cats})
+    assert table.count("\n") == 2 and "| impl |" in table
