@@ -56,7 +56,9 @@ class TokenEmbedding(nn.Module):
         """
         if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
             raise ValueError(f"token ids must be an integer tensor, got {ids.dtype}")
-        if ids.numel():
+        if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
+            torch._assert_async(((ids >= 0) & (ids < self.vocab_size)).all(), "token ids must be in [0, vocab_size)")
+        elif ids.numel():
             lo, hi = int(ids.min()), int(ids.max())
             if lo < 0 or hi >= self.vocab_size:
                 raise ValueError(f"token ids must be in [0, vocab_size) = [0, {self.vocab_size}), got range [{lo}, {hi}]")

@@ -41,7 +41,9 @@ class LearnedPositionalEmbedding(nn.Module):
         """
         if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
             raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
-        if position_ids.numel():
+        if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
+            torch._assert_async(((position_ids >= 0) & (position_ids < self.max_len)).all(), "position ids must be in [0, max_len)")
+        elif position_ids.numel():
             lo, hi = int(position_ids.min()), int(position_ids.max())
             if lo < 0 or hi >= self.max_len:
                 raise ValueError(f"position ids must be in [0, max_len) = [0, {self.max_len}), got range [{lo}, {hi}]")

@@ -81,7 +81,11 @@ class RotaryEmbedding(nn.Module):
         """
         if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
             raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
-        if position_ids.numel():
+        if torch.compiler.is_compiling():  # no host sync under torch.compile: the table cannot grow here
+            n = self.cos_cached.shape[0]
+            torch._assert_async(((position_ids >= 0) & (position_ids < n)).all(),
+                                f"under torch.compile position ids must be in [0, {n}) (the precomputed table)")
+        elif position_ids.numel():
             lo, hi = int(position_ids.min()), int(position_ids.max())
             if lo < 0:
                 raise ValueError(f"position_ids must be >= 0, got min {lo}")

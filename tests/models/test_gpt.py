@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from attnkit.models import GPT, GPTCache, build_model, get_preset
+from attnkit.models import GPT, GPTCache, GPTConfig, build_model, get_preset
 
 TOL = 1e-5  # float32 parity tolerance between mathematically equal computations
 
@@ -269,3 +269,17 @@ def test_rejects_cache_larger_than_learned_positions(gpt):
 def test_rejects_wrong_config_type(tiny_transformer_config):
     with pytest.raises(ValueError, match="GPT expects a GPTConfig, got TransformerConfig"):
         GPT(tiny_transformer_config())
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_forward_traces_as_one_graph_for_torch_compile(position):
+    """Input checks must not force host syncs (graph breaks) when the model is compiled."""
+    import torch._dynamo
+
+    cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, position=position)
+    model = GPT(cfg)
+    idx = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    report = torch._dynamo.explain(model)(idx)
+    assert report.graph_break_count == 0, [str(b.reason)[:120] for b in report.break_reasons]
+    assert report.graph_count == 1
