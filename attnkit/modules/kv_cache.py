@@ -68,6 +68,21 @@ class KVCache(nn.Module):
         Shape:
             k, v: ``(B, K, T, D)`` -> k_all, v_all: ``(B, K, length, D)`` (views into the buffers).
         """
+        k_cache, v_cache = self.k_cache, self.v_cache
+        T = k.shape[2] if k.dim() == 4 else -1
+        if k.shape != v.shape or k.dtype != k_cache.dtype or v.dtype != k_cache.dtype or T < 0 or (
+            k.shape[:2] != k_cache.shape[:2] or k.shape[3] != k_cache.shape[3]
+        ):  # one cheap test on the hot path; the detailed message only when it fails
+            self._shape_error(k, v)
+        start, end = self.length, self.length + T
+        if end > self.max_len:
+            raise ValueError(f"KVCache overflow: max_len = {self.max_len}, cached {start} + new {T} = {end}")
+        k_cache.narrow(2, start, T).copy_(k)  # (B, K, T, D) slot of the buffer
+        v_cache.narrow(2, start, T).copy_(v)
+        self.length = end
+        return k_cache.narrow(2, 0, end), v_cache.narrow(2, 0, end)  # (B, K, length, D) views
+
+    def _shape_error(self, k: torch.Tensor, v: torch.Tensor) -> None:
         B, K, _, D = self.k_cache.shape
         for name, t in (("k", k), ("v", v)):
             if t.dim() != 4 or t.shape[0] != B or t.shape[1] != K or t.shape[3] != D:
@@ -75,17 +90,7 @@ class KVCache(nn.Module):
                                  f"got {tuple(t.shape)}")
             if t.dtype != self.k_cache.dtype:
                 raise ValueError(f"KVCache.update: {name} must have dtype {self.k_cache.dtype}, got {t.dtype}")
-        if k.shape[2] != v.shape[2]:
-            raise ValueError(f"KVCache.update: k and v must have the same length T, got {k.shape[2]} and {v.shape[2]}")
-        T = k.shape[2]
-        if self.length + T > self.max_len:
-            raise ValueError(f"KVCache overflow: max_len = {self.max_len}, cached {self.length} + new {T} "
-                             f"= {self.length + T}")
-        start, end = self.length, self.length + T
-        self.k_cache[:, :, start:end] = k
-        self.v_cache[:, :, start:end] = v
-        self.length = end
-        return self.get()
+        raise ValueError(f"KVCache.update: k and v must have the same length T, got {k.shape[2]} and {v.shape[2]}")
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The filled part of the cache.
