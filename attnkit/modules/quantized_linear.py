@@ -12,19 +12,30 @@ Quantization (symmetric, per output channel)::
     Wq[n, k]  = round(W[n, k] / scale[n])            in [-127, 127]
     W ~= Wq * scale[:, None]                          (error <= scale / 2 per weight)
 
-Three ways to compute ``y = x W^T + b`` with the int8 weight (``mode``):
+Four ways to compute ``y = x W^T + b`` with the int8 weight (``mode``):
 
 * ``"reference"``: dequantize to fp32 and call ``F.linear``. Readable, exact with respect to the
   dequantized weight, but it reads (and writes) the fp32 weight: no faster than fp32.
-* ``"dynamic"`` (default): ``torch.ops.quantized.linear_dynamic`` (FBGEMM/oneDNN). The activations are
-  quantized to 8 bits on the fly (one scale per call), the product runs in int8 with int32 accumulation,
-  the result is rescaled to fp32. Fast on x86; adds a small activation-rounding error.
+* ``"two_digit"`` (default): each activation row gets its own scale ``s = max|row| / 127`` and is written as
+  two int8 "digits", ``x ~= s * (hi + lo / 254)`` (:func:`split_activation`), error <= ``s / 508`` per element
+  (about 15 bits). Both digit rows go through FBGEMM's int8 kernel in *one* pass over the weight (int32
+  accumulation, exact), then ``y = s * (hi @ Wq^T + lo @ Wq^T / 254) * scale + b``. Agrees with
+  ``"reference"`` to about 1e-4 relative (SmolLM2-135M perplexity +0.24%, like ``"weight_only"``'s +0.23%);
+  about 2-2.5x the per-layer time of ``"dynamic"`` for one row (the digit split and a 3-row product), still
+  well under fp32 for a decoding step: GPT-2-small greedy decoding ~2x attnkit fp32 at 1 thread.
+* ``"dynamic"``: ``torch.ops.quantized.linear_dynamic`` (FBGEMM/oneDNN) as is: the activations are rounded
+  to 8 bits with ONE scale (and zero point) for the whole input tensor. The fastest, but it fails the
+  quality check on a real model (SmolLM2-135M: perplexity +87%): in a multi-token pass one token with a
+  huge activation (e.g. 2,800 at the MLP output projection's input, where other tokens' values are ~1) sets
+  the scale and every other token is rounded to a handful of levels. Per-row 8-bit scales fix that
+  token-to-token spread but not the spread *within* a row (perplexity still +3%), hence two digits.
+  Kept for the measurements in ``benchmarks/NOTES.md`` ("int8 modes (session 2)").
 * ``"weight_only"``: ``torch._weight_int8pack_mm``, fp32 activations times int8 weights (no activation
-  rounding). Exact w.r.t. the dequantized weight, but in torch 2.13 its CPU kernel is slow for fp32
-  activations; kept for the measurements in ``benchmarks/NOTES.md``.
+  rounding). Exact w.r.t. the dequantized weight, but in torch 2.13 its CPU kernel is ~10x slower than
+  fp32 for fp32 activations; kept for the measurements.
 
 All modes give the same result up to rounding; ``tests/modules/test_quantized_linear.py`` checks them
-against each other and against the fp32 layer.
+against ``"reference"`` (each with its stated tolerance) and ``"reference"`` against the fp32 layer.
 """
 
 from __future__ import annotations
@@ -35,7 +46,37 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MODES: tuple[str, ...] = ("reference", "dynamic", "weight_only")
+MODES: tuple[str, ...] = ("reference", "two_digit", "dynamic", "weight_only")
+
+
+def split_activation(x: torch.Tensor, tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write each row of ``x`` as two int8 "digits": ``x ~= s * (hi + lo / 254)``.
+
+    ``s = max|row| / 127`` (one scale per row), so ``u = x / s`` lies in ``[-127, 127]``; ``hi = round(u)`` and
+    ``lo = round((u - hi) * 254)``. Since ``|u - hi| <= 1/2``, both digits lie in ``[-127, 127]`` and each can go
+    through an int8 kernel. The error is at most ``s / 508`` per element: about 15 bits instead of 8.
+    Rows that are all zero get a tiny positive ``s`` (their digits are 0). ``tail`` rows, if given, are
+    copied after the digits (the caller's extra kernel rows), saving a concatenation.
+
+    Shape:
+        x ``(M, K)`` float32, tail ``(R, K)`` -> (digits ``(2M + R, K)`` float32 holding integers: rows ``:M`` are
+        ``hi``, rows ``M:2M`` are ``lo``; s ``(M, 1)``).
+    """
+    if x.dim() != 2 or x.dtype != torch.float32:
+        raise ValueError(f"split_activation expects a 2-D float32 tensor (M, K), got {x.dim()}-D {x.dtype}")
+    m, k = x.shape
+    if tail is not None and (tail.dim() != 2 or tail.shape[1] != k):
+        raise ValueError(f"tail must be (R, K = {k}), got shape {tuple(tail.shape)}")
+    extra = 0 if tail is None else tail.shape[0]
+    digits = torch.empty(2 * m + extra, k, dtype=x.dtype, device=x.device)
+    s = torch.linalg.vector_norm(x, ord=float("inf"), dim=1, keepdim=True)  # max |x| per row: (M, 1)
+    s = s.mul_(1.0 / 127.0).clamp_min_(torch.finfo(torch.float32).tiny)
+    u = x / s  # (M, K), in [-127, 127]
+    hi = torch.round(u, out=digits[:m])
+    torch.sub(u, hi, out=digits[m:2 * m]).mul_(254.0).round_()  # u - hi is exact in fp32, within [-1/2, 1/2]
+    if tail is not None:
+        digits[2 * m:] = tail
+    return digits, s
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,7 +111,7 @@ class QuantizedLinear(nn.Module):
         x ``(*, K)`` float32 -> ``(*, N)`` float32.
     """
 
-    def __init__(self, in_features: int, out_features: int, *, bias: bool = True, mode: str = "dynamic"):
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = True, mode: str = "two_digit"):
         super().__init__()
         if in_features <= 0 or out_features <= 0:
             raise ValueError(f"in_features and out_features must be positive, got {in_features}, {out_features}")
@@ -85,10 +126,14 @@ class QuantizedLinear(nn.Module):
             self.register_buffer("bias", torch.zeros(out_features))
         else:
             self.bias = None
-        self._packed = None  # FBGEMM/oneDNN packed weight for mode "dynamic", built on first use
+        self._packed = None  # (with_bias, FBGEMM/oneDNN packed weight), built on first use
+        # the "pin" row(s) of mode "two_digit" (see _two_digit_linear): -128 and 127 somewhere, zeros elsewhere
+        pin = torch.zeros(1 if in_features > 1 else 2, in_features)  # (1, K), or (2, 1) when K = 1
+        pin.view(-1)[:2] = torch.tensor([-128.0, 127.0])
+        self.register_buffer("_pin", pin, persistent=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, mode: str = "dynamic") -> "QuantizedLinear":
+    def from_linear(cls, linear: nn.Linear, *, mode: str = "two_digit") -> "QuantizedLinear":
         """Quantize an existing ``nn.Linear`` (its weight is copied, the original is untouched)."""
         if not isinstance(linear, nn.Linear):
             raise ValueError(f"from_linear expects an nn.Linear, got {type(linear).__name__}")
@@ -108,15 +153,36 @@ class QuantizedLinear(nn.Module):
         """
         return self.weight_int8.float() * self.scale[:, None]
 
-    def _packed_weight(self):
-        # Per-channel quantized tensor with the same int8 values and scales, packed for the int8 GEMM.
-        if self._packed is None:
+    def _packed_weight(self, with_bias: bool):
+        # Per-channel quantized tensor with the same int8 values and scales, packed for FBGEMM/oneDNN.
+        # "dynamic" lets the kernel add the bias; "two_digit" adds it itself (after combining the digits).
+        if self._packed is None or self._packed[0] != with_bias:
             with warnings.catch_warnings():  # torch 2.13 flags quantized tensors as deprecated
                 warnings.simplefilter("ignore", UserWarning)
                 qw = torch._make_per_channel_quantized_tensor(
                     self.weight_int8, self.scale.double(), torch.zeros(self.out_features, dtype=torch.int64), 0)
-            self._packed = torch.ops.quantized.linear_prepack(qw, self.bias)
-        return self._packed
+                packed = torch.ops.quantized.linear_prepack(qw, self.bias if with_bias else None)
+            self._packed = (with_bias, packed)
+        return self._packed[1]
+
+    def _two_digit_linear(self, x2: torch.Tensor) -> torch.Tensor:
+        """``x2 W^T + b`` with ``x2`` split into two int8 digits per row (see :func:`split_activation`).
+
+        Shape:
+            x2 ``(M, K)`` -> ``(M, N)``.
+        """
+        m = x2.shape[0]
+        # FBGEMM's dynamic kernel quantizes its whole input with one (scale, zero point) taken from the input's
+        # min and max. A "pin" row holding -128 and 127 makes that scale exactly 1 and the zero point 128, so the
+        # integer-valued digits go into the int8 product unchanged (int32 accumulation: exact), and the kernel
+        # returns (digits @ Wq^T) * scale[n]. The pin row's output is dropped. Both digits share one pass over
+        # the weight: for a decoding step (M = 1) three rows cost little more than one.
+        rows, s = split_activation(x2, tail=self._pin)  # (2M + 1, K), (M, 1)
+        out = torch.ops.quantized.linear_dynamic(rows, self._packed_weight(False), False)  # (2M + 1, N)
+        y = torch.add(out[:m], out[m:2 * m], alpha=1.0 / 254.0)  # (hi + lo/254) @ W^T: (M, N)
+        if self.bias is None:
+            return y.mul_(s)
+        return torch.addcmul(self.bias, y, s)  # b + s * y
 
     def _apply(self, fn, recurse=True):  # .to()/.float() etc.: drop the packed copy, it is rebuilt lazily
         self._packed = None
@@ -143,8 +209,10 @@ class QuantizedLinear(nn.Module):
             return F.linear(x, self.dequantized_weight(), self.bias)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # (M, K)
-        if self.mode == "dynamic":
-            y = torch.ops.quantized.linear_dynamic(x2.contiguous(), self._packed_weight(), False)  # (M, N)
+        if self.mode == "two_digit":
+            y = self._two_digit_linear(x2)  # (M, N)
+        elif self.mode == "dynamic":
+            y = torch.ops.quantized.linear_dynamic(x2.contiguous(), self._packed_weight(True), False)  # (M, N)
         else:  # weight_only
             y = torch._weight_int8pack_mm(x2.contiguous(), self.weight_int8, self.scale)  # (M, N)
             if self.bias is not None:
@@ -156,7 +224,7 @@ class QuantizedLinear(nn.Module):
                 f"bias={self.bias is not None}, mode={self.mode!r}")
 
 
-def quantize_linear_layers(model: nn.Module, *, mode: str = "dynamic", skip: tuple[str, ...] = ()) -> int:
+def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: tuple[str, ...] = ()) -> int:
     """Replace every ``nn.Linear`` of ``model`` (in place) by a :class:`QuantizedLinear`.
 
     Tied weights (e.g. a language-model head sharing the token embedding) are fine: the head gets its
