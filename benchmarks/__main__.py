@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "(compile time reported as first_call_s)")
     p.add_argument("--levers", default=None,
                    help="comma-separated levers for --only levers (default all: fused_qkv,is_causal,no_pad_mask,"
-                        "kv_cache,adamw,int8,threads,head_merge,last_logits,compile)")
+                        "kv_cache,adamw,int8,threads,head_merge,last_logits,decode_layout,compile)")
     p.add_argument("--no-peers", action="store_true", help="time attnkit only")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--optimizer", choices=("plain", "foreach", "fused"), default="fused",
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "attention" in selected:
         progress("attention")
         run["benchmarks"].append(run_attention(sizes["attention"], rounds=other_rounds, warmup=args.warmup,
-                                               progress=progress).to_dict())
+                                               progress=progress, min_time=0.0 if args.quick else 0.5).to_dict())
         save()
     if "levers" in selected:
         from .bench_levers import run_levers
