@@ -126,6 +126,11 @@ _LLAMA_ACT_TO_HF = {"swiglu": "silu", "geglu": "gelu"}
 # configs
 # ----------------------------------------------------------------------------------------------------------
 
+
+def _unless_equal(attention: float, dropout: float) -> float | None:
+    """``attention_dropout`` for our config: None (= "same as dropout") when it equals ``dropout``."""
+    return None if attention == dropout else attention
+
 def _config_dict(config: Any) -> dict[str, Any]:
     """An HF config as a plain dict (accepts a dict or a transformers ``PretrainedConfig``)."""
     if isinstance(config, Mapping):
@@ -187,6 +192,8 @@ def gpt_config_from_hf(config: Any) -> GPTConfig:
             position="learned",
             tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
             dropout=float(cfg.get("resid_pdrop", 0.0) or 0.0),
+            attention_dropout=_unless_equal(float(cfg.get("attn_pdrop", cfg.get("resid_pdrop", 0.0)) or 0.0),
+                                            float(cfg.get("resid_pdrop", 0.0) or 0.0)),
         )
     # llama
     act = cfg.get("hidden_act", "silu")
@@ -225,7 +232,8 @@ def gpt_config_from_hf(config: Any) -> GPTConfig:
         position="rope",
         rope_theta=float(theta),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
+        dropout=0.0,  # Llama has no residual/embedding dropout, only on the attention weights
+        attention_dropout=_unless_equal(float(cfg.get("attention_dropout", 0.0) or 0.0), 0.0),
     )
 
 
@@ -278,7 +286,7 @@ def hf_config_from_gpt(config: GPTConfig) -> dict[str, Any]:
             "activation_function": _GPT2_ACT_TO_HF[c.activation],
             "resid_pdrop": c.dropout,
             "embd_pdrop": c.dropout,
-            "attn_pdrop": c.dropout,
+            "attn_pdrop": c.attn_dropout,
             "layer_norm_epsilon": c.norm_eps,
             "scale_attn_weights": True,
             "tie_word_embeddings": c.tie_embeddings,
@@ -303,7 +311,7 @@ def hf_config_from_gpt(config: GPTConfig) -> dict[str, Any]:
         "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta},  # transformers 5.x
         "attention_bias": c.bias,
         "mlp_bias": c.bias,
-        "attention_dropout": c.dropout,
+        "attention_dropout": c.attn_dropout,  # (HF Llama has no residual dropout)
         "tie_word_embeddings": c.tie_embeddings,
         "bos_token_id": None,
         "eos_token_id": None,

@@ -155,6 +155,7 @@ class GPTConfig(_ConfigMixin):
     rope_theta: float = 10000.0
     tie_embeddings: bool = True
     dropout: float = 0.0
+    attention_dropout: float | None = None  # on the attention weights; None = same as ``dropout``
 
     def __post_init__(self) -> None:
         o = "GPTConfig"
@@ -186,8 +187,16 @@ class GPTConfig(_ConfigMixin):
             raise ValueError(f"GPTConfig: rotary positions need an even head dim, got head_dim={self.head_size}")
         _check_bool(o, "tie_embeddings", self.tie_embeddings)
         self.dropout = _check_float(o, "dropout", self.dropout, low=0.0, high=1.0, low_inclusive=True)
+        if self.attention_dropout is not None:
+            self.attention_dropout = _check_float(o, "attention_dropout", self.attention_dropout, low=0.0, high=1.0,
+                                                  low_inclusive=True)
 
     # resolved sizes ---------------------------------------------------------------------------------
+    @property
+    def attn_dropout(self) -> float:
+        """Dropout on the attention weights: ``attention_dropout``, or ``dropout`` when that is None."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
     @property
     def kv_heads(self) -> int:
         """K: number of key/value heads (``n_kv_head`` or ``n_head``)."""
@@ -236,6 +245,7 @@ class TransformerConfig(_ConfigMixin):
     num_decoder_layers: int = 6
     dim_feedforward: int = 2048
     dropout: float = 0.1
+    attention_dropout: float | None = None  # on the attention weights; None = same as ``dropout`` (torch.nn)
     activation: str = "relu"
     norm: str = "layernorm"
     norm_eps: float = 1e-5
@@ -261,6 +271,9 @@ class TransformerConfig(_ConfigMixin):
                 f"got d_model={self.d_model}, num_heads={self.num_heads}"
             )
         self.dropout = _check_float(o, "dropout", self.dropout, low=0.0, high=1.0, low_inclusive=True)
+        if self.attention_dropout is not None:
+            self.attention_dropout = _check_float(o, "attention_dropout", self.attention_dropout, low=0.0, high=1.0,
+                                                  low_inclusive=True)
         _check_choice(o, "activation", self.activation, ACTIVATIONS)
         _check_choice(o, "norm", self.norm, NORMS)
         self.norm_eps = _check_float(o, "norm_eps", self.norm_eps, low=0.0)
@@ -283,6 +296,11 @@ class TransformerConfig(_ConfigMixin):
                 raise ValueError(
                     f"TransformerConfig.pad_id must be in [0, {smallest}) (both vocabularies), got {self.pad_id}"
                 )
+
+    @property
+    def attn_dropout(self) -> float:
+        """Dropout on the attention weights: ``attention_dropout``, or ``dropout`` when that is None."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     @property
     def use_encoder_final_norm(self) -> bool:

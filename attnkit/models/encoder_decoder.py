@@ -169,6 +169,7 @@ class EncoderLayer(nn.Module):
         *,
         dim_feedforward: int = 2048,
         dropout: float = 0.1,
+        attention_dropout: float | None = None,
         activation: str = "relu",
         norm_first: bool = False,
         norm: str = "layernorm",
@@ -177,7 +178,8 @@ class EncoderLayer(nn.Module):
     ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout, self_attention=True)
+        attn_p = dropout if attention_dropout is None else attention_dropout  # on the attention weights
+        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=True)
         # dropout inside ff acts on its hidden activations (torch's `dropout` between linear1 and linear2)
         self.ff = FeedForward(d_model, dim_feedforward, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
@@ -227,6 +229,7 @@ class DecoderLayer(nn.Module):
         *,
         dim_feedforward: int = 2048,
         dropout: float = 0.1,
+        attention_dropout: float | None = None,
         activation: str = "relu",
         norm_first: bool = False,
         norm: str = "layernorm",
@@ -235,8 +238,9 @@ class DecoderLayer(nn.Module):
     ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout, self_attention=True)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout, self_attention=False)
+        attn_p = dropout if attention_dropout is None else attention_dropout  # on the attention weights
+        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=True)
+        self.cross_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=False)
         self.ff = FeedForward(d_model, dim_feedforward, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
         self.norm2 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
@@ -454,6 +458,7 @@ class EncoderDecoder(nn.Module):
         num_decoder_layers: int = 6,
         dim_feedforward: int = 2048,
         dropout: float = 0.1,
+        attention_dropout: float | None = None,
         activation: str = "relu",
         norm_first: bool = False,
         norm: str = "layernorm",
@@ -472,8 +477,8 @@ class EncoderDecoder(nn.Module):
         self.d_model = d_model
         self.nhead = nhead
         self.norm_first = norm_first
-        layer_kwargs = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
-                            norm_first=norm_first, norm=norm, norm_eps=norm_eps, bias=bias)
+        layer_kwargs = dict(dim_feedforward=dim_feedforward, dropout=dropout, attention_dropout=attention_dropout,
+                            activation=activation, norm_first=norm_first, norm=norm, norm_eps=norm_eps, bias=bias)
         self.encoder = Encoder(num_encoder_layers, d_model, nhead,
                                final_norm=norm_first if encoder_final_norm is None else encoder_final_norm,
                                **layer_kwargs)

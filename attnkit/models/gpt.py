@@ -128,7 +128,7 @@ class Block(nn.Module):
             num_kv_heads=config.kv_heads,
             head_dim=config.head_size,
             bias=config.bias,
-            dropout=config.dropout,  # on the attention weights (GPT-2's attn_pdrop)
+            dropout=config.attn_dropout,  # on the attention weights (GPT-2's attn_pdrop)
             self_attention=True,
             rotary=rotary,
         )

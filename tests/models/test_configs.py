@@ -200,3 +200,14 @@ def test_activation_names_match_the_feed_forward_module():
     from attnkit.modules.feed_forward import ACTIVATIONS as MODULE_ACTIVATIONS
 
     assert set(ACTIVATIONS) == set(MODULE_ACTIVATIONS)
+
+
+@pytest.mark.parametrize("make", [lambda **kw: GPTConfig(n_layer=1, n_head=2, n_embd=8, **kw),
+                                  lambda **kw: TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, **kw)])
+def test_attention_dropout_defaults_to_dropout_and_is_validated(make):
+    assert make(dropout=0.2).attn_dropout == 0.2  # None: the attention weights get the same dropout
+    cfg = make(dropout=0.2, attention_dropout=0.0)
+    assert cfg.attn_dropout == 0.0
+    assert config_from_json(cfg.to_json()) == cfg
+    with pytest.raises(ValueError, match="attention_dropout"):
+        make(attention_dropout=1.5)

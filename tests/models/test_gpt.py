@@ -283,3 +283,12 @@ def test_forward_traces_as_one_graph_for_torch_compile(position):
     report = torch._dynamo.explain(model)(idx)
     assert report.graph_break_count == 0, [str(b.reason)[:120] for b in report.break_reasons]
     assert report.graph_count == 1
+
+
+def test_attention_dropout_reaches_every_attention_layer():
+    from attnkit.modules.multi_head_attention import MultiHeadAttention
+
+    model = GPT(GPTConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=16, dropout=0.2,
+                          attention_dropout=0.0))
+    assert [m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)] == [0.0, 0.0]
+    assert model.blocks[0].resid_drop.p == 0.2

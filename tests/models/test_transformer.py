@@ -323,3 +323,21 @@ def test_embedding_level_stack_rejects_bad_shapes():
 def test_rejects_wrong_config_type(tiny_gpt_config):
     with pytest.raises(ValueError, match="Transformer expects a TransformerConfig, got GPTConfig"):
         Transformer(tiny_gpt_config())
+
+
+def test_attention_dropout_is_separate_from_residual_dropout():
+    """attention_dropout=0 (the paper: dropout on sub-layer outputs and embeddings only) keeps the fused kernel."""
+    from torch import nn as _nn
+
+    from attnkit.models.configs import TransformerConfig as _TC
+    from attnkit.models.transformer import Transformer as _T
+    from attnkit.modules.multi_head_attention import MultiHeadAttention
+
+    model = _T(_TC(src_vocab_size=20, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
+                   num_decoder_layers=1, dim_feedforward=32, dropout=0.3, attention_dropout=0.0))
+    attn = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attn) == 3 and all(m.dropout == 0.0 for m in attn)
+    assert {m.p for m in model.modules() if isinstance(m, _nn.Dropout)} == {0.3}
+    default = _T(_TC(src_vocab_size=20, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
+                     num_decoder_layers=1, dim_feedforward=32, dropout=0.3))
+    assert all(m.dropout == 0.3 for m in default.modules() if isinstance(m, MultiHeadAttention))  # as torch.nn
