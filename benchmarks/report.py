@@ -98,7 +98,11 @@ def speed_section(run: dict) -> str:
         lines += ["**Partial run**: the benchmarks below finished; the run was still going (or was stopped).", ""]
     lines += ["Peers: HF transformers (GPT2LMHeadModel, sdpa attention) and torch.nn.Transformer. nanoGPT's model "
               "(a peer in the issue: 2,566 tokens/s, 63% MFU) is not vendored here (its code may not be committed), "
-              "so it is not re-measured.", ""]
+              "so it is not re-measured.", "",
+              "Rows named `matmul floor` / `matvec floor` run only the Linear layers' matrix products of the same "
+              "model (no attention, norms, loss, optimizer or Python around them): an upper bound for any "
+              "implementation on this machine. Where a target is not met, `benchmarks/NOTES.md` has the measured "
+              "evidence of why (time breakdown by kernel category, bounds, and every lever with its prediction).", ""]
     if run.get("preamble"):
         lines += [run["preamble"], ""]
     for b in run["benchmarks"]:
