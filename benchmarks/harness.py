@@ -14,8 +14,8 @@ generation, one attention forward+backward) and returns how much work it did (to
 3. **memory**: after the rounds, every implementation runs once more with glibc told to serve every
    allocation above 64 KiB by ``mmap`` and to return it at once (``mallopt``), so the **peak resident
    memory above the level at its start** (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``) sees
-   every large temporary instead of memory the C allocator had kept from an earlier call. This pass is
-   not timed; afterwards glibc gets thresholds (32 MiB mmap / 64 MiB trim) close to the ones it would
+   every large temporary instead of memory the C allocator had kept from an earlier call. The pass runs
+   twice (A B A B) and the smaller peak of each implementation is reported; it is not timed; afterwards glibc gets thresholds (32 MiB mmap / 64 MiB trim) close to the ones it would
    have reached on its own. Without ``/proc`` or glibc the peak is ``None``;
 4. we report ``min / median / max`` of the per-round throughput; ratios between implementations are
    ratios of medians from the same run.
@@ -196,7 +196,7 @@ class Measurement:
             "throughput": {"min": min(tp), "median": statistics.median(tp), "max": max(tp)},
             # seconds per unit of work (per call when the unit is "calls"), from the same samples
             "seconds_per_unit": {"min": 1 / max(tp), "median": 1 / statistics.median(tp), "max": 1 / min(tp)},
-            "peak_bytes": max(peaks) if peaks else None,
+            "peak_bytes": min(peaks) if peaks else None,
             "first_call_s": self.first_call_s,
             "notes": self.notes,
             "raw_seconds": self.seconds,
@@ -249,11 +249,12 @@ def alternate(impls: list[Impl], *, rounds: int, warmup: int = 1, progress: Call
             m.work.append(work)
             if progress is not None:
                 progress(f"round {r + 1}/{rounds} {impl.name}: {work / dt:,.1f} {impl.unit}/s")
-    if measure_memory:
-        for impl in impls:
-            with ExactAllocations(), PeakMemory() as mem:
-                impl.run()
-            results[impl.name].peak_bytes.append(mem.peak_bytes)
+    if measure_memory:  # twice, alternating; a peak that depends on the allocator's prior state shows up once only
+        for _ in range(2):
+            for impl in impls:
+                with ExactAllocations(), PeakMemory() as mem:
+                    impl.run()
+                results[impl.name].peak_bytes.append(mem.peak_bytes)
     return results
 
 

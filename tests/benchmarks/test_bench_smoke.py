@@ -15,8 +15,8 @@ def test_alternate_runs_in_rounds_and_counts_work():
     calls = []
     impls = [Impl("a", lambda: calls.append("a") or 3.0), Impl("b", lambda: calls.append("b") or 5.0)]
     res = alternate(impls, rounds=3, warmup=1)
-    # warm-up of each, then A B A B A B, then one untimed memory pass of each
-    assert calls == ["a", "b"] + ["a", "b"] * 3 + ["a", "b"]
+    # warm-up of each, then A B A B A B, then two untimed memory passes (A B A B)
+    assert calls == ["a", "b"] + ["a", "b"] * 3 + ["a", "b"] * 2
     assert res["a"].work == [3.0, 3.0, 3.0] and res["b"].work == [5.0, 5.0, 5.0]
     summ = res["b"].summary()
     assert summ["rounds"] == 3 and summ["throughput"]["min"] <= summ["throughput"]["median"] <= summ["throughput"]["max"]
