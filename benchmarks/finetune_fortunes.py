@@ -22,38 +22,15 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from .harness import loadavg
+from .report import write_results_md
 
 HERE = Path(__file__).resolve().parent
 BEGIN = "<!-- finetune:begin (written by `python -m benchmarks.finetune_fortunes`; edit outside these markers) -->"
 END = "<!-- finetune:end -->"
-HEADER = "# attnkit benchmark results\n\nSections are written by different tools; each keeps to its own.\n"
-
-
-def loadavg() -> list[float] | None:
-    try:
-        with open("/proc/loadavg") as f:
-            return [float(x) for x in f.read().split()[:3]]
-    except OSError:
-        return None
-
-
-def write_section(path: Path, body: str) -> None:
-    """Replace the text between our markers in ``path`` (append it the first time), atomically."""
-    block = f"{BEGIN}\n{body.rstrip()}\n{END}\n"
-    text = path.read_text(encoding="utf-8") if path.is_file() else HEADER
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail.lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".RESULTS.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def sample_texts(model, tokenizer, stop_ids, *, n: int, max_new_tokens: int, seed: int) -> list[str]:
@@ -175,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, s in enumerate(samples):
             quoted = "\n".join("    " + line for line in (s or "(empty)").splitlines())
             lines += [f"{i + 1}.", "", quoted, ""]
-    write_section(args.results, "\n".join(lines))
+    body = "\n".join(lines).rstrip()
+    write_results_md(args.results, f"{BEGIN}\n{body}\n{END}\n", begin=BEGIN, end=END)
     print("\n".join(lines))
     return 0
 

@@ -121,13 +121,16 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_results_md(path: str | os.PathLike, section: str) -> None:
-    """Insert or replace the Speed section of ``path`` (created with a header if absent)."""
+def write_results_md(path: str | os.PathLike, section: str, *, begin: str = BEGIN, end: str = END) -> None:
+    """Insert or replace one tool's section of ``path`` (created with a header if absent), atomically.
+
+    ``section`` includes its ``begin``/``end`` marker lines (by default the Speed section's).
+    """
     path = Path(path)
     text = path.read_text() if path.exists() else HEADER
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
         text = head + section.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section
