@@ -32,14 +32,6 @@ FAST = ["--batch-size", "4", "--block-size", "32", "--eval-every", "4", "--eval-
         "--log-every", "2", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """~300 short "fortunes" separated by '%' lines, from a seeded generator."""

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import io
 import json
-import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from attnkit.cli.main import main
 
@@ -23,29 +21,8 @@ TINY_MT = ["--preset", "transformer-small", "--set", "d_model=64", "--set", "num
            "--max-len", "24", "--lr", "1.0", "--warmup-steps", "40", "--log-every", "20", "--no-progress"]
 
 
-def make_copy_task(folder: Path, *, sizes) -> Path:
-    """A prepared data folder of letter sequences (source) and their upper-case copies (target)."""
-    rng = random.Random(0)
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in sizes:
-        lines = []
-        for _ in range(n):
-            words = [rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))]
-            lines.append(" ".join(words) + "\t" + " ".join(w.upper() for w in words))
-        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def copy_data(tmp_path_factory) -> Path:
+def copy_data(tmp_path_factory, make_copy_task) -> Path:
     return make_copy_task(tmp_path_factory.mktemp("data") / "copy", sizes=(("train", 200), ("valid", 20), ("test", 20)))
 
 

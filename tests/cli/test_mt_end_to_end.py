@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import io
 import json
-import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from attnkit.cli.main import main
 from attnkit.training.runs import load_trained
@@ -24,29 +22,7 @@ TINY_MT = ["--preset", "transformer-small", "--set", "d_model=64", "--set", "num
            "--max-len", "24", "--lr", "1.0", "--warmup-steps", "40", "--log-every", "20", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def make_copy_task(folder: Path, *, seed: int = 0, sizes=(("train", 1500), ("valid", 60), ("test", 60))) -> Path:
-    """A prepared data folder (train/valid/test.tsv) of letter sequences and their copies, upper-cased on the
-    target side so that source and target are different strings (the model must map, not just echo ids)."""
-    rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in sizes:
-        lines = []
-        for _ in range(n):
-            words = [rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))]
-            lines.append(" ".join(words) + "\t" + " ".join(w.upper() for w in words))
-        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
-
-
-def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch):
+def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch, make_copy_task):
     data = make_copy_task(tmp_path / "copy")
     run = tmp_path / "run"
     assert main(["train", "mt", "--data", str(data), "--out", str(run), *TINY_MT, "--steps", "240",

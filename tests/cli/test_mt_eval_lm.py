@@ -15,14 +15,6 @@ from attnkit.data.lm_dataset import eval_batches, prepare_lm_data
 from attnkit.training.runs import load_trained
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_eval_lm_matches_a_direct_computation(tmp_path, capsys):
     rng = random.Random(1)
     words = "the cat sat on a mat and dog ran far".split()

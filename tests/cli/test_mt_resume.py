@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from attnkit.cli.main import main
 
@@ -17,14 +16,6 @@ TINY_MT = ["--preset", "transformer-small", "--set", "d_model=32", "--set", "num
            "--set", "dropout=0.1", "--vocab-size", "300", "--max-tokens", "128", "--max-len", "24",
            "--warmup-steps", "4", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3",
            "--eval-batches", "2", "--no-progress"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _data(folder: Path) -> Path:
