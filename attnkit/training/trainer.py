@@ -115,6 +115,9 @@ class Trainer:
         check_task(task)
         if not isinstance(config, TrainConfig):
             raise ValueError(f"Trainer expects a TrainConfig, got {type(config).__name__}")
+        # A config object that can read dicts back lets resume fill fields added since the checkpoint was
+        # written with their defaults (a checkpoint without `attention_dropout` resumes as None = dropout).
+        self._config_reader = getattr(model_config, "from_dict", None) if not isinstance(model_config, dict) else None
         if hasattr(model_config, "to_dict") and not isinstance(model_config, dict):
             model_config = model_config.to_dict()
         if not isinstance(model_config, dict):
@@ -191,7 +194,13 @@ class Trainer:
 
         diffs = [f"{name} (checkpoint {old!r}, now {new!r})"
                  for name, (old, new) in self.config.resume_differences(state["train_config"]).items()]
-        diffs += _dict_differences(state["model_config"], self.model_config, prefix="model_config.")
+        saved_config = state["model_config"]
+        if self._config_reader is not None and isinstance(saved_config, dict):
+            try:
+                saved_config = self._config_reader(saved_config).to_dict()
+            except ValueError:
+                pass  # unreadable with today's config class: the raw comparison below names what differs
+        diffs += _dict_differences(saved_config, self.model_config, prefix="model_config.")
         if diffs:
             raise ValueError(f"cannot resume from {latest}: the configuration changed in {len(diffs)} field(s): "
                              + "; ".join(diffs) + f". Only {list(RESUMABLE_CHANGES)} may change on resume.")

@@ -102,6 +102,32 @@ def test_resume_with_changed_config_names_the_fields(tmp_path, tiny_lm, token_st
         Trainer(tiny_lm(), task, cfg, tmp_path / "run", model_config={"kind": "tiny", "dim": 32}, resume=True)
 
 
+def test_resume_fills_config_fields_added_since_the_checkpoint(tmp_path, tiny_lm, token_streams):
+    """A checkpoint written before a config field existed resumes with that field's default; a real change of
+    the field is still refused by name."""
+    cfg = TrainConfig(**(BASE | dict(steps=4, eval_every=4)))
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    task = LMTask(*token_streams, block_size=8, batch_size=4, seed=1)
+    Trainer(tiny_lm(), task, cfg, tmp_path / "run", model_config=config, progress=False).fit()
+    state_file = tmp_path / "run" / "checkpoints" / "step_00000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["model_config"]["attention_dropout"]  # as written before the field was added
+    state_file.write_text(json.dumps(state))
+
+    task = LMTask(*token_streams, block_size=8, batch_size=4, seed=1)
+    summary = Trainer(tiny_lm(), task, cfg.replace(steps=6), tmp_path / "run", model_config=config, resume=True,
+                      progress=False).fit()
+    assert summary["steps"] == 6 and summary["resumed_from"].endswith("step_00000004")
+
+    state_file = tmp_path / "run" / "checkpoints" / "step_00000006" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["model_config"]["attention_dropout"]
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=r"model_config.attention_dropout \(checkpoint None, now 0.0\)"):
+        Trainer(tiny_lm(), task, cfg.replace(steps=8), tmp_path / "run", model_config=config.replace(
+            attention_dropout=0.0), resume=True, progress=False)
+
+
 def test_resume_with_different_data_is_refused(tmp_path, tiny_lm, token_streams):
     _trainer(tmp_path, tiny_lm, token_streams, steps=4, eval_every=4).fit()
     train, valid = token_streams
