@@ -6,7 +6,8 @@ GPT-2-small shape with random weights (no downloads), batch 1, a ``T``-token ran
 new tokens (no EOS), fp32. Implementations:
 
 * ``attnkit+cache``: :func:`attnkit.generation.generate` with the preallocated KV cache, after
-  :func:`attnkit.generation.use_decoding_layout` (Linear weights stored transposed, as ``attnkit sample`` does);
+  :func:`attnkit.generation.use_decoding_layout` (Linear weights stored in their faster one-row layout, as
+  ``attnkit sample`` does);
 * ``hf+cache``: ``model.generate(..., use_cache=True)`` (HF's dynamic cache, sdpa attention);
 * ``attnkit-int8+cache``: attnkit with every Linear (head included) replaced by an int8
   :class:`~attnkit.modules.quantized_linear.QuantizedLinear` in :data:`INT8_MODE` (``"two_digit"``: int8
@@ -121,10 +122,10 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
 
     torch.manual_seed(0)
     ak = _attnkit_gpt2(s)
-    # attnkit's decoding recipe (what `attnkit sample` does): Linear weights stored transposed, same values
+    # attnkit's decoding recipe (what `attnkit sample` does): Linear weights stored in their faster one-row layout, same values
     use_decoding_layout(ak)
     impls = [Impl("attnkit+cache", _ak_run(ak, prompt, s.new_tokens, True),
-                  notes="use_decoding_layout: Linear weights stored (K, N)-contiguous")]
+                  notes="use_decoding_layout: Linear weights (K, N)-contiguous, narrowing ones (N, K)")]
     hf = None
     if peers and have_transformers():
         torch.manual_seed(0)

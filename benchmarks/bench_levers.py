@@ -327,7 +327,7 @@ def lever_decode_layout(rounds, warmup, progress, *, quick=False):
     cfg = (GPTConfig(vocab_size=512, block_size=64, n_layer=2, n_head=2, n_embd=64) if quick else
            GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768))
     steps = 8 if quick else 64
-    res = BenchResult("lever_decode_layout", "Lever: Linear weight layout for decoding (row-major vs transposed)",
+    res = BenchResult("lever_decode_layout", "Lever: Linear weight layout for decoding (row-major vs use_decoding_layout)",
                       {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "vocab_size": cfg.vocab_size,
                        "prompt_len": 16, "new_tokens": steps})
     torch.manual_seed(0)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnkit.generation.decoding_layout import use_decoding_layout
+
 from .harness import Impl, Measurement, alternate, loadavg, ratio
 
 
@@ -72,8 +74,11 @@ def linear_gemm_floor(model: torch.nn.Module, rows: int, *, steps: int = 1, back
             N, K = m.weight.shape
             g = seeded(N * 7919 + K)
             w = m.weight.detach().clone()
-            if not backward:  # a decoding step: the layout attnkit decodes with, (K, N) contiguous
-                w = w.t().contiguous().t()
+            if not backward:  # a decoding step: the layout attnkit decodes with (see use_decoding_layout)
+                holder = torch.nn.Linear(K, N, bias=False)
+                holder.weight.data = w
+                use_decoding_layout(holder)
+                w = holder.weight.detach()
             mats.append((torch.randn(rows, K, generator=g), w, torch.randn(rows, N, generator=g)))
     total = float(rows * steps) if work is None else float(work)
 

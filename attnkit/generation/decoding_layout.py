@@ -8,11 +8,13 @@ Why it helps: a decoding step multiplies one row ``x (1, K)`` by every weight ma
 ``x @ W.T`` with ``W`` stored row-major ``(N, K)``. For ``M = 1`` the BLAS kernel then walks ``W`` as a
 matrix-vector product "transposed", which on this class of CPU reads memory markedly slower than the
 plain product ``x @ Wt`` with ``Wt = W.T`` stored contiguously ``(K, N)`` (the layout GPT-2's original
-``Conv1D`` uses). ``benchmarks/NOTES.md`` has the measurements: for the 50257 x 768 GPT-2 head, about
-12-14 ms row-major against 7.5-9 ms transposed.
+``Conv1D`` uses). That holds for square and *widening* matrices (``N >= K``); for *narrowing* ones
+(``N < K``, e.g. the MLP's output projection 3072 -> 768) the row-major kernel is the faster one.
+``benchmarks/NOTES.md`` has the measurements (one row, one thread): the 50257 x 768 GPT-2 head 13.6 ms
+row-major against 7.7 ms transposed, 3072 x 768 0.94 against 0.61 ms, but 768 x 3072 0.57 against 0.68 ms.
 
-:func:`use_decoding_layout` re-stores every ``nn.Linear`` weight in place as the transpose of a
-contiguous ``(K, N)`` buffer: the parameter keeps its shape ``(N, K)`` and its values (only its strides
+:func:`use_decoding_layout` re-stores every widening or square ``nn.Linear`` weight in place as the
+transpose of a contiguous ``(K, N)`` buffer, and keeps (or makes) narrowing ones contiguous ``(N, K)``: the parameter keeps its shape ``(N, K)`` and its values (only its strides
 change, to ``(1, N)``), so ``F.linear`` -- and everything else -- works unchanged and gives the same
 numbers (up to float summation order), and ``W.T`` is now the contiguous matrix the fast kernel wants.
 Tied weights stay tied (the shared tensor is converted once; an embedding that shares it still looks
@@ -47,23 +49,36 @@ def _is_transposed_storage(w: torch.Tensor) -> bool:
     return w.dim() == 2 and w.t().is_contiguous() and not (w.shape[0] == 1 or w.shape[1] == 1)
 
 
+def _wants_transposed(w: torch.Tensor) -> bool:
+    """Whether the decoding layout of ``w (N, K)`` is transposed: square or widening (``N >= K``)."""
+    return w.shape[0] >= w.shape[1]
+
+
+def _in_decoding_layout(w: torch.Tensor) -> bool:
+    return _is_transposed_storage(w) if _wants_transposed(w) else w.is_contiguous()
+
+
 @torch.no_grad()
 def use_decoding_layout(model: nn.Module) -> int:
-    """Store every ``nn.Linear`` weight of ``model`` transposed (``(K, N)`` contiguous), in place.
+    """Store every square or widening ``nn.Linear`` weight of ``model`` transposed (``(K, N)`` contiguous) and
+    every narrowing one (``N < K``) contiguous ``(N, K)``, in place.
 
     Values, shapes, parameter identity and weight tying are kept; only the memory layout changes.
-    Returns the number of weight tensors converted (already-converted ones are skipped).
+    Returns the number of weight tensors converted (ones already in that layout are skipped).
 
     Shape:
-        each weight stays ``(N, K)``; its strides become ``(1, N)``.
+        each weight stays ``(N, K)``; the strides of a transposed one become ``(1, N)``.
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"use_decoding_layout expects an nn.Module, got {type(model).__name__}")
     n = 0
     for w in _linear_weights(model):
-        if _is_transposed_storage(w) or w.shape[0] == 1 or w.shape[1] == 1:
+        if _in_decoding_layout(w) or w.shape[0] == 1 or w.shape[1] == 1:
             continue
-        w.data = w.data.t().contiguous().t()  # (N, K) view of a contiguous (K, N) buffer
+        if _wants_transposed(w):
+            w.data = w.data.t().contiguous().t()  # (N, K) view of a contiguous (K, N) buffer
+        else:
+            w.data = w.data.contiguous()  # (N, K) row-major
         n += 1
     return n
 
@@ -85,6 +100,8 @@ def use_training_layout(model: nn.Module) -> int:
 
 
 def is_decoding_layout(model: nn.Module) -> bool:
-    """Whether every (non-degenerate) ``nn.Linear`` weight of ``model`` is stored transposed."""
+    """Whether every (non-degenerate) ``nn.Linear`` weight of ``model`` is stored as :func:`use_decoding_layout`
+    stores it, and at least one of them transposed (so a model of only narrowing layers is never "converted")."""
     weights = [w for w in _linear_weights(model) if w.shape[0] > 1 and w.shape[1] > 1]
-    return bool(weights) and all(_is_transposed_storage(w) for w in weights)
+    return (all(_in_decoding_layout(w) for w in weights)
+            and any(_is_transposed_storage(w) for w in weights))

@@ -24,18 +24,25 @@ def test_layout_changes_strides_not_values_and_keeps_ties(make_gpt):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     assert model.lm_head.weight is model.wte.weight  # tied head
     n = use_decoding_layout(model)
-    n_linear = len({id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)})
-    assert n == n_linear
+    weights = {id(m.weight): m.weight for m in model.modules() if isinstance(m, nn.Linear)}.values()
+    widening = [w for w in weights if w.shape[0] >= w.shape[1]]
+    assert 0 < len(widening) < len(weights)  # the MLP's output projection narrows (4C -> C)
+    assert n == len(widening)  # the narrowing ones are already row-major
     assert model.lm_head.weight is model.wte.weight  # still one tensor
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            N, K = m.weight.shape
-            assert m.weight.stride() == (1, N)  # the transpose of a contiguous (K, N) buffer
-            assert m.weight.t().is_contiguous()
+    for w in weights:
+        N, K = w.shape
+        if N >= K:
+            assert w.stride() == (1, N) and w.t().is_contiguous()  # the transpose of a contiguous (K, N) buffer
+        else:
+            assert w.is_contiguous()  # narrowing: the row-major matrix-vector kernel is the faster one here
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert is_decoding_layout(model)
     assert use_decoding_layout(model) == 0  # idempotent
+    mlp_out = model.blocks[0].mlp.w_out.weight
+    mlp_out.data = mlp_out.data.t().contiguous().t()  # a narrowing weight stored transposed ...
+    assert not is_decoding_layout(model)
+    assert use_decoding_layout(model) == 1 and mlp_out.is_contiguous()  # ... is put back to row-major
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
