@@ -190,11 +190,14 @@ def run_eval_mt(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     scores = score_translations(hyps, refs)
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
-    result = {"kind": "mt", "ckpt": str(args.ckpt), "data": str(data), "split": args.split,
+    from_files = "," in str(data) or Path(str(data)).is_file()  # --split is ignored for files
+    split = None if from_files else args.split
+    result = {"kind": "mt", "ckpt": str(args.ckpt), "data": str(data), "split": split,
               "sentences": len(sources), "skipped_lines": corpus.skipped, "truncated_sources": n_cut,
               "beam": args.beam, "length_penalty": args.length_penalty, "max_len_a": args.max_len_a,
               "max_len_b": args.max_len_b, **scores, "seconds": seconds}
-    out = args.json or _default_json(args.ckpt, f"eval_mt_{stem}_{args.split}.json")
+    out = args.json or _default_json(args.ckpt, f"eval_mt_{stem}.json" if from_files
+                                     else f"eval_mt_{stem}_{args.split}.json")
     _write_json(out, result)
     if args.hyps is not None:
         from attnkit.training.atomic import write_text_atomic
@@ -202,7 +205,7 @@ def run_eval_mt(args: argparse.Namespace) -> int:
         write_text_atomic(args.hyps, "".join(h + "\n" for h in hyps))
     if corpus.skipped or n_cut:
         print(f"note: {corpus.skipped} malformed lines skipped, {n_cut} sources truncated", file=sys.stderr)
-    print(f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(sources)} sentences, {args.split}, "
+    print(f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(sources)} sentences, {split or data}, "
           f"beam {args.beam}, length penalty {args.length_penalty}; {seconds:.0f} s)  {scores['bleu_signature']}; "
           f"written to {out}")
     return 0

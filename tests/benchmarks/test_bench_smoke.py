@@ -120,3 +120,13 @@ def test_gptq_rounding_equals_rtn_for_white_inputs_and_beats_it_for_correlated_o
     out_err = lambda c, s: (x @ (w - c.float() * s[:, None]).T).pow(2).mean().item()  # noqa: E731
     assert int(codes.abs().max()) <= 127
     assert out_err(codes, scale) < 0.7 * out_err(rtn_codes, rtn_scale)
+
+
+def test_matvec_layouts_reports_both_layouts_per_shape(monkeypatch, capsys):
+    from benchmarks import matvec_layouts
+
+    monkeypatch.setattr(matvec_layouts, "SHAPES", ((48, 16, True), (16, 48, False)))
+    matvec_layouts.main(["--rounds", "2"])
+    table = capsys.readouterr().out
+    assert "| 48 x 16 |" in table and "| 16 x 48 |" in table and table.count("| row-major |") + table.count(
+        "| transposed |") == 2

@@ -164,8 +164,9 @@ def test_eval_mt_counts_or_refuses_malformed_reference_lines(trained, tmp_path, 
     bad = _bad_tsv(tmp_path, copy_data)
     assert main(["eval", "mt", "--ckpt", str(trained), "--data", str(bad), "--beam", "1",
                  "--json", str(tmp_path / "r.json")]) == 0
-    assert json.loads((tmp_path / "r.json").read_text())["skipped_lines"] == 4
-    capsys.readouterr()
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["skipped_lines"] == 4
+    assert result["split"] is None and f"sentences, {bad}, beam 1" in capsys.readouterr().out  # a file has no split
     assert main(["eval", "mt", "--ckpt", str(trained), "--data", str(bad), "--strict"]) == 2
     assert f"{bad}:3:" in capsys.readouterr().err
 
