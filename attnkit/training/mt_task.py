@@ -235,7 +235,10 @@ class MTTask:
             import sacrebleu  # only needed for BLEU
 
             k = min(self.bleu_sentences, len(self.valid))
-            hyps = self.translate_fn(model, [list(s) for s in self.valid.src[:k]])
+            # Decode as at inference: in the weights' own dtype, even when the trainer evaluates under bf16
+            # autocast (the decoder's key/value caches hold the parameters' dtype).
+            with torch.autocast(device_type=device.type, enabled=False):
+                hyps = self.translate_fn(model, [list(s) for s in self.valid.src[:k]])
             if not isinstance(hyps, list) or len(hyps) != k:
                 raise ValueError(f"MTTask translate_fn must return a list of {k} strings, got {type(hyps).__name__}"
                                  f"{f' of length {len(hyps)}' if isinstance(hyps, list) else ''}")

@@ -164,3 +164,24 @@ def test_trainer_trains_a_tiny_transformer_and_keeps_the_best_bleu(tmp_path):
     assert train_losses[-1] < train_losses[0]
     assert summary["best"]["metric"] == "valid_bleu"
     assert summary["best"]["value"] == max(r["valid_bleu"] for r in evals)
+
+
+def test_bf16_autocast_training_evaluates_bleu_with_the_cached_decoder(tmp_path):
+    """Under bf16 autocast the BLEU decoding still runs (in the weights' fp32: the KV caches hold fp32), and
+    the BLEU it reports is the one of plain fp32 decoding of the same weights."""
+    train, valid = _pairs(64, 0), _pairs(8, 1)
+    refs = _references(valid)
+    translate = greedy_translator(_WordTokenizer(), max_len_b=6)
+    task = MTTask(train, valid, max_tokens=64, seed=0, translate_fn=translate, references=refs, bleu_sentences=8)
+    model = _model()
+    cfg = TrainConfig(steps=4, lr=3e-3, warmup_steps=1, eval_every=4, eval_batches=2, log_every=2, ckpt_every=4,
+                      seed=0, autocast="bf16")
+    Trainer(model, task, cfg, tmp_path / "mt", model_config=model.config.to_dict(), progress=False).fit()
+    evals = [r for r in read_metrics(tmp_path / "mt") if "valid_bleu" in r]
+    assert len(evals) == 1
+    model.eval()
+    with torch.no_grad():
+        fp32 = task.evaluate(model, 1)["bleu"]
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            under_autocast = task.evaluate(model, 1)["bleu"]
+    assert under_autocast == fp32 == evals[0]["valid_bleu"]
