@@ -25,7 +25,7 @@ TINY_MT = ["--preset", "transformer-small", "--set", "d_model=64", "--set", "num
 def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch, make_copy_task):
     data = make_copy_task(tmp_path / "copy")
     run = tmp_path / "run"
-    assert main(["train", "mt", "--data", str(data), "--out", str(run), *TINY_MT, "--steps", "240",
+    assert main(["train", "mt", "--data", str(data), "--out", str(run), *TINY_MT, "--steps", "360",
                  "--eval-every", "120", "--eval-batches", "4", "--ckpt-every", "60", "--bleu",
                  "--bleu-sentences", "30", "--average-last", "2"]) == 0
     err = capsys.readouterr().err
@@ -38,7 +38,7 @@ def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch, make_copy_t
     assert any("valid_bleu" in r for r in rows)
     avg = run / "checkpoints" / "averaged"
     assert (avg / "model.safetensors").is_file()
-    assert json.loads((avg / "state.json").read_text())["averaged_steps"] == [180, 240]
+    assert json.loads((avg / "state.json").read_text())["averaged_steps"] == [300, 360]
     assert load_trained(avg, expect_kind="mt")[1].to_dict() == tok.to_dict()  # averaged: same tokenizer, loads
 
     # translate: stdin → stdout, one line per input line, in order, empty line for an empty input
