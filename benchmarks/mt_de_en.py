@@ -46,9 +46,9 @@ ROOT = HERE.parent
 # The configuration chosen by the short tuning runs (see RESULTS.md, "Translation"): at this compute budget a
 # 1.4M-parameter model beats transformer-small (6.6M) at equal wall-clock time, and the inverse-sqrt schedule
 # beats a time-based cosine one. Evaluations are sparse (each costs ~15 s of the training budget).
-# "small" is the transformer-small preset itself (6.6M parameters), pre-norm; it needs more compute per token
-# and pays off with bf16 autocast on a CPU with AMX/AVX512-BF16 (``--autocast bf16``: 1.7x the fp32 speed at one
-# thread on the 2026-11-23 machine, see RESULTS.md).
+# "small" is the transformer-small preset itself (6.0M parameters), pre-norm. Even with ``--autocast bf16`` (1.34x
+# its fp32 speed at one thread on a CPU with AMX/AVX512-BF16) it ends a 60-minute run behind "tiny" (RESULTS.md,
+# the 2026-11-23 run), so "tiny" stays the default.
 MODELS = {
     "tiny": ["--preset", "transformer-small", "--set", "d_model=128", "--set", "dim_feedforward=512",
              "--set", "num_encoder_layers=2", "--set", "num_decoder_layers=2", "--set", "norm_first=true"],
