@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed rounds per implementation (default: 5 for training, 3 for generate/attention)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up calls per implementation (default 1)")
     p.add_argument("--quick", action="store_true", help="tiny shapes and 2 rounds: a fast smoke run of every code path")
-    p.add_argument("--compile", action="store_true", help="also time attnkit GPT training under torch.compile "
+    p.add_argument("--compile", action="store_true", help="also time attnkit GPT training and generation "
+                                                          "(generate(compile=True)) under torch.compile "
                                                           "(compile time reported as first_call_s)")
     p.add_argument("--levers", default=None,
                    help="comma-separated levers for --only levers (default all: fused_qkv,is_causal,no_pad_mask,"
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "generate" in selected:
         progress("generation")
         run["benchmarks"].append(run_generate(sizes["generate"], rounds=other_rounds, warmup=args.warmup, peers=peers,
-                                              progress=progress).to_dict())
+                                              compile=args.compile, progress=progress).to_dict())
         save()
     if "attention" in selected:
         progress("attention")

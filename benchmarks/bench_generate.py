@@ -76,9 +76,9 @@ def _hf_gpt2(s: GenSizes):
     return model
 
 
-def _ak_run(model, prompt: list[int], n: int, use_cache: bool):
+def _ak_run(model, prompt: list[int], n: int, use_cache: bool, compile: bool = False):
     def run() -> float:
-        out = generate(model, [prompt], max_new_tokens=n, use_cache=use_cache)[0]
+        out = generate(model, [prompt], max_new_tokens=n, use_cache=use_cache, compile=compile)[0]
         if len(out) != n:
             raise RuntimeError(f"attnkit generated {len(out)} tokens, expected {n}")
         return float(len(out))
@@ -114,7 +114,9 @@ def weight_bytes_per_token(model: torch.nn.Module) -> int:
 
 
 def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int = 1, peers: bool = True,
-                 progress=None) -> BenchResult:
+                 compile: bool = False, progress=None) -> BenchResult:
+    """Greedy decoding tokens/s of attnkit, HF and the matvec floor; ``compile`` adds attnkit's opt-in
+    compiled decoding step (``generate(..., compile=True)``; its compile time is the first call)."""
     s = sizes or GenSizes()
     res = BenchResult("generate", "Greedy generation (GPT-2-small shape, batch 1)", asdict(s))
     g = seeded(2)
@@ -126,6 +128,10 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
     use_decoding_layout(ak)
     impls = [Impl("attnkit+cache", _ak_run(ak, prompt, s.new_tokens, True),
                   notes="use_decoding_layout: Linear weights (K, N)-contiguous, narrowing ones (N, K)")]
+    if compile:
+        impls.append(Impl("attnkit+cache+compile", _ak_run(ak, prompt, s.new_tokens, True, compile=True),
+                          notes="generate(compile=True): decoding steps through torch.compile (cpp_wrapper), "
+                                "fixed-shape cache; first_call_s includes compiling"))
     hf = None
     if peers and have_transformers():
         torch.manual_seed(0)
@@ -164,6 +170,10 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
     res.ratios["attnkit-int8+cache / attnkit+cache"] = ratio(measured, "attnkit-int8+cache", "attnkit+cache")
     res.ratios["attnkit no-cache / hf no-cache"] = ratio(measured, "attnkit no-cache", "hf no-cache")
     res.add_target("attnkit fp32 + KV cache / HF + cache", res.ratios["attnkit+cache / hf+cache"], 1.3)
+    if compile:
+        res.ratios["attnkit+cache+compile / hf+cache"] = ratio(measured, "attnkit+cache+compile", "hf+cache")
+        res.add_target("attnkit fp32 + KV cache, compiled (opt-in) / HF + cache",
+                       res.ratios["attnkit+cache+compile / hf+cache"], 1.3)
     res.add_target("attnkit int8 + KV cache / HF fp32 + cache", res.ratios["attnkit-int8+cache / hf+cache"], 2.5)
     return res
 

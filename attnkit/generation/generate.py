@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from . import processors as P
+from .compiled import SLOT_MULTIPLE, check_compilable, compiled_step
 from .stopping import StoppingCriteria, check_max_new_tokens, normalize_eos_token_id, normalize_stop_strings
 
 __all__ = ["generate", "left_pad", "position_ids_from_padding"]
@@ -163,6 +164,7 @@ def generate(
     pad_token_id: int = 0,
     streamer=None,
     sliding_window: bool = False,
+    compile: bool = False,
 ) -> list[list[int]]:
     """Continue each prompt with up to ``max_new_tokens`` tokens; return the new tokens of each prompt.
 
@@ -189,6 +191,10 @@ def generate(
             fed each kept token; batch size 1 only.
         sliding_window: with ``use_cache=False``, feed at most the last ``block_size`` tokens for every kind of
             position (learned positions always slide).
+        compile: run the decoding steps (not the prefill) through ``torch.compile`` on fixed shapes
+            (:mod:`attnkit.generation.compiled`): faster per token once compiled, but the first step
+            compiles for tens of seconds. Needs ``use_cache=True`` and a model whose forward takes
+            ``cache_position`` (attnkit's GPT). Same tokens as without it (up to float rounding).
 
     Returns:
         ``B`` lists of new token ids (no prompt, no EOS), in prompt order.
@@ -229,6 +235,11 @@ def generate(
         raise ValueError(f"a streamer prints one sequence: batch size must be 1, got {B}")
     if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
         raise ValueError(f"streamer must have put(ids) and end() methods, got {type(streamer).__name__}")
+    if not isinstance(compile, bool) or (compile and not use_cache):
+        raise ValueError(f"compile must be a bool and needs use_cache=True, got compile={compile!r}, "
+                         f"use_cache={use_cache!r}")
+    if compile:
+        check_compilable(model)
     if use_cache and not callable(getattr(model, "new_cache", None)):
         raise ValueError(f"use_cache=True needs model.new_cache(batch_size, max_len); "
                          f"{type(model).__name__} has none (pass use_cache=False)")
@@ -258,12 +269,28 @@ def generate(
     tokens, pad = left_pad(rows, pad_token_id, device=device)  # (B, L) each
     active = list(range(B))  # active[i] = which prompt row i of the current batch belongs to
 
+    max_len = max(needed, T0)
+    if compile:  # round up, so that nearby lengths share one compilation (never past learned positions)
+        rounded = -(-max_len // SLOT_MULTIPLE) * SLOT_MULTIPLE
+        max_len = min(rounded, block_size) if learned_positions and block_size is not None else rounded
     with eval_mode(model):
-        cache = model.new_cache(B, max_len=max(needed, T0)) if use_cache else None
+        cache = model.new_cache(B, max_len=max_len) if use_cache else None
         fed = 0  # columns of `tokens` already in the cache
+        padded = bool(pad.any())  # new tokens are never padding, so this holds for every step
         while True:
             # ---- 1. next-token logits (b, V) for the b active rows --------------------------------
-            if cache is not None:
+            if compile and fed:
+                # one new column through the compiled step: it goes into cache slot `fed`, and the mask
+                # covers all max_len slots (the ones after `fed` are masked inside GPT.forward)
+                L = tokens.shape[1]
+                slot_pad = torch.nn.functional.pad(pad, (0, max_len - L)) if padded else None  # (b, max_len)
+                # fresh (b, 1) tensors, not slices of `tokens` (see compiled_step)
+                new = tokens[:, -1:].clone(memory_format=torch.contiguous_format)  # (b, 1)
+                positions = (~pad).sum(dim=1, keepdim=True) - 1  # (b, 1): real tokens before the new one
+                slot = torch.tensor([fed], dtype=torch.long, device=device)  # (1,)
+                logits = compiled_step(model, new, slot_pad, positions, cache, slot)[:, None]  # (b, 1, V)
+                fed = L
+            elif cache is not None:
                 positions = position_ids_from_padding(pad)  # (b, L)
                 # prefill feeds the whole prompt; afterwards only the newest column. The mask covers
                 # every key: the cached ones and the new ones.
@@ -291,7 +318,10 @@ def generate(
                 next_ids = logits.argmax(dim=-1)  # (b,)
 
             # ---- 3. record, stream, stop ------------------------------------------------------------
+            finished = stopper.done
             for i, tok in enumerate(next_ids.tolist()):
+                if finished[active[i]]:
+                    continue  # (compile: finished rows stay in the batch, their tokens are ignored)
                 kept = stopper.add(active[i], tok)
                 if kept and streamer is not None:
                     streamer.put([tok])
@@ -303,7 +333,7 @@ def generate(
             pad = torch.cat([pad, pad.new_zeros(pad.shape[0], 1)], dim=1)  # (b, L + 1): new tokens are real
             done = stopper.done
             keep = [i for i, row in enumerate(active) if not done[row]]
-            if len(keep) < len(active):
+            if len(keep) < len(active) and not compile:  # (compiled steps keep B fixed)
                 index = torch.tensor(keep, dtype=torch.long, device=device)
                 tokens, pad = tokens[index], pad[index]  # (b', L + 1)
                 if cache is not None:

@@ -144,18 +144,26 @@ class Block(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
+        attn_mask: torch.Tensor | None = None,
+        cache_position: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Causal self-attention then feed-forward, each with a residual connection.
 
+        ``attn_mask`` (``True`` = may not attend), when given, *replaces* the causal mask and must
+        include causality itself (``GPT.forward`` builds it for ``cache_position``).
+
         Shape:
-            x: ``(B, T, C)``; key_padding_mask: ``(B, S)``; position_ids: ``(B, T)`` or ``(T,)`` -> ``(B, T, C)``.
+            x: ``(B, T, C)``; key_padding_mask: ``(B, S)``; position_ids: ``(B, T)`` or ``(T,)``;
+            attn_mask: ``(T, S)``; cache_position: ``(T,)`` -> ``(B, T, C)``.
         """
         a, _ = self.attn(
             self.ln_1(x),
+            attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
-            is_causal=True,
+            is_causal=attn_mask is None,
             kv_cache=kv_cache,
             position_ids=position_ids,
+            cache_position=cache_position,
         )
         x = x + self.resid_drop(a)
         x = x + self.resid_drop(self.mlp(self.ln_2(x)))
@@ -279,6 +287,7 @@ class GPT(nn.Module):
         key_padding_mask: torch.Tensor | None,
         position_ids: torch.Tensor | None,
         device: torch.device,
+        cache_position: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Position of every new token: given, or counted from each row's first non-padding key.
 
@@ -294,15 +303,35 @@ class GPT(nn.Module):
                     f"position_ids must have shape (B, T) = ({B}, {T}) or (T,) = ({T},), "
                     f"got {tuple(position_ids.shape)}"
                 )
-            if position_ids.numel() and int(position_ids.min()) < 0:
+            if torch.compiler.is_compiling():
+                torch._assert_async((position_ids >= 0).all(), "position_ids must be >= 0")
+            elif position_ids.numel() and int(position_ids.min()) < 0:
                 raise ValueError(f"position_ids must be >= 0, got {int(position_ids.min())}")
             return position_ids.to(device=device, dtype=torch.int64)
         if key_padding_mask is not None:
             # left padding: a row's first real token is position 0. cumsum over real keys, minus one.
             real = (~key_padding_mask).to(torch.int64)  # (B, S)
             pos = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, S)
+            if cache_position is not None:
+                return pos.index_select(1, cache_position)  # (B, T): the keys in the new tokens' slots
             return pos[:, past:]  # (B, T): the new tokens are the last T keys
+        if cache_position is not None:
+            return cache_position  # (T,): unpadded, a token's slot is its position
         return torch.arange(past, past + T, device=device)  # (T,)
+
+    def _check_cache_position(self, cache_position: torch.Tensor, T: int, max_len: int) -> None:
+        if not isinstance(cache_position, torch.Tensor) or cache_position.dtype != torch.int64 or (
+            tuple(cache_position.shape) != (T,)
+        ):
+            got = (f"{cache_position.dtype} {tuple(cache_position.shape)}" if isinstance(cache_position, torch.Tensor)
+                   else type(cache_position).__name__)
+            raise ValueError(f"cache_position must be an int64 tensor of shape (T,) = ({T},), got {got}")
+        if torch.compiler.is_compiling():  # no host sync inside a compiled graph
+            torch._assert_async(((cache_position >= 0) & (cache_position < max_len)).all(),
+                                f"cache_position must be in [0, cache.max_len) = [0, {max_len})")
+        elif int(cache_position.min()) < 0 or int(cache_position.max()) >= max_len:
+            raise ValueError(f"cache_position must be in [0, cache.max_len) = [0, {max_len}), "
+                             f"got {cache_position.tolist()}")
 
     def forward(
         self,
@@ -311,25 +340,34 @@ class GPT(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: GPTCache | None = None,
+        cache_position: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Next-token logits for every position.
 
         Args:
             idx: token ids.
             key_padding_mask: bool, ``True`` = padding, covering *all* keys: the ``cache.length`` cached
-                positions followed by the ``T`` new ones.
+                positions followed by the ``T`` new ones (with ``cache_position``: all ``cache.max_len`` slots).
             position_ids: positions of the new tokens; default counted from each row's first non-padding
-                key (when a mask is given) or ``cache.length + arange(T)``.
+                key (when a mask is given) or ``cache.length + arange(T)`` (or ``cache_position``).
             cache: a :class:`GPTCache` from :meth:`new_cache`; the new keys/values are appended to it.
+            cache_position: the cache slots of the new tokens (needs ``cache``). They are written there
+                (:meth:`KVCache.update_at`) and each query attends to every slot up to its own, over buffers
+                of the fixed length ``cache.max_len``; ``cache.length`` is neither read nor moved (the caller
+                keeps it). Every shape then stays the same from one decoding step to the next, which is what
+                a ``torch.compile``-d step needs (:mod:`attnkit.generation.compiled`).
 
         Shape:
-            idx ``(B, T)``; key_padding_mask ``(B, S)`` with ``S = cache.length + T``;
-            position_ids ``(B, T)`` or ``(T,)`` -> logits ``(B, T, V)``.
+            idx ``(B, T)``; key_padding_mask ``(B, S)`` with ``S = cache.length + T`` (``S = cache.max_len``
+            with cache_position); position_ids ``(B, T)`` or ``(T,)``; cache_position ``(T,)`` int64 ->
+            logits ``(B, T, V)``.
         """
         cfg = self.config
         self._check_idx(idx)
         B, T = idx.shape
         past = 0
+        if cache_position is not None and cache is None:
+            raise ValueError("cache_position needs a cache (GPT.new_cache())")
         if cache is not None:
             if not isinstance(cache, GPTCache):
                 raise ValueError(f"cache must be a GPTCache from GPT.new_cache(), got {type(cache).__name__}")
@@ -337,12 +375,22 @@ class GPT(nn.Module):
                 raise ValueError(f"cache must have n_layer = {cfg.n_layer} layer caches, got {len(cache)}")
             if cache.batch_size != B:
                 raise ValueError(f"cache batch size must equal idx batch size B = {B}, got {cache.batch_size}")
-            past = cache.length
-            if past + T > cache.max_len:
-                raise ValueError(
-                    f"cache overflow: max_len = {cache.max_len}, cached {past} + new {T} = {past + T}"
-                )
-        S = past + T
+            if cache_position is None:
+                past = cache.length
+                if past + T > cache.max_len:
+                    raise ValueError(
+                        f"cache overflow: max_len = {cache.max_len}, cached {past} + new {T} = {past + T}"
+                    )
+        attn_mask = None
+        if cache_position is not None:
+            S = cache.max_len
+            self._check_cache_position(cache_position, T, S)
+            cache_position = cache_position.to(idx.device)
+            # slot j is visible to the query in slot s iff j <= s: earlier tokens and itself, never the
+            # unfilled (or stale) slots after it. True = may not attend.
+            attn_mask = torch.arange(S, device=idx.device)[None, :] > cache_position[:, None]  # (T, S)
+        else:
+            S = past + T
         if key_padding_mask is not None:
             if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
                 got = (key_padding_mask.dtype if isinstance(key_padding_mask, torch.Tensor)
@@ -354,16 +402,20 @@ class GPT(nn.Module):
                     f"got {tuple(key_padding_mask.shape)}"
                 )
             key_padding_mask = drop_if_unpadded(key_padding_mask.to(idx.device))  # nothing padded: fast path
-        pos = self._positions(B, T, past, key_padding_mask, position_ids, idx.device)
+        pos = self._positions(B, T, past, key_padding_mask, position_ids, idx.device, cache_position)
 
         if cfg.position == "learned":
-            if position_ids is None and key_padding_mask is None and S > cfg.block_size:
+            counted = position_ids is None and key_padding_mask is None and cache_position is None
+            if counted and S > cfg.block_size:
                 raise ValueError(
                     f"sequence length must be <= block_size = {cfg.block_size} with learned positions, "
                     f"got {S} (cached {past} + new {T})"
                 )
             # (positions counted from cache.length are covered by the check above: no extra sync per step)
-            if (position_ids is not None or key_padding_mask is not None) and int(pos.max()) >= cfg.block_size:
+            if not counted and torch.compiler.is_compiling():
+                torch._assert_async((pos < cfg.block_size).all(),
+                                    f"position ids must be < block_size = {cfg.block_size} with learned positions")
+            elif not counted and int(pos.max()) >= cfg.block_size:
                 raise ValueError(
                     f"position ids must be < block_size = {cfg.block_size} with learned positions, got {int(pos.max())}"
                 )
@@ -379,6 +431,8 @@ class GPT(nn.Module):
                 key_padding_mask=key_padding_mask,
                 position_ids=rope_pos,
                 kv_cache=None if cache is None else cache[i],
+                attn_mask=attn_mask,
+                cache_position=cache_position,
             )
         x = self.ln_f(x)
         return self.lm_head(x)  # (B, T, V)

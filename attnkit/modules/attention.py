@@ -154,7 +154,8 @@ def _build_mask(
         dead = mask.all(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
     else:
         dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
-    if not bool(dead.any()):
+    # (Under torch.compile the host-side test would break the graph: the dead rows are handled always.)
+    if not torch.compiler.is_compiling() and not bool(dead.any()):
         return mask, None
     # Unmask the dead rows so the softmax sees finite numbers; their result is zeroed afterwards.
     if mask.dtype == torch.bool:

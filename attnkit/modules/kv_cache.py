@@ -6,6 +6,13 @@ During generation each new token only needs its own query; the keys and values o
 do not change, so they are stored once and reused. The cache preallocates ``(B, K, max_len, D)``
 buffers and fills them from the left; ``length`` counts the filled positions.
 
+Two ways to write: :meth:`KVCache.update` appends at ``length`` (a Python int) and returns the filled
+part, whose length grows by one every step; :meth:`KVCache.update_at` writes at slots given as a *tensor*
+and returns the whole buffers, so every shape stays the same from step to step and nothing on the host
+changes. The second is what a ``torch.compile``-d decoding step needs (a growing shape or a changing int
+would recompile or fall back to dynamic shapes); the caller then masks the slots not filled yet and keeps
+``length`` itself.
+
 The cache is meant for inference (``torch.no_grad()``): it writes into its buffers in place.
 """
 
@@ -81,6 +88,36 @@ class KVCache(nn.Module):
         v_cache.narrow(2, start, T).copy_(v)
         self.length = end
         return k_cache.narrow(2, 0, end), v_cache.narrow(2, 0, end)  # (B, K, length, D) views
+
+    def update_at(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``T`` new positions into the given cache slots and return the *whole* buffers.
+
+        ``length`` is not read or changed: the caller knows which slots are filled and masks the others
+        (``GPT.forward(..., cache_position=)`` does). Nothing here depends on a Python int, so a compiled
+        step can call it with the same shapes every time.
+
+        Shape:
+            k, v: ``(B, K, T, D)``; slots: ``(T,)`` int64 in ``[0, max_len)`` ->
+            k_all, v_all: ``(B, K, max_len, D)`` (the buffers themselves).
+        """
+        k_cache, v_cache = self.k_cache, self.v_cache
+        T = k.shape[2] if k.dim() == 4 else -1
+        if k.shape != v.shape or k.dtype != k_cache.dtype or v.dtype != k_cache.dtype or T < 0 or (
+            k.shape[:2] != k_cache.shape[:2] or k.shape[3] != k_cache.shape[3]
+        ):
+            self._shape_error(k, v)
+        if not isinstance(slots, torch.Tensor) or slots.dtype != torch.int64 or tuple(slots.shape) != (T,):
+            got = f"{slots.dtype} {tuple(slots.shape)}" if isinstance(slots, torch.Tensor) else type(slots).__name__
+            raise ValueError(f"KVCache.update_at: slots must be an int64 tensor of shape (T,) = ({T},), got {got}")
+        if torch.compiler.is_compiling():  # no host sync inside a compiled graph: checked when it runs
+            torch._assert_async(((slots >= 0) & (slots < self.max_len)).all(),
+                                f"KVCache.update_at: slots must be in [0, max_len) = [0, {self.max_len})")
+        elif T and (int(slots.min()) < 0 or int(slots.max()) >= self.max_len):
+            raise ValueError(f"KVCache.update_at: slots must be in [0, max_len) = [0, {self.max_len}), got "
+                             f"{slots.tolist()}")
+        k_cache.index_copy_(2, slots, k)  # (B, K, max_len, D): slot slots[t] <- k[:, :, t]
+        v_cache.index_copy_(2, slots, v)
+        return k_cache, v_cache
 
     def _shape_error(self, k: torch.Tensor, v: torch.Tensor) -> None:
         B, K, _, D = self.k_cache.shape

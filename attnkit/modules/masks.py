@@ -94,8 +94,8 @@ def drop_if_unpadded(key_padding_mask: torch.Tensor | None) -> torch.Tensor | No
     Shape:
         key_padding_mask ``(B, S)`` bool or None -> the same, or None.
     """
-    if key_padding_mask is None or bool(key_padding_mask.any()):
-        return key_padding_mask
+    if key_padding_mask is None or torch.compiler.is_compiling() or bool(key_padding_mask.any()):
+        return key_padding_mask  # (under torch.compile the mask is kept: testing it would sync the host)
     return None
 
 

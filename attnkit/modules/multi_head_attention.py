@@ -176,6 +176,7 @@ class MultiHeadAttention(nn.Module):
         kv_cache: KVCache | None = None,
         position_ids: torch.Tensor | None = None,
         static_kv: bool = False,
+        cache_position: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` (or to itself).
 
@@ -187,10 +188,15 @@ class MultiHeadAttention(nn.Module):
         cross-attention with ``static_kv=True`` projects ``key``/``value`` on the first call, stores
         them, and reuses them afterwards (``key`` may then be ``None``).
 
+        With ``cache_position`` (self-attention with a ``kv_cache`` only): the new keys/values go into
+        those cache slots (:meth:`KVCache.update_at`) and attention runs over *all* ``max_len`` slots, so
+        ``attn_mask``/``key_padding_mask`` cover ``S = max_len`` keys and must mask the slots a query may
+        not see (unfilled ones included); rotary positions default to ``cache_position``.
+
         Shape:
             query ``(B, T, C)``; key ``(B, S, kdim)``; value ``(B, S, vdim)`` (``None`` for self-attention);
             attn_mask ``(T, S)`` / ``(B, T, S)`` / ``(B, H, T, S)``; key_padding_mask ``(B, S)``;
-            position_ids ``(B, T)`` or ``(T,)`` ->
+            position_ids ``(B, T)`` or ``(T,)``; cache_position ``(T,)`` int64 ->
             out ``(B, T, out_dim)``, weights ``(B, T, S)`` (averaged) or ``(B, H, T, S)`` or ``None``.
         """
         if value is None and key is not None:
@@ -198,6 +204,8 @@ class MultiHeadAttention(nn.Module):
         if self.self_attention and key is query and value is query:
             key = value = None  # mha(x, x, x), torch.nn style: plain self-attention
         self._check_inputs(query, key, value)
+        if cache_position is not None and (kv_cache is None or not self.self_attention):
+            raise ValueError("cache_position needs self-attention with a kv_cache")
         B, T, _ = query.shape
         H, K = self.num_heads, self.num_kv_heads
 
@@ -209,12 +217,16 @@ class MultiHeadAttention(nn.Module):
             k = self._split_heads(k, K)  # (B, K, T, D)
             v = self._split_heads(v, K)  # (B, K, T, D)
             if self.rotary is not None:
-                if position_ids is None:
+                if position_ids is None and cache_position is not None:
+                    position_ids = cache_position  # (T,)
+                elif position_ids is None:
                     start = kv_cache.length if kv_cache is not None else 0
                     position_ids = torch.arange(start, start + T, device=query.device)  # (T,)
                 q = self.rotary(q, position_ids)
                 k = self.rotary(k, position_ids)
-            if kv_cache is not None:
+            if cache_position is not None:
+                k, v = kv_cache.update_at(k, v, cache_position)  # (B, K, max_len, D): every slot
+            elif kv_cache is not None:
                 k, v = kv_cache.update(k, v)  # (B, K, S, D) with S = cached + T
         else:
             q = self._split_heads(self.q_proj(query), H)  # (B, H, T, D)

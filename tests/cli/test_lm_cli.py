@@ -67,6 +67,18 @@ def test_train_sample_eval(corpus, tmp_path, capsys):
     assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "30", "--seed", "3",
                  "--no-cache", "--no-stream"]) == 0
     assert capsys.readouterr().out == first
+    # nor does the compiled decoding step (within the context: past it, sampling slides a window, uncached)
+    block = model.config.block_size
+    short = ["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", str(block - 6), "--seed", "3"]
+    assert main(short) == 0
+    eager = capsys.readouterr().out
+    assert main(short + ["--compile"]) == 0
+    assert capsys.readouterr().out == eager and len(eager) > len("ROMEO:") + 5
+    assert main(["sample", "--ckpt", str(out), "--prompt", "RO", "--max-new-tokens", "3", "--compile",
+                 "--no-cache"]) == 2
+    assert "needs use_cache=True" in capsys.readouterr().err
+    assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", str(block), "--compile"]) == 0
+    assert "--compile needs the KV cache" in capsys.readouterr().err
 
     assert main(["eval", "lm", "--ckpt", str(out), "--data", str(corpus)]) == 0
     printed = capsys.readouterr().out

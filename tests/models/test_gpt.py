@@ -87,6 +87,64 @@ def test_incremental_decoding_equals_full_forward(kind, tiny_gpt_config, spread)
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_cache_position_decoding_equals_full_forward(kind, tiny_gpt_config, spread):
+    """Writing into given cache slots and attending over all max_len slots (the fixed-shape path a
+    compiled step uses) gives the full forward's logits; cache.length is left alone."""
+    model = _model(tiny_gpt_config(kind), spread)
+    idx = torch.randint(0, 61, (2, 12))
+    with torch.no_grad():
+        full = model(idx)
+        cache = model.new_cache(2, 16)
+        # stale values in the unfilled slots must not leak in (they are masked, not zero)
+        for layer in cache:
+            layer.k_cache.normal_()
+            layer.v_cache.normal_()
+        pieces = [model(idx[:, :5], cache=cache)]
+        for t in range(5, 12):
+            pieces.append(model(idx[:, t:t + 1], cache=cache, cache_position=torch.tensor([t])))
+        assert cache.length == 5
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_cache_position_with_left_padding(kind, tiny_gpt_config, spread):
+    """Left-padded rows: the padding mask covers all max_len slots; positions come from the mask."""
+    model = _model(tiny_gpt_config(kind), spread)
+    rows = [torch.randint(1, 61, (n,)) for n in (6, 2)]
+    T, S = 6, 12
+    idx = torch.zeros(2, T, dtype=torch.long)
+    mask = torch.ones(2, T, dtype=torch.bool)
+    for b, r in enumerate(rows):
+        idx[b, T - len(r):] = r
+        mask[b, T - len(r):] = False
+    new = torch.randint(1, 61, (2, 3))
+    with torch.no_grad():
+        cache = model.new_cache(2, S)
+        model(idx, key_padding_mask=mask, cache=cache)
+        slot_mask = torch.nn.functional.pad(mask, (0, S - T))  # (B, S): later slots are real tokens
+        outs = [model(new[:, t:t + 1], key_padding_mask=slot_mask, cache=cache, cache_position=torch.tensor([T + t]))
+                for t in range(3)]
+        outs = torch.cat(outs, dim=1)
+        for b, r in enumerate(rows):
+            alone = model(torch.cat([r, new[b]])[None])[0, -3:]
+            torch.testing.assert_close(outs[b], alone, atol=TOL, rtol=0)
+
+
+def test_rejects_bad_cache_position(tiny_gpt_config):
+    model = build_model(tiny_gpt_config("gpt2")).eval()
+    idx = torch.randint(0, 61, (1, 1))
+    cache = model.new_cache(1, 8)
+    with pytest.raises(ValueError, match="cache_position needs a cache"):
+        model(idx, cache_position=torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"int64 tensor of shape \(T,\) = \(1,\), got torch.int32 \(1,\)"):
+        model(idx, cache=cache, cache_position=torch.tensor([0], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cache_position must be in \[0, cache.max_len\) = \[0, 8\), got \[8\]"):
+        model(idx, cache=cache, cache_position=torch.tensor([8]))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, S\) = \(1, 8\)"):
+        model(idx, cache=cache, cache_position=torch.tensor([3]), key_padding_mask=torch.zeros(1, 4, dtype=torch.bool))
+
+
 def test_cache_reorder_follows_the_batch(tiny_gpt_config, spread):
     model = _model(tiny_gpt_config("llama"), spread)
     idx = torch.randint(0, 61, (3, 8))

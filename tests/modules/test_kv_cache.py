@@ -18,6 +18,37 @@ def test_update_appends_and_returns_views():
     assert k.data_ptr() == cache.k_cache.data_ptr()  # a view, no copy
 
 
+def test_update_at_writes_slots_and_returns_whole_buffers():
+    cache = KVCache(2, 3, 6, 4)
+    k1, v1 = torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4)
+    k, v = cache.update_at(k1, v1, torch.tensor([4, 1]))
+    assert k.shape == (2, 3, 6, 4) and k.data_ptr() == cache.k_cache.data_ptr()  # the buffers themselves
+    assert torch.equal(k[:, :, 4], k1[:, :, 0]) and torch.equal(k[:, :, 1], k1[:, :, 1])
+    assert torch.equal(v[:, :, 4], v1[:, :, 0]) and torch.equal(v[:, :, 1], v1[:, :, 1])
+    assert (k[:, :, [0, 2, 3, 5]] == 0).all()
+    assert cache.length == 0  # the caller keeps the length
+
+
+@pytest.mark.parametrize("slots, match", [
+    (torch.tensor([6]), r"slots must be in \[0, max_len\) = \[0, 6\), got \[6\]"),
+    (torch.tensor([-1]), r"slots must be in \[0, max_len\) = \[0, 6\), got \[-1\]"),
+    (torch.tensor([1, 2]), r"slots must be an int64 tensor of shape \(T,\) = \(1,\), got torch.int64 \(2,\)"),
+    (torch.tensor([1.0]), r"got torch.float32 \(1,\)"),
+    ([1], "got list"),
+])
+def test_update_at_rejects_bad_slots(slots, match):
+    cache = KVCache(1, 2, 6, 4)
+    k = torch.randn(1, 2, 1, 4)
+    with pytest.raises(ValueError, match=match):
+        cache.update_at(k, k, slots)
+
+
+def test_update_at_checks_shapes_like_update():
+    cache = KVCache(1, 2, 6, 4)
+    with pytest.raises(ValueError, match=r"k must have shape \(B, K, T, D\) = \(1, 2, T, 4\)"):
+        cache.update_at(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4), torch.tensor([0]))
+
+
 def test_reset():
     cache = KVCache(1, 1, 4, 2)
     cache.update(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))

@@ -1,0 +1,91 @@
+"""A compiled decoding step: ``torch.compile`` of one cached GPT forward, on shapes that never change.
+
+Axis legend: ``B`` batch, ``S`` cache slots (``cache.max_len``), ``V`` vocabulary.
+
+Why: at batch 1 a decoding step reads every weight once, so its matrix products are memory-bound and
+cannot get faster; what is left is everything between them: ~300 small operators per token (norms, GELU,
+residual adds, head split/merge, attention over the cache), each called from Python. On the benchmark
+machine (``benchmarks/NOTES.md``, "Session 4") that is 3-5 ms of a ~21 ms GPT-2-small step, more than the
+same operators cost on their own, because the 500 MB of weights streamed between them evict the
+interpreter's and the dispatcher's working set from the caches. Inductor fuses the element-wise work into a
+few C++ loops, and its C++ wrapper (``cpp_wrapper``) calls the kernels without going back to Python.
+
+Fixed shapes: a step writes its keys/values into the cache slot ``cache_position`` (a tensor) and attends
+over all ``S`` slots with a mask (``GPT.forward(..., cache_position=)``), so step ``n`` and step ``n + 1``
+look the same to the compiler: one compilation per ``(B, S)`` serves every step. Growing the cache by one
+position per step instead would recompile every step or need dynamic shapes (measured slower than eager).
+
+Costs: the first step compiles (about 20-25 s for GPT-2 small on the benchmark machine; ``generate`` rounds
+``S`` up to a multiple of :data:`SLOT_MULTIPLE` so nearby lengths share a compilation); inductor needs a C++
+compiler; batch rows are not dropped when they finish (that would change ``B``). Used by
+``generate(..., compile=True)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnkit.modules.quantized_linear import QuantizedLinear
+
+__all__ = ["SLOT_MULTIPLE", "RECOMPILE_LIMIT", "compiled_step", "check_compilable"]
+
+SLOT_MULTIPLE = 64  # cache lengths are rounded up to this, so nearby lengths share one compilation
+_FBGEMM_MODES = ("two_digit", "dynamic")  # QuantizedLinear modes whose weights are FBGEMM packed objects
+
+
+def _step(model: nn.Module, idx: torch.Tensor, key_padding_mask: torch.Tensor | None,
+          position_ids: torch.Tensor, cache, cache_position: torch.Tensor) -> torch.Tensor:
+    """One decoding step: the next-token logits of the last position.
+
+    Shape:
+        idx ``(B, 1)``; key_padding_mask ``(B, S)`` or None; position_ids ``(B, 1)``; cache_position ``(1,)``
+        -> logits ``(B, V)``.
+    """
+    logits = model(idx, key_padding_mask=key_padding_mask, position_ids=position_ids, cache=cache,
+                   cache_position=cache_position)  # (B, 1, V)
+    return logits[:, -1, :]  # (B, V)
+
+
+_COMPILED = None
+RECOMPILE_LIMIT = 64  # distinct (model structure, B, S) combinations per process before it is an error
+
+
+def compiled_step(model: nn.Module, idx: torch.Tensor, key_padding_mask: torch.Tensor | None,
+                  position_ids: torch.Tensor, cache, cache_position: torch.Tensor) -> torch.Tensor:
+    """:func:`_step` under ``torch.compile``: the next-token logits of one decoding step.
+
+    Compiled on the first call for each model structure and ``(B, S)`` (the compiled function is made on
+    first use: importing attnkit does not load the compiler). ``fullgraph``: a graph break would quietly
+    put Python back between the kernels, so it is an error instead. Pass fresh ``(B, 1)`` tensors for
+    ``idx`` and ``position_ids``: the compiled code is specialised on strides, and a slice of a growing
+    tensor has new strides every step.
+
+    Shape:
+        idx ``(B, 1)``; key_padding_mask ``(B, S)`` or None; position_ids ``(B, 1)``; cache_position ``(1,)``
+        -> logits ``(B, V)``.
+    """
+    global _COMPILED
+    if _COMPILED is None:
+        _COMPILED = torch.compile(_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
+    # dynamo's default allows 8 compilations per function; a long-lived process may decode many shapes
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        return _COMPILED(model, idx, key_padding_mask, position_ids, cache, cache_position)
+
+
+def check_compilable(model: nn.Module) -> None:
+    """Raise ``ValueError`` if ``generate(..., compile=True)`` cannot compile ``model``'s decoding step."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "cache_position" not in params:
+        raise ValueError(f"compile=True needs a model whose forward takes cache_position (attnkit's GPT); "
+                         f"{type(model).__name__}.forward does not")
+    for name, module in model.named_modules():
+        if isinstance(module, QuantizedLinear) and module.mode in _FBGEMM_MODES:
+            raise ValueError(f"compile=True cannot trace int8 mode {module.mode!r} ({name}: FBGEMM's packed "
+                             f"weights are opaque to torch.compile); use compile=False, or mode 'reference' "
+                             f"or 'weight_only'")

@@ -1,0 +1,94 @@
+"""``generate(..., compile=True)``: the compiled fixed-shape decoding step gives the eager path's tokens.
+
+Each new (model structure, batch size, cache length) compiles once (a few seconds for these tiny models);
+the tests reuse shapes where they can.
+"""
+
+import importlib
+
+import pytest
+import torch
+
+from attnkit.generation import generate
+from attnkit.generation.compiled import compiled_step
+from attnkit.modules.quantized_linear import quantize_linear_layers
+
+TOL = 1e-5  # float32: the compiled step fuses element-wise work, so sums run in another order
+
+
+def varied(outputs):
+    return len({t for o in outputs for t in o}) > 4
+
+
+def test_compiled_step_logits_equal_eager_forward(make_gpt):
+    """One step through the compiled function against GPT.forward with the usual growing cache."""
+    model = make_gpt("llama", seed=3)
+    idx = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        eager_cache, compiled_cache = model.new_cache(2, 16), model.new_cache(2, 16)
+        model(idx[:, :6], cache=eager_cache)
+        model(idx[:, :6], cache=compiled_cache)
+        for t in range(6, 9):
+            expected = model(idx[:, t:t + 1], cache=eager_cache)[:, -1]  # (B, V)
+            got = compiled_step(model, idx[:, t:t + 1].clone(), None, torch.full((2, 1), t), compiled_cache,
+                                torch.tensor([t]))
+            torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_compiled_equals_eager_greedy_with_padding_and_eos(make_gpt, prompts, kind, monkeypatch):
+    """Left-padded prompts of different lengths, and an EOS that ends rows at different steps (finished
+    rows stay in the compiled batch; their tokens must be ignored)."""
+    gen = importlib.import_module("attnkit.generation.generate")  # (the package name `generate` is the function)
+
+    model = make_gpt(kind, seed=1)
+    full = generate(model, prompts, max_new_tokens=12)
+    eos = next(t for t in full[0][1:] if t not in full[1])
+    eager = generate(model, prompts, max_new_tokens=12, eos_token_id=eos)
+    calls = []
+    monkeypatch.setattr(gen, "compiled_step", lambda *a: calls.append(1) or compiled_step(*a))
+    compiled = generate(model, prompts, max_new_tokens=12, eos_token_id=eos, compile=True)
+    assert compiled == eager and varied(eager)
+    assert len(calls) >= max(len(o) for o in eager) - 1  # every step after the prefill went through it
+    assert len({len(o) for o in eager}) > 1  # rows really stopped at different points
+
+
+def test_compiled_equals_eager_seeded_sampling(make_gpt, prompts):
+    model = make_gpt("gpt2", seed=1)
+    kw = dict(max_new_tokens=12, do_sample=True, seed=5, temperature=1.3, top_k=12, repetition_penalty=1.2)
+    eager = generate(model, prompts, **kw)
+    assert generate(model, prompts, compile=True, **kw) == eager and varied(eager)
+
+
+def test_compile_argument_checks(make_gpt, prompts):
+    model = make_gpt("gpt2", seed=1)
+    with pytest.raises(ValueError, match="compile must be a bool and needs use_cache=True"):
+        generate(model, prompts, max_new_tokens=3, compile=True, use_cache=False)
+    with pytest.raises(ValueError, match="compile must be a bool"):
+        generate(model, prompts, max_new_tokens=3, compile="yes")
+
+
+def test_compile_rejects_fbgemm_int8_layers(make_gpt, prompts):
+    model = make_gpt("gpt2", seed=1)
+    quantize_linear_layers(model, mode="two_digit")
+    with pytest.raises(ValueError, match="cannot trace int8 mode 'two_digit'"):
+        generate(model, prompts, max_new_tokens=3, compile=True)
+
+
+def test_compile_rejects_models_without_cache_position(make_gpt, prompts):
+    inner = make_gpt("gpt2", seed=1)
+
+    class Wrapped(torch.nn.Module):  # a model with the generation interface but no cache_position
+        def __init__(self):
+            super().__init__()
+            self.inner, self.config = inner, inner.config
+
+        def forward(self, idx, *, key_padding_mask=None, position_ids=None, cache=None):
+            return self.inner(idx, key_padding_mask=key_padding_mask, position_ids=position_ids, cache=cache)
+
+        def new_cache(self, batch_size, max_len=None):
+            return self.inner.new_cache(batch_size, max_len)
+
+    assert generate(Wrapped(), prompts, max_new_tokens=3) == generate(inner, prompts, max_new_tokens=3)
+    with pytest.raises(ValueError, match="forward takes cache_position"):
+        generate(Wrapped(), prompts, max_new_tokens=3, compile=True)
