@@ -86,14 +86,15 @@ def _ak_run(model, prompt: list[int], n: int, use_cache: bool, compile: bool = F
     return run
 
 
-def _hf_run(model, prompt: list[int], n: int, use_cache: bool):
+def _hf_run(model, prompt: list[int], n: int, use_cache: bool, static_cache: bool = False):
     ids = torch.tensor([prompt])
     mask = torch.ones_like(ids)
+    kw = {"cache_implementation": "static"} if static_cache else {}
 
     def run() -> float:
         with torch.no_grad():
             out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                 use_cache=use_cache)
+                                 use_cache=use_cache, **kw)
         new = out.shape[1] - ids.shape[1]
         if new != n:
             raise RuntimeError(f"HF generated {new} tokens, expected {n}")
@@ -137,6 +138,15 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
         torch.manual_seed(0)
         hf = _hf_gpt2(s)
         impls.append(Impl("hf+cache", _hf_run(hf, prompt, s.new_tokens, True)))
+        if compile:
+            # HF's own compiled decoding: a static cache and a compiled forward (a second model, so that the
+            # eager peer above stays eager), with the same inductor options as attnkit's compiled step
+            torch.manual_seed(0)
+            hf_c = _hf_gpt2(s)
+            hf_c.forward = torch.compile(hf_c.forward, fullgraph=True, options={"cpp_wrapper": True})
+            impls.append(Impl("hf+cache+compile", _hf_run(hf_c, prompt, s.new_tokens, True, static_cache=True),
+                              notes="generate(cache_implementation='static'), forward under torch.compile "
+                                    "(cpp_wrapper); first_call_s includes compiling"))
     elif peers:
         res.notes.append("transformers is not installed: the HF peer was skipped")
     if s.int8:
@@ -174,6 +184,8 @@ def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int 
         res.ratios["attnkit+cache+compile / hf+cache"] = ratio(measured, "attnkit+cache+compile", "hf+cache")
         res.add_target("attnkit fp32 + KV cache, compiled (opt-in) / HF + cache",
                        res.ratios["attnkit+cache+compile / hf+cache"], 1.3)
+        res.ratios["attnkit+cache+compile / hf+cache+compile (both compiled)"] = ratio(
+            measured, "attnkit+cache+compile", "hf+cache+compile")
     res.add_target("attnkit int8 + KV cache / HF fp32 + cache", res.ratios["attnkit-int8+cache / hf+cache"], 2.5)
     return res
 
