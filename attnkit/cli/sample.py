@@ -22,7 +22,7 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-stream", action="store_true", help="print each sample when it is complete")
     g.add_argument("--compile", action="store_true",
                    help="run the decoding steps through torch.compile: faster per token, after a one-time "
-                        "compilation of about 20 s (needs the KV cache and a C++ compiler)")
+                        "compilation of up to ~30 s (needs the KV cache and a C++ compiler)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

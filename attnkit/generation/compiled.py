@@ -15,7 +15,8 @@ over all ``S`` slots with a mask (``GPT.forward(..., cache_position=)``), so ste
 look the same to the compiler: one compilation per ``(B, S)`` serves every step. Growing the cache by one
 position per step instead would recompile every step or need dynamic shapes (measured slower than eager).
 
-Costs: the first step compiles (about 20-25 s for GPT-2 small on the benchmark machine; ``generate`` rounds
+Costs: the first step compiles (about 30 s for GPT-2 small on the benchmark machine, 4-6 s once inductor's
+on-disk cache holds the result; ``generate`` rounds
 ``S`` up to a multiple of :data:`SLOT_MULTIPLE` so nearby lengths share a compilation); inductor needs a C++
 compiler; batch rows are not dropped when they finish (that would change ``B``). Used by
 ``generate(..., compile=True)``.
