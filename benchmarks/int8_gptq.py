@@ -1,20 +1,17 @@
 """Probe: does better int8 *rounding* (GPTQ) make int8 greedy decoding agree with fp32?
 
-Axis legend: ``N`` output features, ``K`` input features, ``M`` calibration rows (tokens).
-
 ``int8_quality`` (in ``bench_generate``) rounds every weight to the nearest int8 level of its row
-("RTN"). GPTQ (Frantar et al., 2022) keeps the same format (int8 values, one scale per row) but rounds the
-columns one at a time and pushes each column's rounding error onto the columns not yet rounded, weighted by
-the inverse Hessian ``H = X^T X / M`` of the layer's inputs on calibration text, so the layer's *outputs*
-on such inputs move less. Same bytes, same kernels, same speed: only the int8 values differ.
+("RTN"). GPTQ (:mod:`attnkit.modules.gptq`, used by ``quantize_linear_layers(..., calibration=)``) keeps the
+same format (int8 values, one scale per row) but chooses the values so that each layer's *outputs* on the
+calibration text move less. Same bytes, same kernels, same speed: only the int8 values differ.
 
-This probe quantizes SmolLM2-135M both ways (``two_digit`` mode for both) and prints the same comparison
-with fp32 as ``int8_quality``: perplexity change, greedy prefix agreement, teacher-forced logit error.
-It is a measurement for ``benchmarks/NOTES.md``, not a library feature.
+This probe quantizes SmolLM2-135M both ways (``two_digit`` mode for both) with calibration text from any
+file and prints the same comparison with fp32 as ``int8_quality``: perplexity change, greedy prefix
+agreement, teacher-forced logit error (the benchmark suite's quality part calibrates on Shakespeare only).
 
-    python -m benchmarks.int8_gptq --calibration ~/.cache/attnkit/data/fortunes/train.txt
+    python -m benchmarks.int8_gptq --calibration ~/.cache/attnkit/data/shakespeare/train.txt
 
-(the fortunes text comes from ``attnkit data prepare fortunes``; any English text file works).
+(the Shakespeare text comes from ``attnkit data prepare shakespeare``; any English text file works).
 """
 
 from __future__ import annotations
@@ -27,84 +24,15 @@ import time
 import torch
 from torch import nn
 
-from attnkit.modules.quantized_linear import QuantizedLinear, quantize_linear_layers
+from attnkit.modules.quantized_linear import quantize_linear_layers
 
-from .bench_generate import INT8_MODE, Fp32Reference, load_quality_model
-
-
-@torch.no_grad()
-def input_hessians(model: nn.Module, batches: list[list[int]]) -> dict[str, torch.Tensor]:
-    """``X^T X / M`` of the inputs of every ``nn.Linear`` of ``model`` over the calibration ``batches``.
-
-    Shape:
-        returns ``{name: (K, K) float64}``.
-    """
-    layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
-    sums = {name: torch.zeros(m.in_features, m.in_features, dtype=torch.float64) for name, m in layers.items()}
-    rows = dict.fromkeys(layers, 0)
-
-    def hook(name):
-        def record(module, inputs, output):
-            x = inputs[0].reshape(-1, inputs[0].shape[-1]).double()  # (M, K)
-            sums[name] += x.T @ x
-            rows[name] += x.shape[0]
-        return record
-
-    handles = [m.register_forward_hook(hook(name)) for name, m in layers.items()]
-    try:
-        for ids in batches:
-            model(torch.tensor([ids]))
-    finally:
-        for h in handles:
-            h.remove()
-    return {name: sums[name] / max(rows[name], 1) for name in layers}
-
-
-def gptq_round(weight: torch.Tensor, hessian: torch.Tensor, *, damp: float = 0.01,
-               block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """GPTQ rounding to symmetric per-row int8 with the RTN scales (``max|row| / 127``).
-
-    Shape:
-        weight ``(N, K)``, hessian ``(K, K)`` -> (int8 ``(N, K)``, fp32 scale ``(N,)``).
-    """
-    W = weight.detach().double().clone()  # (N, K), updated in place as columns are rounded
-    H = hessian.clone()
-    K = W.shape[1]
-    dead = torch.diag(H) == 0  # inputs that were always zero: their columns do not matter
-    H[dead, dead] = 1.0
-    W[:, dead] = 0.0
-    scale = W.abs().amax(dim=1) / 127.0  # (N,)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    H += damp * torch.diag(H).mean() * torch.eye(K, dtype=H.dtype)
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)  # (K, K)
-    Q = torch.zeros_like(W)
-    for i1 in range(0, K, block):
-        i2 = min(i1 + block, K)
-        W1 = W[:, i1:i2].clone()  # (N, b)
-        E1 = torch.zeros_like(W1)
-        for j in range(i2 - i1):
-            q = torch.clamp(torch.round(W1[:, j] / scale), -127, 127)  # (N,)
-            Q[:, i1 + j] = q
-            err = (W1[:, j] - q * scale) / U[i1 + j, i1 + j]
-            W1[:, j:] -= err[:, None] * U[i1 + j, i1 + j:i2][None, :]
-            E1[:, j] = err
-        W[:, i2:] -= E1 @ U[i1:i2, i2:]  # the block's errors onto the later columns
-    return Q.to(torch.int8), scale.float()
+from .bench_generate import INT8_MODE, Fp32Reference, calibration_batches, load_quality_model
 
 
 def gptq_quantize(model: nn.Module, batches: list[list[int]], *, mode: str = INT8_MODE) -> nn.Module:
-    """An int8 copy of ``model`` whose int8 values come from :func:`gptq_round`."""
-    hessians = input_hessians(model, batches)
+    """An int8 copy of ``model`` whose int8 values come from GPTQ (``quantize_linear_layers(calibration=)``)."""
     q = copy.deepcopy(model)
-    quantize_linear_layers(q, mode=mode)
-    for name, layer in model.named_modules():
-        if isinstance(layer, nn.Linear):
-            codes, scale = gptq_round(layer.weight, hessians[name])
-            target = q.get_submodule(name)
-            assert isinstance(target, QuantizedLinear)
-            target.weight_int8.copy_(codes)
-            target.scale.copy_(scale)
-            target._packed = None  # repack with the new values on next use
+    quantize_linear_layers(q, mode=mode, calibration=batches)
     return q.eval()
 
 
@@ -119,11 +47,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     model, tok, source = load_quality_model(args.model)
     with open(args.calibration, encoding="utf-8") as fh:
-        ids = tok.encode(fh.read(args.sequences * args.length * 8))
+        try:
+            batches = calibration_batches(tok, fh.read(), sequences=args.sequences, length=args.length)
+        except ValueError as e:
+            raise SystemExit(f"{args.calibration}: {e}") from None
     n = args.length
-    batches = [ids[i * n:(i + 1) * n] for i in range(min(args.sequences, len(ids) // n))]
-    if not batches:
-        raise SystemExit(f"{args.calibration}: fewer than {n} tokens of calibration text")
     ref = Fp32Reference(model, tok, args.new_tokens)
     out = {"model": source, "calibration": args.calibration, "calibration_tokens": n * len(batches),
            "fp32_text": tok.decode(ref.tokens),

@@ -104,24 +104,6 @@ def test_breakdown_categories_and_table():
     assert table.count("\n") == 2 and "| impl |" in table
 
 
-def test_gptq_rounding_equals_rtn_for_white_inputs_and_beats_it_for_correlated_ones():
-    from attnkit.modules.quantized_linear import quantize_weight
-    from benchmarks.int8_gptq import gptq_round
-
-    g = torch.Generator().manual_seed(0)
-    w = torch.randn(24, 40, generator=g)
-    codes, scale = gptq_round(w, torch.eye(40, dtype=torch.float64), damp=0.0)
-    rtn_codes, rtn_scale = quantize_weight(w)
-    assert torch.equal(codes, rtn_codes) and torch.allclose(scale, rtn_scale)  # no cross terms to use
-
-    mix = torch.randn(40, 40, generator=g)
-    x = torch.randn(512, 40, generator=g) @ mix  # (M, K) correlated inputs
-    codes, scale = gptq_round(w, (x.T @ x / len(x)).double())
-    out_err = lambda c, s: (x @ (w - c.float() * s[:, None]).T).pow(2).mean().item()  # noqa: E731
-    assert int(codes.abs().max()) <= 127
-    assert out_err(codes, scale) < 0.7 * out_err(rtn_codes, rtn_scale)
-
-
 def test_matvec_layouts_reports_both_layouts_per_shape(monkeypatch, capsys):
     from benchmarks import matvec_layouts
 

@@ -1,0 +1,86 @@
+"""GPTQ rounding: RTN when inputs are uncorrelated, smaller output error when they are correlated, and
+``quantize_linear_layers(..., calibration=)`` on a real (tiny) GPT."""
+
+import copy
+
+import pytest
+import torch
+
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+from attnkit.modules.gptq import gptq_round, input_hessians
+from attnkit.modules.quantized_linear import QuantizedLinear, quantize_linear_layers, quantize_weight
+
+
+def test_equals_rtn_for_uncorrelated_inputs():
+    w = torch.randn(24, 40)
+    codes, scale = gptq_round(w, torch.eye(40, dtype=torch.float64), damp=0.0)
+    rtn_codes, rtn_scale = quantize_weight(w)
+    assert torch.equal(codes, rtn_codes) and torch.allclose(scale, rtn_scale)  # no cross terms to use
+
+
+def test_smaller_output_error_for_correlated_inputs():
+    w = torch.randn(24, 40)
+    x = torch.randn(512, 40) @ torch.randn(40, 40)  # (M, K) correlated inputs
+    codes, scale = gptq_round(w, (x.T @ x / len(x)).double(), block=16)  # several blocks of columns
+    rtn_codes, rtn_scale = quantize_weight(w)
+    out_err = lambda c, s: (x @ (w - c.float() * s[:, None]).T).pow(2).mean().item()  # noqa: E731
+    assert codes.dtype == torch.int8 and int(codes.abs().max()) <= 127
+    assert torch.allclose(scale, rtn_scale)  # same format: only the int8 values differ
+    assert out_err(codes, scale) < 0.7 * out_err(rtn_codes, rtn_scale)
+
+
+def test_zero_inputs_are_ignored():
+    w = torch.randn(8, 6)
+    x = torch.randn(100, 6)
+    x[:, 2] = 0.0  # an input that is always zero: its Hessian row/column is zero
+    codes, scale = gptq_round(w, (x.T @ x / len(x)).double())
+    assert bool((codes[:, 2] == 0).all()) and bool(torch.isfinite(scale).all())
+
+
+def test_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"weight \(N, K\) and hessian \(K, K\); got weight \(4, 6\), hessian \(5, 5\)"):
+        gptq_round(torch.randn(4, 6), torch.eye(5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="damp must be >= 0 and block >= 1"):
+        gptq_round(torch.randn(4, 6), torch.eye(6, dtype=torch.float64), block=0)
+
+
+def _gpt():
+    cfg = GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3)
+    return model
+
+
+def test_input_hessians_are_the_inputs_second_moments():
+    model = _gpt()
+    batches = [torch.randint(0, 50, (12,)).tolist(), torch.randint(0, 50, (7,)).tolist()]
+    seen = []
+    handle = model.blocks[0].mlp.w_out.register_forward_hook(lambda m, i, o: seen.append(i[0].reshape(-1, 128)))
+    hessians = input_hessians(model, batches)
+    handle.remove()
+    x = torch.cat(seen).double()  # (19, 128)
+    assert set(hessians) == {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    torch.testing.assert_close(hessians["blocks.0.mlp.w_out"], x.T @ x / 19)
+    with pytest.raises(ValueError, match="at least one non-empty sequence"):
+        input_hessians(model, [[]])
+
+
+def test_quantize_linear_layers_with_calibration():
+    """On text like the calibration text, GPTQ's logits are closer to fp32's than plain rounding's."""
+    model = _gpt()
+    g = torch.Generator().manual_seed(0)
+    calibration = [torch.randint(0, 25, (32,), generator=g).tolist() for _ in range(8)]  # ids < 25 only
+    rtn, gptq = copy.deepcopy(model), copy.deepcopy(model)
+    assert quantize_linear_layers(rtn, mode="reference") == quantize_linear_layers(
+        gptq, mode="reference", calibration=calibration) == 9  # 4 per block + the head
+    assert all(isinstance(m, QuantizedLinear) for m in (gptq.lm_head, gptq.blocks[1].mlp.w_in))
+    test = torch.randint(0, 25, (4, 32), generator=g)
+    with torch.no_grad():
+        ref = model(test)
+        err_rtn = (rtn(test) - ref).pow(2).mean().item()
+        err_gptq = (gptq(test) - ref).pow(2).mean().item()
+    assert err_gptq < 0.8 * err_rtn
