@@ -101,8 +101,10 @@ def test_cache_position_decoding_equals_full_forward(kind, tiny_gpt_config, spre
             layer.k_cache.normal_()
             layer.v_cache.normal_()
         pieces = [model(idx[:, :5], cache=cache)]
-        for t in range(5, 12):
+        for t in range(5, 9):
             pieces.append(model(idx[:, t:t + 1], cache=cache, cache_position=torch.tensor([t])))
+        # several new tokens at once: causal among themselves, all earlier slots visible
+        pieces.append(model(idx[:, 9:], cache=cache, cache_position=torch.arange(9, 12)))
         assert cache.length == 5
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=TOL, rtol=0)
 
