@@ -323,15 +323,16 @@ def int8_quality(*, new_tokens: int = 32, modes: tuple[str, ...] = (INT8_MODE, "
            "fp32_text": tok.decode(ref.tokens),
            "fp32_smallest_top2_margin": {"position": int(ref.margin.argmin()), "margin": float(ref.margin.min())}}
     for mode in modes:
-        out[mode] = ref.compare(_clone_quantized(model, mode))
+        out[mode] = ref.compare(quantized_copy(model, mode))
     if calibration_text is not None:
         batches = calibration_batches(tok, calibration_text, **GPTQ_CALIBRATION)
-        out[f"{modes[0]}+gptq"] = ref.compare(_clone_quantized(model, modes[0], calibration=batches))
+        out[f"{modes[0]}+gptq"] = ref.compare(quantized_copy(model, modes[0], calibration=batches))
         out[f"{modes[0]}+gptq"]["calibration_tokens"] = sum(len(b) for b in batches)
     return out
 
 
-def _clone_quantized(model, mode: str, calibration=None):
+def quantized_copy(model, mode: str, calibration=None):
+    """An int8 copy of ``model`` (``model`` itself is untouched); GPTQ rounding when ``calibration`` is given."""
     import copy
 
     q = copy.deepcopy(model)

@@ -17,23 +17,12 @@ agreement, teacher-forced logit error (the benchmark suite's quality part calibr
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import time
 
 import torch
-from torch import nn
 
-from attnkit.modules.quantized_linear import quantize_linear_layers
-
-from .bench_generate import INT8_MODE, Fp32Reference, calibration_batches, load_quality_model
-
-
-def gptq_quantize(model: nn.Module, batches: list[list[int]], *, mode: str = INT8_MODE) -> nn.Module:
-    """An int8 copy of ``model`` whose int8 values come from GPTQ (``quantize_linear_layers(calibration=)``)."""
-    q = copy.deepcopy(model)
-    quantize_linear_layers(q, mode=mode, calibration=batches)
-    return q.eval()
+from .bench_generate import INT8_MODE, Fp32Reference, quantized_copy, calibration_batches, load_quality_model
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,18 +45,12 @@ def main(argv: list[str] | None = None) -> None:
     out = {"model": source, "calibration": args.calibration, "calibration_tokens": n * len(batches),
            "fp32_text": tok.decode(ref.tokens),
            "fp32_top2_margins_first_8": [round(float(m), 3) for m in ref.margin[:8]]}
-    out["rtn"] = ref.compare(_rtn(model))
+    out["rtn"] = ref.compare(quantized_copy(model, INT8_MODE))
     t0 = time.perf_counter()
-    q = gptq_quantize(model, batches)
+    q = quantized_copy(model, INT8_MODE, calibration=batches)
     out["gptq_seconds"] = time.perf_counter() - t0
     out["gptq"] = ref.compare(q)
     print(json.dumps(out, indent=2))
-
-
-def _rtn(model: nn.Module) -> nn.Module:
-    q = copy.deepcopy(model)
-    quantize_linear_layers(q, mode=INT8_MODE)
-    return q.eval()
 
 
 if __name__ == "__main__":
