@@ -76,11 +76,7 @@ class KVCache(nn.Module):
             k, v: ``(B, K, T, D)`` -> k_all, v_all: ``(B, K, length, D)`` (views into the buffers).
         """
         k_cache, v_cache = self.k_cache, self.v_cache
-        T = k.shape[2] if k.dim() == 4 else -1
-        if k.shape != v.shape or k.dtype != k_cache.dtype or v.dtype != k_cache.dtype or T < 0 or (
-            k.shape[:2] != k_cache.shape[:2] or k.shape[3] != k_cache.shape[3]
-        ):  # one cheap test on the hot path; the detailed message only when it fails
-            self._shape_error(k, v)
+        T = self._new_length(k, v)
         start, end = self.length, self.length + T
         if end > self.max_len:
             raise ValueError(f"KVCache overflow: max_len = {self.max_len}, cached {start} + new {T} = {end}")
@@ -101,11 +97,7 @@ class KVCache(nn.Module):
             k_all, v_all: ``(B, K, max_len, D)`` (the buffers themselves).
         """
         k_cache, v_cache = self.k_cache, self.v_cache
-        T = k.shape[2] if k.dim() == 4 else -1
-        if k.shape != v.shape or k.dtype != k_cache.dtype or v.dtype != k_cache.dtype or T < 0 or (
-            k.shape[:2] != k_cache.shape[:2] or k.shape[3] != k_cache.shape[3]
-        ):
-            self._shape_error(k, v)
+        T = self._new_length(k, v)
         if not isinstance(slots, torch.Tensor) or slots.dtype != torch.int64 or tuple(slots.shape) != (T,):
             got = f"{slots.dtype} {tuple(slots.shape)}" if isinstance(slots, torch.Tensor) else type(slots).__name__
             raise ValueError(f"KVCache.update_at: slots must be an int64 tensor of shape (T,) = ({T},), got {got}")
@@ -118,6 +110,15 @@ class KVCache(nn.Module):
         k_cache.index_copy_(2, slots, k)  # (B, K, max_len, D): slot slots[t] <- k[:, :, t]
         v_cache.index_copy_(2, slots, v)
         return k_cache, v_cache
+
+    def _new_length(self, k: torch.Tensor, v: torch.Tensor) -> int:
+        """``T`` of new keys/values ``(B, K, T, D)`` that fit these buffers (``ValueError`` otherwise)."""
+        T = k.shape[2] if k.dim() == 4 else -1
+        if k.shape != v.shape or k.dtype != self.k_cache.dtype or v.dtype != self.k_cache.dtype or T < 0 or (
+            k.shape[:2] != self.k_cache.shape[:2] or k.shape[3] != self.k_cache.shape[3]
+        ):  # one cheap test on the hot path; the detailed message only when it fails
+            self._shape_error(k, v)
+        return T
 
     def _shape_error(self, k: torch.Tensor, v: torch.Tensor) -> None:
         B, K, _, D = self.k_cache.shape

@@ -248,7 +248,7 @@ def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: t
     targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and name not in skip]
     hessians = None
     if calibration is not None:
-        from .gptq import input_hessians  # (imported here: plain quantization does not need it)
+        from .gptq import gptq_round, input_hessians  # (imported here: plain quantization does not need it)
 
         hessians = input_hessians(model, calibration, names=[name for name, _ in targets])  # before replacing
     for name, linear in targets:
@@ -256,8 +256,6 @@ def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: t
         parent = model.get_submodule(parent_name) if parent_name else model
         q = QuantizedLinear.from_linear(linear, mode=mode)
         if hessians is not None:
-            from .gptq import gptq_round
-
             codes, scale = gptq_round(linear.weight, hessians[name])
             q.weight_int8.copy_(codes)
             q.scale.copy_(scale)
