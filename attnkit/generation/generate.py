@@ -284,9 +284,9 @@ def generate(
                 # covers all max_len slots (the ones after `fed` are masked inside GPT.forward)
                 L = tokens.shape[1]
                 slot_pad = torch.nn.functional.pad(pad, (0, max_len - L)) if padded else None  # (b, max_len)
-                # fresh (b, 1) tensors, not slices of `tokens` (see compiled_step)
+                # fresh (b, 1) tensors with their own strides, not slices (see compiled_step)
                 new = tokens[:, -1:].clone(memory_format=torch.contiguous_format)  # (b, 1)
-                positions = (~pad).sum(dim=1, keepdim=True) - 1  # (b, 1): real tokens before the new one
+                positions = position_ids_from_padding(pad)[:, -1:].clone(memory_format=torch.contiguous_format)
                 slot = torch.tensor([fed], dtype=torch.long, device=device)  # (1,)
                 logits = compiled_step(model, new, slot_pad, positions, cache, slot)[:, None]  # (b, 1, V)
                 fed = L
