@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "attnkit.cli.evaluate",
     "attnkit.cli.translate",
     "attnkit.cli.viz",
+    "attnkit.cli.trace",
 )
 
 

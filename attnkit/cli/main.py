@@ -8,6 +8,7 @@
     attnkit eval lm|mt ...                     loss, perplexity / BLEU, chrF
     attnkit translate --ckpt DIR               translate stdin or --input FILE
     attnkit viz positions|mask|attention|...   PNG figures of what happens inside
+    attnkit trace --preset NAME | --ckpt DIR   every module's shapes, parameters and masks
 
 Every command has ``--help``. Heavy imports happen inside the commands so ``--help`` is instant.
 """

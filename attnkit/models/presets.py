@@ -39,6 +39,10 @@ Encoder-decoder (``TransformerConfig``):
                        shared/tied vocabulary (placeholder 2000). Chosen by tokens/s: on one CPU core it sees
                        ~4x the tokens of ``transformer-small`` in equal time and reaches a lower validation
                        loss within an hour (benchmarks/RESULTS.md, "Translation")
+``transformer-seed000`` the example configuration of seed 000: 2 encoder + 3 decoder layers, d_model 128,
+                       4 heads of 32, SiLU feed-forward 512 (4x), RMSNorm after each sublayer (post-norm),
+                       no biases, separate source/target embeddings and output layer, vocabulary 256,
+                       embeddings not scaled, no padding id, no dropout
 =====================  =================================================================================
 """
 
@@ -83,6 +87,10 @@ PRESETS: dict[str, GPTConfig | TransformerConfig] = {
                                          num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=512,
                                          dropout=0.1, attention_dropout=0.0, norm_first=True,
                                          share_embeddings=True, tie_output=True),
+    "transformer-seed000": TransformerConfig(src_vocab_size=256, tgt_vocab_size=256, d_model=128, num_heads=4,
+                                             num_encoder_layers=2, num_decoder_layers=3, dim_feedforward=512,
+                                             dropout=0.0, activation="silu", norm="rmsnorm", norm_first=False,
+                                             bias=False, scale_embeddings=False, pad_id=None),
 }
 
 

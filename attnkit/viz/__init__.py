@@ -7,8 +7,9 @@
     save_figure(plot_attention(maps[0], query_labels=labels, key_labels=labels), "attn.png")
 
 Modules: :mod:`~attnkit.viz.attention_maps` (capturing), :mod:`~attnkit.viz.predictions` (next-token
-probabilities), :mod:`~attnkit.viz.labels` (tick labels for tokens), :mod:`~attnkit.viz.plots` (figures).
-The same figures are on the command line: ``attnkit viz positions|mask|attention|predict|params``.
+probabilities), :mod:`~attnkit.viz.trace` (every module's shapes, parameters and masks, in forward order),
+:mod:`~attnkit.viz.labels` (tick labels for tokens), :mod:`~attnkit.viz.plots` (figures).
+The same figures are on the command line: ``attnkit viz positions|mask|attention|predict|params`` and ``attnkit trace``.
 """
 
 from .attention_maps import (
@@ -31,6 +32,7 @@ from .plots import (
     save_figure,
 )
 from .predictions import next_token_predictions
+from .trace import Trace, TraceRow, trace
 
 __all__ = [
     "AttentionCapture",
@@ -50,4 +52,7 @@ __all__ = [
     "plot_predictions",
     "save_figure",
     "next_token_predictions",
+    "Trace",
+    "TraceRow",
+    "trace",
 ]

@@ -1,0 +1,69 @@
+"""``attnkit trace``: presets with random weights, run folders (LM and translation), --depth, --json, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnkit.cli.main import main
+
+
+def _run(capsys, *argv):
+    code = main(["trace", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["trace", "--help"])
+    assert e.value.code == 0
+    assert "--depth" in capsys.readouterr().out
+
+
+def test_seed000_preset(capsys):
+    code, out, err = _run(capsys, "--preset", "transformer-seed000", "--batch", "3", "--src-len", "12", "--len", "7")
+    assert code == 0 and err == ""
+    assert out.splitlines()[0] == "Transformer: 1,279,616 parameters; axes B=3 S=12 T=7 C=128 H=4 D=32 F=512 V=256"
+    assert "heads: q (B, T, C) -> (B, H, T, D)  B=3 T=7 C=128 H=4 D=32; k, v (B, S, C) -> (B, H, S, D)  S=12" in out
+    assert out.count("(DecoderLayer)") == 3 and out.count("(EncoderLayer)") == 2
+
+
+def test_gpt_preset_depth_and_json(capsys):
+    code, out, _ = _run(capsys, "--preset", "char-small", "--len", "5", "--depth", "1", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["axes"]["T"] == 5 and max(r["depth"] for r in data["rows"]) == 1
+    assert [r["name"] for r in data["rows"]][:3] == ["", "wte", "blocks.0"]
+
+
+def test_language_model_checkpoint(lm_checkpoint, capsys):
+    code, out, _ = _run(capsys, "--ckpt", str(lm_checkpoint), "--text", "ROMEO: hi")
+    assert code == 0
+    assert "(model) (GPT)" in out and "B=1 T=9" in out and "mask: causal" in out
+
+
+def test_translation_checkpoint(mt_checkpoint, capsys):
+    code, out, _ = _run(capsys, "--ckpt", str(mt_checkpoint), "--src", "das haus ist gross", "--tgt", "the house")
+    assert code == 0
+    assert "cross_attn (MultiHeadAttention)" in out and "k, v (B, S, C) -> (B, H, S, D)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--preset", "char-small", "--text", "hi"), "--text needs a tokenizer"),
+    (("--preset", "char-small", "--src-len", "4"), "--src-len is for encoder-decoder presets"),
+    (("--preset", "char-small", "--len", "0"), "--len must be a positive integer, got 0"),
+    (("--preset", "char-small", "--len", "500"), "block_size = 128, got 500"),
+    (("--preset", "char-small", "--depth", "-1"), "--depth must be >= 0, got -1"),
+    (("--preset", "nope"), "unknown preset 'nope'"),
+])
+def test_bad_input_one_line(argv, message, capsys):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_checkpoint(tmp_path, capsys):
+    code, _, err = _run(capsys, "--ckpt", str(tmp_path / "nothing"), "--text", "x")
+    assert code == 2 and len(err.strip().splitlines()) == 1
