@@ -67,6 +67,12 @@ class MTTask:
             :func:`greedy_translator` builds one from a tokenizer.
         references: reference texts of ``valid`` (same order), required with ``translate_fn``.
         bleu_sentences: how many validation sentences (from the start) are translated per evaluation.
+        word_dropout: probability in [0, 1) that a source token (not ``<eos>``, not padding) is replaced by
+            ``unk_id`` in a *training* batch (Sennrich & Zhang 2019 use 0.1-0.3 on small data); 0 = off. It
+            draws from torch's global generator, which the trainer seeds and checkpoints.
+        unk_id: the id that word dropout writes (``<unk>`` = 3 in the joint BPE).
+        n_samples: how many of the translated validation sentences are kept in :attr:`last_samples` as
+            ``(source, reference, hypothesis)`` for printing (see :meth:`eval_report`).
 
     Shape:
         ``batch(split, step) -> MTBatch``: src ``(B, S)``, tgt_in / labels ``(B, T)``, masks ``(B, S)`` / ``(B, T)``.
@@ -76,19 +82,23 @@ class MTTask:
 
     def __init__(self, train: EncodedPairs, valid: EncodedPairs, *, max_tokens: int, seed: int = 0,
                  label_smoothing: float = 0.1, translate_fn: TranslateFn | None = None,
-                 references: Sequence[str] | None = None, bleu_sentences: int = 200):
+                 references: Sequence[str] | None = None, bleu_sentences: int = 200,
+                 word_dropout: float = 0.0, unk_id: int = 3, n_samples: int = 3):
         for name, data in (("train", train), ("valid", valid)):
             if not isinstance(data, EncodedPairs):
                 raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.mt_batching.encode_pairs), "
                                  f"got {type(data).__name__}")
             if len(data) == 0:
                 raise ValueError(f"MTTask {name} must hold at least one pair, got 0")
-        for name, value, low in (("max_tokens", max_tokens, 1), ("seed", seed, 0), ("bleu_sentences", bleu_sentences, 1)):
+        for name, value, low in (("max_tokens", max_tokens, 1), ("seed", seed, 0), ("bleu_sentences", bleu_sentences, 1),
+                                 ("unk_id", unk_id, 0), ("n_samples", n_samples, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"MTTask {name} must be an int >= {low}, got {value!r}")
         if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
                 or not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"MTTask label_smoothing must be in [0, 1), got {label_smoothing!r}")
+        if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) or not 0.0 <= word_dropout < 1.0:
+            raise ValueError(f"MTTask word_dropout must be in [0, 1), got {word_dropout!r}")
         if translate_fn is not None:
             if not callable(translate_fn):
                 raise ValueError(f"MTTask translate_fn must be callable, got {type(translate_fn).__name__}")
@@ -102,6 +112,9 @@ class MTTask:
         self.translate_fn = translate_fn
         self.references = None if references is None else [str(r) for r in references]
         self.bleu_sentences = bleu_sentences
+        self.word_dropout, self.unk_id, self.n_samples = float(word_dropout), unk_id, n_samples
+        # (source text, reference, hypothesis) of the first n_samples sentences of the last BLEU evaluation
+        self.last_samples: list[tuple[str, str, str]] = []
         # The batchers validate max_tokens against the longest pair (ValueError naming both).
         # Validation always uses the batcher's epoch-0 plan (see batch()): fixed, and shuffled once so that a
         # prefix of it is a representative sample.
@@ -131,7 +144,8 @@ class MTTask:
                 refused with a ``ValueError``.
             strict: refuse malformed input lines instead of skipping and counting them (``task.skipped``).
             bleu: compute BLEU during evaluation with :func:`greedy_translator` (references = valid targets).
-            max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``).
+            max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``,
+                ``word_dropout``, ``n_samples``); ``unk_id`` defaults to the tokenizer's.
         """
         from attnkit.data.mt_batching import train_joint_bpe
         from attnkit.data.parallel import load_parallel
@@ -155,6 +169,8 @@ class MTTask:
         if bleu:
             kwargs.setdefault("translate_fn", greedy_translator(tokenizer))
             kwargs.setdefault("references", valid_corpus.targets)
+        if getattr(tokenizer, "unk_id", None) is not None:
+            kwargs.setdefault("unk_id", tokenizer.unk_id)
         task = cls(enc["train"], enc["valid"], max_tokens=max_tokens, **kwargs)
         task.tokenizer = tokenizer
         task.corpora = {"train": (train_corpus.sources, train_corpus.targets),
@@ -214,7 +230,16 @@ class MTTask:
 
         Shape: batch src ``(B, S)``, tgt_in / labels ``(B, T)``; returns a 0-dim loss.
         """
+        if self.word_dropout > 0 and model.training:
+            batch = self._drop_words(batch)
         return self._cross_entropy(self._logits(model, batch), batch.labels, self.label_smoothing)
+
+    def _drop_words(self, b: MTBatch) -> MTBatch:
+        """``b`` with each real source token except ``<eos>`` replaced by ``unk_id`` with probability
+        ``word_dropout`` (src ``(B, S)``; the masks and the target side are unchanged)."""
+        keep = b.src_key_padding_mask | (b.src == self.train.eos_id)  # (B, S) padding and <eos> stay
+        drop = (torch.rand(b.src.shape, device=b.src.device) < self.word_dropout) & ~keep
+        return b._replace(src=b.src.masked_fill(drop, self.unk_id))
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
@@ -232,18 +257,49 @@ class MTTask:
         mean = total / count
         out = {"loss": mean, "ppl": math.exp(min(mean, 700.0))}  # exp overflows a float past ~709
         if self.translate_fn is not None:
-            import sacrebleu  # only needed for BLEU
+            scores = self.translation_scores(model, self.bleu_sentences)
+            out["bleu"], out["chrf"] = scores["bleu"], scores["chrf"]
+        return out
 
-            k = min(self.bleu_sentences, len(self.valid))
+    @torch.no_grad()
+    def translation_scores(self, model: nn.Module, n_sentences: int | None = None) -> dict[str, Any]:
+        """Translate the first ``n_sentences`` validation sources (all when None) with ``translate_fn`` and
+        score them with sacrebleu: ``{"bleu", "chrf" (0-100), "sentences", "hypotheses"}``. Keeps the first
+        ``n_samples`` as :attr:`last_samples`."""
+        import sacrebleu  # only needed for BLEU
+
+        if self.translate_fn is None:
+            raise ValueError("MTTask.translation_scores needs a translate_fn (MTTask.from_data(..., bleu=True))")
+        k = len(self.valid) if n_sentences is None else min(n_sentences, len(self.valid))
+        if k < 1:
+            raise ValueError(f"n_sentences must be >= 1 (or None for all), got {n_sentences!r}")
+        was_training = model.training
+        model.eval()
+        try:
             # Decode as at inference: in the weights' own dtype, even when the trainer evaluates under bf16
             # autocast (the decoder's key/value caches hold the parameters' dtype).
-            with torch.autocast(device_type=device.type, enabled=False):
+            with torch.autocast(device_type=model_device(model).type, enabled=False):
                 hyps = self.translate_fn(model, [list(s) for s in self.valid.src[:k]])
-            if not isinstance(hyps, list) or len(hyps) != k:
-                raise ValueError(f"MTTask translate_fn must return a list of {k} strings, got {type(hyps).__name__}"
-                                 f"{f' of length {len(hyps)}' if isinstance(hyps, list) else ''}")
-            out["bleu"] = float(sacrebleu.corpus_bleu([str(h) for h in hyps], [self.references[:k]]).score)
-        return out
+        finally:
+            model.train(was_training)
+        if not isinstance(hyps, list) or len(hyps) != k:
+            raise ValueError(f"MTTask translate_fn must return a list of {k} strings, got {type(hyps).__name__}"
+                             f"{f' of length {len(hyps)}' if isinstance(hyps, list) else ''}")
+        hyps = [str(h) for h in hyps]
+        refs = self.references[:k]
+        sources = self.corpora.get("valid", (None,))[0]
+        self.last_samples = [(sources[i] if sources is not None else " ".join(map(str, self.valid.src[i])),
+                              refs[i], hyps[i]) for i in range(min(self.n_samples, k))]
+        return {"bleu": float(sacrebleu.corpus_bleu(hyps, [refs]).score),
+                "chrf": float(sacrebleu.corpus_chrf(hyps, [refs]).score), "sentences": k, "hypotheses": hyps}
+
+    def eval_report(self) -> list[str]:
+        """Lines the trainer prints after each evaluation: the sample translations of the last BLEU
+        evaluation next to their references (empty without ``translate_fn``)."""
+        lines = []
+        for src, ref, hyp in self.last_samples:
+            lines += [f"  src: {src}", f"  ref: {ref}", f"  out: {hyp}"]
+        return lines
 
     # --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -15,6 +15,8 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
   Called in eval mode under ``torch.no_grad()``.
 * ``state_dict() -> dict`` / ``load_state_dict(dict)``: JSON-able task state stored in every checkpoint
   (tasks use it to check that a resumed run sees the same data).
+* optional ``eval_report() -> list[str]``: lines printed after each evaluation's metrics line (MTTask: its
+  sample translations next to their references).
 
 Implementations: :class:`attnkit.training.lm_task.LMTask`, :class:`attnkit.training.mt_task.MTTask`.
 

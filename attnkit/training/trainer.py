@@ -315,6 +315,9 @@ class Trainer:
                             state=self._checkpoint_state(), extra=self.extra)
         shown = ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "step")
         self._progress.write(f"step {self.step}: {shown}" + ("  (best)" if better else ""))
+        report = getattr(self.task, "eval_report", None)  # optional: e.g. sample translations (MTTask)
+        for line in (report() if callable(report) else []):
+            self._progress.write(line)
         return row
 
     def _checkpoint_state(self) -> dict[str, Any]:

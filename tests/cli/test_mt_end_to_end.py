@@ -19,7 +19,8 @@ from attnkit.training.runs import load_trained
 TINY_MT = ["--preset", "transformer-small", "--set", "d_model=64", "--set", "num_heads=4",
            "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=128",
            "--set", "dropout=0.0", "--set", "norm_first=true", "--vocab-size", "300", "--max-tokens", "384",
-           "--max-len", "24", "--lr", "1.0", "--warmup-steps", "40", "--log-every", "20", "--no-progress"]
+           "--max-len", "24", "--schedule", "inverse_sqrt", "--lr", "1.0", "--warmup-steps", "40", "--log-every", "20",
+           "--no-progress"]
 
 
 def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch, make_copy_task):

@@ -14,7 +14,8 @@ from attnkit.cli.main import main
 TINY_MT = ["--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",
            "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=64",
            "--set", "dropout=0.1", "--vocab-size", "300", "--max-tokens", "128", "--max-len", "24",
-           "--warmup-steps", "4", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3",
+           "--schedule", "inverse_sqrt", "--lr", "0.5", "--warmup-steps", "4", "--log-every", "1", "--ckpt-every", "3",
+           "--eval-every", "3",
            "--eval-batches", "2", "--no-progress"]
 
 

@@ -94,8 +94,8 @@ def test_evaluate_loss_ppl_and_bleu():
     refs = _references(valid)
     perfect = MTTask(train, valid, max_tokens=40, translate_fn=lambda m, srcs: refs[:len(srcs)], references=refs)
     out = perfect.evaluate(_model().eval(), 100)  # capped at one pass over the validation set
-    assert set(out) == {"loss", "ppl", "bleu"}
-    assert out["bleu"] == pytest.approx(100.0)
+    assert set(out) == {"loss", "ppl", "bleu", "chrf"}
+    assert out["bleu"] == pytest.approx(100.0) and out["chrf"] == pytest.approx(100.0)
     wrong = MTTask(train, valid, max_tokens=40, translate_fn=lambda m, srcs: ["w5"] * len(srcs), references=refs)
     assert wrong.evaluate(_model().eval(), 1)["bleu"] < 10.0
 
@@ -121,6 +121,8 @@ def test_greedy_translator_with_the_generation_module():
     (dict(max_tokens=40, translate_fn=lambda m, s: s), r"references must hold one text per validation pair \(8\)"),
     (dict(max_tokens=40, translate_fn="greedy", references=["a"] * 8), "translate_fn must be callable"),
     (dict(max_tokens=40, bleu_sentences=0), "bleu_sentences must be an int >= 1, got 0"),
+    (dict(max_tokens=40, word_dropout=1.0), r"word_dropout must be in \[0, 1\), got 1.0"),
+    (dict(max_tokens=40, n_samples=-1), "n_samples must be an int >= 0, got -1"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -159,7 +161,7 @@ def test_trainer_trains_a_tiny_transformer_and_keeps_the_best_bleu(tmp_path):
                       progress=False).fit()
     evals = [r for r in read_metrics(tmp_path / "mt") if "valid_loss" in r]
     assert [r["step"] for r in evals] == [20, 40]
-    assert set(evals[0]) == {"step", "valid_loss", "valid_ppl", "valid_bleu"}
+    assert set(evals[0]) == {"step", "valid_loss", "valid_ppl", "valid_bleu", "valid_chrf"}
     train_losses = [r["loss"] for r in read_metrics(tmp_path / "mt") if "loss" in r]
     assert train_losses[-1] < train_losses[0]
     assert summary["best"]["metric"] == "valid_bleu"
@@ -185,3 +187,79 @@ def test_bf16_autocast_training_evaluates_bleu_with_the_cached_decoder(tmp_path)
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
             under_autocast = task.evaluate(model, 1)["bleu"]
     assert under_autocast == fp32 == evals[0]["valid_bleu"]
+
+
+def test_best_checkpoint_is_chosen_by_bleu_not_by_loss(tmp_path):
+    """The validation loss falls at every evaluation, but the (scripted) translations are perfect only at the
+    second one: best/ must be that step's weights, not the last (lowest-loss) ones."""
+    from attnkit.training.checkpoint import read_checkpoint_state
+
+    train, valid = _pairs(200, 0), _pairs(16, 1)
+    refs = _references(valid)
+    calls = []
+
+    def scripted(model, sources):
+        calls.append(len(sources))
+        return refs[:len(sources)] if len(calls) == 2 else ["w5"] * len(sources)
+
+    task = MTTask(train, valid, max_tokens=64, seed=0, translate_fn=scripted, references=refs, bleu_sentences=8)
+    model = _model()
+    cfg = TrainConfig(steps=30, lr=3e-3, warmup_steps=2, eval_every=10, eval_batches=4, log_every=5,
+                      ckpt_every=10, best_metric="valid_bleu", best_mode="max", seed=0)
+    summary = Trainer(model, task, cfg, tmp_path / "mt", model_config=model.config.to_dict(), progress=False).fit()
+    evals = [r for r in read_metrics(tmp_path / "mt") if "valid_loss" in r]
+    assert [r["step"] for r in evals] == [10, 20, 30]
+    assert evals[2]["valid_loss"] < evals[1]["valid_loss"]  # the loss alone would pick step 30
+    assert summary["best"] == {"metric": "valid_bleu", "value": pytest.approx(100.0), "step": 20}
+    assert read_checkpoint_state(tmp_path / "mt" / "checkpoints" / "best")["step"] == 20
+
+
+def test_sample_translations_are_printed_after_each_evaluation(tmp_path, capsys):
+    train, valid = _pairs(64, 0), _pairs(8, 1)
+    refs = _references(valid)
+    task = MTTask(train, valid, max_tokens=64, translate_fn=lambda m, s: ["w5 w6"] * len(s), references=refs,
+                  bleu_sentences=8, n_samples=2)
+    assert task.eval_report() == []  # nothing translated yet
+    model = _model()
+    cfg = TrainConfig(steps=4, lr=1e-3, warmup_steps=1, eval_every=2, eval_batches=1, ckpt_every=4,
+                      best_metric="valid_bleu", best_mode="max")
+    Trainer(model, task, cfg, tmp_path / "mt", model_config=model.config.to_dict(), progress=True).fit()
+    out = capsys.readouterr()
+    text = out.out + out.err
+    # no source texts attached (built from ids): the source ids are shown
+    first = f"  src: {' '.join(map(str, valid.src[0]))}\n  ref: {refs[0]}\n  out: w5 w6"
+    assert text.count(first) == 2, text  # at steps 2 and 4
+    assert text.count("  ref: ") == 4  # two samples per evaluation
+    assert [s[1] for s in task.last_samples] == refs[:2]
+
+
+def test_translation_scores_on_all_valid_sentences_keep_the_mode():
+    valid = _pairs(8, 1)
+    refs = _references(valid)
+    task = MTTask(_pairs(16, 0), valid, max_tokens=40, translate_fn=lambda m, s: refs[:len(s)], references=refs)
+    model = _model().train()
+    scores = task.translation_scores(model)
+    assert scores["sentences"] == 8 and scores["bleu"] == pytest.approx(100.0) and len(scores["hypotheses"]) == 8
+    assert model.training  # put back in training mode
+    with pytest.raises(ValueError, match="needs a translate_fn"):
+        MTTask(_pairs(16, 0), valid, max_tokens=40).translation_scores(model)
+
+
+def test_word_dropout_replaces_source_words_in_training_only():
+    train, valid = _pairs(200, 0), _pairs(8, 1)
+    task = MTTask(train, valid, max_tokens=400, word_dropout=0.5, unk_id=3)
+    b = task.batch("train", 0)
+    torch.manual_seed(0)
+    dropped = task._drop_words(b)
+    real = ~b.src_key_padding_mask & (b.src != EOS)
+    assert torch.equal(dropped.src[~real], b.src[~real])  # padding and <eos> untouched
+    changed = dropped.src[real] != b.src[real]
+    assert torch.all(dropped.src[real][changed] == 3)
+    assert 0.4 < changed.float().mean().item() < 0.6  # about half of the words
+    assert torch.equal(dropped.tgt_in, b.tgt_in) and torch.equal(dropped.labels, b.labels)
+    model = _model()
+    plain = MTTask(train, valid, max_tokens=400)
+    with torch.no_grad():
+        assert float(task.loss(model.eval(), b)[0]) == pytest.approx(float(plain.loss(model.eval(), b)[0]))
+        torch.manual_seed(1)
+        assert float(task.loss(model.train(), b)[0]) != pytest.approx(float(plain.loss(model.eval(), b)[0]))
