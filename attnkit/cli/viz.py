@@ -4,6 +4,7 @@
     attnkit viz mask --kind causal --len 6 --key-len 9 --out m.png  masks: causal | banded | padding
     attnkit viz attention --ckpt runs/char --text "ROMEO:" --layer 0 --out attn.png
     attnkit viz attention --ckpt runs/de-en --src "Das Haus ist groß." --attn cross --out cross.png
+    attnkit viz attention --ckpt runs/char --text "ROMEO:" --html attention.html   interactive page, offline
     attnkit viz predict --ckpt runs/char --text "ROMEO:" --top-k 5 --out pred.png
     attnkit viz params gpt2-seed002 --out params.png
 
@@ -70,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(encoder-decoder; default cross)")
     q.add_argument("--layer", type=int, default=None, help="layer index from 0 (default: the last layer)")
     q.add_argument("--head", type=int, default=None, help="draw only this head (default: all heads in a grid)")
+    q.add_argument("--html", type=Path, default=None, metavar="PAGE.html",
+                   help="write an interactive page instead of the PNG: one self-contained HTML file (no network) "
+                        "where you pick the attention, layer and head and hover a token to see its weights and "
+                        "the top-k next-token predictions; --layer/--head/--attn choose what it shows first")
+    q.add_argument("--top-k", type=int, default=5, help="--html: next-token candidates per position (default 5)")
     _add_output_args(q, "attention.png")
     q.set_defaults(func=run_attention)
 
@@ -231,12 +237,20 @@ def run_attention(args: argparse.Namespace) -> int:
     from attnkit.viz.labels import token_labels
     from attnkit.viz.plots import plot_attention, save_figure
 
+    if args.html is not None and args.html.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"--html must name an .html file, got {str(args.html)!r}")
     model, tokenizer, add_bos, name = _load(args)
     if _is_seq2seq(model):
         kind = args.attn or "cross"
         if kind == "self":
             raise ValueError("an encoder-decoder has no plain 'self' attention: use --attn encoder, decoder or cross")
         src, tgt = _mt_ids(args, model, tokenizer)
+        if args.html is not None:
+            from attnkit.viz.attention_page import mt_attention_page, write_page
+
+            page = mt_attention_page(model, tokenizer, src, tgt, top_k=args.top_k, title=f"{name}: attention",
+                                     view=kind, layer=args.layer, head=args.head or 0)
+            return _done(write_page(page, args.html))
         maps = seq2seq_attention_maps(model, src, tgt).kind(kind)
         src_labels, tgt_labels = token_labels(tokenizer, src), token_labels(tokenizer, tgt)
         q_labels, k_labels = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_labels),
@@ -247,6 +261,12 @@ def run_attention(args: argparse.Namespace) -> int:
         if args.attn not in (None, "self", "decoder"):
             raise ValueError(f"a decoder-only model has causal self-attention only; got --attn {args.attn}")
         ids = _lm_ids(args, tokenizer, add_bos)
+        if args.html is not None:
+            from attnkit.viz.attention_page import lm_attention_page, write_page
+
+            page = lm_attention_page(model, tokenizer, ids, top_k=args.top_k, title=f"{name}: attention",
+                                     layer=args.layer, head=args.head or 0)
+            return _done(write_page(page, args.html))
         maps = attention_maps(model, ids)
         q_labels = k_labels = token_labels(tokenizer, ids)
         what = "causal self-attention"

@@ -1,0 +1,131 @@
+"""Seed 000, step by step, with attnkit's modules: where a reader of seed 000 starts.
+
+Run it:  python examples/seed000_walkthrough.py      (a few seconds on a CPU; prints every shape)
+
+Seed 000 builds a Transformer one module at a time and prints shapes by hand. This script follows it in the
+same order — RMSNorm, the SiLU feed-forward, single-head attention, MultiHeadAttention with per-head
+dimensions, the loop positional encoding, generate_mask_mat, encoder and decoder, the whole Transformer
+returning probabilities, greedy next-token choice — with the seed's own example configuration, and calls the
+attnkit module that implements each step. Where the seed goes wrong (a loop over every element, ids drawn one
+past the vocabulary, a mask built but never passed), the script says so and does it right.
+
+Axis legend: B batch, S source length, T target length, C model width (the seed's dim_emb), H heads
+(head_num), D head dim (dim_head), F feed-forward width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnkit.models import build_model, get_preset
+from attnkit.modules import FeedForward, MultiHeadAttention, RMSNorm
+from attnkit.modules.attention import reference_attention
+from attnkit.modules.masks import causal_mask, generate_mask_mat
+from attnkit.modules.sinusoidal import positional_encoding
+from attnkit.viz.trace import model_axes
+
+# the seed's example configuration
+encoder_num, decoder_num = 2, 3
+vocab_size, dim_emb, dim_head, head_num = 256, 128, 32, 4
+batch, input_seq_len, output_seq_len = 3, 12, 7
+
+
+def show(label: str, t: torch.Tensor, axes: str) -> None:
+    """Print a tensor's shape with the axis names, e.g. ``(B, T, C) = (3, 12, 128)``."""
+    print(f"  {label:<44} ({axes}) = {tuple(t.shape)}  {str(t.dtype).replace('torch.', '')}")
+
+
+def seed_loop_positional_encoding(batch: int, seq_len: int, dim: int) -> torch.Tensor:
+    """The seed's positional_encoding: three nested Python loops, one element at a time (kept to compare)."""
+    pe = torch.zeros(batch, seq_len, dim)
+    for b in range(batch):
+        for pos in range(seq_len):
+            for i in range(dim):
+                if i % 2 == 0:
+                    pe[b, pos, i] = math.sin(pos / (10000 ** (i / dim)))
+                else:
+                    pe[b, pos, i] = math.cos(pos / (10000 ** ((i - 1) / dim)))
+    return pe
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(batch, input_seq_len, dim_emb)  # stands for embedded tokens
+
+    print("1. RMSNorm (归一化): x / rms(x) * weight, computed in float32 and cast back")
+    norm = RMSNorm(dim_emb)
+    show("x", x, "B, S, C")
+    show("RMSNorm(dim_emb)(x)", norm(x), "B, S, C")
+    print(f"     rms of each output row ~ 1: {norm(x).pow(2).mean(-1).sqrt().mean():.3f}")
+
+    print("2. FeedForward (前馈网络): Linear(C, 4C) -> SiLU -> Linear(4C, C), no biases")
+    ff = FeedForward(dim_emb, 4 * dim_emb, activation="silu", bias=False)
+    show("w_in(x): the hidden layer", ff.w_in(x), "B, S, F")
+    show("FeedForward(x)", ff(x), "B, S, C")
+
+    print("3. single-head attention (注意力): softmax(q k^T / sqrt(d)) v")
+    w_q, w_k, w_v = (torch.nn.Linear(dim_emb, dim_head, bias=False) for _ in range(3))
+    q, k, v = w_q(x)[:, None], w_k(x)[:, None], w_v(x)[:, None]  # one head: (B, 1, S, D)
+    show("q = x W_q (one head)", q, "B, 1, S, D")
+    out, weights = reference_attention(q, k, v)
+    show("attention weights", weights, "B, 1, S, S")
+    show("attention output", out, "B, 1, S, D")
+    print(f"     each weight row sums to 1: {torch.allclose(weights.sum(-1), torch.ones(1))}")
+
+    print("4. MultiHeadAttention(dim_emb, dim_head, dim_out, head_num) (多头注意力)")
+    mha = MultiHeadAttention(dim_emb, head_num, head_dim=dim_head, out_dim=dim_emb, bias=False)
+    q_all = mha.qkv_proj(x)[..., : head_num * dim_head]
+    show("packed projection qkv_proj(x), q part", q_all, "B, S, H*D")
+    heads = q_all.view(batch, input_seq_len, head_num, dim_head).transpose(1, 2)
+    show("split into heads", heads, "B, H, S, D")
+    y, per_head = mha(x, need_weights=True, average_attn_weights=False)
+    show("weights of every head", per_head, "B, H, S, S")
+    show("heads concatenated and projected by W", y, "B, S, C")
+    print(f"     the seed's list of {head_num} heads is one packed matrix here: "
+          f"qkv_proj {tuple(mha.qkv_proj.weight.shape)}, out_proj {tuple(mha.out_proj.weight.shape)}")
+    wide = MultiHeadAttention(dim_emb, head_num, head_dim=48, out_dim=dim_emb, bias=False)
+    y_wide, w_wide = wide(x, need_weights=True, average_attn_weights=False)
+    print(f"     dim_head need not be dim_emb / head_num: head_dim=48 gives heads (B, H, S, D) = "
+          f"{(batch, head_num, input_seq_len, 48)}, concatenated H*D = {head_num * 48}, W back to C:")
+    show("MultiHeadAttention(128, 4, head_dim=48)(x)", y_wide, "B, S, C")
+
+    print("5. positional_encoding(batch, seq_len, dim) (位置编码): sin on even, cos on odd channels")
+    pe = positional_encoding(batch, input_seq_len, dim_emb)
+    loop = seed_loop_positional_encoding(batch, input_seq_len, dim_emb)
+    show("positional_encoding (vectorised)", pe, "B, S, C")
+    print(f"     equal to the seed's triple loop: max |diff| = {(pe - loop).abs().max():.1e}")
+
+    print("6. generate_mask_mat(seq_len, masked_len) (掩码): True = may not attend")
+    mask = generate_mask_mat(output_seq_len, output_seq_len - 1)
+    show("generate_mask_mat(7, 6)", mask, "T, T")
+    print(f"     with masked_len = seq_len - 1 it is the look-ahead mask: "
+          f"{torch.equal(mask, causal_mask(output_seq_len))}")
+    print("     row 0 (the first target token sees only itself):", mask[0].int().tolist())
+
+    print("7-8. the Transformer: encoders (编码器) and decoders (解码器), post-norm RMSNorm blocks")
+    model = build_model(get_preset("transformer-seed000")).eval()
+    print(f"     preset transformer-seed000: {encoder_num} encoders, {decoder_num} decoders, axes {model_axes(model)}")
+    # The seed draws ids with randint(0, vocab_size), whose upper end vocab_size is one past the table;
+    # torch.randint's upper bound is exclusive, so every id is in [0, V).
+    src = torch.randint(0, vocab_size, (batch, input_seq_len))
+    tgt = torch.randint(0, vocab_size, (batch, output_seq_len))
+    show("input_seq (source ids)", src, "B, S")
+    show("output_seq (target ids)", tgt, "B, T")
+    with torch.no_grad():
+        memory = model.encode(src)
+        show("encoder output (memory)", memory, "B, S, C")
+        # The seed builds mask_mat and never passes it; attnkit's decoder applies the causal mask itself.
+        probs = model.predict_proba(src, tgt)
+    show("probabilities (softmax over the vocabulary)", probs, "B, T, V")
+    print(f"     every row sums to 1: {torch.allclose(probs.sum(-1), torch.ones(1), atol=1e-5)}")
+
+    print("9. greedy next token: argmax over the last position")
+    next_token = torch.argmax(probs[:, -1, :], dim=-1)
+    show("next_token", next_token, "B")
+    print("     next tokens:", next_token.tolist())
+
+
+if __name__ == "__main__":
+    main()
