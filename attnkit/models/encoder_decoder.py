@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.modules.dropout import Dropout
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
 from attnkit.modules.multi_head_attention import MultiHeadAttention
@@ -184,8 +185,8 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(d_model, dim_feedforward, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
         self.norm2 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
         x, _ = self.self_attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal)
@@ -245,9 +246,9 @@ class DecoderLayer(nn.Module):
         self.norm1 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
         self.norm2 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
         self.norm3 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal, kv_cache):
         x, _ = self.self_attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout
 from .learned_positions import LearnedPositionalEmbedding
 from .sinusoidal import SinusoidalPositionalEncoding
 
@@ -109,7 +110,7 @@ class TransformerEmbedding(nn.Module):
             self.pos = LearnedPositionalEmbedding(max_len, dim)
         else:
             self.pos = None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Embed a batch of token ids.

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout
+
 # Element-wise activations, by name.
 _PLAIN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
@@ -99,7 +101,7 @@ class FeedForward(nn.Module):
         else:
             self.w_gate = None
         self.w_out = nn.Linear(hidden_dim, self.out_dim, bias=bias)  # "down"
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the network to every position independently.

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.modules import ACTIVATIONS, FeedForward
+from attnkit.modules.dropout import dropout
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -55,7 +56,7 @@ def test_dropout_acts_in_training_only():
     y1 = ff(x)
     torch.manual_seed(0)
     # the same dropout mask written out: dropout on the hidden activations, then w_out
-    h = F.dropout(F.relu(ff.w_in(x)), p=0.5, training=True)
+    h = dropout(F.relu(ff.w_in(x)), p=0.5, training=True)  # attnkit.modules.dropout (see test_dropout.py)
     torch.testing.assert_close(y1, ff.w_out(h), **TOL)
     assert not torch.allclose(y1, exp)
 
