@@ -2,13 +2,16 @@
 
 The convention (also in docs/design.md, "Code blocks in the docs"):
 
-* every `````python`` block runs, standalone (in a fresh namespace, in an empty temporary working folder,
-  ``$ATTNKIT_HOME`` = the test cache), and must be fast (seconds) and offline;
+* every `````python`` block runs, standalone (in a fresh namespace, ``$ATTNKIT_HOME`` = the test cache), and
+  must be fast (seconds) and offline;
+* the blocks of one file run in order in one temporary working folder (as a reader following the page would),
+  so a shell block may use the run folder an earlier shell block of the same file trained;
 * a `````bash`` block is *not* run unless the line just before it is ``<!-- docs-test: run ... -->``; then each
   command runs in one bash script (``set -e``) in the temporary folder, with ``attnkit`` being this checkout's
   ``python -m attnkit``. ``--flag=value`` words after ``run`` replace that flag's value in every command that
   has it (how a training block gets tiny settings: ``<!-- docs-test: run --max-time=0.05 --data=tiny-lm.txt -->``).
-  The folder holds two tiny corpora for that: ``tiny-lm.txt`` (a text) and ``tiny-mt.tsv`` (sentence pairs);
+  The folder holds two tiny corpora for that: ``tiny-lm.txt`` (a text) and ``tiny-mt/`` (German-English pairs
+  as ``train.tsv``, ``valid.tsv``, ``test.tsv``);
 * a `````text`` block after ``<!-- docs-test: output-of COMMAND -->`` must equal what ``COMMAND`` prints
   (trailing spaces ignored), so printed outputs in the docs cannot go stale;
 * ``<!-- docs-test: skip REASON -->`` before a block skips it (the reason is required and shown);
@@ -116,13 +119,25 @@ TINY_MT = "".join(f"{de}\t{en}\n" for de, en in [
 ] * 30)
 
 
+_FOLDERS: dict[Path, Path] = {}
+
+
 @pytest.fixture
-def docs_dir(tmp_path, monkeypatch):
-    """An empty working folder with the tiny corpora, ``attnkit`` on PATH, the test cache as ATTNKIT_HOME."""
-    (tmp_path / "tiny-lm.txt").write_text(TINY_LM, encoding="utf-8")
-    (tmp_path / "tiny-mt.tsv").write_text(TINY_MT, encoding="utf-8")
+def docs_dir(request, tmp_path_factory, monkeypatch):
+    """The working folder of the block's file (made on its first block): the tiny corpora, ``attnkit`` on PATH,
+    the test cache as ATTNKIT_HOME."""
+    doc = request.node.callspec.params["block"].path
+    if doc not in _FOLDERS:
+        folder = tmp_path_factory.mktemp("docs")
+        (folder / "tiny-lm.txt").write_text(TINY_LM, encoding="utf-8")
+        pairs = TINY_MT.splitlines(keepends=True)
+        (folder / "tiny-mt").mkdir()
+        for split, part in (("train", pairs[:-24]), ("valid", pairs[-24:-12]), ("test", pairs[-12:])):
+            (folder / "tiny-mt" / f"{split}.tsv").write_text("".join(part), encoding="utf-8")
+        _FOLDERS[doc] = folder
+    tmp_path = _FOLDERS[doc]
     bin_dir = tmp_path / ".bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "attnkit"
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m attnkit "$@"\n', encoding="utf-8")
     shim.chmod(0o755)
