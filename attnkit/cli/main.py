@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError, FloatingPointError) as e:
         # Expected failures (bad input, missing files, fetch errors) get one clear line, not a traceback.
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,15 @@ A query row whose keys are *all* masked has no well-defined softmax (``0 / 0``).
 NaN: such rows are unmasked before the softmax (so the arithmetic stays finite, gradients too) and their
 output and weights are then set to zero.
 
+NaN *values* are not a mask matter: they propagate as in torch's math path, so a diverging model shows
+its NaN instead of losing it inside attention. A row whose query is NaN, or that attends (unmasked) a
+NaN value, comes out NaN from both paths (the fused CPU kernel alone would turn a NaN query into finite
+numbers, so the fast path marks those rows itself: no host sync, one pass over ``q``). A NaN key that a
+row attends makes the row NaN too, except in the fast path when *every* key the row attends is NaN (the
+kernel drops them); in a model a NaN key comes with the NaN query and value of its position, which are
+caught. All-masked rows stay zero whatever their inputs. A NaN only in *masked* keys/values may still
+reach a row through ``0 * NaN`` (it does in torch too): nothing is promised there.
+
 Grouped-query attention (Ainslie et al., 2023): with ``K < H`` key/value head ``g`` serves query heads
 ``g * (H // K) ... (g + 1) * (H // K) - 1`` (query head ``h`` uses kv head ``h // (H // K)``, as Llama).
 """
@@ -209,7 +218,18 @@ def reference_attention(
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     out = torch.matmul(weights, v)  # (B, H, T, Dv)
+    if dead is not None:
+        out = out.masked_fill(dead, 0.0)  # a NaN value times a zero weight must not revive a dead row
     return out, weights
+
+
+def _propagate_nan_queries(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Rows of ``out`` whose query holds a NaN become NaN (the fused kernel may drop a NaN query).
+
+    Shape:
+        out ``(B, H, T, Dv)``, q ``(B, H, T, D)`` -> ``(B, H, T, Dv)``.
+    """
+    return out.masked_fill(torch.isnan(q).any(dim=-1, keepdim=True), float("nan"))
 
 
 def scaled_dot_product_attention(
@@ -229,7 +249,7 @@ def scaled_dot_product_attention(
     With ``need_weights=True`` this is :func:`reference_attention`. Otherwise the fused
     ``torch.nn.functional.scaled_dot_product_attention`` does the work (its boolean masks mean
     "may attend", the opposite of ours, so they are inverted here) and the weights are ``None``.
-    Both paths return zeros for query rows with no allowed key.
+    Both paths return zeros for query rows with no allowed key and propagate NaN alike (see the module doc).
 
     Shape:
         q ``(B, H, T, D)``, k ``(B, K, S, D)``, v ``(B, K, S, Dv)``;
@@ -249,12 +269,13 @@ def scaled_dot_product_attention(
         # Nothing to merge: let the kernel build the (square) causal mask itself, no O(T*S) tensor here.
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                                              enable_gqa=gqa)
-        return out, None
+        return _propagate_nan_queries(out, q), None
 
     mask, dead = _build_mask(attn_mask, key_padding_mask, is_causal, B, H, T, S, q.dtype, q.device)
     if mask.dtype == torch.bool:
         mask = ~mask  # torch's fused kernel: True = may attend
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+    out = _propagate_nan_queries(out, q)
     if dead is not None:
         out = out.masked_fill(dead, 0.0)  # (B, H, T, Dv)
     return out, None

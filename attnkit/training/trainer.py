@@ -327,6 +327,9 @@ class Trainer:
                 "last_loss": self.last_loss}
 
     def _save(self) -> Path:
+        bad = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:  # never replace a good checkpoint with a diverged one
+            raise FloatingPointError(f"parameters {bad[:3]} hold NaN/inf at step {self.step}: the run diverged")
         path = save_checkpoint(self.ckpt_dir / step_dir_name(self.step), self.model, self.optimizer,
                                self.scheduler, state=self._checkpoint_state(), extra=self.extra)
         prune_checkpoints(self.ckpt_dir, self.config.keep_last)
@@ -403,6 +406,9 @@ class Trainer:
             if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
                 self._save()
             self.metrics.write_tables(only_if_changed=True)
+        except FloatingPointError as err:  # stop at the first non-finite number; keep what was saved
+            kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
+            raise FloatingPointError(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
         finally:
             self._progress.close()
             self.metrics.close()

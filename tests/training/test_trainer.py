@@ -240,6 +240,45 @@ def test_diverging_loss_raises(tmp_path, tiny_lm, token_streams):
         Trainer(tiny_lm(), task, cfg, tmp_path / "nan", model_config={}, progress=False).fit()
 
 
+class _NaNAtStep(LMTask):
+    """Finite losses until micro-batch ``at`` (1-based), NaN from then on."""
+
+    at = 7
+
+    def loss(self, model, batch):
+        loss, n = super().loss(model, batch)
+        self.calls = getattr(self, "calls", 0) + 1
+        return (loss * float("nan") if self.calls >= self.at else loss), n
+
+
+def test_non_finite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, tiny_lm, token_streams):
+    cfg = TrainConfig(**(BASE | dict(steps=12, ckpt_every=3, eval_every=100)))
+    task = _NaNAtStep(*token_streams, block_size=8, batch_size=4)
+    out = tmp_path / "nan"
+    with pytest.raises(FloatingPointError, match=r"training loss is nan at step 7 .*the last good checkpoint is "
+                                                  r".*step_00000006"):
+        Trainer(tiny_lm(), task, cfg, out, model_config={}, progress=False).fit()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]
+    state = read_checkpoint_state(out / "checkpoints" / "step_00000006")
+    assert state["step"] == 6 and state["last_loss"] == pytest.approx(_train_losses(out)[6])
+
+
+def test_diverged_weights_are_never_saved(tmp_path, tiny_lm, token_streams):
+    trainer = _trainer(tmp_path, tiny_lm, token_streams, steps=4, ckpt_every=2, grad_clip=None)
+    original = trainer.optimizer.step
+
+    def poisoned_step(*args, **kwargs):  # the update at step 4 writes inf into a weight (finite loss before it)
+        original(*args, **kwargs)
+        if trainer.step == 3:
+            with torch.no_grad():
+                next(trainer.model.parameters()).view(-1)[0] = float("inf")
+
+    trainer.optimizer.step = poisoned_step
+    with pytest.raises(FloatingPointError, match=r"hold NaN/inf at step 4.*last good checkpoint is .*step_00000002"):
+        trainer.fit()
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_00000002"]
+
+
 def test_unknown_best_metric(tmp_path, tiny_lm, token_streams):
     with pytest.raises(ValueError, match=r"best_metric 'valid_bleu' is not among the evaluation results "
                                          r"\['valid_loss', 'valid_ppl'\]"):
