@@ -1,6 +1,7 @@
 """Benchmark (not a test): train a CPU-sized Transformer on de-en, then measure test BLEU and chrF.
 
-    .venv/bin/python benchmarks/mt_de_en.py --minutes 60            # about 70 minutes in all
+    .venv/bin/python benchmarks/mt_de_en.py --minutes 60            # the `train mt` recipe; ~65 minutes in all
+    .venv/bin/python benchmarks/mt_de_en.py --minutes 60 --model tiny --grid full   # the 2026-11-22 run
     .venv/bin/python benchmarks/mt_de_en.py --minutes 60 --model small --autocast bf16
     .venv/bin/python benchmarks/mt_de_en.py --skip-train --out DIR  # only the evaluation of an existing run
 
@@ -8,16 +9,19 @@ Steps, each one an ordinary ``attnkit`` command (printed, and recorded in ``mt_d
 
 0. the training pairs: the recipe's ``train.tsv`` with its Ding dictionary pairs (the domain of valid/test)
    repeated ``--upsample-dictionary`` times (:func:`upsample_dictionary`; valid/test untouched);
-1. ``attnkit train mt --data TRAIN.tsv --valid <de-en>/valid.tsv ... --max-time MINUTES --bleu --average-last 5``
+1. ``attnkit train mt --data TRAIN.tsv --valid <de-en>/valid.tsv ... --max-time MINUTES --average-last 5``
+   (``--model recipe``, the default: nothing else, i.e. the defaults of ``attnkit train mt``)
    (the data recipe is prepared on first use from Debian packages);
 2. ``attnkit eval mt --split valid --beam 1`` on ``checkpoints/best`` and on ``checkpoints/averaged``: the one
    with the higher validation BLEU is kept; then ``--split valid`` again for each (beam, length penalty) of
-   ``DECODING_GRID``, and the best one is kept (the test set is never used to choose);
+   ``DECODING_GRID`` (``--grid full``; ``--grid quick``: greedy or beam 4 / 1.0), and the best one is kept (the
+   test set is never used to choose);
 3. ``attnkit eval mt --split test --beam B --length-penalty A`` on the kept checkpoint, writing the
-   translations; ten of them are sampled (fixed seed) for the report.
+   translations; ten of them are sampled (fixed seed) for the report. When the prepared data has a
+   ``test-docs.tsv`` (natural sentences from documentation), it is scored the same way.
 
-Outputs: ``benchmarks/mt_de_en.json`` (figures, commands, load average samples), ``benchmarks/mt_de_en.md``
-(the "Translation" section pasted into RESULTS.md) and ``benchmarks/mt_de_en_loss.png`` (the run's curves).
+Outputs (``--name``, default ``mt_de_en``): ``benchmarks/<name>.json`` (figures, commands, load average samples),
+``benchmarks/<name>.md`` (the section pasted into RESULTS.md) and ``benchmarks/<name>_loss.png`` (the run's curves).
 
 Threads: the runs use ONE thread (``OMP_NUM_THREADS=1``). On this shared 2-core machine two threads were
 3-4x *slower* than one under load: OpenMP's threads wait for each other at every parallel region, and with
@@ -50,17 +54,20 @@ ROOT = HERE.parent
 # its fp32 speed at one thread on a CPU with AMX/AVX512-BF16) it ends a 60-minute run behind "tiny" (RESULTS.md,
 # the 2026-11-23 run), so "tiny" stays the default.
 MODELS = {
+    "recipe": [],  # the defaults of `attnkit train mt` (preset transformer-cpu, BPE 2000, cosine over the budget)
     "tiny": ["--preset", "transformer-small", "--set", "d_model=128", "--set", "dim_feedforward=512",
              "--set", "num_encoder_layers=2", "--set", "num_decoder_layers=2", "--set", "norm_first=true"],
     "small": ["--preset", "transformer-small", "--set", "norm_first=true"],
 }
 TRAIN = ["--vocab-size", "2000", "--max-tokens", "1024", "--lr", "0.4", "--warmup-steps", "150",
          "--eval-every", "1500", "--ckpt-every", "250", "--keep-last", "5", "--average-last", "5",
-         "--bleu", "--bleu-sentences", "150", "--no-progress"]
+         "--bleu", "--bleu-sentences", "150", "--no-progress", "--schedule", "inverse_sqrt"]
+RECIPE_TRAIN = ["--average-last", "5", "--no-progress"]
 # The Ding (in-domain) training pairs are repeated this many times (see upsample_dictionary).
 UPSAMPLE_DICTIONARY = 3
 # (beam size, length penalty) pairs tried on the validation set; the best one decodes the test set.
 DECODING_GRID = [(4, 0.6), (4, 1.0), (8, 1.0)]
+QUICK_GRID = [(1, 1.0), (4, 1.0)]
 
 
 def upsample_dictionary(prepared: Path, dest: Path, times: int) -> dict[str, int]:
@@ -123,8 +130,12 @@ def main() -> int:
                    help="repeat the Ding (in-domain) training pairs K times (1 = the recipe's train.tsv as is)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-mt-de-en-<time>)")
     p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads (see the module docstring)")
-    p.add_argument("--model", choices=sorted(MODELS), default="tiny",
-                   help="model size: tiny (d_model 128, 2+2 layers) or small (the transformer-small preset)")
+    p.add_argument("--model", choices=sorted(MODELS), default="recipe",
+                   help="recipe (the train mt defaults), tiny (the 2026-11-22 run: d_model 128, 2+2 layers, "
+                        "inverse-sqrt) or small (the transformer-small preset, pre-norm)")
+    p.add_argument("--grid", choices=("full", "quick"), default="quick",
+                   help="decodings tried on valid: full (beam 4/8, length penalty 0.6/1) or quick (greedy, beam 4)")
+    p.add_argument("--name", default="mt_de_en", help="file name stem of the outputs in benchmarks/")
     p.add_argument("--autocast", choices=("bf16",), default=None,
                    help="train with bf16 autocast (fast on CPUs with AMX/AVX512-BF16; off by default)")
     p.add_argument("--skip-train", action="store_true", help="evaluate the existing run in --out")
@@ -147,7 +158,11 @@ def main() -> int:
             upsampling = upsample_dictionary(prepared, train_tsv, args.upsample_dictionary)
             print(f"training data {train_tsv}: {upsampling}", flush=True)
         data_args = ["--data", str(train_tsv), "--valid", str(prepared / "valid.tsv")]
-    train_args = ["train", "mt", *data_args, *MODELS[args.model], *TRAIN, "--max-time", f"{args.minutes:g}",
+    flags = RECIPE_TRAIN if args.model == "recipe" else TRAIN
+    if args.smoke is not None:  # a run of seconds holds one checkpoint: nothing to average
+        i = flags.index("--average-last")
+        flags = flags[:i] + flags[i + 2:]
+    train_args = ["train", "mt", *data_args, *MODELS[args.model], *flags, "--max-time", f"{args.minutes:g}",
                   "--out", str(out)]
     if args.autocast:
         train_args += ["--autocast", args.autocast]
@@ -170,8 +185,11 @@ def main() -> int:
 
     # choose the decoding (beam size, length penalty) on the validation set too
     decoding = {}
-    for beam, alpha in DECODING_GRID:
+    for beam, alpha in (DECODING_GRID if args.grid == "full" else QUICK_GRID):
         j = out / f"valid_{chosen}_beam{beam}_lp{alpha:g}.json"
+        if beam == 1:  # greedy on valid is already known (the length penalty plays no part in greedy search)
+            decoding["greedy"] = {"beam": 1, "length_penalty": alpha, "bleu": valid[chosen]["bleu"]}
+            continue
         attnkit(["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", "de-en", "--split", "valid",
                  "--beam", str(beam), "--length-penalty", str(alpha), "--json", str(j), *limit], env)
         decoding[f"beam {beam}, lp {alpha:g}"] = {"beam": beam, "length_penalty": alpha,
@@ -185,34 +203,44 @@ def main() -> int:
                  "--hyps", str(hyps), *limit]
     attnkit(eval_args, env)
     test = json.loads(test_json.read_text())
+    extra_tests = {}
+    for name in ("test-docs",):  # further test sets of the prepared data, same checkpoint and decoding
+        if (prepared / f"{name}.tsv").is_file():
+            j = out / f"{name}.json"
+            attnkit(["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", str(prepared / f"{name}.tsv"),
+                     "--beam", str(beam_size), "--length-penalty", str(length_penalty), "--json", str(j),
+                     "--hyps", str(out / f"{name}_hyps.txt"), *limit], env)
+            extra_tests[name] = json.loads(j.read_text())
     loads = sampler.stop()
 
     from attnkit.data.parallel import load_parallel
 
     corpus = load_parallel(prepared, split="test")
     hyp_lines = hyps.read_text(encoding="utf-8").splitlines()
-    picks = sorted(random.Random(0).sample(range(len(hyp_lines)), 10))
+    picks = sorted(random.Random(0).sample(range(len(hyp_lines)), min(10, len(hyp_lines))))
     samples = [{"source": corpus.sources[i], "reference": corpus.targets[i], "hypothesis": hyp_lines[i]}
                for i in picks]
     summary = json.loads((out / "summary.json").read_text())
-    shutil.copyfile(out / "loss.png", HERE / "mt_de_en_loss.png")
+    shutil.copyfile(out / "loss.png", HERE / f"{args.name}_loss.png")
 
     record = {"train_command": "attnkit " + " ".join(train_args), "eval_command": "attnkit " + " ".join(eval_args),
               "threads": args.threads, "upsample_dictionary": args.upsample_dictionary,
               "upsampling": upsampling, "train_summary": summary, "valid_greedy": valid, "chosen": chosen,
               "valid_decoding": decoding, "decoding": {"beam": beam_size, "length_penalty": length_penalty},
-              "test": test, "samples": samples, "load_average_samples": loads,
+              "test": test, "extra_tests": extra_tests, "samples": samples, "load_average_samples": loads,
               "wall_seconds": {"train": train_seconds, "total": time.time() - t0}}
-    (HERE / "mt_de_en.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (HERE / f"{args.name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
     rows = "\n".join(f"| {s['source']} | {s['reference']} | {s['hypothesis']} |" for s in samples)
+    extra_rows = "".join(f"| {k} BLEU / chrF | **{v['bleu']:.2f}** / {v['chrf']:.2f} ({v['sentences']} sentences) |\n"
+                         for k, v in extra_tests.items())
     md = f"""### Run {time.strftime('%Y-%m-%d')}: test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}
 
 | | |
 |---|---|
 | test BLEU (sacreBLEU 13a, detokenized) | **{test['bleu']:.2f}** (`{test['bleu_signature']}`) |
 | test chrF | **{test['chrf']:.2f}** |
-| decoding | beam {beam_size}, length penalty {length_penalty:g}, checkpoint `{chosen}` (checkpoint chosen by valid greedy BLEU: """ + \
+{extra_rows}| decoding | beam {beam_size}, length penalty {length_penalty:g}, checkpoint `{chosen}` (checkpoint chosen by valid greedy BLEU: """ + \
         ", ".join(f"{k} {v['bleu']:.2f}" for k, v in valid.items()) + "; decoding chosen by valid BLEU: " + \
         ", ".join(f"{k} {v['bleu']:.2f}" for k, v in decoding.items()) + f""") |
 | training | {summary['steps']} steps, {summary['tokens']:,} target tokens, {summary['elapsed'] / 60:.1f} min, stopped by {summary['stopped_by']}; final valid loss {summary.get('valid_loss', float('nan')):.3f}, valid greedy BLEU (150 sent.) {summary.get('valid_bleu', float('nan')):.2f} |
@@ -222,7 +250,7 @@ Command: `{record['train_command']}`
 
 Evaluation: `{record['eval_command']}`
 
-![de-en training curves](mt_de_en_loss.png)
+![de-en training curves]({args.name}_loss.png)
 
 Ten test sentences (random, seed 0):
 
@@ -230,7 +258,7 @@ Ten test sentences (random, seed 0):
 |---|---|---|
 {rows}
 """
-    (HERE / "mt_de_en.md").write_text(md, encoding="utf-8")
+    (HERE / f"{args.name}.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
 

@@ -271,7 +271,9 @@ def trace(model: nn.Module, inputs: Any, *, lengths: Mapping[str, int] | None = 
         raise ValueError("inputs hold no tensor: nothing to trace")
     first = tensors[0]
     batch = int(first.shape[0]) if first.dim() >= 1 else 1
-    seq2seq = any(isinstance(m, nn.Module) and type(m).__name__ == "Encoder" for m in model.modules())
+    from attnkit.models.encoder_decoder import Encoder  # local: attnkit.models imports attnkit.modules only
+
+    seq2seq = any(isinstance(m, Encoder) for m in model.modules())
     if lengths is None:
         lens = [int(t.shape[1]) for t in tensors if t.dim() >= 2]
         if seq2seq and len(lens) >= 2:

@@ -94,6 +94,8 @@ def _collect():
             if not runs:
                 continue
             marks = [pytest.mark.network] if b.marker == "network" else []
+            if b.marker in ("run", "output-of"):
+                marks.append(pytest.mark.slow)  # command-line runs: seconds to tens of seconds each
             if b.marker == "skip":
                 if not b.arg:
                     raise ValueError(f"{b.id}: <!-- docs-test: skip --> needs a reason")

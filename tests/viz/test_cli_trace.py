@@ -67,3 +67,17 @@ def test_bad_input_one_line(argv, message, capsys):
 def test_missing_checkpoint(tmp_path, capsys):
     code, _, err = _run(capsys, "--ckpt", str(tmp_path / "nothing"), "--text", "x")
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.network
+def test_named_pretrained_model(monkeypatch, capsys):
+    """`--model smollm2-135m-instruct`: the real Llama-architecture model (fetched once into the test cache)."""
+    import os
+    from pathlib import Path
+
+    home = Path(os.environ.get("ATTNKIT_TEST_HOME") or Path.home() / ".cache" / "attnkit-tests").expanduser()
+    monkeypatch.setenv("ATTNKIT_HOME", str(home))
+    code, out, _ = _run(capsys, "--model", "smollm2-135m-instruct", "--text", "The capital of France is", "--depth", "2")
+    assert code == 0
+    assert out.splitlines()[0] == ("GPT: 134,515,008 parameters; axes B=1 T=5 C=576 H=9 K=3 D=64 F=1536 V=49152")
+    assert out.count("(Block)") == 30 and "K=3 (3 query heads share each key/value head)" in out
