@@ -239,5 +239,3 @@ def test_sliding_window_crops_a_rope_model_to_block_size(make_gpt):
             logits = model(idx[:, -8:])
             idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert out == idx[0, 6:].tolist()
-    with pytest.raises(ValueError, match="sliding_window"):
-        generate(model, prompt, max_new_tokens=2, use_cache=True, sliding_window=True)
