@@ -53,6 +53,7 @@ from .metrics import MetricsLogger
 from .optim import LRScheduler, build_optimizer
 from .progress import TrainProgress
 from .rng import restore_rng_state, seed_everything
+from .run_lock import RunLock
 from .task import check_task, move_to_device
 
 RUN_FILE = "run.json"
@@ -159,14 +160,24 @@ class Trainer:
         self._fitted = False
         self._now = lambda: self.elapsed  # replaced by a live clock inside fit()
 
-        if resume:
-            self._load_for_resume()
-        else:
-            self._claim_out_dir()
-        write_text_atomic(self.out_dir / RUN_FILE, json.dumps(
-            {"train_config": config.to_dict(), "model_config": self.model_config,
-             "extra_keys": sorted(self.extra)}, indent=2))
-        self.metrics = MetricsLogger(self.out_dir, resume_step=self.step if resume else None)
+        self._lock: RunLock | None = None  # held from here until fit() ends: one process per run folder
+        try:
+            if resume:
+                self._load_for_resume()
+            else:
+                self._claim_out_dir()
+            write_text_atomic(self.out_dir / RUN_FILE, json.dumps(
+                {"train_config": config.to_dict(), "model_config": self.model_config,
+                 "extra_keys": sorted(self.extra)}, indent=2))
+            self.metrics = MetricsLogger(self.out_dir, resume_step=self.step if resume else None)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # --------------------------------------------------------------------------------------------
     # starting / resuming
@@ -174,14 +185,16 @@ class Trainer:
     def _claim_out_dir(self) -> None:
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise ValueError(f"out_dir {self.out_dir} exists and is not a folder")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock(self.out_dir)
         if is_run_dir(self.out_dir):
             raise ValueError(f"out_dir {self.out_dir} already holds a training run; pass resume=True to continue "
                              f"it, or choose another folder (a run is never overwritten)")
-        self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def _load_for_resume(self) -> None:
         if not self.out_dir.is_dir():
             raise CheckpointError(f"cannot resume: the run folder {self.out_dir} does not exist")
+        self._lock = RunLock(self.out_dir)
         clean_stale(self.ckpt_dir)  # unfinished saves of the interrupted run
         latest = latest_checkpoint(self.ckpt_dir)
         if latest is None:
@@ -412,6 +425,7 @@ class Trainer:
         finally:
             self._progress.close()
             self.metrics.close()
+            self._release_lock()
 
         self.elapsed = self._now()
         best_dir = self.ckpt_dir / BEST_DIR
