@@ -204,6 +204,11 @@ class Trainer:
         for key in ("step", "train_config", "model_config", "task"):
             if key not in state:
                 raise CheckpointError(f"{latest / 'state.json'} lacks {key!r}: not written by the Trainer")
+        for key, kind in (("step", int), ("elapsed", (int, float)), ("tokens", int)):
+            value = state.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
+                raise CheckpointError(f"{latest / 'state.json'}: {key!r} must be a number >= 0, got {value!r} "
+                                      f"(edited by hand?)")
 
         diffs = [f"{name} (checkpoint {old!r}, now {new!r})"
                  for name, (old, new) in self.config.resume_differences(state["train_config"]).items()]
@@ -419,9 +424,9 @@ class Trainer:
             if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
                 self._save()
             self.metrics.write_tables(only_if_changed=True)
-        except FloatingPointError as err:  # stop at the first non-finite number; keep what was saved
+        except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
             kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
-            raise FloatingPointError(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
+            raise type(err)(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
         finally:
             self._progress.close()
             self.metrics.close()
