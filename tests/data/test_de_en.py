@@ -314,7 +314,8 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert 15_000 <= counts["dictionary_sentences"] <= 25_000
     assert 30_000 <= counts["catalog_pairs"] <= 45_000
     assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
-    assert counts["train"] >= 110_000
+    assert 35_000 <= counts["help_pairs"] <= 55_000
+    assert counts["train"] >= 150_000
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
     splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}
     assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}
