@@ -21,7 +21,7 @@ import html.parser
 import re
 from pathlib import Path
 
-from attnkit.data.pair_filters import check_pair, split_sentences
+from attnkit.data.pair_filters import admit_pair, split_sentences
 from attnkit.data.parallel import normalize_text
 
 __all__ = ["HELP_ROOT", "paragraphs", "help_documents"]
@@ -99,12 +99,7 @@ def help_documents(german_root: str | Path, english_root: str | Path) -> tuple[d
                 continue
             de_s, en_s = split_sentences(de), split_sentences(en)
             for d, e in (zip(de_s, en_s) if len(de_s) == len(en_s) else [(de, en)]):
-                reason = check_pair(d, e)
-                if reason == "ok" and (d, e) in seen:
-                    reason = "duplicate"
-                reasons[reason] += 1
-                if reason == "ok":
-                    seen.add((d, e))
+                if admit_pair(d, e, seen, reasons):
                     pairs.append((d, e))
         if pairs:
             docs[rel.as_posix()] = pairs

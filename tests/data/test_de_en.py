@@ -258,7 +258,7 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     out = capsys.readouterr().out
     # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 2 source packages x 2 descriptions x 2 pairs
     assert "train 103 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
-    assert "unique train pairs per source: dictionary 30, catalogs 5, descriptions 8" in out, out
+    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
     assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
