@@ -6,7 +6,8 @@ Each row is a :class:`Case`: what goes in, what is expected, and a function that
 was observed. ``tests/reliability/test_sweep.py`` runs every row as a test, so the table and the suite
 cannot drift apart. What every row must show (the goal of issue #18):
 
-* a **clear error**: the API raises ``ValueError`` (or a subclass) naming the problem; the CLI exits with
+* a **clear error**: the API raises ``ValueError`` (or a subclass; ``FloatingPointError`` for non-finite
+  numbers) naming the problem; the CLI exits with
   status 2 and ends with one line ``attnkit <command>: error: ...`` on stderr (progress lines such as
   "reading data ..." may come before it; argparse's usage errors add a usage line). Never a traceback.
 * **no NaN** in what is printed;
@@ -129,10 +130,11 @@ def _classify(code, stdout: str, stderr: str, crash: str | None, intact: bool) -
 
 
 def api(fn: Callable[[], object]) -> Outcome:
-    """Call ``fn``: a ``ValueError`` is a clear refusal; anything else raised is a crash."""
+    """Call ``fn``: a ``ValueError`` (bad input) or ``FloatingPointError`` (non-finite numbers) is a clear
+    refusal; anything else raised is a crash."""
     try:
         result = fn()
-    except ValueError as e:
+    except (ValueError, FloatingPointError) as e:
         return Outcome("error", f"{type(e).__name__}: {e}".splitlines()[0][:300])
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", f"{type(e).__name__}: {e}".splitlines()[0][:200], clean=False)
@@ -370,6 +372,21 @@ case("gen-sliding", "api generation", "the same with sliding_window=True", "ok: 
     lambda fx, tmp: api(lambda: len(_gen([[1] * 7], max_new_tokens=5, sliding_window=True)[0])))
 
 
+def _nan_model_generate():
+    torch = _torch()
+    from attnkit.generation import generate
+
+    model = _gpt()
+    with torch.no_grad():
+        model.wte.weight[3] = float("nan")
+    return generate(model, [[1, 3, 2]], max_new_tokens=3)
+
+
+case("gen-nan-model", "api generation", "greedy generate from a model with a NaN embedding row",
+     "error: FloatingPointError: the model's next-token logits hold NaN")(
+    lambda fx, tmp: api(_nan_model_generate))
+
+
 # ---- checkpoints through the API ---------------------------------------------------------------------
 def _load(path):
     from attnkit.training.runs import load_trained
@@ -497,6 +514,39 @@ case("lm-resume-truncated", "cli train lm", "--resume from checkpoints whose wei
     lambda fx, tmp: (lambda run: cli(["train", "lm", "--data", fx.corpus, "--out", run, *TINY_LM, "--steps", "6",
                                       "--resume"], protect=(run / "checkpoints",)))(
         _corrupt_weights(fx, tmp, lambda b: b[:len(b) // 3])))
+
+
+def _diverging(fx, tmp):
+    out = tmp / "out"
+    outcome = cli(["train", "lm", "--data", fx.corpus, "--out", out, *TINY_LM, "--steps", "20", "--lr", "1e30",
+                   "--schedule", "constant", "--ckpt-every", "1"])
+    kept = re.search(r"last good checkpoint is (\S+)", outcome.message)
+    if kept and kept.group(1) != "none":
+        from attnkit.training.runs import load_trained
+        model = load_trained(kept.group(1))[0]
+        if not all(bool(p.isfinite().all()) for p in model.parameters()):
+            outcome.intact, outcome.message = False, outcome.message + " (but it holds non-finite weights)"
+    return outcome
+
+
+case("lm-diverging", "cli train lm", "--lr 1e30 (the run diverges)", "error: the last good checkpoint is")(_diverging)
+
+
+def _nan_weights(fx, tmp):
+    from safetensors.torch import load_file, save_file
+    run = fx.lm_run_copy(tmp)
+    for f in _every_weights_file(run):
+        weights = load_file(str(f))
+        for t in weights.values():
+            t.fill_(float("nan"))
+        save_file(weights, str(f))
+    return run
+
+
+case("sample-nan-weights", "cli sample", "--ckpt whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: (lambda run: _sample(run, protect=(run,)))(_nan_weights(fx, tmp)))
+case("eval-lm-nan-weights", "cli eval lm", "--ckpt whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["eval", "lm", "--ckpt", _nan_weights(fx, tmp), "--data", fx.corpus]))
 
 
 def _non_writable(fx, tmp):

@@ -297,6 +297,10 @@ def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: Ge
     Shape:
         logits ``(b, V)``; tokens, pad ``(b, L)`` -> ``(b,)``.
     """
+    if bool(torch.isnan(logits).any()):  # argmax would quietly pick id 0: a broken model must not look fine
+        rows = torch.isnan(logits).any(dim=-1).nonzero().flatten().tolist()
+        raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {rows}): its weights or "
+                                 f"inputs are not finite")
     logits = P.process_logits(
         logits.float(), input_ids=tokens, ignore_mask=pad, repetition_penalty=cfg.repetition_penalty,
         temperature=cfg.temperature if cfg.do_sample else 1.0,
