@@ -739,7 +739,33 @@ case("translate-empty-lines", "cli translate", "--input with empty lines between
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--input", _write(tmp / "in.txt", "haus\n\nkatze\n")]))
 
 
+case("translate-too-long", "cli translate", "--input a 600-word sentence (max_len 24)", "ok: truncated, said on stderr")(
+    lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--input", _write(tmp / "long.txt", "haus katze " * 300 + "\n")]))
+case("translate-empty-input", "cli translate", "--input an empty file", "ok: nothing to translate, nothing printed")(
+    lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--input", _write(tmp / "empty.txt", "")]))
+case("translate-max-len-a", "cli translate", "--max-len-a -1", "error: max_len_a must be a finite number >= 0")(
+    lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--max-len-a", "-1", "--input", _write(tmp / "in.txt", "haus\n")]))
+case("eval-mt-max-sentences", "cli eval mt", "--max-sentences 0", "error: --max-sentences must be >= 1")(
+    lambda fx, tmp: cli(["eval", "mt", "--ckpt", fx.mt_run, "--data", fx.pairs, "--max-sentences", "0"]))
+
+
+def _mt_huge_line(fx, tmp):
+    data = _write(tmp / "huge.tsv", "haus " * 100_000 + "\tkatze\n" + fx.pairs.read_text())
+    return _train_mt(fx, tmp, data, valid=fx.pairs)
+
+
+case("mt-huge-line", "cli train mt", "--data with one 500 kB source sentence among normal pairs",
+     "ok: trains (the long pair is dropped or truncated)")(_mt_huge_line)
+
+
 # ---- viz, trace, params, data, finetune ------------------------------------------------------------
+case("finetune-mt-ckpt", "cli finetune", "finetune --from a translation run", "error: needs a language model")(
+    lambda fx, tmp: cli(["finetune", "--from", fx.mt_run, "--data", fx.corpus, "--out", tmp / "ft", "--steps", "1",
+                         "--no-progress"]))
+case("viz-attention-empty-text", "cli viz", "viz attention --text '' (empty)", "error: needs --text")(
+    lambda fx, tmp: cli(["viz", "attention", "--ckpt", fx.lm_run, "--text", "", "--out", tmp / "a.png"]))
+case("trace-unknown-chars", "cli trace", "trace --ckpt an LM run --text with characters it never saw", "error: not in the vocabulary")(
+    lambda fx, tmp: cli(["trace", "--ckpt", fx.lm_run, "--text", "☃☃"]))
 case("viz-unknown", "cli viz", "viz no-such-figure", "error: invalid choice")(lambda fx, tmp: cli(["viz", "no-such-figure"]))
 case("viz-attention-missing", "cli viz", "viz attention --ckpt a missing folder", "error: no such checkpoint")(
     lambda fx, tmp: cli(["viz", "attention", "--ckpt", tmp / "nothing", "--text", "hi", "--out", tmp / "a.png"]))

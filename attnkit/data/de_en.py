@@ -15,6 +15,11 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
 3. Debian's package descriptions, German (DDTP translations, ``Translation-de``) against English
    (``Translation-en``), aligned by description md5 down to sentences: about 45,000 pairs of natural technical
    prose (see :mod:`attnkit.data.debian_descriptions`), grouped by source package.
+4. LibreOffice's offline help, German (``libreoffice-help-de``) against English (``libreoffice-help-en-us``),
+   aligned by page and paragraph id down to sentences: about 43,000 pairs of natural instructions
+   (see :mod:`attnkit.data.libreoffice_help`).
+5. The Linux man pages, German (``manpages-de``, ``manpages-de-dev``) against English (``manpages``,
+   ``manpages-dev``), aligned by page, section and paragraph: about 15,000 pairs (see :mod:`attnkit.data.man_pages`).
 
 Split: a seeded shuffle of the (deduplicated) dictionary sentences gives 2,000 test and 1,000 valid pairs whose
 strings are all distinct. A second test set, ``test-docs``, holds 2,000 natural full sentences (at least five
@@ -53,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from attnkit.data import debian_descriptions
+from attnkit.data import debian_descriptions, libreoffice_help, man_pages
 from attnkit.data.fetch import apt_download, dpkg_extract, sha256_file, write_source_record
 from attnkit.data.pair_filters import is_full_sentence
 from attnkit.data.parallel import SPLITS, normalize_text, write_tsv
@@ -80,7 +85,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class DebSource:
 
     package: str
     license: str
-    kind: str  # "ding" (the dictionary file) or "gettext" (.mo catalogs)
+    kind: str  # "ding" (dictionary), "gettext" (.mo catalogs), "help-de"/"help-en" (LibreOffice help), "man-de"/"man-en"
     globs: tuple[str, ...]  # paths inside the package, relative to its root
 
 
@@ -104,6 +109,13 @@ PACKAGES: tuple[DebSource, ...] = (
     DebSource("gimp-data", "GPL-3+", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 14.2 MB
     DebSource("evolution-common", "LGPL-2 or LGPL-3", "gettext",
               ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 8.5 MB
+    DebSource("libreoffice-help-de", "MPL-2.0", "help-de", ("usr/share/libreoffice/help/de/text/**/*.html",)),  # 3.3 MB
+    DebSource("libreoffice-help-en-us", "MPL-2.0", "help-en",
+              ("usr/share/libreoffice/help/en-US/text/**/*.html",)),  # 1.8 MB
+    DebSource("manpages-de", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 3.6 MB
+    DebSource("manpages-de-dev", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 1.1 MB
+    DebSource("manpages", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 1.3 MB
+    DebSource("manpages-dev", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 2.0 MB
 )
 
 Pair = tuple[str, str]  # (german, english)
@@ -415,8 +427,8 @@ def _cached(root: Path) -> bool:
 
 
 @register("de-en", kind="mt",
-          description="German→English: ~18k dictionary sentences (Ding), ~36k UI messages and ~45k package-"
-                      "description sentences, from Debian")
+          description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
+                      "~43k LibreOffice help, ~15k man-page and ~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
@@ -437,6 +449,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     packages = []
     ding: list[Pair] = []
     mo_files: list[Path] = []
+    help_roots: dict[str, Path] = {}
+    man_roots: dict[str, list[Path]] = {"man-de": [], "man-en": []}
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
             deb, version = apt_download(src.package, debs_dir)
@@ -452,23 +466,38 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
                 for f in files:
                     with open(f, encoding="utf-8") as fh:
                         ding.extend(ding_pairs(fh))
+            elif src.kind in man_roots:
+                man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
+            elif src.kind in ("help-de", "help-en"):
+                help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
             else:
                 mo_files.extend(files)
         catalog, reasons = catalog_pairs(mo_files)
+        help_docs, help_reasons = ({}, collections.Counter())
+        if help_roots:
+            help_docs, help_reasons = libreoffice_help.help_documents(help_roots["help-de"], help_roots["help-en"])
+        help_pairs = [p for name in sorted(help_docs) for p in help_docs[name]]
+        man_docs, man_reasons = man_pages.man_documents(man_roots["man-de"], man_roots["man-en"])
+        man_pairs = [p for name in sorted(man_docs) for p in man_docs[name]]
     print("de-en: reading Debian's package descriptions (German and English translation indexes)")
     docs, desc_reasons, indexes = _descriptions(root)
     test_docs, held_docs = hold_out_documents(docs, N_TEST_DOCS, seed=SPLIT_SEED)
     descriptions = [p for name in sorted(docs) if name not in held_docs for p in docs[name]]
-    splits, removed = split_pairs(ding, catalog + descriptions, n_test=N_TEST, n_valid=N_VALID, seed=SPLIT_SEED)
+    splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + descriptions, n_test=N_TEST,
+                                  n_valid=N_VALID, seed=SPLIT_SEED)
     splits["train"], removed_docs = remove_overlap(splits["train"], test_docs)
     splits["test-docs"] = test_docs
     ding_set = set(ding)
     ding_train = [p for p in splits["train"] if p in ding_set]
     splits["train"] += ding_train * (DING_WEIGHT - 1)
     random.Random(SPLIT_SEED).shuffle(splits["train"])
-    catalog_set, description_set = set(catalog), set(descriptions)
-    per_source = {"dictionary": len(ding_train), "catalogs": sum(p in catalog_set for p in splits["train"]),
-                  "descriptions": sum(p in description_set for p in splits["train"])}
+    # each unique train pair counted once, for the first source (in this order) that has it
+    per_source = collections.Counter()
+    sources = (("catalogs", set(catalog)), ("libreoffice_help", set(help_pairs)), ("man_pages", set(man_pairs)),
+               ("descriptions", set(descriptions)))
+    for pair in set(splits["train"]) - ding_set:
+        per_source[next((name for name, pairs in sources if pair in pairs), "other")] += 1
+    per_source = {"dictionary": len(ding_train), **{name: per_source[name] for name, _ in sources}}
 
     outputs = {}
     for name in SPLITS:
@@ -479,6 +508,12 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         "dictionary_sentences": len(ding),
         "catalog_pairs": len(catalog),
         "catalog_dropped": dict(sorted((k, v) for k, v in reasons.items() if k != "ok")),
+        "help_pairs": len(help_pairs),
+        "help_pages": len(help_docs),
+        "help_dropped": dict(sorted((k, v) for k, v in help_reasons.items() if k != "ok")),
+        "man_pairs": len(man_pairs),
+        "man_pages": len(man_docs),
+        "man_dropped": dict(sorted((k, v) for k, v in man_reasons.items() if k != "ok")),
         "description_pairs": sum(len(v) for v in docs.values()),
         "description_documents": len(docs),
         "description_dropped": dict(sorted((k, v) for k, v in desc_reasons.items() if k != "ok")),
@@ -507,6 +542,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         "outputs": outputs,
     })
     print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
+          f"{len(help_pairs):,} LibreOffice help pairs + {len(man_pairs):,} man-page pairs + "
           f"{counts['description_pairs']:,} description pairs ({len(docs):,} source packages) → "
           f"train {len(splits['train']):,} (dictionary ×{DING_WEIGHT}) / valid {len(splits['valid']):,} / "
           f"test {len(splits['test']):,} / test-docs {len(splits['test-docs']):,} "

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from attnkit.data.fetch import FetchError
-from attnkit.data.pair_filters import MAX_WORDS, check_pair, split_sentences
+from attnkit.data.pair_filters import MAX_WORDS, admit_pair, split_sentences
 from attnkit.data.parallel import normalize_text
 
 __all__ = ["read_index", "source_packages", "description_units", "align_description", "description_documents",
@@ -163,12 +163,7 @@ def description_documents(german_index: Iterable[str], english_index: Iterable[s
             continue
         doc = sources.get(st.get("Package", ""), st.get("Package", ""))
         for de, en in align_description(text, english[md5]):
-            reason = check_pair(de, en)
-            if reason == "ok" and (de, en) in seen:
-                reason = "duplicate"
-            reasons[reason] += 1
-            if reason == "ok":
-                seen.add((de, en))
+            if admit_pair(de, en, seen, reasons):
                 docs[doc].append((de, en))
     return dict(docs), reasons
 

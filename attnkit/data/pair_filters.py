@@ -12,10 +12,11 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
+import collections
 import re
 
 __all__ = ["MIN_RATIO", "MAX_RATIO", "MAX_WORDS", "function_words", "looks_german", "looks_english",
-           "check_pair", "is_full_sentence", "split_sentences"]
+           "check_pair", "admit_pair", "is_full_sentence", "split_sentences"]
 
 MIN_RATIO = 0.5  # character-length ratio german / english allowed for a pair
 MAX_RATIO = 2.0
@@ -67,6 +68,18 @@ def check_pair(german: str, english: str) -> str:
     if not looks_german(german) or not looks_english(english):
         return "language"
     return "ok"
+
+
+def admit_pair(german: str, english: str, seen: set[tuple[str, str]], reasons: collections.Counter) -> bool:
+    """Run :func:`check_pair`, count the outcome in ``reasons`` (a pair already in ``seen`` counts as
+    ``"duplicate"``), add an admitted pair to ``seen``; True if the pair is admitted."""
+    reason = check_pair(german, english)
+    if reason == "ok" and (german, english) in seen:
+        reason = "duplicate"
+    reasons[reason] += 1
+    if reason == "ok":
+        seen.add((german, english))
+    return reason == "ok"
 
 
 def is_full_sentence(text: str, min_words: int = 5) -> bool:

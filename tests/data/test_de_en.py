@@ -258,7 +258,7 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     out = capsys.readouterr().out
     # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 2 source packages x 2 descriptions x 2 pairs
     assert "train 103 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
-    assert "unique train pairs per source: dictionary 30, catalogs 5, descriptions 8" in out, out
+    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
     assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
@@ -314,7 +314,9 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert 15_000 <= counts["dictionary_sentences"] <= 25_000
     assert 30_000 <= counts["catalog_pairs"] <= 45_000
     assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
-    assert counts["train"] >= 110_000
+    assert 35_000 <= counts["help_pairs"] <= 55_000
+    assert 10_000 <= counts["man_pairs"] <= 25_000
+    assert counts["train"] >= 165_000
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
     splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}
     assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}

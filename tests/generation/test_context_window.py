@@ -10,6 +10,8 @@ What the module doc promises, checked on tiny random GPTs:
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.generation import generate
 from attnkit.generation.generate import left_pad, position_ids_from_padding
@@ -96,3 +98,12 @@ def test_learned_positions_without_sliding_window_still_refuse_the_cache():
     model = _gpt("learned", 1)
     with pytest.raises(ValueError, match="exceed the learned positions' block_size = 8; use sliding_window=True"):
         generate(model, [[1, 2, 3]], max_new_tokens=10)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.integers(1, 29), min_size=1, max_size=12), min_size=1, max_size=3),
+       st.integers(1, 18), st.sampled_from([("learned", 2), ("rope", 1)]))
+def test_window_cache_property(prompts, n_new, kind):
+    """Random batches (left padding, prompts longer than the window) and lengths: still the uncached window."""
+    model = _gpt(*kind)
+    assert generate(model, prompts, max_new_tokens=n_new, sliding_window=True) == _window_reference(model, prompts, n_new)
