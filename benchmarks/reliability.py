@@ -532,9 +532,9 @@ def _diverging(fx, tmp):
 case("lm-diverging", "cli train lm", "--lr 1e30 (the run diverges)", "error: the last good checkpoint is")(_diverging)
 
 
-def _nan_weights(fx, tmp):
+def _nan_weights(fx, tmp, run=None):
     from safetensors.torch import load_file, save_file
-    run = fx.lm_run_copy(tmp)
+    run = fx.lm_run_copy(tmp) if run is None else run
     for f in _every_weights_file(run):
         weights = load_file(str(f))
         for t in weights.values():
@@ -756,6 +756,18 @@ def _mt_huge_line(fx, tmp):
 
 case("mt-huge-line", "cli train mt", "--data with one 500 kB source sentence among normal pairs",
      "ok: trains (the long pair is dropped or truncated)")(_mt_huge_line)
+
+
+def _mt_nan_copy(fx, tmp):
+    run = tmp / "mt"
+    shutil.copytree(fx.mt_run, run)
+    return _nan_weights(fx, tmp, run)
+
+
+case("translate-nan-weights", "cli translate", "--ckpt a translation run whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["translate", "--ckpt", _mt_nan_copy(fx, tmp), "--input", _write(tmp / "in.txt", "haus\n")]))
+case("eval-mt-nan-weights", "cli eval mt", "--ckpt a translation run whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["eval", "mt", "--ckpt", _mt_nan_copy(fx, tmp), "--data", fx.pairs]))
 
 
 # ---- viz, trace, params, data, finetune ------------------------------------------------------------
