@@ -77,7 +77,8 @@ def upsample_dictionary(prepared: Path, dest: Path, times: int) -> dict[str, int
     a different register; repeating the in-domain third is the usual cure for such a mix. Which training pairs
     come from Ding is read from the recipe's own cached ``trans-de-en`` package (``ding_pairs`` on its
     dictionary file), so nothing new is fetched. valid/test are untouched, and no Ding pair of valid/test is in
-    train (the recipe guarantees it), so none is repeated. The order is shuffled with a fixed seed.
+    train (the recipe guarantees it), so none is repeated. The order is shuffled with a fixed seed. When the
+    recipe already repeats them (``split.ding_weight`` in ``SOURCE.json``), only the missing repeats are added.
     """
     import tempfile
 
@@ -93,8 +94,10 @@ def upsample_dictionary(prepared: Path, dest: Path, times: int) -> dict[str, int
         with open(Path(tmp) / "usr/share/trans/de-en", encoding="utf-8") as f:
             ding = set(ding_pairs(f))
     pairs = read_tsv(prepared / "train.tsv", strict=True).pairs()
-    in_domain = [pair for pair in pairs if pair in ding]
-    out = pairs + in_domain * (times - 1)
+    in_domain = list(dict.fromkeys(pair for pair in pairs if pair in ding))
+    # Recipe version 2 and later already repeat the dictionary pairs (SOURCE.json: split.ding_weight).
+    already = json.loads((prepared / "SOURCE.json").read_text(encoding="utf-8")).get("split", {}).get("ding_weight", 1)
+    out = pairs + in_domain * max(times - already, 0)
     random.Random(0).shuffle(out)
     write_tsv(dest, out)
     return {"train_pairs": len(pairs), "dictionary_pairs": len(in_domain), "written_pairs": len(out)}

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.cli.translate import DEFAULT_BATCH_SIZE, add_decoding_args, check_decoding_args
+from attnkit.data.parallel import SPLITS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="run folder (uses checkpoints/best) or checkpoint folder (e.g. checkpoints/averaged)")
     mt.add_argument("--data", default=None, help="recipe name or prepared folder (with --split), a TSV file, or "
                     "SRC_FILE,TGT_FILE (default: the data the model was trained on)")
-    mt.add_argument("--split", default="test", choices=("train", "valid", "test"),
-                    help="split of a recipe or prepared folder (default test; ignored for files)")
+    mt.add_argument("--split", default="test", choices=SPLITS,
+                    help="split of a recipe or prepared folder (default test; test-docs: the de-en recipe's package-description sentences; ignored for files)")
     mt.add_argument("--max-sentences", type=int, default=None, help="only the first N pairs (quick checks)")
     add_decoding_args(mt)
     mt.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")

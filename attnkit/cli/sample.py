@@ -62,12 +62,27 @@ def load_lm(args: argparse.Namespace):
     return model, tokenizer, chat, info.stop_token_ids or None, info.add_bos_token
 
 
+def generation_config(args: argparse.Namespace):
+    """The validated :class:`GenerationConfig` of the sampling flags (raises ``ValueError`` before any work)."""
+    from attnkit.generation import GenerationConfig
+
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
+                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            repetition_penalty=args.repetition_penalty, stop_strings=args.stop, seed=args.seed,
+                            use_cache=not args.no_cache, compile=args.compile)
+
+
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     import torch
 
     from attnkit.generation import TextStreamer, generate
     from attnkit.generation.decoding_layout import use_decoding_layout
 
+    gen_cfg = generation_config(args)  # bad sampling options fail here, before loading or printing anything
     model, tokenizer, chat, stop_ids, add_bos = load_lm(args)
     use_decoding_layout(model)  # same weights, transposed storage: faster one-token steps (see its docstring)
     prompt = args.prompt
@@ -83,21 +98,21 @@ def run(args: argparse.Namespace) -> int:
         if start is None:
             raise ValueError("empty --prompt and the tokenizer has neither a BOS token nor a newline; give --prompt")
         ids = [start]
-    if args.num_samples < 1:
-        raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
-    use_cache, sliding = not args.no_cache, False
-    cfg = getattr(model, "config", None)
-    block = getattr(cfg, "block_size", None)
+    gen_cfg = dataclasses.replace(gen_cfg, eos_token_id=stop_ids,
+                                  pad_token_id=tokenizer.pad_id if tokenizer.pad_id is not None else 0)
+    block = getattr(getattr(model, "config", None), "block_size", None)
     if block is not None and len(ids) + args.max_new_tokens - 1 > block:
-        # Past the context the model was trained on: slide a window of block_size tokens (recomputed, no cache).
+        # Past the context the model was trained on: a window of block_size tokens (see generation/generate.py).
+        how = ("the KV cache drops half the window when it is full" if gen_cfg.use_cache
+               else "recomputed at every token")
         print(f"note: {len(ids)} prompt + {args.max_new_tokens} new tokens exceed the model's context of "
-              f"{block}; sampling with a sliding window (no KV cache)", file=sys.stderr)
-        use_cache, sliding = False, True
+              f"{block}; sampling with a sliding window ({how})", file=sys.stderr)
         if args.compile:
-            print("note: --compile needs the KV cache; the sliding window runs without it", file=sys.stderr)
-    use_compile = args.compile and not sliding  # (--no-cache --compile is refused by generate)
+            print("note: --compile runs on a fixed cache; the sliding window runs without it", file=sys.stderr)
+        gen_cfg = dataclasses.replace(gen_cfg, sliding_window=True, compile=False)
+    gen_cfg.check_for(model, tokenizer)
     for i in range(args.num_samples):
-        seed = None if args.seed is None else args.seed + i
+        cfg_i = gen_cfg if args.seed is None else dataclasses.replace(gen_cfg, seed=args.seed + i)
         if args.num_samples > 1:
             print(f"--- sample {i + 1} ---")
         stream = not args.no_stream
@@ -106,11 +121,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         streamer = TextStreamer(tokenizer, skip_special_tokens=True) if stream else None
         with torch.inference_mode():
-            out = generate(model, [ids], max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
-                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                           repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids,
-                           stop_strings=args.stop, tokenizer=tokenizer, seed=seed, use_cache=use_cache, sliding_window=sliding,
-                           compile=use_compile, pad_token_id=tokenizer.pad_id if tokenizer.pad_id is not None else 0, streamer=streamer)
+            out = generate(model, [ids], cfg_i, tokenizer=tokenizer, streamer=streamer)
         if not stream:
             text = tokenizer.decode(out[0], skip_special_tokens=True)
             print((args.prompt if not args.chat else "") + text)

@@ -12,15 +12,29 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
    Evolution. Each English message (``msgid``) and its German translation (``msgstr``) is a pair. User-interface
    text is a different register from the dictionary sentences, but it adds volume: about 36,000 clean pairs
    once placeholders, markup, URLs and the like are filtered out (see :func:`clean_catalog_pair`).
+3. Debian's package descriptions, German (DDTP translations, ``Translation-de``) against English
+   (``Translation-en``), aligned by description md5 down to sentences: about 45,000 pairs of natural technical
+   prose (see :mod:`attnkit.data.debian_descriptions`), grouped by source package.
+4. LibreOffice's offline help, German (``libreoffice-help-de``) against English (``libreoffice-help-en-us``),
+   aligned by page and paragraph id down to sentences: about 43,000 pairs of natural instructions
+   (see :mod:`attnkit.data.libreoffice_help`).
+5. The Linux man pages, German (``manpages-de``, ``manpages-de-dev``) against English (``manpages``,
+   ``manpages-dev``), aligned by page, section and paragraph: about 15,000 pairs (see :mod:`attnkit.data.man_pages`).
 
 Split: a seeded shuffle of the (deduplicated) dictionary sentences gives 2,000 test and 1,000 valid pairs whose
-strings are all distinct; every train pair sharing a source or a target string with valid/test (compared
-case-insensitively) is removed, so nothing of the evaluation sets is ever seen in training.
+strings are all distinct. A second test set, ``test-docs``, holds 2,000 natural full sentences (at least five
+words, ending in ``.!?``, both sides) from package descriptions, held out by whole source package: no other pair
+of those packages goes to train. Every train pair sharing a source or a target string with valid, test or
+test-docs (compared case-insensitively) is removed, so nothing of the evaluation sets is ever seen in training.
+
+Mixing: the dictionary sentences are the register of the Ding test; they are repeated ``DING_WEIGHT`` times in
+``train.tsv`` instead of entering in the proportion they happen to have (recorded in ``SOURCE.json``).
 
 Output, in the recipe folder ``$ATTNKIT_HOME/data/de-en`` (default ``~/.cache/attnkit/data/de-en``):
-``train.tsv``, ``valid.tsv``, ``test.tsv`` (``german<TAB>english``, one pair a line) and ``SOURCE.json``
-(counts, package versions and licenses, sha256 of each ``.deb`` and each output). The downloaded ``.debs``
-stay in ``debs/`` so a rebuild needs no network. A second call returns the cached folder; ``force=True``
+``train.tsv``, ``valid.tsv``, ``test.tsv``, ``test-docs.tsv`` (``german<TAB>english``, one pair a line) and
+``SOURCE.json`` (counts per source, package versions and licenses, sha256 of each ``.deb``, of each apt index and
+of each output). The downloaded ``.debs`` stay in ``debs/`` and the apt indexes in ``apt/``, so a rebuild needs no
+network. A second call returns the cached folder; ``force=True``
 fetches and rebuilds everything.
 
 Integrity: ``apt-get`` checks each ``.deb`` against the archive's signed package lists. The Debian archive
@@ -44,7 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from attnkit.data import debian_descriptions, libreoffice_help, man_pages
 from attnkit.data.fetch import apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.data.pair_filters import is_full_sentence
 from attnkit.data.parallel import SPLITS, normalize_text, write_tsv
 from attnkit.data.registry import register
 
@@ -57,15 +73,19 @@ __all__ = [
     "clean_catalog_pair",
     "catalog_pairs",
     "split_pairs",
+    "hold_out_documents",
+    "remove_overlap",
     "prepare_de_en",
 ]
 
 N_TEST = 2000
 N_VALID = 1000
+N_TEST_DOCS = 2000
+DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -74,7 +94,7 @@ class DebSource:
 
     package: str
     license: str
-    kind: str  # "ding" (the dictionary file) or "gettext" (.mo catalogs)
+    kind: str  # "ding" (dictionary), "gettext" (.mo catalogs), "help-de"/"help-en" (LibreOffice help), "man-de"/"man-en"
     globs: tuple[str, ...]  # paths inside the package, relative to its root
 
 
@@ -89,6 +109,13 @@ PACKAGES: tuple[DebSource, ...] = (
     DebSource("gimp-data", "GPL-3+", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 14.2 MB
     DebSource("evolution-common", "LGPL-2 or LGPL-3", "gettext",
               ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 8.5 MB
+    DebSource("libreoffice-help-de", "MPL-2.0", "help-de", ("usr/share/libreoffice/help/de/text/**/*.html",)),  # 3.3 MB
+    DebSource("libreoffice-help-en-us", "MPL-2.0", "help-en",
+              ("usr/share/libreoffice/help/en-US/text/**/*.html",)),  # 1.8 MB
+    DebSource("manpages-de", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 3.6 MB
+    DebSource("manpages-de-dev", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 1.1 MB
+    DebSource("manpages", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 1.3 MB
+    DebSource("manpages-dev", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 2.0 MB
 )
 
 Pair = tuple[str, str]  # (german, english)
@@ -317,10 +344,72 @@ def split_pairs(eval_pool: list[Pair], extra: list[Pair], *, n_test: int = N_TES
     return {"train": train, "valid": valid, "test": test}, removed
 
 
+def hold_out_documents(documents: dict[str, list[Pair]], n: int, *, seed: int = SPLIT_SEED,
+                       min_words: int = 5) -> tuple[list[Pair], set[str]]:
+    """Pick whole documents, in a seeded order, until ``n`` full-sentence pairs are collected.
+
+    ``documents`` maps a document name (a source package) to its pairs. The names are sorted and shuffled
+    with ``random.Random(seed)``; each document in turn contributes its pairs whose both sides are full
+    sentences (:func:`attnkit.data.pair_filters.is_full_sentence` with ``min_words``) and whose strings
+    (casefolded) were not taken yet, until ``n`` are taken. Returns ``(pairs, names of the held-out
+    documents)``: every pair of those documents must stay out of train, even those not taken.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    names = sorted(documents)
+    random.Random(seed).shuffle(names)
+    taken: list[Pair] = []
+    taken_de: set[str] = set()
+    taken_en: set[str] = set()
+    held: set[str] = set()
+    for name in names:
+        if len(taken) == n:
+            break
+        held.add(name)
+        for de, en in documents[name]:
+            if len(taken) == n:
+                break
+            if (is_full_sentence(de, min_words) and is_full_sentence(en, min_words)
+                    and de.casefold() not in taken_de and en.casefold() not in taken_en):
+                taken.append((de, en))
+                taken_de.add(de.casefold())
+                taken_en.add(en.casefold())
+    if len(taken) < n:
+        raise ValueError(f"the documents hold only {len(taken)} full-sentence pairs, need {n}")
+    return taken, held
+
+
+def remove_overlap(train: list[Pair], held_out: Iterable[Pair]) -> tuple[list[Pair], int]:
+    """``train`` without the pairs that share a German or an English string (casefolded) with ``held_out``;
+    returns the kept pairs (in order) and how many were removed."""
+    held_de, held_en = set(), set()
+    for de, en in held_out:
+        held_de.add(de.casefold())
+        held_en.add(en.casefold())
+    kept = [p for p in train if p[0].casefold() not in held_de and p[1].casefold() not in held_en]
+    return kept, len(train) - len(kept)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # 4. The recipe
 # ----------------------------------------------------------------------------------------------------------------
-_OUTPUTS = ("train.tsv", "valid.tsv", "test.tsv")
+_OUTPUTS = tuple(f"{name}.tsv" for name in SPLITS)
+
+
+def _lines(paths: Iterable[Path]) -> Iterable[str]:
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            yield from fh
+
+
+def _descriptions(root: Path) -> tuple[dict[str, list[Pair]], collections.Counter, list[dict]]:
+    """The package-description documents, their filter counts, and a record of the apt indexes read."""
+    indexes = debian_descriptions.fetch_translation_indexes(root / "apt")
+    sources = debian_descriptions.source_packages(_lines(indexes["packages"]))
+    docs, reasons = debian_descriptions.description_documents(_lines(indexes["de"]), _lines(indexes["en"]), sources)
+    record = [{"index": p.name, "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+              for kind in ("de", "en") for p in indexes[kind]]
+    return docs, reasons, record
 
 
 def _cached(root: Path) -> bool:
@@ -338,7 +427,8 @@ def _cached(root: Path) -> bool:
 
 
 @register("de-en", kind="mt",
-          description="German→English: ~18k dictionary sentences (Ding) + ~36k UI messages, from Debian packages")
+          description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
+                      "~43k LibreOffice help, ~15k man-page and ~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
@@ -352,11 +442,15 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         return root
     start = time.perf_counter()
     debs_dir = root / "debs"
-    if force and debs_dir.exists():
-        shutil.rmtree(debs_dir)
+    if force:
+        for folder in (debs_dir, root / "apt"):
+            if folder.exists():
+                shutil.rmtree(folder)
     packages = []
     ding: list[Pair] = []
     mo_files: list[Path] = []
+    help_roots: dict[str, Path] = {}
+    man_roots: dict[str, list[Path]] = {"man-de": [], "man-en": []}
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
             deb, version = apt_download(src.package, debs_dir)
@@ -372,10 +466,38 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
                 for f in files:
                     with open(f, encoding="utf-8") as fh:
                         ding.extend(ding_pairs(fh))
+            elif src.kind in man_roots:
+                man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
+            elif src.kind in ("help-de", "help-en"):
+                help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
             else:
                 mo_files.extend(files)
         catalog, reasons = catalog_pairs(mo_files)
-    splits, removed = split_pairs(ding, catalog, n_test=N_TEST, n_valid=N_VALID, seed=SPLIT_SEED)
+        help_docs, help_reasons = ({}, collections.Counter())
+        if help_roots:
+            help_docs, help_reasons = libreoffice_help.help_documents(help_roots["help-de"], help_roots["help-en"])
+        help_pairs = [p for name in sorted(help_docs) for p in help_docs[name]]
+        man_docs, man_reasons = man_pages.man_documents(man_roots["man-de"], man_roots["man-en"])
+        man_pairs = [p for name in sorted(man_docs) for p in man_docs[name]]
+    print("de-en: reading Debian's package descriptions (German and English translation indexes)")
+    docs, desc_reasons, indexes = _descriptions(root)
+    test_docs, held_docs = hold_out_documents(docs, N_TEST_DOCS, seed=SPLIT_SEED)
+    descriptions = [p for name in sorted(docs) if name not in held_docs for p in docs[name]]
+    splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + descriptions, n_test=N_TEST,
+                                  n_valid=N_VALID, seed=SPLIT_SEED)
+    splits["train"], removed_docs = remove_overlap(splits["train"], test_docs)
+    splits["test-docs"] = test_docs
+    ding_set = set(ding)
+    ding_train = [p for p in splits["train"] if p in ding_set]
+    splits["train"] += ding_train * (DING_WEIGHT - 1)
+    random.Random(SPLIT_SEED).shuffle(splits["train"])
+    # each unique train pair counted once, for the first source (in this order) that has it
+    per_source = collections.Counter()
+    sources = (("catalogs", set(catalog)), ("libreoffice_help", set(help_pairs)), ("man_pages", set(man_pairs)),
+               ("descriptions", set(descriptions)))
+    for pair in set(splits["train"]) - ding_set:
+        per_source[next((name for name, pairs in sources if pair in pairs), "other")] += 1
+    per_source = {"dictionary": len(ding_train), **{name: per_source[name] for name, _ in sources}}
 
     outputs = {}
     for name in SPLITS:
@@ -386,25 +508,47 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         "dictionary_sentences": len(ding),
         "catalog_pairs": len(catalog),
         "catalog_dropped": dict(sorted((k, v) for k, v in reasons.items() if k != "ok")),
-        "train_removed_overlap": removed,
+        "help_pairs": len(help_pairs),
+        "help_pages": len(help_docs),
+        "help_dropped": dict(sorted((k, v) for k, v in help_reasons.items() if k != "ok")),
+        "man_pairs": len(man_pairs),
+        "man_pages": len(man_docs),
+        "man_dropped": dict(sorted((k, v) for k, v in man_reasons.items() if k != "ok")),
+        "description_pairs": sum(len(v) for v in docs.values()),
+        "description_documents": len(docs),
+        "description_dropped": dict(sorted((k, v) for k, v in desc_reasons.items() if k != "ok")),
+        "test_docs_documents": len(held_docs),
+        "train_unique_per_source": per_source,
+        "train_removed_overlap": removed + removed_docs,
         **{name: len(splits[name]) for name in SPLITS},
     }
     write_source_record(root, {
         "recipe": "de-en",
         "recipe_version": RECIPE_VERSION,
-        "description": "German→English sentence pairs: Ding dictionary example sentences (trans-de-en) and "
-                       "gettext catalogs of LibreOffice, GCC, git, GIMP and Evolution; valid/test only from Ding.",
+        "description": "German→English sentence pairs: Ding dictionary example sentences (trans-de-en), "
+                       "gettext catalogs of LibreOffice, GCC, git, GIMP and Evolution, and Debian package "
+                       "descriptions (DDTP); valid/test from Ding, test-docs from descriptions.",
         "format": "TSV, one pair a line: german<TAB>english (UTF-8, NFC, whitespace normalised)",
         "license": "per package, see packages[].license (the dictionary is GPL-2+)",
         "packages": packages,
-        "split": {"seed": SPLIT_SEED, "n_test": N_TEST, "n_valid": N_VALID,
-                  "rule": "valid/test from dictionary sentences only; no train pair shares a German or an "
-                          "English string (casefolded) with valid/test"},
+        "apt_indexes": indexes,
+        "split": {"seed": SPLIT_SEED, "n_test": N_TEST, "n_valid": N_VALID, "n_test_docs": N_TEST_DOCS,
+                  "ding_weight": DING_WEIGHT,
+                  "rule": "valid/test from dictionary sentences only; test-docs: full sentences (>= 5 words, "
+                          ".!?) of package descriptions held out by whole source package; no train pair shares "
+                          "a German or an English string (casefolded) with valid/test/test-docs; dictionary "
+                          f"sentences repeated {DING_WEIGHT} times in train"},
         "counts": counts,
         "outputs": outputs,
     })
-    print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs → "
-          f"train {len(splits['train']):,} / valid {len(splits['valid']):,} / test {len(splits['test']):,} "
-          f"({removed:,} train pairs removed for overlapping valid/test) in {time.perf_counter() - start:.1f}s")
+    print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
+          f"{len(help_pairs):,} LibreOffice help pairs + {len(man_pairs):,} man-page pairs + "
+          f"{counts['description_pairs']:,} description pairs ({len(docs):,} source packages) → "
+          f"train {len(splits['train']):,} (dictionary ×{DING_WEIGHT}) / valid {len(splits['valid']):,} / "
+          f"test {len(splits['test']):,} / test-docs {len(splits['test-docs']):,} "
+          f"({removed + removed_docs:,} train pairs removed for overlapping the evaluation sets) "
+          f"in {time.perf_counter() - start:.1f}s")
+    print("de-en: unique train pairs per source: "
+          + ", ".join(f"{k} {v:,}" for k, v in per_source.items()))
     return root
 

@@ -39,7 +39,7 @@ __all__ = [
     "load_splits",
 ]
 
-SPLITS = ("train", "valid", "test")
+SPLITS = ("train", "valid", "test", "test-docs")
 
 # Characters that are invisible and only ever get in the way of matching/tokenizing: zero-width space,
 # byte-order mark / zero-width no-break space, soft hyphen.

@@ -1,6 +1,7 @@
 """Decoding: ``generate`` for decoder-only language models, greedy and beam search for encoder-decoders.
 
 * :func:`generate` (``generate.py``) -- greedy or sampled continuation of a batch of prompts.
+* :class:`GenerationConfig` (``config.py``) -- its options, validated before any work.
 * :mod:`processors` -- temperature, top-k, top-p, repetition penalty on ``(B, V)`` logits.
 * :mod:`stopping` -- EOS, stop strings and length limits, per sequence.
 * :class:`TextStreamer` (``streaming.py``) -- print text as it is generated.
@@ -10,6 +11,7 @@
 
 from .beam_search import Hypothesis, beam_search, beam_search_hypotheses, length_penalty_factor
 from .decoding_layout import is_decoding_layout, use_decoding_layout, use_training_layout
+from .config import GenerationConfig
 from .generate import generate
 from .processors import apply_repetition_penalty, apply_temperature, process_logits, top_k_filter, top_p_filter
 from .seq2seq import greedy_search
@@ -18,6 +20,7 @@ from .streaming import TextStreamer
 
 __all__ = [
     "generate",
+    "GenerationConfig",
     "use_decoding_layout",
     "use_training_layout",
     "is_decoding_layout",

@@ -30,14 +30,38 @@ Both give the same tokens.
 Generating needs ``L = T_prompt + max_new_tokens - 1`` positions (the last new token is never fed back).
 If that exceeds ``block_size``:
 
-* ``use_cache=False``: the context is cropped to its last ``block_size`` tokens (as nanoGPT does) and
-  positions are recounted from 0 in the window;
-* ``use_cache=True``: ``ValueError`` before anything runs (a cache cannot drop its oldest positions
-  without recomputing them); use ``use_cache=False`` or fewer tokens.
+* ``use_cache=False``: the context is cropped to its last ``block_size`` tokens at every step (as nanoGPT
+  does) and positions are recounted from 0 in the window;
+* ``use_cache=True, sliding_window=True``: the window runs in the cache (below);
+* ``use_cache=True`` alone: ``ValueError`` before anything runs.
 
 RoPE, sinusoidal and position-free models have no such table and are not cropped by default (they
-extrapolate past ``block_size``, with the cache or without); ``sliding_window=True`` (with
-``use_cache=False``) crops them too, so the model never sees a context longer than it was trained on.
+extrapolate past ``block_size``, with the cache or without); ``sliding_window=True`` makes them keep to
+``block_size`` too, so the model never sees a context longer than it was trained on.
+
+**Sliding window with the cache** (``use_cache=True, sliding_window=True``). The cache holds at most
+``W = block_size`` columns. When the next token would not fit (``W + 1`` columns), the window is cut
+at once to its newest ``W - W // 2`` columns, the new token included, and the older ones are dropped
+(a prompt longer than ``W`` is cut the same way before its prefill):
+
+* **RoPE** models keep the cache and *shift* it, as llama.cpp's context shift does: the kept keys move
+  to the front and are rotated back by the number of real tokens dropped from their row
+  (:meth:`~attnkit.modules.rotary.RotaryEmbedding.shift`), values move unchanged. What it guarantees:
+  the kept keys' positions, and so every query-key *relative* position, are exactly (up to float
+  rounding) those of the window counted from 0; the first layer's keys and values equal a fresh
+  prefill of the window. What it does not: the deeper layers' kept keys and values were computed while
+  the dropped tokens were still visible, so they still reflect them (a one-layer model equals the
+  uncached window exactly; a deeper one does not).
+* **Learned, sinusoidal and position-free** models drop the same half and *re-fill* the cache once from
+  the kept tokens (one prefill of ``W - W // 2`` tokens per ``W // 2`` new tokens, instead of a whole window
+  per token without a cache). Every logit then equals an uncached forward over the current window:
+  the window starts at the last drop and grows to ``W`` before the next one.
+
+**Code layout.** :class:`~attnkit.generation.config.GenerationConfig` holds and validates every option
+before any work; each decoding path is one object with one ``next_logits(tokens, pad) -> (b, V)``:
+``_Uncached`` (whole context, cropped to the window when asked), ``_Cached`` (prefill, then one column),
+``_Compiled`` (its one-column steps through ``torch.compile``) and ``_WindowCache`` (above). Logits that
+hold NaN stop generation with ``FloatingPointError`` (an argmax would quietly return id 0).
 
 **Stopping** per sequence (see :mod:`attnkit.generation.stopping`): at an ``eos_token_id`` (not included
 in the output), after the token that completes a stop string (included), or after ``max_new_tokens``.
@@ -56,10 +80,11 @@ import torch
 from torch import nn
 
 from . import processors as P
-from .compiled import SLOT_MULTIPLE, check_compilable, compiled_step
-from .stopping import StoppingCriteria, check_max_new_tokens, normalize_eos_token_id, normalize_stop_strings
+from .compiled import SLOT_MULTIPLE, compiled_step
+from .config import GenerationConfig
+from .stopping import StoppingCriteria
 
-__all__ = ["generate", "left_pad", "position_ids_from_padding"]
+__all__ = ["generate", "GenerationConfig", "left_pad", "position_ids_from_padding"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -137,10 +162,170 @@ def _prompts_as_lists(prompts, vocab_size: int | None) -> list[list[int]]:
     return rows
 
 
-def _check_optional_seed(seed) -> int | None:
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed must be None or an int, got {seed!r}")
-    return seed
+
+
+# ----------------------------------------------------------------------------------------------------
+# one next_logits per decoding path
+# ----------------------------------------------------------------------------------------------------
+class _Uncached:
+    """Feed the whole context every step (its last ``window`` tokens when ``window`` is set)."""
+
+    keeps_batch = False  # finished rows may leave the batch
+
+    def __init__(self, model: nn.Module, window: int | None):
+        self.model, self.window = model, window
+
+    def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """Shape: tokens, pad ``(b, L)`` -> logits ``(b, V)`` of the next token."""
+        if self.window is not None and tokens.shape[1] > self.window:
+            tokens, pad = tokens[:, -self.window:], pad[:, -self.window:]  # crop: (b, window)
+        return self.model(tokens, key_padding_mask=pad, position_ids=position_ids_from_padding(pad))[:, -1]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        pass
+
+
+class _Cached:
+    """Prefill the prompt once, then feed one new column per step; the cache holds every column."""
+
+    keeps_batch = False
+
+    def __init__(self, model: nn.Module, batch_size: int, max_len: int):
+        self.model = model
+        self.cache = model.new_cache(batch_size, max_len=max_len)
+        self.start = 0  # first column of `tokens` in the cache
+        self.fed = 0  # columns of `tokens` already in the cache
+
+    def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """Shape: tokens, pad ``(b, L)`` -> logits ``(b, V)``. The mask covers the cached and the new keys."""
+        window_pad = pad[:, self.start:]  # (b, S)
+        positions = position_ids_from_padding(window_pad)[:, self.fed - self.start:]  # (b, new columns)
+        logits = self.model(tokens[:, self.fed:], key_padding_mask=window_pad, position_ids=positions, cache=self.cache)
+        self.fed = tokens.shape[1]
+        return logits[:, -1]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.cache.reorder(index)
+
+
+class _Compiled(_Cached):
+    """:class:`_Cached` whose one-column steps run through ``torch.compile`` on fixed shapes (B stays fixed)."""
+
+    keeps_batch = True
+
+    def __init__(self, model: nn.Module, batch_size: int, max_len: int):
+        super().__init__(model, batch_size, max_len)
+        self.max_len = max_len
+
+    def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        if not self.fed:
+            return super().next_logits(tokens, pad)  # the prefill runs eagerly
+        # one new column into cache slot `fed`; the mask covers all max_len slots (the ones after `fed` are
+        # masked inside GPT.forward). Fresh (b, 1) tensors with their own strides, not slices (see compiled_step).
+        L = tokens.shape[1]
+        slot_pad = torch.nn.functional.pad(pad, (0, self.max_len - L)) if bool(pad.any()) else None  # (b, max_len)
+        new = tokens[:, -1:].clone(memory_format=torch.contiguous_format)  # (b, 1)
+        positions = position_ids_from_padding(pad)[:, -1:].clone(memory_format=torch.contiguous_format)
+        slot = torch.tensor([self.fed], dtype=torch.long, device=tokens.device)  # (1,)
+        self.fed = L
+        return compiled_step(self.model, new, slot_pad, positions, self.cache, slot)  # (b, V)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        raise AssertionError("compiled decoding keeps every row in the batch")
+
+
+class _WindowCache(_Cached):
+    """A cache of at most ``window`` columns: when full, cut to the newest ``window - window // 2``.
+
+    RoPE models (``rotary`` given) shift the kept keys; the others re-fill the cache from the kept tokens.
+    """
+
+    def __init__(self, model: nn.Module, batch_size: int, window: int, rotary):
+        super().__init__(model, batch_size, window)
+        self.window, self.rotary = window, rotary
+
+    def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        L = tokens.shape[1]
+        if L - self.start > self.window:
+            new_start = L - (self.window - self.window // 2)
+            if self.rotary is not None and self.fed > new_start:
+                self._shift(pad, new_start)
+            else:  # re-fill: the kept columns are fed again as one prefill
+                self.cache.reset()
+                self.fed = new_start
+            self.start = new_start
+        return super().next_logits(tokens, pad)
+
+    def _shift(self, pad: torch.Tensor, new_start: int) -> None:
+        """Drop columns ``start .. new_start - 1`` from the cache and renumber the kept keys' positions."""
+        dropped = (~pad[:, self.start:new_start]).sum(dim=1)  # (b,) real tokens each row loses
+        for layer in self.cache:
+            layer.drop_front(new_start - self.start)
+            keys = layer.k_cache.narrow(2, 0, layer.length)  # (b, K, kept, D)
+            keys.copy_(self.rotary.shift(keys, -dropped))
+
+
+def _decoding_path(model: nn.Module, cfg: GenerationConfig, batch_size: int, needed: int):
+    """The object whose ``next_logits`` runs the model for ``cfg`` (see the module doc for each path)."""
+    mcfg = getattr(model, "config", None)
+    block_size = getattr(mcfg, "block_size", None)
+    learned = getattr(mcfg, "position", None) == "learned"
+    if not cfg.use_cache:
+        return _Uncached(model, block_size if (learned or cfg.sliding_window) else None)
+    if cfg.sliding_window and block_size is not None:
+        rotary = getattr(model, "rotary", None) if getattr(mcfg, "position", None) == "rope" else None
+        return _WindowCache(model, batch_size, min(block_size, needed), rotary)
+    if cfg.compile:  # round up, so that nearby lengths share one compilation (never past learned positions)
+        rounded = -(-needed // SLOT_MULTIPLE) * SLOT_MULTIPLE
+        return _Compiled(model, batch_size, min(rounded, block_size) if learned and block_size else rounded)
+    return _Cached(model, batch_size, needed)
+
+
+def _check_context(model: nn.Module, cfg: GenerationConfig, prompt_len: int) -> int:
+    """Positions the cache must hold; ``ValueError`` where learned positions cannot reach them."""
+    mcfg = getattr(model, "config", None)
+    block_size = getattr(mcfg, "block_size", None)
+    needed = prompt_len + cfg.max_new_tokens - 1  # the last new token is never fed
+    if (cfg.use_cache and not cfg.sliding_window and getattr(mcfg, "position", None) == "learned"
+            and block_size is not None and needed > block_size and cfg.max_new_tokens > 0):
+        raise ValueError(
+            f"prompt length {prompt_len} + max_new_tokens {cfg.max_new_tokens} - 1 = {needed} positions exceed "
+            f"the learned positions' block_size = {block_size}; use sliding_window=True (drops half the window "
+            f"when full), use_cache=False (crops the context to the last {block_size} tokens) or at most "
+            f"{block_size - prompt_len + 1} new tokens")
+    return max(needed, prompt_len)
+
+
+def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: GenerationConfig,
+          generator: torch.Generator | None) -> torch.Tensor:
+    """The next token of every row: processed logits, then argmax or a sample.
+
+    Shape:
+        logits ``(b, V)``; tokens, pad ``(b, L)`` -> ``(b,)``.
+    """
+    if bool(torch.isnan(logits).any()):  # argmax would quietly pick id 0: a broken model must not look fine
+        rows = torch.isnan(logits).any(dim=-1).nonzero().flatten().tolist()
+        raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {rows}): its weights or "
+                                 f"inputs are not finite")
+    logits = P.process_logits(
+        logits.float(), input_ids=tokens, ignore_mask=pad, repetition_penalty=cfg.repetition_penalty,
+        temperature=cfg.temperature if cfg.do_sample else 1.0,
+        top_k=cfg.top_k if cfg.do_sample else None,
+        top_p=cfg.top_p if cfg.do_sample else None,
+    )
+    if not cfg.do_sample:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits, dim=-1)  # filtered tokens have probability 0
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+
+
+def _check_streamer(streamer, batch_size: int) -> None:
+    if streamer is None:
+        return
+    if batch_size != 1:
+        raise ValueError(f"a streamer prints one sequence: batch size must be 1, got {batch_size}")
+    if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise ValueError(f"streamer must have put(ids) and end() methods, got {type(streamer).__name__}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -149,22 +334,11 @@ def _check_optional_seed(seed) -> int | None:
 def generate(
     model: nn.Module,
     prompts: torch.Tensor | Sequence[Sequence[int]],
+    config: GenerationConfig | None = None,
     *,
-    max_new_tokens: int,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    repetition_penalty: float = 1.0,
-    eos_token_id: int | Sequence[int] | None = None,
-    stop_strings: str | Sequence[str] | None = None,
     tokenizer=None,
-    seed: int | None = None,
-    use_cache: bool = True,
-    pad_token_id: int = 0,
     streamer=None,
-    sliding_window: bool = False,
-    compile: bool = False,
+    **options,
 ) -> list[list[int]]:
     """Continue each prompt with up to ``max_new_tokens`` tokens; return the new tokens of each prompt.
 
@@ -174,172 +348,65 @@ def generate(
             ``vocab_size``, ``block_size`` and ``position``. It runs in eval mode without gradients
             (its training flag is restored afterwards).
         prompts: a ``(B, T)`` tensor (every row a full prompt) or ``B`` lists of ids of any lengths >= 1.
-        max_new_tokens: the most tokens to generate per prompt (>= 0).
-        do_sample: ``False`` = greedy (argmax); ``True`` = sample from the processed distribution.
-        temperature, top_k, top_p: reshape the distribution when sampling (validated always, used only
-            when ``do_sample``; they cannot change the argmax).
-        repetition_penalty: CTRL penalty on tokens in the prompt or generated so far (greedy and sampling).
-        eos_token_id: an id or ids that end a sequence; the EOS itself is not returned. ``None`` = no EOS.
-        stop_strings: text that ends a sequence once the decoded generated text contains it; the
-            completing token is returned. Needs ``tokenizer``.
+        config: a :class:`GenerationConfig`; ``options`` (its field names: ``max_new_tokens=``,
+            ``do_sample=``, ``temperature=``, ``top_k=``, ``top_p=``, ``repetition_penalty=``,
+            ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``, ``pad_token_id=``,
+            ``sliding_window=``, ``compile=``) replace its fields, or make one without it.
         tokenizer: used to decode for stop strings.
-        seed: seeds a private ``torch.Generator`` for sampling (``None`` = global RNG).
-        use_cache: prefill once then one token per step with a KV cache (default) or recompute everything.
-        pad_token_id: the id used for left padding (masked, so its value does not matter, but it must be a
-            valid id).
         streamer: ``put(ids)`` / ``end()`` object (e.g. :class:`~attnkit.generation.streaming.TextStreamer`),
             fed each kept token; batch size 1 only.
-        sliding_window: with ``use_cache=False``, feed at most the last ``block_size`` tokens for every kind of
-            position (learned positions always slide).
-        compile: run the decoding steps (not the prefill) through ``torch.compile`` on fixed shapes
-            (:mod:`attnkit.generation.compiled`): faster per token once compiled, but the first step
-            compiles for tens of seconds. Needs ``use_cache=True`` and a model whose forward takes
-            ``cache_position`` (attnkit's GPT). Same tokens as without it (up to float rounding).
 
-    Returns:
-        ``B`` lists of new token ids (no prompt, no EOS), in prompt order.
+    Everything is validated before the model runs. Returns ``B`` lists of new token ids (no prompt, no
+    EOS), in prompt order.
 
     Shape:
         prompts ``(B, T)`` or ``B`` lists -> ``B`` lists of at most ``max_new_tokens`` ids.
     """
-    # ---- validate everything before running the model ---------------------------------------------
-    config = getattr(model, "config", None)
-    V = getattr(config, "vocab_size", None)
-    block_size = getattr(config, "block_size", None)
-    learned_positions = getattr(config, "position", None) == "learned"
-
-    max_new_tokens = check_max_new_tokens(max_new_tokens)
-    if not isinstance(do_sample, bool):
-        raise ValueError(f"do_sample must be a bool, got {do_sample!r}")
-    P.check_temperature(temperature)
-    if top_k is not None:
-        P.check_top_k(top_k)
-    if top_p is not None:
-        P.check_top_p(top_p)
-    P.check_repetition_penalty(repetition_penalty)
-    eos_ids = normalize_eos_token_id(eos_token_id)
-    stops = normalize_stop_strings(stop_strings, tokenizer)
-    seed = _check_optional_seed(seed)
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
-    if not isinstance(sliding_window, bool) or (sliding_window and use_cache):
-        raise ValueError(f"sliding_window must be a bool and needs use_cache=False, got sliding_window="
-                         f"{sliding_window!r}, use_cache={use_cache!r}")
-    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0 or (
-        V is not None and pad_token_id >= V
-    ):
-        raise ValueError(f"pad_token_id must be an int in [0, {V if V is not None else 'V'}), got {pad_token_id!r}")
-    rows = _prompts_as_lists(prompts, V)
+    cfg = GenerationConfig.from_options(config, **options)
+    cfg.check_for(model, tokenizer)
+    rows = _prompts_as_lists(prompts, getattr(getattr(model, "config", None), "vocab_size", None))
     B = len(rows)
-    if streamer is not None and B != 1:
-        raise ValueError(f"a streamer prints one sequence: batch size must be 1, got {B}")
-    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
-        raise ValueError(f"streamer must have put(ids) and end() methods, got {type(streamer).__name__}")
-    if not isinstance(compile, bool) or (compile and not use_cache):
-        raise ValueError(f"compile must be a bool and needs use_cache=True, got compile={compile!r}, "
-                         f"use_cache={use_cache!r}")
-    if compile:
-        check_compilable(model)
-    if use_cache and not callable(getattr(model, "new_cache", None)):
-        raise ValueError(f"use_cache=True needs model.new_cache(batch_size, max_len); "
-                         f"{type(model).__name__} has none (pass use_cache=False)")
-
+    _check_streamer(streamer, B)
     T0 = max(len(r) for r in rows)
-    needed = T0 + max_new_tokens - 1  # positions the model must see: the last new token is never fed
-    if use_cache and learned_positions and block_size is not None and needed > block_size and max_new_tokens > 0:
-        raise ValueError(
-            f"prompt length {T0} + max_new_tokens {max_new_tokens} - 1 = {needed} positions exceed the learned "
-            f"positions' block_size = {block_size}; use use_cache=False (crops the context to the last "
-            f"{block_size} tokens) or at most {block_size - T0 + 1} new tokens"
-        )
+    needed = _check_context(model, cfg, T0)
 
-    stopper = StoppingCriteria(B, max_new_tokens=max_new_tokens, eos_token_id=sorted(eos_ids),
-                               stop_strings=list(stops) or None, tokenizer=tokenizer)
-    if stopper.all_done:  # max_new_tokens == 0
-        if streamer is not None:
-            streamer.end()
-        return stopper.outputs
+    stopper = StoppingCriteria(B, max_new_tokens=cfg.max_new_tokens, eos_token_id=list(cfg.eos_token_id or ()),
+                               stop_strings=list(cfg.stop_strings) or None, tokenizer=tokenizer)
+    if not stopper.all_done:  # (max_new_tokens == 0 runs nothing)
+        _decode(model, cfg, rows, needed, stopper, streamer)
+    if streamer is not None:
+        streamer.end()
+    return stopper.outputs
 
+
+def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], needed: int,
+            stopper: StoppingCriteria, streamer) -> None:
+    """The loop: next logits, pick, record/stream/stop, append, drop finished rows (into ``stopper``)."""
     device = model_device(model)
     generator = None
-    if do_sample and seed is not None:
+    if cfg.do_sample and cfg.seed is not None:
         generator = torch.Generator(device=device)
-        generator.manual_seed(seed)
-
-    tokens, pad = left_pad(rows, pad_token_id, device=device)  # (B, L) each
-    active = list(range(B))  # active[i] = which prompt row i of the current batch belongs to
-
-    max_len = max(needed, T0)
-    if compile:  # round up, so that nearby lengths share one compilation (never past learned positions)
-        rounded = -(-max_len // SLOT_MULTIPLE) * SLOT_MULTIPLE
-        max_len = min(rounded, block_size) if learned_positions and block_size is not None else rounded
+        generator.manual_seed(cfg.seed)
+    tokens, pad = left_pad(rows, cfg.pad_token_id, device=device)  # (B, L) each
+    active = list(range(len(rows)))  # active[i] = which prompt row i of the current batch belongs to
     with eval_mode(model):
-        cache = model.new_cache(B, max_len=max_len) if use_cache else None
-        fed = 0  # columns of `tokens` already in the cache
-        padded = bool(pad.any())  # new tokens are never padding, so this holds for every step
+        path = _decoding_path(model, cfg, len(rows), needed)
         while True:
-            # ---- 1. next-token logits (b, V) for the b active rows --------------------------------
-            if compile and fed:
-                # one new column through the compiled step: it goes into cache slot `fed`, and the mask
-                # covers all max_len slots (the ones after `fed` are masked inside GPT.forward)
-                L = tokens.shape[1]
-                slot_pad = torch.nn.functional.pad(pad, (0, max_len - L)) if padded else None  # (b, max_len)
-                # fresh (b, 1) tensors with their own strides, not slices (see compiled_step)
-                new = tokens[:, -1:].clone(memory_format=torch.contiguous_format)  # (b, 1)
-                positions = position_ids_from_padding(pad)[:, -1:].clone(memory_format=torch.contiguous_format)
-                slot = torch.tensor([fed], dtype=torch.long, device=device)  # (1,)
-                logits = compiled_step(model, new, slot_pad, positions, cache, slot)[:, None]  # (b, 1, V)
-                fed = L
-            elif cache is not None:
-                positions = position_ids_from_padding(pad)  # (b, L)
-                # prefill feeds the whole prompt; afterwards only the newest column. The mask covers
-                # every key: the cached ones and the new ones.
-                logits = model(tokens[:, fed:], key_padding_mask=pad, position_ids=positions[:, fed:], cache=cache)
-                fed = tokens.shape[1]
-            else:
-                ctx, ctx_pad = tokens, pad
-                if (learned_positions or sliding_window) and block_size is not None and ctx.shape[1] > block_size:
-                    ctx, ctx_pad = ctx[:, -block_size:], ctx_pad[:, -block_size:]  # crop: (b, block_size)
-                logits = model(ctx, key_padding_mask=ctx_pad, position_ids=position_ids_from_padding(ctx_pad))
-            logits = logits[:, -1, :].float()  # (b, V): only the last position predicts the next token
-
-            # ---- 2. pick the next token of every active row ---------------------------------------
-            logits = P.process_logits(
-                logits,
-                input_ids=tokens, ignore_mask=pad, repetition_penalty=repetition_penalty,
-                temperature=temperature if do_sample else 1.0,
-                top_k=top_k if do_sample else None,
-                top_p=top_p if do_sample else None,
-            )
-            if do_sample:
-                probs = torch.softmax(logits, dim=-1)  # (b, V); filtered tokens have probability 0
-                next_ids = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)  # (b,)
-            else:
-                next_ids = logits.argmax(dim=-1)  # (b,)
-
-            # ---- 3. record, stream, stop ------------------------------------------------------------
+            next_ids = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator)  # (b,)
             finished = stopper.done
             for i, tok in enumerate(next_ids.tolist()):
                 if finished[active[i]]:
-                    continue  # (compile: finished rows stay in the batch, their tokens are ignored)
-                kept = stopper.add(active[i], tok)
-                if kept and streamer is not None:
+                    continue  # (compiled: finished rows stay in the batch, their tokens are ignored)
+                if stopper.add(active[i], tok) and streamer is not None:
                     streamer.put([tok])
             if stopper.all_done:
-                break
-
-            # ---- 4. append the new column and drop the rows that stopped ----------------------------
+                return
             tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (b, L + 1)
             pad = torch.cat([pad, pad.new_zeros(pad.shape[0], 1)], dim=1)  # (b, L + 1): new tokens are real
             done = stopper.done
             keep = [i for i, row in enumerate(active) if not done[row]]
-            if len(keep) < len(active) and not compile:  # (compiled steps keep B fixed)
+            if len(keep) < len(active) and not path.keeps_batch:
                 index = torch.tensor(keep, dtype=torch.long, device=device)
                 tokens, pad = tokens[index], pad[index]  # (b', L + 1)
-                if cache is not None:
-                    cache.reorder(index)
+                path.reorder(index)
                 active = [active[i] for i in keep]
-
-    if streamer is not None:
-        streamer.end()
-    return stopper.outputs

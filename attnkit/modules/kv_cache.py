@@ -138,6 +138,19 @@ class KVCache(nn.Module):
         """
         return self.k_cache[:, :, : self.length], self.v_cache[:, :, : self.length]
 
+    def drop_front(self, n: int) -> None:
+        """Forget the ``n`` oldest positions: positions ``n .. length-1`` move to ``0 .. length-n-1``.
+
+        The kept keys are moved as they are; a rotary model must renumber them (see
+        :meth:`~attnkit.modules.rotary.RotaryEmbedding.shift`).
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.length:
+            raise ValueError(f"drop_front: n must be an int in [0, length = {self.length}], got {n!r}")
+        keep = self.length - n
+        for buf in (self.k_cache, self.v_cache):
+            buf.narrow(2, 0, keep).copy_(buf.narrow(2, n, keep).clone())  # (B, K, keep, D); clone: overlap
+        self.length = keep
+
     def reset(self) -> None:
         """Forget every cached position (the buffers are kept for reuse)."""
         self.length = 0

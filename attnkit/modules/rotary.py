@@ -121,3 +121,22 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, theta={self.theta}, length={self.cos_cached.shape[0]}"
+
+    def shift(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """Move already rotated vectors by ``delta`` positions (negative = earlier), one amount per batch row.
+
+        RoPE rotations compose: rotating a key of position ``p`` by ``delta`` gives the key of position
+        ``p + delta`` (up to float rounding). A KV cache that drops its oldest tokens uses this to renumber
+        the kept keys without recomputing them (llama.cpp's context shift).
+
+        Shape:
+            x: ``(B, K, S, D)``; delta: ``(B,)`` integer -> ``(B, K, S, D)``.
+        """
+        if x.dim() != 4 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"RotaryEmbedding.shift expects x of shape (B, K, S, D={self.head_dim}), got {tuple(x.shape)}")
+        if delta.dim() != 1 or delta.shape[0] != x.shape[0] or delta.is_floating_point():
+            raise ValueError(f"delta must be an integer tensor of shape (B,) = ({x.shape[0]},), got "
+                             f"{delta.dtype} {tuple(delta.shape)}")
+        freqs = delta.to(self.inv_freq.device, self.inv_freq.dtype)[:, None] * self.inv_freq[None, :]  # (B, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # (B, 1, 1, D)
+        return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -202,14 +203,18 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    _save_model_weights(model, tmp / MODEL_FILE)
-    fsync_file(tmp / MODEL_FILE)
-    if opt_tensors is not None:
-        save_file(opt_tensors, str(tmp / OPTIMIZER_FILE))
-        fsync_file(tmp / OPTIMIZER_FILE)
-    write_text_atomic(tmp / STATE_FILE, text)
-    fsync_dir(tmp)
+    try:
+        tmp.mkdir()
+        _save_model_weights(model, tmp / MODEL_FILE)
+        fsync_file(tmp / MODEL_FILE)
+        if opt_tensors is not None:
+            save_file(opt_tensors, str(tmp / OPTIMIZER_FILE))
+            fsync_file(tmp / OPTIMIZER_FILE)
+        write_text_atomic(tmp / STATE_FILE, text)
+        fsync_dir(tmp)
+    except (OSError, SafetensorError) as err:  # e.g. a full disk: free the unfinished copy, keep the old one
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(f"cannot write the checkpoint {path}: {err}") from None
 
     # Publish. A directory cannot be renamed over a non-empty one, so an existing checkpoint is moved
     # aside first; at every instant either the old or the new complete folder (or `.old`) exists.
@@ -306,6 +311,9 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     if not isinstance(model, nn.Module):
         raise ValueError(f"load_checkpoint expects an nn.Module, got {type(model).__name__}")
     data = read_checkpoint_state(path)
+    if data.get("sharded"):
+        raise CheckpointError(f"{path} is a sharded (FSDP) checkpoint: resume it with --fsdp under torchrun, or "
+                              f"turn it into an ordinary one with `attnkit convert {path} OUT`")
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
     device = str(torch.device(device))

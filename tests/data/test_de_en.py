@@ -11,6 +11,7 @@ from __future__ import annotations
 import gettext
 import io
 import json
+import re
 import struct
 
 import pytest
@@ -223,6 +224,27 @@ def _fake_fetchers(monkeypatch, calls: list[str]):
     ))
     monkeypatch.setattr(de_en, "N_TEST", 6)
     monkeypatch.setattr(de_en, "N_VALID", 4)
+    monkeypatch.setattr(de_en, "N_TEST_DOCS", 3)
+    monkeypatch.setattr(de_en.debian_descriptions, "fetch_translation_indexes", _fake_indexes)
+
+
+def _fake_indexes(dest):
+    """Translation-de/-en and Packages indexes with four source packages of two descriptions each."""
+    dest.mkdir(parents=True, exist_ok=True)
+    de, en, packages = [], [], []
+    for i in range(8):
+        source = f"src{i // 2}"
+        de.append(f"Package: pkg{i}\nDescription-md5: {i:032x}\nDescription-de: Werkzeug Nummer {i}\n"
+                  f" Dieses Paket enthält das Werkzeug Nummer {i} für die Konsole.\n")
+        en.append(f"Package: pkg{i}\nDescription-md5: {i:032x}\nDescription-en: tool number {i}\n"
+                  f" This package contains the tool number {i} for the console.\n")
+        packages.append(f"Package: pkg{i}\nSource: {source}\nVersion: 1.0\n")
+    paths = {}
+    for kind, stanzas in (("de", de), ("en", en), ("packages", packages)):
+        path = dest / {"de": "x_i18n_Translation-de", "en": "x_i18n_Translation-en", "packages": "x_Packages"}[kind]
+        path.write_text("\n".join(stanzas), encoding="utf-8")
+        paths[kind] = [path]
+    return paths
 
 
 def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatch, tmp_path, capsys):
@@ -233,13 +255,24 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     assert get_recipe("de-en").kind == "mt"
     root = prepare("de-en", home=tmp_path)
     assert root == tmp_path / "data" / "de-en" and calls == ["trans-de-en", "git"]
-    assert "train 35 / valid 4 / test 6" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 2 source packages x 2 descriptions x 2 pairs
+    assert "train 103 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
+    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
+    assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
+    assert [i["index"] for i in record["apt_indexes"]] == ["x_i18n_Translation-de", "x_i18n_Translation-en"]
     assert [p["package"] for p in record["packages"]] == ["trans-de-en", "git"]
     assert record["packages"][1]["sha256"] == sha256_file(root / "debs" / "git_1.0-1_all.deb")
-    splits = {s: read_tsv(root / f"{s}.tsv") for s in ("train", "valid", "test")}
-    assert {s: len(c) for s, c in splits.items()} == {"train": 35, "valid": 4, "test": 6}
+    splits = {s: read_tsv(root / f"{s}.tsv") for s in ("train", "valid", "test", "test-docs")}
+    assert {s: len(c) for s, c in splits.items()} == {"train": 103, "valid": 4, "test": 6, "test-docs": 3}
+    # test-docs: whole source packages held out; none of their sentences (or short descriptions) in train
+    held_sources = {int(re.search(r"Werkzeug Nummer (\d)", d).group(1)) // 2 for d in splits["test-docs"].sources}
+    assert len(held_sources) == 2
+    train_numbers = {int(m.group(1)) for d in splits["train"].sources if (m := re.search(r"Werkzeug Nummer (\d)", d))}
+    assert {n // 2 for n in train_numbers} == {0, 1, 2, 3} - held_sources
+    assert all(s.endswith("Konsole.") for s in splits["test-docs"].sources)
     for s, c in splits.items():
         assert record["outputs"][f"{s}.tsv"]["sha256"] == sha256_file(root / f"{s}.tsv")
         assert c.skipped == 0
@@ -280,13 +313,17 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert counts["test"] == 2000 and counts["valid"] == 1000
     assert 15_000 <= counts["dictionary_sentences"] <= 25_000
     assert 30_000 <= counts["catalog_pairs"] <= 45_000
-    assert counts["train"] >= 45_000
+    assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
+    assert 35_000 <= counts["help_pairs"] <= 55_000
+    assert 10_000 <= counts["man_pairs"] <= 25_000
+    assert counts["train"] >= 165_000
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
-    splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test")}
+    splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}
     assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}
-    held_de = {d.casefold() for s in ("valid", "test") for d in splits[s].sources}
-    held_en = {e.casefold() for s in ("valid", "test") for e in splits[s].targets}
+    held_de = {d.casefold() for s in ("valid", "test", "test-docs") for d in splits[s].sources}
+    held_en = {e.casefold() for s in ("valid", "test", "test-docs") for e in splits[s].targets}
     assert not any(d.casefold() in held_de for d in splits["train"].sources)
     assert not any(e.casefold() in held_en for e in splits["train"].targets)
     # evaluation pairs are full sentences (they come from the dictionary)
     assert all(e[-1] in ".!?" and len(e.split()) >= 3 for e in splits["test"].targets)
+    assert all(e[-1] in ".!?" and len(e.split()) >= 5 for e in splits["test-docs"].targets)

@@ -62,7 +62,7 @@ def test_compiled_equals_eager_seeded_sampling(make_gpt, prompts):
 
 def test_compile_argument_checks(make_gpt, prompts):
     model = make_gpt("gpt2", seed=1)
-    with pytest.raises(ValueError, match="compile must be a bool and needs use_cache=True"):
+    with pytest.raises(ValueError, match="compile=True needs use_cache=True"):
         generate(model, prompts, max_new_tokens=3, compile=True, use_cache=False)
     with pytest.raises(ValueError, match="compile must be a bool"):
         generate(model, prompts, max_new_tokens=3, compile="yes")

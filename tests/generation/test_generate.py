@@ -239,5 +239,12 @@ def test_sliding_window_crops_a_rope_model_to_block_size(make_gpt):
             logits = model(idx[:, -8:])
             idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert out == idx[0, 6:].tolist()
-    with pytest.raises(ValueError, match="sliding_window"):
-        generate(model, prompt, max_new_tokens=2, use_cache=True, sliding_window=True)
+
+
+def test_nan_logits_stop_generation_instead_of_picking_id_0(make_gpt):
+    model = make_gpt("gpt2", seed=1)
+    with torch.no_grad():
+        model.wte.weight[5] = float("nan")
+    for sample in (False, True):
+        with pytest.raises(FloatingPointError, match="logits hold NaN"):
+            generate(model, [[1, 2], [3, 5]], max_new_tokens=2, do_sample=sample, seed=0)

@@ -125,7 +125,7 @@ def test_long_sentences_are_truncated_and_counted_or_refused(folder, tok):
 def test_bleu_during_evaluation_with_the_greedy_translator(folder, tok):
     task = MTTask.from_data(folder, tokenizer=tok, max_len=32, max_tokens=64, bleu=True, bleu_sentences=2)
     metrics = task.evaluate(tiny_model(tok.vocab_size).eval(), 1)
-    assert set(metrics) == {"loss", "ppl", "bleu"} and 0.0 <= metrics["bleu"] <= 100.0
+    assert set(metrics) == {"loss", "ppl", "bleu", "chrf"} and 0.0 <= metrics["bleu"] <= 100.0 and 0.0 <= metrics["chrf"] <= 100.0
 
 
 # --- what the loss sees --------------------------------------------------------------------------------------------
