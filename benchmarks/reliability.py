@@ -660,6 +660,8 @@ case("sample-max-new", "cli sample", "--max-new-tokens -3", "error: max_new_toke
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--max-new-tokens", "-3"))
 case("sample-num-samples", "cli sample", "--num-samples 0", "error: --num-samples must be >= 1")(
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--num-samples", "0"))
+case("sample-empty-stop", "cli sample", "--stop '' (an empty stop string)", "error: stop_strings must be None, a non-empty str")(
+    lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--stop", ""))
 case("sample-mt-ckpt", "cli sample", "--ckpt a translation run", "error: needs a language model")(
     lambda fx, tmp: _sample(fx.mt_run))
 case("sample-unknown-chars", "cli sample", "--prompt with characters the char tokenizer never saw", "error: ")(
