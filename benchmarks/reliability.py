@@ -783,6 +783,13 @@ case("trace-unknown-chars", "cli trace", "trace --ckpt an LM run --text with cha
 case("viz-unknown", "cli viz", "viz no-such-figure", "error: invalid choice")(lambda fx, tmp: cli(["viz", "no-such-figure"]))
 case("viz-attention-missing", "cli viz", "viz attention --ckpt a missing folder", "error: no such checkpoint")(
     lambda fx, tmp: cli(["viz", "attention", "--ckpt", tmp / "nothing", "--text", "hi", "--out", tmp / "a.png"]))
+case("viz-predict-nan-weights", "cli viz", "viz predict --ckpt a run whose weights are all NaN", "error: not finite")(
+    lambda fx, tmp: cli(["viz", "predict", "--ckpt", _nan_weights(fx, tmp), "--text", "ROMEO", "--out", tmp / "p.png"]))
+case("viz-attention-nan-weights", "cli viz", "viz attention --ckpt a run whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["viz", "attention", "--ckpt", _nan_weights(fx, tmp), "--text", "ROMEO", "--out", tmp / "a.png"]))
+case("finetune-nan-weights", "cli finetune", "finetune --from a run whose weights are all NaN", "error: training loss is nan at step 1")(
+    lambda fx, tmp: cli(["finetune", "--from", _nan_weights(fx, tmp), "--data", fx.corpus, "--out", tmp / "ft",
+                         "--steps", "2", "--no-progress"]))
 case("trace-unknown-preset", "cli trace", "trace --preset no-such-preset", "error: no-such-preset")(
     lambda fx, tmp: cli(["trace", "--preset", "no-such-preset"]))
 case("trace-len-zero", "cli trace", "trace --preset char-small --len 0", "error: len")(
