@@ -837,6 +837,27 @@ def check(c: Case, o: Outcome) -> str | None:
     return "; ".join(problems) or None
 
 
+def cli_commands() -> list[str]:
+    """Every command of ``attnkit`` (``train lm``, ``eval mt``, ``sample``, ...), from its argument parser."""
+    import argparse
+
+    from attnkit.cli.main import build_parser
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [prefix]
+        return [name for sub in subs for cmd, p in sub.choices.items() for name in walk(p, f"{prefix} {cmd}".strip())]
+
+    return walk(build_parser(), "")
+
+
+def uncovered_commands() -> list[str]:
+    """Commands no row exercises (a row's area is ``cli <command>``; ``cli viz`` covers ``viz attention`` etc.)."""
+    areas = {c.area.removeprefix("cli ") for c in CASES if c.area.startswith("cli ")}
+    return [cmd for cmd in cli_commands() if not any(cmd == a or cmd.startswith(a + " ") for a in areas)]
+
+
 def _machine() -> str:
     cpu = "unknown CPU"
     try:
@@ -869,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(v is None for _, o, v in rows if o.kind != "skipped")
     skipped = sum(o.kind == "skipped" for _, o, _ in rows)
     summary = f"{passed} of {len(rows) - skipped} rows as expected" + (f", {skipped} skipped" if skipped else "")
+    missing = uncovered_commands()
+    summary += f"; CLI commands without a row: {', '.join(missing) if missing else 'none'}"
     print(summary)
     if args.write:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
