@@ -10,7 +10,7 @@ import types
 import pytest
 
 from attnkit.cli.main import main
-from attnkit.cli.train_mt import MT_DEFAULTS
+from attnkit.recipes import MT_DEFAULTS
 from attnkit.models.presets import get_preset
 from attnkit.training.config import TrainConfig
 from attnkit.training.metrics import read_metrics
