@@ -170,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
         data, documents, source = args.data, args.documents or "auto", args.source
     cfg = resolve_train_config(_defaults(args, lora), saved.get("train_config") if saved else None,
                                train_flag_values(args))
+    if cfg.fsdp and lora is not None:
+        raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
+                         "without --fsdp) for --lora")
 
     if saved is not None:
         # Everything comes back from the checkpoint: architecture (weights are loaded by the trainer),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.flags import add_sampling_flags
+from attnkit.cli.flags import add_device_flags, add_sampling_flags, inference_device, place_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default="", help="text to continue (default: empty, start from BOS or newline)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (pretrained models)")
     add_sampling_flags(p)
+    add_device_flags(p)
     p.set_defaults(func=run)
 
 
@@ -44,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
     gen_cfg = generation_config(args)  # bad sampling options fail here, before loading or printing anything
     from attnkit.interop.load import load_named, load_run
 
+    device = inference_device(args)  # so does a device (or --autocast) this machine lacks
     loaded = load_run(args.ckpt, expect_kind="lm") if args.ckpt else load_named(args.model)
     model, tokenizer, stop_ids, add_bos = loaded.model, loaded.tokenizer, loaded.stop_ids, loaded.add_bos
+    place_model(model, args, device)  # generation, the KV cache and beam search follow the weights
     use_decoding_layout(model)  # same weights, transposed storage: faster one-token steps (see its docstring)
     prompt = args.prompt
     if args.chat:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from attnkit.cli.flags import add_run_flags, parse_overrides, train_flag_values
+from attnkit.cli.flags import add_run_flags, parse_overrides, say, train_flag_values, world_size
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a language model (lm) or a translator (mt)",
@@ -35,6 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     train_mt.register(tsub)
 
 
+def describe_batch(cfg) -> str:
+    """``global batch 24 = 12 per process x 2 processes; x 2 accumulation = 48 sequences per update``."""
+    n = world_size()
+    return (f"global batch {cfg.batch_size} = {cfg.batch_size // n if cfg.batch_size % n == 0 else cfg.batch_size / n} "
+            f"per process x {n} process{'es' if n > 1 else ''}; x {cfg.grad_accum} accumulation = "
+            f"{cfg.batch_size * cfg.grad_accum} per update" + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
+
+
 def run_lm(args: argparse.Namespace) -> int:
     import torch
 
@@ -45,7 +52,6 @@ def run_lm(args: argparse.Namespace) -> int:
     from attnkit.models.params import count_parameters
     from attnkit.models.presets import get_preset
     from attnkit.training import LMTask, Trainer, seed_everything
-
     from attnkit.training.config import resolve_train_config
     from attnkit.recipes import LM_DEFAULTS
     from attnkit.training.runs import default_run_folder, read_saved_run
@@ -79,17 +85,18 @@ def run_lm(args: argparse.Namespace) -> int:
     seed_everything(cfg.seed)  # reproducible initialisation
     model = build_model(model_config)
     task = LMTask(lm.train, lm.valid, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
-    print(f"data {data}: {lm.train.numel():,} train / {lm.valid.numel():,} valid tokens, "
-          f"tokenizer {lm.tokenizer.type} (vocab {lm.tokenizer.vocab_size:,})", file=sys.stderr)
-    print(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
-          f"run folder {out}", file=sys.stderr)
+    say(f"data {data}: {lm.train.numel():,} train / {lm.valid.numel():,} valid tokens, "
+        f"tokenizer {lm.tokenizer.type} (vocab {lm.tokenizer.vocab_size:,})")
+    say(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
+        f"run folder {out}")
+    say(describe_batch(cfg))
     extra = {"kind": "lm", "data": str(data), "preset": preset, "tokenizer": lm.tokenizer.to_dict(),
              "source": json.loads(json.dumps(lm.source_info, default=str))}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,
                       progress=not args.no_progress)
     summary = trainer.fit()
     vl = summary.get("valid_loss")
-    print(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
-          f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
-          + f"; run folder {out}", file=sys.stderr)
+    say(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+        f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+        + f"; run folder {out}")
     return 0

@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from attnkit.cli.flags import DEFAULT_BATCH_SIZE, add_decoding_flags, check_decoding_flags
+from attnkit.cli.flags import (DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, check_decoding_flags,
+                               inference_device, place_model)
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate stdin or --input FILE with a trained translator",
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     p.add_argument("--strict", action="store_true", help="refuse sentences longer than the model allows "
                    "instead of truncating them")
+    add_device_flags(p)
     p.set_defaults(func=run_translate)
 
 
@@ -64,7 +66,9 @@ def run_translate(args: argparse.Namespace) -> int:
     from attnkit.training.runs import load_trained
 
     check_decoding_flags(args)
+    device = inference_device(args)  # a device (or --autocast) this machine lacks fails before loading
     model, tokenizer, _ = load_trained(args.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
+    place_model(model, args, device)  # greedy and beam search follow the weights' device and dtype
     if tokenizer is None:
         raise ValueError(f"{args.ckpt} holds no tokenizer (extra['tokenizer']); it was not written by attnkit train mt")
     max_len = getattr(model.config, "max_len", None)

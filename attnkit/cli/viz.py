@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attnkit.cli.flags import add_device_flags, resolve_device_flag
+
 _ATTN_KINDS = ("self", "encoder", "decoder", "cross")
 
 
@@ -110,6 +112,7 @@ def _add_model_args(q: argparse.ArgumentParser) -> None:
     q.add_argument("--src", default=None, help="source sentence (translation checkpoints)")
     q.add_argument("--tgt", default=None,
                    help="target sentence fed to the decoder after <bos> (translation; default: greedy translation)")
+    add_device_flags(q, autocast=False)  # weights are drawn in float32
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -175,11 +178,12 @@ def run_params(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, bool, str]:
-    """``(model, tokenizer, add_bos, description)`` from ``--ckpt`` or ``--model``."""
+    """``(model, tokenizer, add_bos, description)`` from ``--ckpt`` or ``--model``, the model on ``--device``."""
     from attnkit.interop.load import load_named, load_run
 
+    device = resolve_device_flag(args)  # a device this machine lacks fails before loading
     loaded = load_run(args.ckpt) if args.ckpt else load_named(args.model)
-    return loaded.model, loaded.tokenizer, loaded.add_bos, Path(args.ckpt).name if args.ckpt else args.model
+    return loaded.model.to(device), loaded.tokenizer, loaded.add_bos, Path(args.ckpt).name if args.ckpt else args.model
 
 
 def _lm_ids(args: argparse.Namespace, tokenizer: Any, add_bos: bool) -> list[int]:

@@ -106,7 +106,11 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
 
 def default_run_folder(kind: str, data: str, preset: str) -> Path:
     """``runs/<kind>-<data stem>-<preset>-<YYYYmmdd-HHMMSS>`` for a run started without ``--out``."""
+    import os
     import time
 
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        # the default name holds the start time, which the processes of a torchrun job need not agree on
+        raise ValueError("under torchrun pass --out: every process must write the same run folder")
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.") else str(data)
     return Path("runs") / f"{kind}-{stem}-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
