@@ -88,6 +88,11 @@ class PeerTranslator(nn.Module):
         for p in self.transformer.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+        # The table is also the output layer: N(0, 1/d_model) (fairseq's init for shared embeddings). The default
+        # N(0, 1), scaled by sqrt(d_model) on the way in and used as is on the way out, starts the loss in the
+        # hundreds (the 2026-11-25 02:40 run of this benchmark had that bug: its peer figures are void).
+        nn.init.normal_(self.embed.weight, mean=0.0, std=d_model ** -0.5)
+        nn.init.zeros_(self.generator.bias)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:  # (B, L) -> (B, L, C)
         return self.dropout(self.embed(ids) * math.sqrt(self.d_model) + self.pe[:ids.shape[1]])

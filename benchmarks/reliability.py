@@ -532,9 +532,9 @@ def _diverging(fx, tmp):
 case("lm-diverging", "cli train lm", "--lr 1e30 (the run diverges)", "error: the last good checkpoint is")(_diverging)
 
 
-def _nan_weights(fx, tmp):
+def _nan_weights(fx, tmp, run=None):
     from safetensors.torch import load_file, save_file
-    run = fx.lm_run_copy(tmp)
+    run = fx.lm_run_copy(tmp) if run is None else run
     for f in _every_weights_file(run):
         weights = load_file(str(f))
         for t in weights.values():
@@ -660,6 +660,8 @@ case("sample-max-new", "cli sample", "--max-new-tokens -3", "error: max_new_toke
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--max-new-tokens", "-3"))
 case("sample-num-samples", "cli sample", "--num-samples 0", "error: --num-samples must be >= 1")(
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--num-samples", "0"))
+case("sample-empty-stop", "cli sample", "--stop '' (an empty stop string)", "error: stop_strings must be None, a non-empty str")(
+    lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--stop", ""))
 case("sample-mt-ckpt", "cli sample", "--ckpt a translation run", "error: needs a language model")(
     lambda fx, tmp: _sample(fx.mt_run))
 case("sample-unknown-chars", "cli sample", "--prompt with characters the char tokenizer never saw", "error: ")(
@@ -758,6 +760,46 @@ case("mt-huge-line", "cli train mt", "--data with one 500 kB source sentence amo
      "ok: trains (the long pair is dropped or truncated)")(_mt_huge_line)
 
 
+def _mt_nan_copy(fx, tmp):
+    run = tmp / "mt"
+    shutil.copytree(fx.mt_run, run)
+    return _nan_weights(fx, tmp, run)
+
+
+case("translate-nan-weights", "cli translate", "--ckpt a translation run whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["translate", "--ckpt", _mt_nan_copy(fx, tmp), "--input", _write(tmp / "in.txt", "haus\n")]))
+case("eval-mt-nan-weights", "cli eval mt", "--ckpt a translation run whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["eval", "mt", "--ckpt", _mt_nan_copy(fx, tmp), "--data", fx.pairs]))
+
+
+# ---- devices and attnkit convert -------------------------------------------------------------------
+def _cuda_on_cpu(fx, tmp):
+    if _torch().cuda.is_available():
+        return Outcome("skipped", "CUDA is available here, so --device cuda is not a bad input")
+    return cli(["sample", "--ckpt", fx.lm_run, "--device", "cuda", "--prompt", "RO", "--max-new-tokens", "2"])
+
+
+case("sample-device-cuda", "cli sample", "--device cuda on a machine without CUDA", "error: CUDA is not available")(
+    _cuda_on_cpu)
+case("lm-device-unknown", "cli train lm", "--device tpu", "error: device must be one of")(
+    lambda fx, tmp: _train_lm(fx, tmp, "--device", "tpu"))
+case("lm-autocast-fp16-cpu", "cli train lm", "--autocast fp16 on the CPU", "error: autocast fp16 needs a GPU")(
+    lambda fx, tmp: _train_lm(fx, tmp, "--autocast", "fp16", "--device", "cpu"))
+case("convert-missing", "cli convert", "convert a folder that does not exist", "error: no checkpoint at")(
+    lambda fx, tmp: cli(["convert", tmp / "nothing"]))
+case("convert-ordinary", "cli convert", "convert a run whose checkpoints are not sharded", "error: not a sharded checkpoint")(
+    lambda fx, tmp: cli(["convert", fx.lm_run]))
+
+
+def _convert_over(fx, tmp):
+    notes = _write(tmp / "mine" / "notes.txt", "keep me")
+    return cli(["convert", fx.lm_run, notes.parent], protect=(notes.parent,))
+
+
+case("convert-existing-out", "cli convert", "convert SRC OUT where OUT is an existing folder of the user's",
+     "error: already exists")(_convert_over)
+
+
 # ---- viz, trace, params, data, finetune ------------------------------------------------------------
 case("finetune-mt-ckpt", "cli finetune", "finetune --from a translation run", "error: needs a language model")(
     lambda fx, tmp: cli(["finetune", "--from", fx.mt_run, "--data", fx.corpus, "--out", tmp / "ft", "--steps", "1",
@@ -769,6 +811,13 @@ case("trace-unknown-chars", "cli trace", "trace --ckpt an LM run --text with cha
 case("viz-unknown", "cli viz", "viz no-such-figure", "error: invalid choice")(lambda fx, tmp: cli(["viz", "no-such-figure"]))
 case("viz-attention-missing", "cli viz", "viz attention --ckpt a missing folder", "error: no such checkpoint")(
     lambda fx, tmp: cli(["viz", "attention", "--ckpt", tmp / "nothing", "--text", "hi", "--out", tmp / "a.png"]))
+case("viz-predict-nan-weights", "cli viz", "viz predict --ckpt a run whose weights are all NaN", "error: not finite")(
+    lambda fx, tmp: cli(["viz", "predict", "--ckpt", _nan_weights(fx, tmp), "--text", "ROMEO", "--out", tmp / "p.png"]))
+case("viz-attention-nan-weights", "cli viz", "viz attention --ckpt a run whose weights are all NaN", "error: NaN")(
+    lambda fx, tmp: cli(["viz", "attention", "--ckpt", _nan_weights(fx, tmp), "--text", "ROMEO", "--out", tmp / "a.png"]))
+case("finetune-nan-weights", "cli finetune", "finetune --from a run whose weights are all NaN", "error: training loss is nan at step 1")(
+    lambda fx, tmp: cli(["finetune", "--from", _nan_weights(fx, tmp), "--data", fx.corpus, "--out", tmp / "ft",
+                         "--steps", "2", "--no-progress"]))
 case("trace-unknown-preset", "cli trace", "trace --preset no-such-preset", "error: no-such-preset")(
     lambda fx, tmp: cli(["trace", "--preset", "no-such-preset"]))
 case("trace-len-zero", "cli trace", "trace --preset char-small --len 0", "error: len")(
@@ -816,6 +865,27 @@ def check(c: Case, o: Outcome) -> str | None:
     return "; ".join(problems) or None
 
 
+def cli_commands() -> list[str]:
+    """Every command of ``attnkit`` (``train lm``, ``eval mt``, ``sample``, ...), from its argument parser."""
+    import argparse
+
+    from attnkit.cli.main import build_parser
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [prefix]
+        return [name for sub in subs for cmd, p in sub.choices.items() for name in walk(p, f"{prefix} {cmd}".strip())]
+
+    return walk(build_parser(), "")
+
+
+def uncovered_commands() -> list[str]:
+    """Commands no row exercises (a row's area is ``cli <command>``; ``cli viz`` covers ``viz attention`` etc.)."""
+    areas = {c.area.removeprefix("cli ") for c in CASES if c.area.startswith("cli ")}
+    return [cmd for cmd in cli_commands() if not any(cmd == a or cmd.startswith(a + " ") for a in areas)]
+
+
 def _machine() -> str:
     cpu = "unknown CPU"
     try:
@@ -848,6 +918,8 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(v is None for _, o, v in rows if o.kind != "skipped")
     skipped = sum(o.kind == "skipped" for _, o, _ in rows)
     summary = f"{passed} of {len(rows) - skipped} rows as expected" + (f", {skipped} skipped" if skipped else "")
+    missing = uncovered_commands()
+    summary += f"; CLI commands without a row: {', '.join(missing) if missing else 'none'}"
     print(summary)
     if args.write:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

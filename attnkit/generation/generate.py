@@ -57,6 +57,12 @@ at once to its newest ``W - W // 2`` columns, the new token included, and the ol
   per token without a cache). Every logit then equals an uncached forward over the current window:
   the window starts at the last drop and grows to ``W`` before the next one.
 
+**Code layout.** :class:`~attnkit.generation.config.GenerationConfig` holds and validates every option
+before any work; each decoding path is one object with one ``next_logits(tokens, pad) -> (b, V)``:
+``_Uncached`` (whole context, cropped to the window when asked), ``_Cached`` (prefill, then one column),
+``_Compiled`` (its one-column steps through ``torch.compile``) and ``_WindowCache`` (above). Logits that
+hold NaN stop generation with ``FloatingPointError`` (an argmax would quietly return id 0).
+
 **Stopping** per sequence (see :mod:`attnkit.generation.stopping`): at an ``eos_token_id`` (not included
 in the output), after the token that completes a stop string (included), or after ``max_new_tokens``.
 Finished rows leave the batch (``cache.reorder`` keeps the others), so they cost nothing afterwards.

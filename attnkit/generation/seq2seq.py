@@ -163,7 +163,11 @@ class IncrementalDecoder:
             tgt_key_padding_mask=_real_target_mask(self.model, tgt),
             cache=self.cache,
         )
-        return logits[:, -1, :].float()  # (N, V)
+        logits = logits[:, -1, :].float()  # (N, V)
+        if bool(torch.isnan(logits).any()):  # argmax / top-k would quietly pick id 0: a broken model must not look fine
+            raise FloatingPointError("the decoder's next-token logits hold NaN: the model's weights or inputs are "
+                                     "not finite")
+        return logits
 
     def select(self, index: torch.Tensor) -> None:
         """Keep/reorder decoder rows: new row ``n`` is old row ``index[n]`` (memory, mask and cache).

@@ -311,6 +311,9 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     if not isinstance(model, nn.Module):
         raise ValueError(f"load_checkpoint expects an nn.Module, got {type(model).__name__}")
     data = read_checkpoint_state(path)
+    if data.get("sharded"):
+        raise CheckpointError(f"{path} is a sharded (FSDP) checkpoint: resume it with --fsdp under torchrun, or "
+                              f"turn it into an ordinary one with `attnkit convert {path} OUT`")
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
     device = str(torch.device(device))

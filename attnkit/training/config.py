@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
-AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16")
+AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16", "fp16")
 ADAMW_IMPLS: tuple[str, ...] = ("auto", "fused", "foreach", "for_loop")
 BEST_MODES: tuple[str, ...] = ("min", "max")
 
-# Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming.
-RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time")
+# Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
+# checkpoints are device-free, so a run started on a GPU may continue on the CPU and back.
+RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device")
 
 
 def _int(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
@@ -72,7 +73,9 @@ class TrainConfig:
         max_time: wall-clock budget in minutes, counted over the whole run including earlier resumed
             segments (None = unbounded). Time-limited runs are not reproducible step for step.
     Batch:
-        batch_size: B, sequences per micro-batch. block_size: T for language modelling (read by the task
+        batch_size: B, sequences per micro-batch over all processes (the global micro-batch; under torchrun
+            each of N processes computes B / N of them, see ``distributed.py``; the CLI's ``--batch-size`` is
+            per process and becomes ``B = batch_size * N`` here). block_size: T for language modelling (read by the task
             builder, e.g. ``LMTask``; the loop itself does not use it). grad_accum: micro-batches per update
             (gradients are averaged over all tokens of all micro-batches, so ``grad_accum=2, batch_size=b``
             equals ``batch_size=2b``).
@@ -87,8 +90,10 @@ class TrainConfig:
     Cadence: eval_every / log_every / ckpt_every in steps, eval_batches per evaluation, keep_last K
         step checkpoints (plus ``best/``, judged by ``best_metric`` (a key of the logged evaluation row,
         e.g. "valid_loss" or "valid_bleu") in ``best_mode`` "min" or "max").
-    Misc: seed (python, numpy and torch RNGs at the start of ``fit``), device ("cpu", "cuda", ...),
-        compile (opt-in ``torch.compile``), autocast (None or "bf16").
+    Misc: seed (python, numpy and torch RNGs at the start of ``fit``), device ("auto", "cpu", "cuda",
+        "cuda:N", "mps"; see ``device.py``), compile (opt-in ``torch.compile``), autocast (None, "bf16", or
+        "fp16" with a gradient scaler, GPUs only), fsdp (shard parameters, gradients and optimizer state
+        over the torchrun processes with FSDP2 instead of replicating them with DDP).
     """
 
     steps: int | None = 1000
@@ -117,6 +122,7 @@ class TrainConfig:
     device: str = "cpu"
     compile: bool = False
     autocast: str | None = None
+    fsdp: bool = False
 
     def __post_init__(self) -> None:
         self.steps = _int("steps", self.steps, minimum=1, allow_none=True)
@@ -163,6 +169,8 @@ class TrainConfig:
         if not isinstance(self.compile, bool):
             raise ValueError(f"TrainConfig.compile must be a bool, got {self.compile!r}")
         _choice("autocast", self.autocast, AUTOCAST_DTYPES)
+        if not isinstance(self.fsdp, bool):
+            raise ValueError(f"TrainConfig.fsdp must be a bool, got {self.fsdp!r}")
 
     # ---------------------------------------------------------------------------------------------
     # dict / JSON round-trip
@@ -213,10 +221,13 @@ class TrainConfig:
         """
         theirs = other.to_dict() if isinstance(other, TrainConfig) else dict(other)
         mine = self.to_dict()
+        # a field added since the checkpoint was written counts as its default there (e.g. fsdp=False)
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
         diffs = {}
         for key in sorted(set(mine) | set(theirs)):
             if key in RESUMABLE_CHANGES:
                 continue
-            if mine.get(key, "<missing>") != theirs.get(key, "<missing>"):
-                diffs[key] = (theirs.get(key, "<missing>"), mine.get(key, "<missing>"))
+            old = theirs.get(key, defaults.get(key, "<missing>"))
+            if mine.get(key, "<missing>") != old:
+                diffs[key] = (old, mine.get(key, "<missing>"))
         return diffs

@@ -35,7 +35,6 @@ Axis legend: B batch, T sequence length (only inside the task).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -45,15 +44,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import distributed as D
 from .atomic import write_text_atomic
 from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint, prune_checkpoints,
                          read_checkpoint_state, save_checkpoint, step_dir_name)
 from .config import RESUMABLE_CHANGES, TrainConfig
+from .device import autocast_context, check_autocast, grad_scaler, resolve_device
 from .metrics import MetricsLogger
 from .optim import LRScheduler, build_optimizer
 from .progress import TrainProgress
 from .rng import restore_rng_state, seed_everything
 from .run_lock import RunLock
+from .sharded import convert_sharded, is_sharded, load_sharded, save_sharded
 from .task import check_task, move_to_device
 
 RUN_FILE = "run.json"
@@ -85,6 +87,24 @@ def _dict_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
         if a != b:
             out.append(f"{prefix}{key} (checkpoint {a!r}, now {b!r})")
     return out
+
+
+class _NoMetrics:
+    """What ranks other than 0 log to: nothing (rank 0 writes the run's metrics files)."""
+
+    def log(self, row: dict[str, Any]) -> None:
+        pass
+
+    def write_tables(self, *, only_if_changed: bool = False) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of an FSDP (DTensor) parameter, the tensor itself otherwise."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 class Trainer:
@@ -128,19 +148,23 @@ class Trainer:
         for key, value in (extra or {}).items():
             if not isinstance(key, str) or not isinstance(value, (str, dict)):
                 raise ValueError(f"extra must map str -> str | dict, got {key!r} -> {type(value).__name__}")
-        try:
-            self.device = torch.device(config.device)
-        except RuntimeError as err:
-            raise ValueError(f"TrainConfig.device {config.device!r} is not a torch device: {err}") from None
-
+        self.device = resolve_device(config.device, local_rank=D.env_local_rank())
+        check_autocast(config.autocast, self.device)
+        # Under torchrun: join the job (gloo on the CPU, nccl on CUDA). One process: a world of size 1.
+        self.world = D.init_from_env(self.device)
         self.model = model.to(self.device)
+        if config.fsdp:
+            if not self.world.distributed:
+                raise ValueError("fsdp=True needs several processes: launch with torchrun --nproc_per_node=N")
+            D.shard_fsdp(self.model)  # in place; parameters become DTensor shards, names unchanged
         self.task = task
         self.config = config
         self.out_dir = Path(out_dir)
         self.ckpt_dir = self.out_dir / CHECKPOINTS_DIR
         self.model_config = _json_roundtrip(model_config, "model_config")
         self.extra = _json_roundtrip(dict(extra or {}), "extra")
-        self.progress_enabled = progress
+        self.progress_enabled = progress and self.world.is_main
+        self._scaler = grad_scaler(config.autocast, self.device)
 
         self.optimizer = build_optimizer(self.model, config)
         d_model = config.d_model or self.model_config.get("d_model") or self.model_config.get("n_embd")
@@ -165,11 +189,16 @@ class Trainer:
             if resume:
                 self._load_for_resume()
             else:
-                self._claim_out_dir()
-            write_text_atomic(self.out_dir / RUN_FILE, json.dumps(
-                {"train_config": config.to_dict(), "model_config": self.model_config,
-                 "extra_keys": sorted(self.extra)}, indent=2))
-            self.metrics = MetricsLogger(self.out_dir, resume_step=self.step if resume else None)
+                D.on_main(self._claim_out_dir)
+
+            def start_files() -> MetricsLogger:
+                write_text_atomic(self.out_dir / RUN_FILE, json.dumps(
+                    {"train_config": config.to_dict(), "model_config": self.model_config,
+                     "extra_keys": sorted(self.extra)}, indent=2))
+                return MetricsLogger(self.out_dir, resume_step=self.step if resume else None)
+
+            self.metrics = start_files() if self.world.is_main else _NoMetrics()
+            D.barrier()
         except BaseException:
             self._release_lock()
             raise
@@ -194,8 +223,8 @@ class Trainer:
     def _load_for_resume(self) -> None:
         if not self.out_dir.is_dir():
             raise CheckpointError(f"cannot resume: the run folder {self.out_dir} does not exist")
-        self._lock = RunLock(self.out_dir)
-        clean_stale(self.ckpt_dir)  # unfinished saves of the interrupted run
+        self._lock = RunLock(self.out_dir)  # rank 0 only in a distributed job
+        D.on_main(lambda: clean_stale(self.ckpt_dir))  # unfinished saves of the interrupted run
         latest = latest_checkpoint(self.ckpt_dir)
         if latest is None:
             raise CheckpointError(f"cannot resume: no checkpoint in {self.ckpt_dir} (the first one is written at "
@@ -224,7 +253,10 @@ class Trainer:
                              + "; ".join(diffs) + f". Only {list(RESUMABLE_CHANGES)} may change on resume.")
 
         self.task.load_state_dict(state["task"])  # raises if the data differ
-        load_checkpoint(latest, self.model, self.optimizer, self.scheduler, device=self.device)
+        if self.config.fsdp:
+            load_sharded(latest, self.model, self.optimizer, self.scheduler)  # any number of processes wrote it
+        else:
+            load_checkpoint(latest, self.model, self.optimizer, self.scheduler, device=self.device)
         self.step = int(state["step"])
         if self.scheduler.last_step != self.step:
             raise CheckpointError(f"{latest / 'state.json'}: scheduler step {self.scheduler.last_step} "
@@ -252,9 +284,7 @@ class Trainer:
     # pieces of the loop
     # --------------------------------------------------------------------------------------------
     def _autocast(self):
-        if self.config.autocast == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast_context(self.config.autocast, self.device)
 
     def _check_loss(self, loss: Any, n_tokens: Any, micro: int) -> tuple[float, int]:
         if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
@@ -267,33 +297,55 @@ class Trainer:
         if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
             raise ValueError(f"task.loss must return n_tokens as an int >= 1, got {n_tokens!r}")
         value = loss.item()
-        if not math.isfinite(value):
+        if not math.isfinite(value) and not self.world.distributed:  # distributed: checked on the global sum
             raise FloatingPointError(f"training loss is {value} at step {self.step + 1} (micro-batch {micro}): "
                                      f"the run diverged; lower lr, raise warmup_steps or set grad_clip")
         return value, n_tokens
 
     def _update(self, train_model: nn.Module) -> tuple[float, int, float | None]:
-        """One optimizer update; returns (token-weighted mean loss, tokens, grad norm before clipping)."""
+        """One optimizer update; returns (token-weighted mean loss, tokens, grad norm before clipping).
+
+        Loss and tokens are over all processes (this rank computes its share of every micro-batch, see
+        ``distributed.py``).
+        """
         cfg = self.config
+        world = self.world
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, total = 0.0, 0
         for micro in range(cfg.grad_accum):
-            batch = move_to_device(self.task.batch("train", self.step * cfg.grad_accum + micro), self.device)
-            with self._autocast():
-                loss, n_tokens = self.task.loss(train_model, batch)
-            value, n_tokens = self._check_loss(loss, n_tokens, micro)
-            (loss * n_tokens).backward()  # gradient of the token sum; normalised below
+            batch = self.task.batch("train", self.step * cfg.grad_accum + micro)  # the global batch
+            batch = move_to_device(D.shard_batch(batch, world.rank, world.size), self.device)
+            with D.no_sync(train_model, skip=micro < cfg.grad_accum - 1):  # all-reduce once, after the last
+                with self._autocast():
+                    loss, n_tokens = self.task.loss(train_model, batch)
+                value, n_tokens = self._check_loss(loss, n_tokens, micro)
+                scaled = loss * n_tokens  # gradient of the token sum; normalised below
+                (self._scaler.scale(scaled) if self._scaler is not None else scaled).backward()
             loss_sum += value * n_tokens  # python float64: exact for one micro-batch
             total += n_tokens
+        if world.distributed:  # DDP/FSDP averaged the gradients over ranks: undo the 1/N, divide by all tokens
+            loss_sum, global_total = D.all_sum([loss_sum, float(total)])
+            total = int(global_total)
+            if not math.isfinite(loss_sum):
+                raise FloatingPointError(f"training loss is {loss_sum / total} at step {self.step + 1}: the run "
+                                         f"diverged; lower lr, raise warmup_steps or set grad_clip")
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+        factor = world.size / total
         for p in self._params:
             if p.grad is not None:
-                p.grad.div_(total)
+                p.grad.mul_(factor) if world.distributed else p.grad.div_(total)
         grad_norm = None
         if cfg.grad_clip is not None:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip))
-            if not math.isfinite(grad_norm):
+            norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip)
+            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+            if not math.isfinite(grad_norm) and self._scaler is None:  # fp16: the scaler skips this step
                 raise FloatingPointError(f"gradient norm is {grad_norm} at step {self.step + 1}: the run diverged")
-        self.optimizer.step()
+        if self._scaler is not None:
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+        else:
+            self.optimizer.step()
         return loss_sum / total, total, grad_norm
 
     def _evaluate(self, train_model: nn.Module) -> dict[str, Any]:
@@ -307,6 +359,8 @@ class Trainer:
             self.model.train()
         if not isinstance(results, dict) or not results:
             raise ValueError(f"task.evaluate must return a non-empty dict of str -> float, got {results!r}")
+        if self.world.distributed:  # identical weights on every rank; rank 0's numbers decide for all
+            results = D.broadcast_object({k: float(v) for k, v in results.items()})
         row: dict[str, Any] = {"step": self.step}
         for key, value in results.items():
             if isinstance(value, torch.Tensor):
@@ -329,8 +383,7 @@ class Trainer:
                                         else value > self.best["value"]))
         if better:
             self.best = {"metric": metric, "value": value, "step": self.step}
-            save_checkpoint(self.ckpt_dir / BEST_DIR, self.model, self.optimizer, self.scheduler,
-                            state=self._checkpoint_state(), extra=self.extra)
+            self._write_checkpoint(self.ckpt_dir / BEST_DIR)
         shown = ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "step")
         self._progress.write(f"step {self.step}: {shown}" + ("  (best)" if better else ""))
         report = getattr(self.task, "eval_report", None)  # optional: e.g. sample translations (MTTask)
@@ -344,15 +397,37 @@ class Trainer:
                 "task": self.task.state_dict(), "best": self.best, "last_eval": self.last_eval,
                 "last_loss": self.last_loss}
 
+    def _write_checkpoint(self, path: Path) -> Path:
+        """Collective: FSDP -> every rank writes its shard (DCP); otherwise rank 0 writes the one file set."""
+        if self.config.fsdp:
+            return save_sharded(path, self.model, self.optimizer, self.scheduler, state=self._checkpoint_state(),
+                                extra=self.extra)
+        state = self._checkpoint_state()  # the live clock is read on every rank, only rank 0's is written
+        D.on_main(lambda: save_checkpoint(path, self.model, self.optimizer, self.scheduler, state=state,
+                                          extra=self.extra))
+        return path
+
     def _save(self) -> Path:
-        bad = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+        bad = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(_local(p)).all())]
+        if self.world.distributed and self.config.fsdp:  # each rank sees only its shards
+            bad = ["some parameters"] if D.all_sum([float(len(bad))])[0] > 0 else []
         if bad:  # never replace a good checkpoint with a diverged one
             raise FloatingPointError(f"parameters {bad[:3]} hold NaN/inf at step {self.step}: the run diverged")
-        path = save_checkpoint(self.ckpt_dir / step_dir_name(self.step), self.model, self.optimizer,
-                               self.scheduler, state=self._checkpoint_state(), extra=self.extra)
-        prune_checkpoints(self.ckpt_dir, self.config.keep_last)
+        path = self._write_checkpoint(self.ckpt_dir / step_dir_name(self.step))
+        D.on_main(lambda: prune_checkpoints(self.ckpt_dir, self.config.keep_last))
         self.last_checkpoint = path
         return path
+
+    def _convert_best(self) -> None:
+        """FSDP runs: rewrite ``best/`` as an ordinary single-file checkpoint (rank 0, the end of the run), so
+        ``sample`` / ``eval`` / ``finetune`` load it anywhere; the sharded step checkpoints stay for --resume."""
+        best = self.ckpt_dir / BEST_DIR
+        if not is_sharded(best):
+            return
+        from attnkit.models.builders import build_model
+        from attnkit.models.configs import config_from_dict
+
+        convert_sharded(best, best, build_model(config_from_dict(self.model_config)))
 
     # --------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -371,13 +446,19 @@ class Trainer:
             restore_rng_state(self._rng_state)  # continue dropout etc. exactly where the checkpoint stopped
         else:
             seed_everything(cfg.seed)
-        train_model = torch.compile(self.model) if cfg.compile else self.model
+        if self.world.rank > 0:  # dropout masks differ between ranks (each rank's own stream, reproducible)
+            torch.manual_seed(cfg.seed + 7919 * self.world.rank + self.step)
+        train_model = self.model
+        if self.world.distributed and not cfg.fsdp:
+            train_model = D.wrap_ddp(self.model, self.device)
+        train_model = torch.compile(train_model) if cfg.compile else train_model
         self.model.train()
 
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         self._now = lambda: start_elapsed + (time.perf_counter() - t0)
+        self._clock = self.elapsed  # the run's clock as all ranks agree on it (rank 0's), read by the schedule
         if cfg.steps is None and cfg.max_time is not None:
-            self.scheduler.time_fraction = lambda: self._now() / (cfg.max_time * 60)
+            self.scheduler.time_fraction = lambda: self._clock / (cfg.max_time * 60)
         self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=None if cfg.max_time is None else cfg.max_time * 60,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
                                        enabled=self.progress_enabled)
@@ -388,7 +469,10 @@ class Trainer:
                 if cfg.steps is not None and self.step >= cfg.steps:
                     stopped_by = "steps"
                     break
-                if cfg.max_time is not None and self._now() >= cfg.max_time * 60:
+                self._clock = self._now()
+                if self.world.distributed and cfg.max_time is not None:  # rank 0's clock decides for all
+                    self._clock = D.all_sum([self._clock if self.world.is_main else 0.0])[0]
+                if cfg.max_time is not None and self._clock >= cfg.max_time * 60:
                     stopped_by = "max_time"
                     break
                 lr = self.scheduler.get_lr()  # the lr this update uses
@@ -424,6 +508,8 @@ class Trainer:
             if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
                 self._save()
             self.metrics.write_tables(only_if_changed=True)
+            if cfg.fsdp:
+                D.on_main(self._convert_best)
         except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
             kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
             raise type(err)(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
@@ -440,5 +526,7 @@ class Trainer:
                    "best": self.best, "checkpoint": str(self.last_checkpoint),
                    "best_checkpoint": str(best_dir) if best_dir.is_dir() else None,
                    "resumed_from": None if self.resumed_from is None else str(self.resumed_from)}
-        write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+        if self.world.is_main:
+            write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+        D.barrier()
         return summary

@@ -62,6 +62,8 @@ def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5) -
             logits = run()[0].float()  # (T, V)
     finally:
         model.train(was_training)
+    if not bool(torch.isfinite(logits).all()):  # a figure of NaN probabilities would look like a real one
+        raise FloatingPointError("the model's next-token logits are not finite (NaN or inf): its weights are broken")
     probs = torch.softmax(logits, dim=-1)  # (T, V)
     top = probs.topk(top_k, dim=-1)  # sorted, largest first
     return top.values.cpu(), top.indices.cpu()  # (T, k), (T, k)

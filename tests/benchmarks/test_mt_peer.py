@@ -77,3 +77,17 @@ def test_comparison_on_a_tiny_run(tmp_path, capsys):
     assert (results / "mt_peer_loss.png").stat().st_size > 0
     md = (results / "mt_peer.md").read_text()
     assert "| test |" in md and "torch.nn.Transformer peer (recipe)" in md
+
+
+def test_peer_starts_near_the_uniform_loss():
+    """Tied embeddings are initialised for their two roles: the first loss is of the order of log(V), not hundreds."""
+    import math
+
+    torch.manual_seed(0)
+    V = 2000
+    m = mt_peer.PeerTranslator(V, max_len=32, **mt_peer.PEER_SIZES["tutorial"])
+    src, tgt = torch.randint(4, V, (4, 10)), torch.randint(4, V, (4, 12))
+    logits = m(src, tgt, torch.zeros(4, 10, dtype=torch.bool), torch.zeros(4, 12, dtype=torch.bool))
+    labels = torch.randint(4, V, (4, 12))  # not tgt itself: with tied tables the residual favours the input token
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+    assert float(loss) < 2 * math.log(V)  # N(0, 1) tables gave ~480 here

@@ -157,3 +157,17 @@ def test_greedy_search_bad_source(setup, src, mask, match):
     model, _, kw = setup
     with pytest.raises(ValueError, match=match):
         greedy_search(model, src, mask, **kw)
+
+
+def test_nan_logits_stop_greedy_and_beam_search(make_transformer, make_sources, mt_ids):
+    from attnkit.generation import beam_search
+
+    model = make_transformer(seed=0)
+    with torch.no_grad():
+        model.generator.bias[5] = float("nan")
+    src = make_sources([3, 2])
+    ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad)
+    with pytest.raises(FloatingPointError, match="logits hold NaN"):
+        greedy_search(model, src, **ids)
+    with pytest.raises(FloatingPointError, match="logits hold NaN"):
+        beam_search(model, src, beam_size=2, **ids)

@@ -89,3 +89,31 @@ def test_causal_mask_is_bottom_right_aligned(T, extra):
     m = causal_mask(T, S)
     for i in range(T):
         assert m[i].tolist() == [j > i + extra for j in range(S)]
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.lists(st.integers(1, 4), min_size=1, max_size=4), st.booleans(), st.integers(0, 2**16),
+       st.lists(st.integers(0, 3), min_size=3, max_size=3))
+def test_cached_chunks_equal_one_causal_pass(B, chunks, rope, seed, pads):
+    """Self-attention fed chunk by chunk through a KV cache = one causal pass (with left padding)."""
+    from attnkit.modules.multi_head_attention import MultiHeadAttention
+    from attnkit.modules.rotary import RotaryEmbedding
+
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=2, rotary=RotaryEmbedding(4) if rope else None).eval()
+    T = sum(chunks)
+    x = torch.randn(B, T, 16)
+    pad = padding_mask([T - min(p, T - 1) for p in pads[:B]], max_len=T).flip(1)  # left padding, >= 1 real token
+    positions = ((~pad).long().cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        full, _ = mha(x, is_causal=True, key_padding_mask=pad, position_ids=positions)
+        cache, outs, start = mha.new_cache(B, T), [], 0
+        for n in chunks:
+            end = start + n
+            out, _ = mha(x[:, start:end], is_causal=True, key_padding_mask=pad[:, :end], kv_cache=cache,
+                         position_ids=positions[:, start:end])
+            outs.append(out)
+            start = end
+    real = ~pad  # padding query rows attend only padding keys: all-masked, zero in both
+    torch.testing.assert_close(torch.cat(outs, 1)[real], full[real], atol=1e-5, rtol=1e-4)
+    assert torch.isfinite(full).all()

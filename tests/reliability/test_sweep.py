@@ -6,7 +6,7 @@ message names the problem, or the expected success; no NaN printed; the files th
 
 import pytest
 
-from benchmarks.reliability import CASES, Fixtures, check, run_case
+from benchmarks.reliability import CASES, Fixtures, check, cli_commands, run_case, uncovered_commands
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,14 @@ def test_at_least_sixty_distinct_rows():
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)) and len(ids) >= 60
     assert len({(c.area, c.input) for c in CASES}) == len(CASES)
+
+
+def test_the_commands_this_sweep_was_written_for_all_have_rows():
+    commands = cli_commands()
+    known = ["train lm", "train mt", "finetune", "sample", "eval lm", "eval mt", "translate", "viz positions",
+             "viz attention", "trace", "params", "data prepare", "convert"]
+    assert set(known) <= set(commands)
+    assert not set(uncovered_commands()) & set(known)
 
 
 @pytest.mark.parametrize("row", CASES, ids=[c.id for c in CASES])

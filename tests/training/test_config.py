@@ -87,7 +87,8 @@ def test_inverse_sqrt_needs_warmup():
     ("seed", -1, "seed must be an int >= 0, got -1"),
     ("device", "", "device must be a device string"),
     ("compile", 1, "compile must be a bool, got 1"),
-    ("autocast", "fp16", r"autocast must be one of \[None, 'bf16'\], got 'fp16'"),
+    ("autocast", "fp8", r"autocast must be one of \[None, 'bf16', 'fp16'\], got 'fp8'"),
+    ("fsdp", 1, "fsdp must be a bool, got 1"),
 ])
 def test_bad_field_values(field, value, message):
     with pytest.raises(ValueError, match=message):

@@ -313,7 +313,7 @@ def test_bad_constructor_arguments(tmp_path, tiny_lm, token_streams):
         Trainer(tiny_lm(), task, cfg, tmp_path / "a", model_config={}, extra={"vocab": ["a"]})
     with pytest.raises(ValueError, match="model_config must be a dict"):
         Trainer(tiny_lm(), task, cfg, tmp_path / "a", model_config=[1, 2])
-    with pytest.raises(ValueError, match="device 'gpu0' is not a torch device"):
+    with pytest.raises(ValueError, match=r"device must be one of \['auto', 'cpu', 'cuda', 'cuda:N', 'mps'\], got 'gpu0'"):
         Trainer(tiny_lm(), task, cfg.replace(device="gpu0"), tmp_path / "a", model_config={})
     assert not (tmp_path / "a").exists()  # no run folder claimed by a rejected trainer
 

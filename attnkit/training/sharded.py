@@ -1,0 +1,128 @@
+"""Sharded (FSDP2) checkpoints through ``torch.distributed.checkpoint`` (DCP), and their conversion to the
+ordinary single-file checkpoint.
+
+A sharded checkpoint is a folder like an ordinary one (``checkpoint.py``) with the tensors in DCP's
+format instead of ``model.safetensors`` / ``optimizer.safetensors``::
+
+    step_00000400/
+        dcp/               DCP files: one ``__<rank>_0.distcp`` per process + ``.metadata``
+                           ({"model": model state, "optim": optimizer state}, by parameter name)
+        state.json         as in an ordinary checkpoint, with ``"sharded": true`` (no optimizer tensors)
+
+Every rank writes its own shard (a collective call); rank 0 writes ``state.json`` and publishes the folder
+with the same ``.tmp`` + rename as ordinary checkpoints. DCP re-shards on load, so a run saved by N
+processes resumes with M. DCP's ``.metadata`` is a pickle written by torch; attnkit only reads sharded
+folders its own runs wrote, and :func:`convert_sharded` turns one into the ordinary safetensors + JSON
+checkpoint that ``sample`` / ``eval`` / ``finetune`` load anywhere (the optimizer state stays behind).
+
+No tensors flow through the public API except through modules, so there are no shapes to document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import distributed as D
+from .atomic import fsync_dir, write_text_atomic
+from .checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, read_checkpoint_state, save_checkpoint
+from .rng import capture_rng_state
+
+DCP_DIR = "dcp"
+
+
+def is_sharded(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a sharded (DCP) checkpoint folder."""
+    return (Path(path) / DCP_DIR).is_dir()
+
+
+def save_sharded(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                 state: dict[str, Any], extra: dict[str, Any]) -> Path:
+    """Collective: every rank writes its shard of model + optimizer; rank 0 writes ``state.json`` and renames
+    ``<path>.tmp`` to ``<path>`` (replacing an older folder of that name). Returns ``path``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+
+    def fresh_tmp() -> None:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / DCP_DIR).mkdir(parents=True)
+
+    D.on_main(fresh_tmp)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / DCP_DIR))
+    payload = {"format": FORMAT, "version": FORMAT_VERSION, **state, "extra": extra, "sharded": True,
+               "world_size": D.current_world().size, "scheduler": scheduler.state_dict(), "rng": capture_rng_state()}
+
+    def publish() -> None:
+        write_text_atomic(tmp / "state.json", json.dumps(payload, indent=2, allow_nan=False))
+        fsync_dir(tmp)
+        old = path.with_name(path.name + ".old")
+        if path.exists():
+            if old.exists():
+                shutil.rmtree(old)
+            os.rename(path, old)
+        os.rename(tmp, path)
+        fsync_dir(path.parent)
+        if old.exists():
+            shutil.rmtree(old)
+
+    D.on_main(publish)
+    return path
+
+
+def load_sharded(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:
+    """Collective: restore model, optimizer and scheduler of an FSDP-sharded ``model`` from ``path`` (written by
+    any number of processes). Returns ``state.json``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = Path(path)
+    data = read_checkpoint_state(path)
+    if not is_sharded(path):
+        raise CheckpointError(f"{path} is not a sharded checkpoint (no {DCP_DIR}/ folder); it was written "
+                              f"without --fsdp, so resume it without --fsdp")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    both = {"model": model_sd, "optim": optim_sd}
+    try:
+        dcp.load(both, checkpoint_id=str(path / DCP_DIR))
+    except Exception as err:  # DCP raises its own CheckpointException for missing/mismatched entries
+        raise CheckpointError(f"{path / DCP_DIR}: cannot restore the sharded checkpoint: {err}") from None
+    set_state_dict(model, optimizer, model_state_dict=both["model"], optim_state_dict=both["optim"])
+    scheduler.load_state_dict(data["scheduler"])
+    return data
+
+
+def convert_sharded(src: str | os.PathLike, dst: str | os.PathLike, model: nn.Module) -> Path:
+    """Turn the sharded checkpoint ``src`` into an ordinary checkpoint folder ``dst`` (weights + ``state.json``,
+    no optimizer), using ``model`` — a plain, unsharded model built from the run's model config — as the
+    template whose weights are filled. Runs in one process without a process group. Returns ``dst``."""
+    import torch.distributed.checkpoint as dcp
+
+    src, dst = Path(src), Path(dst)
+    data = read_checkpoint_state(src)
+    if not is_sharded(src):
+        raise CheckpointError(f"{src} is not a sharded checkpoint (no {DCP_DIR}/ folder): it is already an "
+                              f"ordinary checkpoint")
+    weights = {k: v for k, v in model.state_dict().items()}
+    try:
+        with warnings.catch_warnings():  # "no process group: loading in one process" is the point here
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load({"model": weights}, checkpoint_id=str(src / DCP_DIR), no_dist=True)
+    except Exception as err:
+        raise CheckpointError(f"{src / DCP_DIR}: cannot read the model weights: {err}") from None
+    model.load_state_dict(weights)
+    state = {k: v for k, v in data.items() if k not in ("format", "version", "extra", "optimizer", "scheduler",
+                                                        "rng", "sharded", "world_size")}
+    state["converted_from"] = str(src)
+    return save_checkpoint(dst, model, state=state, extra=data.get("extra", {}), include_rng=False)

@@ -1,0 +1,116 @@
+"""Device selection and autocast (``attnkit.training.device``), on whatever this machine has.
+
+The CUDA-only branches are exercised where CUDA exists (``@needs_cuda``); everywhere else the tests check
+that asking for a missing device is one clear ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.training import TrainConfig, Trainer
+from attnkit.training.checkpoint import load_checkpoint
+from attnkit.training.device import autocast_context, check_autocast, grad_scaler, resolve_device
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+
+
+def test_auto_and_cpu():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" CPU ") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+    expected = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    assert resolve_device("auto") == expected
+    assert resolve_device(None) == expected
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x", "tpu", "", 3])
+def test_unknown_device_names_are_refused(name):
+    with pytest.raises(ValueError, match=r"device must be one of \['auto', 'cpu', 'cuda', 'cuda:N', 'mps'\]"):
+        resolve_device(name)
+
+
+@no_cuda
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "cuda:3"])
+def test_cuda_without_cuda_is_one_clear_error(name):
+    with pytest.raises(ValueError, match=f"device '{name}' was asked for, but CUDA is not available here"):
+        resolve_device(name)
+
+
+def test_mps_without_mps_is_one_clear_error():
+    if torch.backends.mps.is_available():
+        assert resolve_device("mps") == torch.device("mps")
+    else:
+        with pytest.raises(ValueError, match="no Apple-GPU \\(MPS\\) support"):
+            resolve_device("mps")
+
+
+@needs_cuda
+def test_cuda_index_and_local_rank():
+    assert resolve_device("cuda", local_rank=0) == torch.device("cuda", 0)
+    n = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"this machine has {n} CUDA device"):
+        resolve_device(f"cuda:{n}")
+
+
+def test_autocast_checks():
+    cpu = torch.device("cpu")
+    check_autocast(None, cpu)
+    check_autocast("bf16", cpu)
+    with pytest.raises(ValueError, match="autocast fp16 needs a GPU"):
+        check_autocast("fp16", cpu)
+    with pytest.raises(ValueError, match="autocast must be one of"):
+        check_autocast("fp8", cpu)
+    assert grad_scaler("bf16", cpu) is None and grad_scaler(None, cpu) is None
+
+
+def test_bf16_autocast_on_the_cpu_computes_in_bf16():
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with autocast_context("bf16", torch.device("cpu")):
+        out = a @ b
+    assert out.dtype == torch.bfloat16
+    with autocast_context(None, torch.device("cpu")):
+        assert (a @ b).dtype == torch.float32
+
+
+def _train(tmp_path, name, tiny_lm, fixed_task, **overrides):
+    torch.manual_seed(0)
+    model = tiny_lm()
+    cfg = TrainConfig(steps=4, batch_size=4, lr=1e-2, warmup_steps=0, eval_every=4, eval_batches=1, log_every=1,
+                      ckpt_every=4, **overrides)
+    return Trainer(model, fixed_task(4), cfg, tmp_path / name, model_config={"d_model": 16}, progress=False).fit()
+
+
+def test_training_under_bf16_autocast_on_the_cpu(tmp_path, tiny_lm, fixed_task):
+    full = _train(tmp_path, "fp32", tiny_lm, fixed_task)
+    bf16 = _train(tmp_path, "bf16", tiny_lm, fixed_task, autocast="bf16")
+    # bf16 keeps ~3 significant digits: the same training, not the same bits
+    assert bf16["train_loss"] == pytest.approx(full["train_loss"], rel=0.05)
+    assert bf16["train_loss"] != full["train_loss"]
+
+
+def test_fp16_training_on_the_cpu_is_refused(tmp_path, tiny_lm, fixed_task):
+    with pytest.raises(ValueError, match="autocast fp16 needs a GPU"):
+        _train(tmp_path, "fp16", tiny_lm, fixed_task, autocast="fp16")
+
+
+def test_checkpoints_are_device_free(tmp_path, tiny_lm, fixed_task):
+    """Weights are saved from the CPU and load onto whatever device the model is on (``device=`` too);
+    a run may resume on another device (the config's ``device`` may change on resume)."""
+    summary = _train(tmp_path, "run", tiny_lm, fixed_task, device="auto")
+    model = tiny_lm()
+    load_checkpoint(summary["checkpoint"], model, device="cpu")
+    assert next(model.parameters()).device.type == "cpu"
+    cfg = TrainConfig(steps=6, batch_size=4, lr=1e-2, warmup_steps=0, eval_every=4, eval_batches=1, log_every=1,
+                      ckpt_every=4, device="cpu")
+    resumed = Trainer(tiny_lm(), fixed_task(4), cfg, tmp_path / "run", model_config={"d_model": 16},
+                      resume=True, progress=False).fit()
+    assert resumed["steps"] == 6
+
+
+@needs_cuda
+def test_fp16_training_with_a_grad_scaler_on_cuda(tmp_path, tiny_lm, fixed_task):
+    summary = _train(tmp_path, "fp16", tiny_lm, fixed_task, autocast="fp16", device="cuda")
+    assert summary["steps"] == 4

@@ -1,0 +1,213 @@
+"""N processes train exactly like one: DDP and FSDP2 under torchrun, on the CPU with gloo.
+
+Every run is ``dist_child.py`` (a 2-block GPT, dropout 0), started as one plain process or through
+``python -m torch.distributed.run`` (torchrun). Tolerance: N processes sum the same float32 numbers in a
+different order (each rank's share, then the all-reduce), and AdamW turns those last-bit differences into
+weight differences of a few 1e-6 after a dozen updates; the tests allow 1e-4 on weights and 1e-5
+(relative) on every logged loss, far below what one changed batch row does (see
+``test_a_changed_batch_is_detected``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnkit.training import distributed as D
+from attnkit.training.checkpoint import latest_checkpoint
+from attnkit.training.sharded import convert_sharded, is_sharded
+
+CHILD = Path(__file__).with_name("dist_child.py")
+ROOT = Path(__file__).resolve().parents[2]
+WEIGHT_ATOL = 1e-4
+LOSS_RTOL = 1e-5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    return env
+
+
+def launch(out: Path, nproc: int = 1, *, torchrun_args: list[str] | None = None, **options) -> list[str]:
+    """The command line of one run: plain python for nproc=1 (no torchrun args), torchrun otherwise."""
+    script = [str(CHILD), str(out), json.dumps(options)]
+    if nproc == 1 and torchrun_args is None:
+        return [sys.executable, *script]
+    args = torchrun_args or ["--standalone", f"--nproc_per_node={nproc}"]
+    return [sys.executable, "-m", "torch.distributed.run", *args, *script]
+
+
+def run(out: Path, nproc: int = 1, **options) -> Path:
+    proc = subprocess.run(launch(out, nproc, **options), env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def weights(out: Path, step: int | None = None) -> dict[str, torch.Tensor]:
+    ckpt = latest_checkpoint(out / "checkpoints") if step is None else out / "checkpoints" / f"step_{step:08d}"
+    return load_file(str(ckpt / "model.safetensors"))
+
+
+def losses(out: Path, valid: bool = True) -> list[float]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows if "loss" in r] + [r["valid_loss"] for r in rows if "valid_loss" in r and valid]
+
+
+def assert_same_training(a: Path, b: Path, step: int | None = None, valid: bool = True) -> None:
+    wa, wb = weights(a, step), weights(b, step)
+    assert sorted(wa) == sorted(wb)
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+    la, lb = losses(a, valid), losses(b, valid)
+    assert len(la) == len(lb) > 10
+    torch.testing.assert_close(torch.tensor(lb), torch.tensor(la), rtol=LOSS_RTOL, atol=0)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> Path:
+    """The reference: one process, global batch 8, 12 updates."""
+    return run(tmp_path_factory.mktemp("single") / "run")
+
+
+# ------------------------------------------------------------------------------------------------
+# the pieces, in one process
+# ------------------------------------------------------------------------------------------------
+
+def test_shard_batch_splits_rows_disjointly_and_completely():
+    x = torch.arange(10 * 3).reshape(10, 3)
+    batch = {"x": x, "pair": (x + 1, x.sum(1)), "note": "kept"}
+    shares = [D.shard_batch(batch, r, 3) for r in range(3)]
+    assert [s["x"].shape[0] for s in shares] == [4, 3, 3]
+    torch.testing.assert_close(torch.cat([s["x"] for s in shares]), x)
+    torch.testing.assert_close(torch.cat([s["pair"][1] for s in shares]), x.sum(1))
+    assert all(s["note"] == "kept" for s in shares)
+    assert D.shard_batch(batch, 0, 1) is batch
+    with pytest.raises(ValueError, match="a batch of 2 rows cannot be shared by 3 processes"):
+        D.shard_batch(x[:2], 0, 3)
+    with pytest.raises(ValueError, match="holds no tensor"):
+        D.shard_batch(["a"], 0, 2)
+
+
+def test_backend_follows_the_device():
+    assert D.backend_for(torch.device("cpu")) == "gloo"
+    assert D.backend_for(torch.device("cuda", 0)) == "nccl"
+    with pytest.raises(ValueError, match="supports devices"):
+        D.backend_for(torch.device("meta"))
+
+
+def test_one_process_is_a_world_of_one(monkeypatch):
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    world = D.init_from_env(torch.device("cpu"))
+    assert (world.rank, world.size, world.is_main, world.distributed) == (0, 1, True, False)
+    assert D.all_sum([1.5, 2.0]) == [1.5, 2.0]
+    assert D.on_main(lambda: 7) == 7
+
+
+def test_fsdp_needs_several_processes(tmp_path):
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+    from attnkit.training import LMTask, TrainConfig, Trainer
+
+    gcfg = GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    task = LMTask(torch.arange(50) % 8, torch.arange(50) % 8, block_size=4, batch_size=2)
+    with pytest.raises(ValueError, match="fsdp=True needs several processes"):
+        Trainer(GPT(gcfg), task, TrainConfig(steps=1, batch_size=2, block_size=4, warmup_steps=0, fsdp=True), tmp_path / "r",
+                model_config=gcfg)
+
+
+# ------------------------------------------------------------------------------------------------
+# N processes == 1 process
+# ------------------------------------------------------------------------------------------------
+
+def test_two_processes_with_half_the_batch_each_equal_one_process(single, tmp_path):
+    two = run(tmp_path / "two", nproc=2)
+    assert_same_training(single, two)
+    # only rank 0 wrote files; the run's files are the same set as one process writes
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in single.iterdir())
+
+
+def test_a_changed_batch_is_detected(single, tmp_path):
+    """The tolerance is tight enough: a run that sees other data (another seed) fails the comparison."""
+    other = run(tmp_path / "other", seed=6)
+    with pytest.raises(AssertionError):
+        assert_same_training(single, other)
+
+
+def test_grad_accumulation_equals_the_big_batch_with_and_without_ddp(tmp_path):
+    big = run(tmp_path / "big", task="windows")
+    # (validation batches hold batch_size windows, so only the training losses are comparable here)
+    accum = run(tmp_path / "accum", task="windows", batch_size=4, grad_accum=2)
+    assert_same_training(big, accum, valid=False)
+    ddp_accum = run(tmp_path / "ddp_accum", nproc=2, task="windows", batch_size=4, grad_accum=2)  # 2 rows per rank
+    assert_same_training(big, ddp_accum, valid=False)
+
+
+def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
+    sharded = run(tmp_path / "fsdp", nproc=2, fsdp=True)
+    last = latest_checkpoint(sharded / "checkpoints")
+    assert is_sharded(last) and not (last / "model.safetensors").exists()
+    best = sharded / "checkpoints" / "best"
+    assert not is_sharded(best) and (best / "model.safetensors").is_file()  # converted at the end of the run
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+
+    gcfg = GPTConfig.from_dict(json.loads((sharded / "run.json").read_text())["model_config"])
+    converted = convert_sharded(last, tmp_path / "converted", GPT(gcfg))
+    wa, wb = weights(single), load_file(str(converted / "model.safetensors"))
+    assert sorted(wa) == sorted(wb)
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+    torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
+
+
+def test_sigkill_mid_run_then_resume_with_another_number_of_processes(single, tmp_path):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(launch(out, 2, slow=0.3), env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # kill once a checkpoint exists and before the run ends
+            ckpt = latest_checkpoint(out / "checkpoints")
+            if ckpt is not None and ckpt.name >= "step_00000004":
+                break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers die at once, as with a lost machine
+    finally:
+        proc.wait(timeout=30)
+    killed_at = latest_checkpoint(out / "checkpoints").name
+    assert killed_at < "step_00000012"
+    run(out, resume=True)  # one process continues what two started
+    assert_same_training(single, out)
+
+
+def test_two_machines_on_one_host_with_a_c10d_rendezvous(single, tmp_path):
+    out = tmp_path / "nodes"
+    endpoint = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen(launch(out, torchrun_args=[
+        "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}", "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={endpoint}", "--rdzv_id=attnkit-test"]), env=_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+    assert_same_training(single, out)
