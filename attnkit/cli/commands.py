@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "attnkit.cli.translate",
     "attnkit.cli.viz",
     "attnkit.cli.trace",
+    "attnkit.cli.convert",
 )
 
 

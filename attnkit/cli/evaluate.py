@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attnkit.cli.flags import add_device_flags, inference_device, place_model
 from attnkit.cli.translate import DEFAULT_BATCH_SIZE, add_decoding_args, check_decoding_args
 from attnkit.data.parallel import SPLITS
 
@@ -48,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--max-batches", type=int, default=None,
                     help="evaluate only this many batches (windows spread evenly over the split)")
     lm.add_argument("--json", type=Path, default=None, help="where to write the results (default <ckpt>/eval_lm.json)")
+    add_device_flags(lm)
     lm.set_defaults(func=run_eval_lm)
 
     mt = esub.add_parser("mt", help="BLEU and chrF of a translator (sacreBLEU, detokenized)",
@@ -66,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mt.add_argument("--json", type=Path, default=None,
                     help="where to write the results (default <ckpt>/eval_mt_<data>_<split>.json)")
     mt.add_argument("--hyps", type=Path, default=None, help="also write the translations here, one per line")
+    add_device_flags(mt)
     mt.set_defaults(func=run_eval_mt)
 
 
@@ -96,7 +99,9 @@ def run_eval_lm(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_batches is not None and args.max_batches < 1:
         raise ValueError(f"--max-batches must be >= 1, got {args.max_batches}")
+    device = inference_device(args)  # a device (or --autocast) this machine lacks fails before loading
     model, tokenizer, state = load_trained(args.ckpt, expect_kind="lm")  # a translator is refused here
+    place_model(model, args, device)
     if tokenizer is None:
         raise ValueError(f"{args.ckpt} holds no tokenizer (extra['tokenizer']); it was not written by attnkit train lm")
     T = int(model.config.block_size)
@@ -111,6 +116,7 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with torch.no_grad():
         for x, y in eval_batches(valid, T, args.batch_size, max_windows=max_windows):  # (B, T) each
+            x, y = x.to(device), y.to(device)
             logits = model(x)  # (B, T, V)
             V = logits.shape[-1]
             loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1), reduction="sum")  # over B*T
@@ -163,7 +169,9 @@ def run_eval_mt(args: argparse.Namespace) -> int:
     from attnkit.training.runs import load_trained
 
     check_decoding_args(args)
+    device = inference_device(args)  # a device (or --autocast) this machine lacks fails before loading
     model, tokenizer, state = load_trained(args.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
+    place_model(model, args, device)
     if tokenizer is None:
         raise ValueError(f"{args.ckpt} holds no tokenizer (extra['tokenizer']); it was not written by attnkit train mt")
     data = args.data or (state.get("extra") or {}).get("data")

@@ -367,6 +367,9 @@ def run(args: argparse.Namespace) -> int:
         lora = _lora_settings(args, None, resuming=False)
         data, documents, source = args.data, args.documents or "auto", args.source
     cfg = train_config_from_args(args, _defaults(args, lora), saved.get("train_config") if saved else None)
+    if cfg.fsdp and lora is not None:
+        raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
+                         "without --fsdp) for --lora")
 
     if saved is not None:
         # Everything comes back from the checkpoint: architecture (weights are loaded by the trainer),

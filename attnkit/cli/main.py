@@ -9,6 +9,7 @@
     attnkit translate --ckpt DIR               translate stdin or --input FILE
     attnkit viz positions|mask|attention|...   PNG figures of what happens inside
     attnkit trace --preset NAME | --ckpt DIR   every module's shapes, parameters and masks
+    attnkit convert SRC [OUT]                   sharded (--fsdp) checkpoint -> one safetensors file
 
 Every command has ``--help``. Heavy imports happen inside the commands so ``--help`` is instant.
 """
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         # Expected failures (bad input, missing files, fetch errors) get one clear line, not a traceback.
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if "torch.distributed" in sys.modules:  # a torchrun job: leave the process group cleanly
+            from attnkit.training.distributed import shutdown
+
+            shutdown()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnkit.cli.flags import add_device_flags, inference_device, place_model
+
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
@@ -35,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default="", help="text to continue (default: empty, start from BOS or newline)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (pretrained models)")
     add_sampling_flags(p)
+    add_device_flags(p)
     p.set_defaults(func=run)
 
 
@@ -83,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.generation.decoding_layout import use_decoding_layout
 
     gen_cfg = generation_config(args)  # bad sampling options fail here, before loading or printing anything
+    device = inference_device(args)  # so does a device (or --autocast) this machine lacks
     model, tokenizer, chat, stop_ids, add_bos = load_lm(args)
+    place_model(model, args, device)  # generation, the KV cache and beam search follow the weights
     use_decoding_layout(model)  # same weights, transposed storage: faster one-token steps (see its docstring)
     prompt = args.prompt
     if args.chat:

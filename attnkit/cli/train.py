@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from attnkit.cli.flags import add_device_flags, autocast_value, say, world_size
 
 # Defaults of the language-modelling recipe (tuned for the char-small preset on 2 CPU cores;
 # see benchmarks/RESULTS.md for how they were chosen).
@@ -22,7 +23,8 @@ LM_DEFAULTS: dict[str, Any] = dict(
 
 # TrainConfig fields exposed as flags: (flag, field, type, help)
 _TRAIN_FLAGS = [
-    ("--batch-size", "batch_size", int, "sequences per micro-batch"),
+    ("--batch-size", "batch_size", int, "sequences per micro-batch and process (under torchrun the global batch "
+                                        "is this x the number of processes)"),
     ("--grad-accum", "grad_accum", int, "micro-batches per optimizer update"),
     ("--lr", "lr", float, "peak learning rate (inverse_sqrt: scale factor)"),
     ("--min-lr", "min_lr", float, "final learning rate of the cosine schedule"),
@@ -36,7 +38,6 @@ _TRAIN_FLAGS = [
     ("--ckpt-every", "ckpt_every", int, "checkpoint every N steps"),
     ("--keep-last", "keep_last", int, "keep the last K step checkpoints (plus best/)"),
     ("--seed", "seed", int, "random seed (init, dropout, data order)"),
-    ("--autocast", "autocast", str, "mixed precision: bf16 (off by default)"),
 ]
 
 
@@ -55,6 +56,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     for flag, field, typ, help_ in _TRAIN_FLAGS:
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
     t.add_argument("--compile", action="store_true", default=None, help="opt in to torch.compile")
+    add_device_flags(t, training=True)
     t.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
@@ -97,8 +99,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def train_config_from_args(args: argparse.Namespace, defaults: dict[str, Any], saved: dict[str, Any] | None):
-    """TrainConfig = recipe defaults, then the saved run's config (on resume), then the flags given."""
+    """TrainConfig = recipe defaults, then the saved run's config (on resume), then the flags given.
+
+    Fails first (before any data is read) on a ``--device`` / ``--autocast`` this machine cannot run."""
+    from attnkit.cli.flags import resolve_device_flag
     from attnkit.training import TrainConfig
+    from attnkit.training.device import check_autocast
+
+    device = resolve_device_flag(args)
+    check_autocast(autocast_value(args), device)
 
     values = dict(defaults)
     if saved is not None:
@@ -119,12 +128,29 @@ def train_config_from_args(args: argparse.Namespace, defaults: dict[str, Any], s
         values["steps"] = None
     if values.get("grad_clip") == 0:
         values["grad_clip"] = None
+    if args.batch_size is not None:  # per process -> the global micro-batch the config (and checkpoint) holds
+        values["batch_size"] = args.batch_size * world_size()
+    values["device"] = getattr(args, "device", None) or "auto"  # device-free checkpoints: may change on resume
+    if getattr(args, "autocast", None) is not None:
+        values["autocast"] = autocast_value(args)
+    if getattr(args, "fsdp", None):
+        values["fsdp"] = True
     return TrainConfig.from_dict(values)
+
+
+def describe_batch(cfg) -> str:
+    """``global batch 24 = 12 per process x 2 processes; x 2 accumulation = 48 sequences per update``."""
+    n = world_size()
+    return (f"global batch {cfg.batch_size} = {cfg.batch_size // n if cfg.batch_size % n == 0 else cfg.batch_size / n} "
+            f"per process x {n} process{'es' if n > 1 else ''}; x {cfg.grad_accum} accumulation = "
+            f"{cfg.batch_size * cfg.grad_accum} per update" + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
 
 
 def default_out(kind: str, data: str, preset: str) -> Path:
     import time
 
+    if world_size() > 1:  # the default name holds the start time, which the processes need not agree on
+        raise ValueError("under torchrun pass --out: every process must write the same run folder")
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.") else str(data)
     return Path("runs") / f"{kind}-{stem}-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -181,17 +207,18 @@ def run_lm(args: argparse.Namespace) -> int:
     seed_everything(cfg.seed)  # reproducible initialisation
     model = build_model(model_config)
     task = LMTask(lm.train, lm.valid, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
-    print(f"data {data}: {lm.train.numel():,} train / {lm.valid.numel():,} valid tokens, "
-          f"tokenizer {lm.tokenizer.type} (vocab {lm.tokenizer.vocab_size:,})", file=sys.stderr)
-    print(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
-          f"run folder {out}", file=sys.stderr)
+    say(f"data {data}: {lm.train.numel():,} train / {lm.valid.numel():,} valid tokens, "
+        f"tokenizer {lm.tokenizer.type} (vocab {lm.tokenizer.vocab_size:,})")
+    say(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
+        f"run folder {out}")
+    say(describe_batch(cfg))
     extra = {"kind": "lm", "data": str(data), "preset": preset, "tokenizer": lm.tokenizer.to_dict(),
              "source": json.loads(json.dumps(lm.source_info, default=str))}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,
                       progress=not args.no_progress)
     summary = trainer.fit()
     vl = summary.get("valid_loss")
-    print(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
-          f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
-          + f"; run folder {out}", file=sys.stderr)
+    say(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+        f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+        + f"; run folder {out}")
     return 0

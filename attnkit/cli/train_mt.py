@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable
+
+from attnkit.cli.flags import is_main_process, say, world_size
 
 # The CPU translation recipe (chosen by the probes in benchmarks/RESULTS.md, "Translation"): the small pre-norm
 # transformer-cpu preset (~1.2M parameters at vocabulary 2000), which sees about four times the tokens of
@@ -96,7 +97,8 @@ def register(tsub: argparse._SubParsersAction, add_common: Callable[[argparse.Ar
     mt.add_argument("--vocab-size", type=int, default=None, help=f"joint BPE vocabulary (default {MT_DEFAULT_VOCAB})")
     mt.add_argument("--tokenizer", type=Path, default=None, help="use this tokenizer JSON instead of training a BPE")
     mt.add_argument("--max-tokens", type=int, default=None,
-                    help=f"token budget per batch, B * max(S, T) padded tokens (default {MT_DEFAULT_MAX_TOKENS})")
+                    help=f"token budget per batch and process, B * max(S, T) padded tokens (default {MT_DEFAULT_MAX_TOKENS}; "
+                         f"under torchrun the global budget is this x the number of processes)")
     mt.add_argument("--max-len", type=int, default=None,
                     help=f"longest source/target in tokens the model takes (default {MT_DEFAULT_MAX_LEN}); "
                          "longer sentences are truncated and counted (refused with --strict)")
@@ -148,7 +150,9 @@ def run_mt(args: argparse.Namespace) -> int:
         return v if v is not None else opts_saved.get(name, default)
 
     vocab_size = opt("vocab_size", MT_DEFAULT_VOCAB)
-    max_tokens = opt("max_tokens", MT_DEFAULT_MAX_TOKENS)
+    # --max-tokens is per process, like --batch-size: the global token budget is it x the number of processes
+    max_tokens = args.max_tokens * world_size() if args.max_tokens is not None else \
+        opts_saved.get("max_tokens", MT_DEFAULT_MAX_TOKENS * world_size())
     max_len = opt("max_len", MT_DEFAULT_MAX_LEN)
     smoothing = opt("label_smoothing", 0.1)
     strict = bool(args.strict or opts_saved.get("strict", False))
@@ -164,6 +168,9 @@ def run_mt(args: argparse.Namespace) -> int:
     if args.average_last > 0 and args.keep_last is None:
         defaults["keep_last"] = max(defaults["keep_last"], args.average_last)
     cfg = train_config_from_args(args, defaults, saved.get("train_config") if saved else None)
+    if args.average_last > 0 and cfg.fsdp:
+        raise ValueError("--average-last reads ordinary step checkpoints; an --fsdp run writes sharded ones "
+                         "(turn them into ordinary ones with `attnkit convert` and average those)")
     if args.average_last > cfg.keep_last:
         raise ValueError(f"--average-last {args.average_last} needs that many step checkpoints, but --keep-last "
                          f"is {cfg.keep_last}; raise --keep-last to at least {args.average_last}")
@@ -185,8 +192,8 @@ def run_mt(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(args.tokenizer)
     else:
         tokenizer = None  # MTTask.from_data trains a joint BPE
-    print(f"reading {data_desc}" + ("" if tokenizer is not None else f" and training a joint BPE of {vocab_size}")
-          + " ...", file=sys.stderr)
+    say(f"reading {data_desc}" + ("" if tokenizer is not None else f" and training a joint BPE of {vocab_size}")
+        + " ...")
     task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, vocab_size=vocab_size, max_len=max_len,
                             truncate=not strict, strict=strict, bleu=bleu, max_tokens=max_tokens, seed=cfg.seed,
                             label_smoothing=smoothing, bleu_sentences=bleu_sentences, word_dropout=word_dropout)
@@ -210,17 +217,20 @@ def run_mt(args: argparse.Namespace) -> int:
     # What was dropped or cut, and how much of each batch is padding: worth seeing before a long run.
     pad = task.padding_ratio("train")
     cut = task.n_truncated
-    print(f"data {data_desc}: {len(task.train):,} train / {len(task.valid):,} valid pairs; skipped malformed lines: "
-          f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
-          f"train {cut['train']}, valid {cut['valid']}", file=sys.stderr)
-    print(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
-          f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {tokenizer.type} "
-          f"(vocab {tokenizer.vocab_size:,})", file=sys.stderr)
+    say(f"data {data_desc}: {len(task.train):,} train / {len(task.valid):,} valid pairs; skipped malformed lines: "
+        f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
+        f"train {cut['train']}, valid {cut['valid']}")
+    say(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
+        f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {tokenizer.type} "
+        f"(vocab {tokenizer.vocab_size:,})")
 
     seed_everything(cfg.seed)  # reproducible initialisation
     model = build_model(model_config)
-    print(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
-          f"run folder {out}", file=sys.stderr)
+    say(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
+        f"run folder {out}")
+    n = world_size()
+    say(f"global token budget {max_tokens} = {max_tokens / n:g} per process x {n} process{'es' if n > 1 else ''}; "
+        f"x {cfg.grad_accum} accumulation" + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
     mt_options = {"valid": None if valid is None else str(valid), "vocab_size": vocab_size, "max_tokens": max_tokens,
                   "max_len": max_len, "label_smoothing": smoothing, "strict": strict, "bleu": bleu,
                   "bleu_sentences": bleu_sentences, "word_dropout": word_dropout}
@@ -231,29 +241,30 @@ def run_mt(args: argparse.Namespace) -> int:
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,
                       progress=not args.no_progress)
     summary = trainer.fit()
+    if not is_main_process():  # rank 0 reports, averages and scores; the other processes are done
+        return 0
     vl, vb = summary.get("valid_loss"), summary.get("valid_bleu")
-    print(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
-          f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
-          + (f", valid BLEU (greedy) {vb:.2f}" if vb is not None else "") + f"; run folder {out}", file=sys.stderr)
+    say(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+        f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+        + (f", valid BLEU (greedy) {vb:.2f}" if vb is not None else "") + f"; run folder {out}")
 
     if args.average_last > 0:
         from attnkit.training.averaging import average_last_checkpoints
 
         avg = average_last_checkpoints(out, args.average_last)
         ev = json.loads((avg / "state.json").read_text()).get("averaged_from", [])
-        print(f"averaged {len(ev)} checkpoints into {avg} (use --ckpt {avg})", file=sys.stderr)
+        say(f"averaged {len(ev)} checkpoints into {avg} (use --ckpt {avg})")
     if bleu and summary.get("best_checkpoint"):
         from attnkit.training.atomic import write_text_atomic
         from attnkit.training.runs import load_trained
 
         best_model, _, best_state = load_trained(summary["best_checkpoint"], expect_kind="mt")
-        print(f"translating all {len(task.valid):,} validation sentences with best/ (step {best_state.get('step')}) ...",
-              file=sys.stderr)
+        say(f"translating all {len(task.valid):,} validation sentences with best/ (step {best_state.get('step')}) ...")
         scores = task.translation_scores(best_model)
         final = {"checkpoint": summary["best_checkpoint"], "step": best_state.get("step"), "decoding": "greedy",
                  "sentences": scores["sentences"], "bleu": scores["bleu"], "chrf": scores["chrf"]}
         summary["final_valid"] = final
         write_text_atomic(Path(out) / "summary.json", json.dumps(summary, indent=2))
-        print(f"valid ({final['sentences']:,} sentences, greedy, best/ at step {final['step']}): "
-              f"BLEU {final['bleu']:.2f}, chrF {final['chrf']:.2f}", file=sys.stderr)
+        say(f"valid ({final['sentences']:,} sentences, greedy, best/ at step {final['step']}): "
+              f"BLEU {final['bleu']:.2f}, chrF {final['chrf']:.2f}")
     return 0

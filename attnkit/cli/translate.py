@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from attnkit.cli.flags import add_device_flags, inference_device, place_model
+
 # Decoding defaults: beam 4 and the GNMT length penalty 0.6 (common values; on de-en valid, beam 4 gained ~0.4
 # BLEU over greedy and the length penalty 0.0-1.0 changed BLEU by < 0.3, see benchmarks/RESULTS.md "Translation").
 DEFAULT_BEAM = 4
@@ -44,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     p.add_argument("--strict", action="store_true", help="refuse sentences longer than the model allows "
                    "instead of truncating them")
+    add_device_flags(p)
     p.set_defaults(func=run_translate)
 
 
@@ -176,9 +179,11 @@ def run_translate(args: argparse.Namespace) -> int:
     from attnkit.training.runs import load_trained
 
     check_decoding_args(args)
+    device = inference_device(args)  # a device (or --autocast) this machine lacks fails before loading
     model, tokenizer, _ = load_trained(args.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     if tokenizer is None:
         raise ValueError(f"{args.ckpt} holds no tokenizer (extra['tokenizer']); it was not written by attnkit train mt")
+    place_model(model, args, device)  # greedy and beam search follow the weights' device and dtype
     max_len = getattr(model.config, "max_len", None)
     lines = _read_input_lines(args)
     # Typing at a terminal: answer every line at once instead of waiting for a full batch.

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attnkit.cli.flags import add_device_flags, resolve_device_flag
+
 _ATTN_KINDS = ("self", "encoder", "decoder", "cross")
 
 
@@ -110,6 +112,7 @@ def _add_model_args(q: argparse.ArgumentParser) -> None:
     q.add_argument("--src", default=None, help="source sentence (translation checkpoints)")
     q.add_argument("--tgt", default=None,
                    help="target sentence fed to the decoder after <bos> (translation; default: greedy translation)")
+    add_device_flags(q, autocast=False)  # weights are drawn in float32
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -175,7 +178,8 @@ def run_params(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, bool, str]:
-    """``(model, tokenizer, add_bos, description)`` from ``--ckpt`` or ``--model``."""
+    """``(model, tokenizer, add_bos, description)`` from ``--ckpt`` or ``--model``, the model on ``--device``."""
+    device = resolve_device_flag(args)  # a device this machine lacks fails before loading
     if args.ckpt:
         from attnkit.training.runs import load_trained
 
@@ -183,11 +187,11 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, bool, str]:
         if tokenizer is None:
             raise ValueError(f"{args.ckpt} stores no tokenizer, so text cannot be encoded")
         add_bos = bool((state.get("extra") or {}).get("add_bos_token", False))
-        return model, tokenizer, add_bos, Path(args.ckpt).name
+        return model.to(device), tokenizer, add_bos, Path(args.ckpt).name
     from attnkit.interop.pretrained import load_pretrained
 
     model, tokenizer, info = load_pretrained(args.model)
-    return model, tokenizer, bool(info.add_bos_token), args.model
+    return model.to(device), tokenizer, bool(info.add_bos_token), args.model
 
 
 def _lm_ids(args: argparse.Namespace, tokenizer: Any, add_bos: bool) -> list[int]:

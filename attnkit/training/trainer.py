@@ -152,9 +152,6 @@ class Trainer:
         check_autocast(config.autocast, self.device)
         # Under torchrun: join the job (gloo on the CPU, nccl on CUDA). One process: a world of size 1.
         self.world = D.init_from_env(self.device)
-        if config.batch_size % self.world.size != 0:
-            raise ValueError(f"TrainConfig.batch_size {config.batch_size} (the global batch) must be divisible by "
-                             f"the {self.world.size} processes")
         self.model = model.to(self.device)
         if config.fsdp:
             if not self.world.distributed:
