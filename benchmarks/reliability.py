@@ -772,6 +772,34 @@ case("eval-mt-nan-weights", "cli eval mt", "--ckpt a translation run whose weigh
     lambda fx, tmp: cli(["eval", "mt", "--ckpt", _mt_nan_copy(fx, tmp), "--data", fx.pairs]))
 
 
+# ---- devices and attnkit convert -------------------------------------------------------------------
+def _cuda_on_cpu(fx, tmp):
+    if _torch().cuda.is_available():
+        return Outcome("skipped", "CUDA is available here, so --device cuda is not a bad input")
+    return cli(["sample", "--ckpt", fx.lm_run, "--device", "cuda", "--prompt", "RO", "--max-new-tokens", "2"])
+
+
+case("sample-device-cuda", "cli sample", "--device cuda on a machine without CUDA", "error: CUDA is not available")(
+    _cuda_on_cpu)
+case("lm-device-unknown", "cli train lm", "--device tpu", "error: device must be one of")(
+    lambda fx, tmp: _train_lm(fx, tmp, "--device", "tpu"))
+case("lm-autocast-fp16-cpu", "cli train lm", "--autocast fp16 on the CPU", "error: autocast fp16 needs a GPU")(
+    lambda fx, tmp: _train_lm(fx, tmp, "--autocast", "fp16", "--device", "cpu"))
+case("convert-missing", "cli convert", "convert a folder that does not exist", "error: no checkpoint at")(
+    lambda fx, tmp: cli(["convert", tmp / "nothing"]))
+case("convert-ordinary", "cli convert", "convert a run whose checkpoints are not sharded", "error: not a sharded checkpoint")(
+    lambda fx, tmp: cli(["convert", fx.lm_run]))
+
+
+def _convert_over(fx, tmp):
+    notes = _write(tmp / "mine" / "notes.txt", "keep me")
+    return cli(["convert", fx.lm_run, notes.parent], protect=(notes.parent,))
+
+
+case("convert-existing-out", "cli convert", "convert SRC OUT where OUT is an existing folder of the user's",
+     "error: already exists")(_convert_over)
+
+
 # ---- viz, trace, params, data, finetune ------------------------------------------------------------
 case("finetune-mt-ckpt", "cli finetune", "finetune --from a translation run", "error: needs a language model")(
     lambda fx, tmp: cli(["finetune", "--from", fx.mt_run, "--data", fx.corpus, "--out", tmp / "ft", "--steps", "1",
@@ -906,6 +934,13 @@ def main(argv: list[str] | None = None) -> int:
                  "temporary folder. The kill -9 / resume and two-runs-on-one-folder faults are tested in "
                  "`tests/training/test_kill_resume.py` (8 kills at random moments, 3 of them inside checkpoint "
                  "writes; resume ends bit for bit where an uninterrupted run does).", "",
+                 "Beside the table, property-based fuzzing (hypothesis) checks the same promises on random "
+                 "input: hand-edited configs (`tests/reliability/test_config_fuzz.py`), data files of random "
+                 "bytes and text (`test_data_fuzz.py`), damaged checkpoints (`test_checkpoint_fuzz.py`), "
+                 "attention and masks (`tests/modules/test_attention_properties.py`: finite, all-masked rows "
+                 "zero, fast path = reference, cached chunks = one pass) and generation "
+                 "(`tests/generation/test_generation_properties.py`: cached = uncached, left-padded greedy batch "
+                 "= one by one, beam 1 = greedy, any option value gives a config or a ValueError).", "",
                  "| # | area | input | expected | observed | ok |", "|---|---|---|---|---|---|"]
         for i, (c, o, v) in enumerate(rows, 1):
             cell = lambda s: re.sub(r"/tmp/attnkit-[a-z]+-\w+", "<tmp>", s).replace("|", "\\|").replace("\n", " ")  # noqa: E731

@@ -18,8 +18,10 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
 4. LibreOffice's offline help, German (``libreoffice-help-de``) against English (``libreoffice-help-en-us``),
    aligned by page and paragraph id down to sentences: about 43,000 pairs of natural instructions
    (see :mod:`attnkit.data.libreoffice_help`).
-5. The Linux man pages, German (``manpages-de``, ``manpages-de-dev``) against English (``manpages``,
-   ``manpages-dev``), aligned by page, section and paragraph: about 15,000 pairs (see :mod:`attnkit.data.man_pages`).
+5. Man pages, German (``manpages-de``, ``manpages-de-dev``, and the German pages of Debian's own tools: apt,
+   dpkg, debhelper, devscripts …) against English (``manpages``, ``manpages-dev`` and the packages that own the
+   other translated pages: coreutils, util-linux, systemd …), aligned by page, section and paragraph: about
+   43,000 pairs (see :mod:`attnkit.data.man_pages`).
 
 Split: a seeded shuffle of the (deduplicated) dictionary sentences gives 2,000 test and 1,000 valid pairs whose
 strings are all distinct. A second test set, ``test-docs``, holds 2,000 natural full sentences (at least five
@@ -37,9 +39,11 @@ of each output). The downloaded ``.debs`` stay in ``debs/`` and the apt indexes 
 network. A second call returns the cached folder; ``force=True``
 fetches and rebuilds everything.
 
-Integrity: ``apt-get`` checks each ``.deb`` against the archive's signed package lists. The Debian archive
-only keeps the latest point release of a package, so the recipe does not pin versions; the versions and
-checksums actually used are written to ``SOURCE.json``.
+Integrity: ``apt-get`` checks each ``.deb`` against the archive's signed package lists, and the recipe pins each
+package's version and sha256 (:data:`KNOWN_DEBS`) and the two translation indexes' sha256 (:data:`KNOWN_INDEXES`).
+The Debian archive only keeps the latest point release of a package: when the mirror has moved on, the recipe
+stops with an error naming what changed instead of building different data. Everything used is recorded in
+``SOURCE.json``.
 
 There are no tensor axes in this file.
 """
@@ -59,7 +63,7 @@ from pathlib import Path
 from typing import Iterable
 
 from attnkit.data import debian_descriptions, libreoffice_help, man_pages
-from attnkit.data.fetch import apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
 from attnkit.data.pair_filters import is_full_sentence
 from attnkit.data.parallel import SPLITS, normalize_text, write_tsv
 from attnkit.data.registry import register
@@ -68,6 +72,8 @@ __all__ = [
     "CatalogEntry",
     "DebSource",
     "PACKAGES",
+    "KNOWN_DEBS",
+    "KNOWN_INDEXES",
     "ding_pairs",
     "read_mo",
     "clean_catalog_pair",
@@ -85,7 +91,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 4
+RECIPE_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,90 @@ PACKAGES: tuple[DebSource, ...] = (
     DebSource("manpages-de-dev", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 1.1 MB
     DebSource("manpages", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 1.3 MB
     DebSource("manpages-dev", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 2.0 MB
+    # The packages that own the English originals of more pages manpages-de translates (and whose own German
+    # pages, as in apt, dpkg, debhelper and devscripts, are translated with po4a by the Debian teams): ~22 MB.
+    DebSource("systemd", "LGPL-2.1+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("util-linux", "GPL-2+ and others", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("devscripts", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("coreutils", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("dpkg-dev", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("mount", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("apt", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("debhelper", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("dpkg", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("less", "GPL-3+ or BSD-2-clause (less licence)", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("xz-utils", "public domain, GPL-2+, LGPL-2.1+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("procps", "GPL-2+, LGPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("findutils", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("fdisk", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("tar", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("bsdextrautils", "GPL-2+, BSD", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("bsdutils", "GPL-2+, BSD", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("passwd", "BSD-3-clause (shadow)", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("gzip", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("grep", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("bzip2", "BSD-style (bzip2 licence)", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("psmisc", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("cron", "Paul Vixie's licence (ISC-style)", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("diffutils", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("debianutils", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("e2fsprogs", "GPL-2", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("sed", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("login", "BSD-3-clause (shadow)", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("man-db", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    DebSource("kmod", "LGPL-2.1+, GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
 )
+
+# The version and sha256 of every package the recipe was built and checked with (Debian 12 "bookworm", amd64).
+# A mirror that no longer offers a version fails with a clear error naming it (see apt_download).
+KNOWN_DEBS: dict[str, tuple[str, str]] = {
+    "trans-de-en": ("1.9-6", "45f6b4cf1c434776fba6811d7bc522efabb5425c43ba8afd0e289bf9e2e53df4"),
+    "libreoffice-l10n-de": ("4:7.4.7-1+deb12u14", "aee22c8e3b3c0431f6e1b0bc66f757ba36c860e2651a05eb050fde4897f06548"),
+    "gcc-12-locales": ("12.2.0-14+deb12u1", "a701516b5e34086f478b0a329dfd9dd8e1695e8bac5917a6b162a87719abe28f"),
+    "git": ("1:2.39.5-0+deb12u3", "637a85ddd6247fab13bdd0592f2f39aff04ce4dbf0655d3ab553ac359a38ce6f"),
+    "gimp-data": ("2.10.34-1+deb12u10", "89007a69d4ef2b0440e5419e75d4112cfd1c49e97db38220d210b9f86322be7c"),
+    "evolution-common": ("3.46.4-2+deb12u1", "52e3a67ba3f2815fa864f600f5e3c2afd6ebc0b3487b50525df75006d4172b46"),
+    "libreoffice-help-de": ("4:7.4.7-1+deb12u14", "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f"),
+    "libreoffice-help-en-us": ("4:7.4.7-1+deb12u14", "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712"),
+    "manpages-de": ("4.18.1-1", "37d2e7ee51f22952aecec3af93647ff59194a3c74bb7a694560f49c7f7ab3978"),
+    "manpages-de-dev": ("4.18.1-1", "cb3d7c10977dd3c811065d89e0d912196ec5e6f2551308edb0ba72e02da838d7"),
+    "manpages": ("6.03-2", "efa1ba4cd19ad7baeae959c9209a7eb74be2ebb858bcabb412597bfc9f588c91"),
+    "manpages-dev": ("6.03-2", "96f55cb5e26231d5567c89b692bced63825a14a2d5bd18fdf16ea2ed44eb9838"),
+    "apt": ("2.6.2", "796fc7fe18866f5b1fb27a115d7339e549d71b7ddbc15b8d6fc4226c243e96d1"),
+    "bsdextrautils": ("2.38.1-5+deb12u3", "c949c638bc238b51030bd4758ae310feab9a535c06328934e2f643b0e6e5ac82"),
+    "bsdutils": ("1:2.38.1-5+deb12u3", "6cae172b006a4603e710e046c3acba8d98d36748894cbe3eeda31d415fec331e"),
+    "bzip2": ("1.0.8-5+b1", "438871b3f5c5c7a357a9840951dab9dab8db7eb1ff760a563226fafa111b99e5"),
+    "coreutils": ("9.1-1", "61038f857e346e8500adf53a2a0a20859f4d3a3b51570cc876b153a2d51a3091"),
+    "cron": ("3.0pl1-162", "c1e12d9c993460e6396107668aa7ba79f8633decebb53aa6c38049584448be3f"),
+    "debhelper": ("13.11.4", "bd764e98a9204a4b6b2d9e7b461c50fdae579314309804baff93d21e0498b64b"),
+    "debianutils": ("5.7-0.5~deb12u1", "55f951359670eb3236c9e2ccd5fac9ccb3db734f5a22aff21589e7a30aee48c9"),
+    "devscripts": ("2.23.4+deb12u2", "e80e4f4761f8098f4f419130caf6062f4fe68049058eb8794f3668ac565c45c3"),
+    "diffutils": ("1:3.8-4", "8bdfedc14c1035e3750e9f055ac9c1ecd9b5d05d9e6dc6466c4e9237eef407dd"),
+    "dpkg-dev": ("1.21.23", "43547075395dbe9290e6a5f34e9ba93aa5dcf7dfc5698c3d30cc3c85e5f7e3de"),
+    "dpkg": ("1.21.23", "f89e9f8d1a4a50ade44be3ed59a6ec55460fce205d2f8520c5c492137c5b609b"),
+    "e2fsprogs": ("1.47.0-2+b2", "fedd424691c08ef0739729026be298e7be8236337bf8e031b3c7ec66794e6fc2"),
+    "fdisk": ("2.38.1-5+deb12u3", "a7bf5a6fee968c3bebeb37b13396ed195c59459e4631271bb3acac0d9cf42491"),
+    "findutils": ("4.9.0-4", "5dd86bd0af4aa73f067dfd6b8339dd868f2dd84056aa79db29d1206d4fbc5e04"),
+    "grep": ("3.8-5", "3264acea728df3c48a54f20e9291b965130e306b9d00adac76647049da7196df"),
+    "gzip": ("1.12-1", "eabec1dde2834f72540d7b93fc5df2625f52611c06d93d61f5cdb12480e0e6a3"),
+    "kmod": ("30+20221128-1", "e21ae247204fe8a14ac29a5f510227d45b41cd3c41059cc942f2502d25765165"),
+    "less": ("590-2.1~deb12u2", "3c4ee8ce5e0f625e1169da9584e309c375a8a68e22de5821461d14446825cc1a"),
+    "login": ("1:4.13+dfsg1-1+deb12u2", "f1cc45bf505a8457340dc3c36f3a01a1835aaf564d73d9d394afb8ccfb6595a0"),
+    "man-db": ("2.11.2-2", "4134d16ea0233ebe78b2d1d271194fcf49a69eb2850421b0f3d76055e221fcea"),
+    "mount": ("2.38.1-5+deb12u3", "456ed2c62f884bc1133b6969d4d1eb2e6d8581076b00b4c8d700151155270a7a"),
+    "passwd": ("1:4.13+dfsg1-1+deb12u2", "fb787363372903e03627e53fd483e51dfb6861047a1e02c7d5a5f27d66546d08"),
+    "procps": ("2:4.0.2-3", "d9d0e75779cb79af869181f17b93c5c263a2b89cac6a0193c436160a4483ddc1"),
+    "psmisc": ("23.6-1", "9d02f654bdf280a6622a9b1371f7a1fa44546702d11991e438558bc259df7b69"),
+    "sed": ("4.9-1+deb12u1", "fd557efeee8aae4619c2cb7f68aadccb804322ad4a99ab048aaae5901d253885"),
+    "systemd": ("252.39-1~deb12u2", "286f879c537bfba92e59d580c075ad20ab49020244c79634656850a306dd462b"),
+    "tar": ("1.34+dfsg-1.2+deb12u1", "24fb92e98c2969171f81a8b589263d705f6b1670f95d121cd74c810d4605acc3"),
+    "util-linux": ("2.38.1-5+deb12u3", "8eb241ff24b2e1ee9c0373f4fc9bc728b85bf5966c1496154df7da01c0e42f34"),
+    "xz-utils": ("5.4.1-1+deb12u2", "f99fc3fe4b4e5baecf5fd8b53853a82e1e71cb5ec187b36b0ddcf227a8961c8f"),
+}
+
+# sha256 of the apt translation indexes the descriptions are read from (bookworm main/i18n, uncompressed).
+KNOWN_INDEXES = {"de": "adac331fc51f9a00c1b4120b4ac87423be2b1f1615d4f288c7cbc2d5258c0650",
+                 "en": "62f59c3cdca9786e4f7adf9002f9f5729a684adcb4667e58e448dec9b5a46c7f"}
 
 Pair = tuple[str, str]  # (german, english)
 
@@ -403,12 +492,27 @@ def _lines(paths: Iterable[Path]) -> Iterable[str]:
 
 
 def _descriptions(root: Path) -> tuple[dict[str, list[Pair]], collections.Counter, list[dict]]:
-    """The package-description documents, their filter counts, and a record of the apt indexes read."""
+    """The package-description documents, their filter counts, and a record of the apt indexes read.
+
+    Of the translation indexes apt fetched, exactly the two pinned in :data:`KNOWN_INDEXES` are read (the
+    release's ``main`` Translation-de and Translation-en); if the mirror now serves others, this fails naming
+    the index and both checksums. The ``Packages`` indexes only map binary to source packages (the documents).
+    """
     indexes = debian_descriptions.fetch_translation_indexes(root / "apt")
+    chosen: dict[str, Path] = {}
+    for kind in ("de", "en"):
+        digests = {p: sha256_file(p) for p in indexes[kind]}
+        match = [p for p, digest in digests.items() if digest == KNOWN_INDEXES[kind]]
+        if not match:
+            found = ", ".join(f"{p.name} {d}" for p, d in digests.items()) or "none"
+            raise FetchError(f"Debian's Translation-{kind} index changed: this recipe is pinned to sha256 "
+                             f"{KNOWN_INDEXES[kind]} (bookworm main), the mirror gave {found}; a new point release "
+                             "changed the package descriptions: update KNOWN_INDEXES in attnkit/data/de_en.py")
+        chosen[kind] = match[0]
     sources = debian_descriptions.source_packages(_lines(indexes["packages"]))
-    docs, reasons = debian_descriptions.description_documents(_lines(indexes["de"]), _lines(indexes["en"]), sources)
+    docs, reasons = debian_descriptions.description_documents(_lines([chosen["de"]]), _lines([chosen["en"]]), sources)
     record = [{"index": p.name, "bytes": p.stat().st_size, "sha256": sha256_file(p)}
-              for kind in ("de", "en") for p in indexes[kind]]
+              for kind in ("de", "en", "packages") for p in ([chosen[kind]] if kind in chosen else indexes[kind])]
     return docs, reasons, record
 
 
@@ -428,7 +532,7 @@ def _cached(root: Path) -> bool:
 
 @register("de-en", kind="mt",
           description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
-                      "~43k LibreOffice help, ~15k man-page and ~45k package-description sentences")
+                      "~43k LibreOffice help, ~43k man-page and ~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
@@ -453,7 +557,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     man_roots: dict[str, list[Path]] = {"man-de": [], "man-en": []}
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
-            deb, version = apt_download(src.package, debs_dir)
+            pinned_version, pinned_sha256 = KNOWN_DEBS[src.package]
+            deb, version = apt_download(src.package, debs_dir, version=pinned_version, sha256=pinned_sha256)
             unpacked = dpkg_extract(deb, Path(tmp) / src.package)
             files = sorted(f for g in src.globs for f in unpacked.glob(g) if f.is_file())
             if not files:
@@ -468,6 +573,10 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
                         ding.extend(ding_pairs(fh))
             elif src.kind in man_roots:
                 man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
+            elif src.kind == "man-owner":  # English pages, and German ones when the package has its own
+                man_roots["man-en"].append(unpacked / man_pages.MAN_ROOT)
+                if (unpacked / man_pages.MAN_ROOT / "de").is_dir():
+                    man_roots["man-de"].append(unpacked / man_pages.MAN_ROOT / "de")
             elif src.kind in ("help-de", "help-en"):
                 help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
             else:

@@ -100,9 +100,13 @@ def pip_download(requirement: str, dest: str | os.PathLike, *, filename: str | N
     return final
 
 
-def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = None) -> tuple[Path, str]:
+def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = None,
+                 version: str | None = None) -> tuple[Path, str]:
     """Fetch a Debian package with ``apt-get download`` (no root needed) into ``dest``.
 
+    With ``version`` exactly that version is fetched (``apt-get download package=version``); when the mirror
+    no longer offers it (Debian keeps only a release's latest point release), a :class:`FetchError` names the
+    package, the pinned version and what to update. With ``sha256`` the file must have that checksum.
     If the package lists are empty, ``apt-get update`` is run when we are root; otherwise a clear
     :class:`FetchError` says what to do. Returns ``(path_of_the_deb, version)``.
     """
@@ -112,13 +116,16 @@ def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = 
         raise FetchError(f"apt-get is not available on this machine, so the Debian package {package!r} cannot be "
                          "fetched; pass a local file instead (for example --data PATH)")
     existing = sorted(dest.glob(f"{package}_*.deb"))
+    if version is not None:
+        existing = [d for d in existing if _deb_version(d) == version]
     if existing:
         deb = existing[-1]
         _verify(deb, sha256)
         return deb, _deb_version(deb)
+    spec = package if version is None else f"{package}={version}"
 
     def _try() -> subprocess.CompletedProcess:
-        return subprocess.run(["apt-get", "download", "-q", package], cwd=dest, capture_output=True, text=True)
+        return subprocess.run(["apt-get", "download", "-q", spec], cwd=dest, capture_output=True, text=True)
 
     proc = _try()
     if proc.returncode != 0 and ("Unable to locate package" in proc.stderr or "has no installation candidate" in proc.stderr):
@@ -128,7 +135,15 @@ def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = 
         else:
             raise FetchError(f"the Debian package lists do not know {package!r}; run `sudo apt-get update` once, "
                              "or pass a local file instead")
+    if proc.returncode != 0 and version is not None and ("was not found" in proc.stderr
+                                                        or "find a source to download version" in proc.stderr):
+        raise FetchError(f"the Debian mirror no longer offers {package} {version}, the version this recipe is "
+                         f"pinned to (apt-get: {proc.stderr.strip()[-300:]}); the archive moved on to a new point "
+                         "release: update the pinned version and sha256, or put the pinned .deb into "
+                         f"{dest} to build offline")
     debs = sorted(dest.glob(f"{package}_*.deb"))
+    if version is not None:
+        debs = [d for d in debs if _deb_version(d) == version]
     if proc.returncode != 0 or not debs:
         raise FetchError(f"could not fetch the Debian package {package!r} (apt-get exit code {proc.returncode}): "
                          f"{proc.stderr.strip()[-500:]}\nIf this machine is offline, pass a local file instead.")

@@ -37,17 +37,23 @@ Pair = tuple[str, str]  # (german, english)
 # Requests that end a paragraph; .SH/.SS start a section.
 _BREAK = frozenset("PP P LP TP IP HP sp br TQ RS RE in ti".split())
 _SKIP_START = {"nf": "fi", "EX": "EE", "TS": "TE", "EQ": "EN"}
-_FONT_MACROS = frozenset("B I BI BR IB IR RB RI SM SB".split())
+_ALTERNATING = frozenset("BI BR IB IR RB RI".split())
+_FONT_MACROS = _ALTERNATING | {"B", "I", "SM", "SB"}
+# groff's named characters that running text uses (German umlauts are written \(:a or \[:a] by po4a/DocBook
+# tools); any other named character is dropped.
+_NAMED = {":a": "ä", ":o": "ö", ":u": "ü", ":A": "Ä", ":O": "Ö", ":U": "Ü", "ss": "ß", "aq": "'", "cq": "'",
+          "oq": "'", "dq": '"', "lq": '"', "rq": '"', "em": "–", "en": "–", "hy": "-", "bu": "•", "Fo": "«",
+          "Fc": "»", "fo": "‹", "fc": "›", "co": "©", "rg": "®", "de": "°", "mu": "×", "->": "→", "<-": "←",
+          "'e": "é", "`e": "è", "'a": "á", "`a": "à", "^o": "ô", ",c": "ç", "Eu": "€", "eu": "€", "ti": "~",
+          "ga": "`", "ha": "^", "rs": "\\", "sl": "/", "at": "@", "sh": "#", "Do": "$", "lB": "[", "rB": "]",
+          "lC": "{", "rC": "}", "la": "⟨", "ra": "⟩", ">=": "≥", "<=": "≤", "!=": "≠", "+-": "±", "12": "½"}
 _ESCAPES = (
     (re.compile(r"\\f(\[[^\]]*\]|\(..|.)"), ""),  # font changes \fB \fI \fR \fP \f(CW \f[B]
-    (re.compile(r"\\\((aq|cq)"), "'"), (re.compile(r"\\\((dq|lq|rq)"), '"'),
-    (re.compile(r"\\\((em|en)"), "–"), (re.compile(r"\\\(bu"), "•"),
-    (re.compile(r"\\\(Fo"), "«"), (re.compile(r"\\\(Fc"), "»"),
-    (re.compile(r"\\\*\((Lq|Rq)"), '"'),
+    (re.compile(r"\\\((..)|\\\[([^\]\s]{1,6})\]"), lambda m: _NAMED.get(m.group(1) or m.group(2), "")),
+    (re.compile(r"\\\*\((Lq|Rq)|\\\*\[(Lq|Rq)\]"), '"'),
     (re.compile(r"\\[-e]"), lambda m: "-" if m.group(0) == "\\-" else "\\"),
-    (re.compile(r"\\[&:/,|^ ]"), lambda m: " " if m.group(0) == "\\ " else ""),
+    (re.compile(r"\\[&:/,|^ ~0)]"), lambda m: " " if m.group(0) in ("\\ ", "\\~", "\\0") else ""),
     (re.compile(r"\\s[-+]?\d"), ""),
-    (re.compile(r"\\\(.."), ""),  # other named characters: dropped
 )
 
 
@@ -57,10 +63,11 @@ def _plain(text: str) -> str:
     return text
 
 
-def _macro_text(args: str) -> str:
-    """The text of a font macro line such as ``.BR open (2)``: its arguments joined (alternating fonts)."""
-    parts = re.findall(r'"[^"]*"|\S+', args)
-    return "".join(p.strip('"') for p in parts)
+def _macro_text(request: str, args: str) -> str:
+    """The text of a font macro line: ``.BR open (2)`` joins its arguments (alternating fonts: ``open(2)``),
+    ``.B two words`` keeps the spaces. An escaped space (``\\ ``) does not separate arguments."""
+    parts = [p.strip('"') for p in re.findall(r'"[^"]*"|(?:\\.|\S)+', args)]
+    return ("" if request in _ALTERNATING else " ").join(parts)
 
 
 def roff_sections(source: str) -> list[list[str]]:
@@ -97,7 +104,7 @@ def roff_sections(source: str) -> list[list[str]]:
             elif request in _BREAK:
                 flush()
             elif request in _FONT_MACROS:
-                current.append(_macro_text(args))
+                current.append(_macro_text(request, args))
             # any other request (.TH, .ad, .hy, .UR …) carries no running text
             continue
         if not line.strip():

@@ -194,7 +194,7 @@ def test_split_refuses_a_pool_that_is_too_small():
 
 # --- the recipe, offline (apt and dpkg replaced by fakes) ------------------------------------------------------
 def _fake_fetchers(monkeypatch, calls: list[str]):
-    def fake_apt_download(package, dest, sha256=None):
+    def fake_apt_download(package, dest, sha256=None, version=None):
         dest.mkdir(parents=True, exist_ok=True)
         deb = dest / f"{package}_1.0-1_all.deb"
         if not deb.exists():
@@ -226,6 +226,7 @@ def _fake_fetchers(monkeypatch, calls: list[str]):
     monkeypatch.setattr(de_en, "N_VALID", 4)
     monkeypatch.setattr(de_en, "N_TEST_DOCS", 3)
     monkeypatch.setattr(de_en.debian_descriptions, "fetch_translation_indexes", _fake_indexes)
+    monkeypatch.setattr(de_en, "KNOWN_INDEXES", {})  # filled by _fake_indexes with the fakes' checksums
 
 
 def _fake_indexes(dest):
@@ -244,6 +245,8 @@ def _fake_indexes(dest):
         path = dest / {"de": "x_i18n_Translation-de", "en": "x_i18n_Translation-en", "packages": "x_Packages"}[kind]
         path.write_text("\n".join(stanzas), encoding="utf-8")
         paths[kind] = [path]
+        if kind in ("de", "en"):
+            de_en.KNOWN_INDEXES[kind] = sha256_file(path)
     return paths
 
 
@@ -262,7 +265,7 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
     assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
-    assert [i["index"] for i in record["apt_indexes"]] == ["x_i18n_Translation-de", "x_i18n_Translation-en"]
+    assert [i["index"] for i in record["apt_indexes"]] == ["x_i18n_Translation-de", "x_i18n_Translation-en", "x_Packages"]
     assert [p["package"] for p in record["packages"]] == ["trans-de-en", "git"]
     assert record["packages"][1]["sha256"] == sha256_file(root / "debs" / "git_1.0-1_all.deb")
     splits = {s: read_tsv(root / f"{s}.tsv") for s in ("train", "valid", "test", "test-docs")}
@@ -304,7 +307,7 @@ def test_recipe_reports_a_package_whose_layout_changed(monkeypatch, tmp_path):
 # --- the real thing ------------------------------------------------------------------------------------------------
 @pytest.mark.network
 def test_real_recipe_end_to_end(attnkit_test_home):
-    """Runs the real recipe into the test cache (downloads ~39 MB of .debs the first time, then cached)."""
+    """Runs the real recipe into the test cache (downloads ~61 MB of .debs the first time, then cached)."""
     from attnkit.data.registry import prepare
 
     root = prepare("de-en", home=attnkit_test_home)
@@ -315,7 +318,7 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert 30_000 <= counts["catalog_pairs"] <= 45_000
     assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
     assert 35_000 <= counts["help_pairs"] <= 55_000
-    assert 10_000 <= counts["man_pairs"] <= 25_000
+    assert 35_000 <= counts["man_pairs"] <= 55_000
     assert counts["train"] >= 165_000
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
     splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}

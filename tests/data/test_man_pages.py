@@ -90,3 +90,25 @@ def test_man_documents_pairs_pages_present_in_both_languages(tmp_path):
     docs, reasons = man_documents([de_root], [en_root])
     assert list(docs) == ["man7/signal.7"] and len(docs["man7/signal.7"]) == 6
     assert reasons["ok"] == 6
+
+
+# Excerpts of real pages: dpkg-genchanges(1) as Debian's German team writes it (umlauts as groff escapes) and
+# systemd.exec(5) as DocBook renders it (escaped spaces inside a .B argument).
+DPKG_GERMAN = r""".TH dpkg\-genchanges 1 2022-11-03 1.21.23 dpkg-Programmsammlung
+.SH BESCHREIBUNG
+Standardm\(:a\(ssig wird die Datei \fBdebian/control\fP gelesen.
+L\(:oscht einen Benutzer aus der Liste\&. Gro\[ss]e Dateien werden \[:u]bersprungen.
+"""
+SYSTEMD_ENGLISH = r""".SH "PROCESS EXIT CODES"
+.B Table\ \&9.\ \&systemd\-specific exit codes
+.PP
+.BR open (2)
+.I "two words"
+"""
+
+
+def test_roff_named_characters_become_letters_and_font_macros_keep_their_spaces():
+    assert roff_sections(DPKG_GERMAN) == [[
+        "Standardmäßig wird die Datei debian/control gelesen. "
+        "Löscht einen Benutzer aus der Liste. Große Dateien werden übersprungen."]]
+    assert roff_sections(SYSTEMD_ENGLISH) == [["Table 9. systemd-specific exit codes", "open(2) two words"]]

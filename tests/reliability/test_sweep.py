@@ -23,7 +23,7 @@ def test_at_least_sixty_distinct_rows():
 def test_the_commands_this_sweep_was_written_for_all_have_rows():
     commands = cli_commands()
     known = ["train lm", "train mt", "finetune", "sample", "eval lm", "eval mt", "translate", "viz positions",
-             "viz attention", "trace", "params", "data prepare"]
+             "viz attention", "trace", "params", "data prepare", "convert"]
     assert set(known) <= set(commands)
     assert not set(uncovered_commands()) & set(known)
 
