@@ -261,7 +261,7 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     out = capsys.readouterr().out
     # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 2 source packages x 2 descriptions x 2 pairs
     assert "train 103 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
-    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, descriptions 8" in out, out
+    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, gnome_help 0, manuals 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
     assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
@@ -307,7 +307,7 @@ def test_recipe_reports_a_package_whose_layout_changed(monkeypatch, tmp_path):
 # --- the real thing ------------------------------------------------------------------------------------------------
 @pytest.mark.network
 def test_real_recipe_end_to_end(attnkit_test_home):
-    """Runs the real recipe into the test cache (downloads ~61 MB of .debs the first time, then cached)."""
+    """Runs the real recipe into the test cache (downloads ~90 MB of .debs the first time, then cached)."""
     from attnkit.data.registry import prepare
 
     root = prepare("de-en", home=attnkit_test_home)
@@ -319,7 +319,8 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
     assert 35_000 <= counts["help_pairs"] <= 55_000
     assert 35_000 <= counts["man_pairs"] <= 55_000
-    assert counts["train"] >= 165_000
+    assert 2_500 <= counts["gnome_help_pairs"] <= 6_000 and 6_000 <= counts["manual_pairs"] <= 12_000
+    assert counts["train"] >= 200_000
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
     splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}
     assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}
