@@ -5,13 +5,14 @@ decoding, a left-padded greedy batch = each prompt on its own, the output respec
 for the encoder-decoder, beam size 1 = greedy. Few examples, so the file runs in seconds.
 """
 
+import json
 from functools import lru_cache
 
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.generation import beam_search, generate, greedy_search
+from attnkit.generation import GenerationConfig, beam_search, generate, greedy_search
 from attnkit.models.configs import GPTConfig, TransformerConfig
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
@@ -79,3 +80,36 @@ def test_beam_one_equals_greedy(lengths, seed, use_cache):
         src[b, :n] = torch.randint(3, V, (n,), generator=g)
     ids = dict(bos_id=1, eos_id=2, pad_id=0, max_len=8, use_cache=use_cache)
     assert beam_search(seq2seq(), src, beam_size=1, **ids) == greedy_search(seq2seq(), src, **ids)
+
+
+anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 50), st.floats(allow_nan=True, allow_infinity=True),
+                     st.text(max_size=3), st.lists(st.integers(-1, 30), max_size=3))
+OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "eos_token_id",
+           "stop_strings", "seed", "use_cache", "pad_token_id", "sliding_window", "compile")
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.fixed_dictionaries({}, optional={name: anything for name in OPTIONS}))
+def test_any_options_build_a_config_or_raise_value_error(options):
+    """Random values of every type for every option: a config or a ValueError, never another exception."""
+    try:
+        GenerationConfig.from_options(**options)
+    except ValueError:
+        pass
+
+
+valid_options = st.fixed_dictionaries({"max_new_tokens": st.integers(0, 4)}, optional={
+    "do_sample": st.booleans(), "temperature": st.floats(0.1, 3.0), "top_k": st.none() | st.integers(1, 30),
+    "top_p": st.none() | st.floats(0.05, 1.0), "repetition_penalty": st.floats(0.5, 2.0),
+    "eos_token_id": st.none() | st.integers(0, V - 1) | st.lists(st.integers(0, V - 1), max_size=3),
+    "seed": st.none() | st.integers(0, 2**31), "use_cache": st.booleans(), "pad_token_id": st.integers(0, V - 1),
+    "sliding_window": st.booleans()})
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(valid_options, prompt_lists)
+def test_valid_configs_round_trip_through_json_and_generate(options, prompts):
+    cfg = GenerationConfig.from_options(**options)
+    assert GenerationConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    out = generate(gpt("learned"), prompts, cfg)
+    assert len(out) == len(prompts) and all(len(o) <= cfg.max_new_tokens and all(0 <= t < V for t in o) for o in out)
