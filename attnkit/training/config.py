@@ -206,6 +206,18 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.from_json: invalid JSON ({err})") from None
         return cls.from_dict(data)
 
+    @property
+    def max_time_s(self) -> float | None:
+        """The time budget in seconds (``max_time`` is in minutes), or None without one."""
+        return None if self.max_time is None else self.max_time * 60
+
+    def budget_fraction(self, elapsed_s: float) -> float | None:
+        """How much of the schedule a run has used after ``elapsed_s`` seconds, when the schedule spans the time
+        budget (``steps`` is None and ``max_time`` is set); None when it spans the steps instead."""
+        if self.steps is not None or self.max_time is None:
+            return None
+        return elapsed_s / self.max_time_s
+
     def replace(self, **overrides: Any) -> "TrainConfig":
         """A copy with some fields changed (validated again)."""
         names = {f.name for f in dataclasses.fields(self)}
