@@ -239,8 +239,21 @@ def shard_fsdp(model: nn.Module) -> nn.Module:
     return model
 
 
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
 def no_sync(train_model: nn.Module, skip: bool):
-    """DDP's ``no_sync()`` when ``skip`` (a micro-batch before the last of an accumulation), else nothing."""
+    """When ``skip`` (a micro-batch before the last of an accumulation): DDP's ``no_sync()``, or FSDP2's
+    ``set_requires_gradient_sync(False)`` (gradients stay local and unsharded until the last micro-batch);
+    otherwise nothing."""
     if skip and hasattr(train_model, "no_sync"):
         return train_model.no_sync()
+    if skip and hasattr(train_model, "set_requires_gradient_sync"):
+        return _fsdp_no_sync(train_model)
     return contextlib.nullcontext()

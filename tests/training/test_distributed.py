@@ -159,6 +159,15 @@ def test_grad_accumulation_equals_the_big_batch_with_and_without_ddp(tmp_path):
     assert_same_training(big, accum, valid=False)
     ddp_accum = run(tmp_path / "ddp_accum", nproc=2, task="windows", batch_size=4, grad_accum=2)  # 2 rows per rank
     assert_same_training(big, ddp_accum, valid=False)
+    fsdp_accum = run(tmp_path / "fsdp_accum", nproc=2, task="windows", batch_size=4, grad_accum=2, fsdp=True)
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+
+    gcfg = GPTConfig.from_dict(json.loads((fsdp_accum / "run.json").read_text())["model_config"])
+    converted = convert_sharded(latest_checkpoint(fsdp_accum / "checkpoints"), tmp_path / "fsdp_accum_1", GPT(gcfg))
+    wa, wb = weights(big), load_file(str(converted / "model.safetensors"))
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
 
 
 def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
