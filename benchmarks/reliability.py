@@ -934,6 +934,13 @@ def main(argv: list[str] | None = None) -> int:
                  "temporary folder. The kill -9 / resume and two-runs-on-one-folder faults are tested in "
                  "`tests/training/test_kill_resume.py` (8 kills at random moments, 3 of them inside checkpoint "
                  "writes; resume ends bit for bit where an uninterrupted run does).", "",
+                 "Beside the table, property-based fuzzing (hypothesis) checks the same promises on random "
+                 "input: hand-edited configs (`tests/reliability/test_config_fuzz.py`), data files of random "
+                 "bytes and text (`test_data_fuzz.py`), damaged checkpoints (`test_checkpoint_fuzz.py`), "
+                 "attention and masks (`tests/modules/test_attention_properties.py`: finite, all-masked rows "
+                 "zero, fast path = reference, cached chunks = one pass) and generation "
+                 "(`tests/generation/test_generation_properties.py`: cached = uncached, left-padded greedy batch "
+                 "= one by one, beam 1 = greedy, any option value gives a config or a ValueError).", "",
                  "| # | area | input | expected | observed | ok |", "|---|---|---|---|---|---|"]
         for i, (c, o, v) in enumerate(rows, 1):
             cell = lambda s: re.sub(r"/tmp/attnkit-[a-z]+-\w+", "<tmp>", s).replace("|", "\\|").replace("\n", " ")  # noqa: E731

@@ -22,6 +22,10 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
    dpkg, debhelper, devscripts …) against English (``manpages``, ``manpages-dev`` and the packages that own the
    other translated pages: coreutils, util-linux, systemd …), aligned by page, section and paragraph: about
    43,000 pairs (see :mod:`attnkit.data.man_pages`).
+6. GNOME's desktop help (``gnome-user-docs``, Mallard pages, aligned by page and text block: about 3,700 pairs,
+   see :mod:`attnkit.data.gnome_help`) and Debian's manuals -- the Debian reference, the New Maintainers' Guide
+   and the Developer's Reference -- German against English HTML, aligned by section id and block: about 8,900
+   pairs (see :mod:`attnkit.data.html_manuals`).
 
 Split: a seeded shuffle of the (deduplicated) dictionary sentences gives 2,000 test and 1,000 valid pairs whose
 strings are all distinct. A second test set, ``test-docs``, holds 2,000 natural full sentences (at least five
@@ -62,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from attnkit.data import debian_descriptions, libreoffice_help, man_pages
+from attnkit.data import debian_descriptions, gnome_help, html_manuals, libreoffice_help, man_pages
 from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
 from attnkit.data.pair_filters import is_full_sentence
 from attnkit.data.parallel import SPLITS, normalize_text, write_tsv
@@ -91,7 +95,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,27 @@ PACKAGES: tuple[DebSource, ...] = (
     DebSource("login", "BSD-3-clause (shadow)", "man-owner", ("usr/share/man/man*/*",)),
     DebSource("man-db", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
     DebSource("kmod", "LGPL-2.1+, GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    # GNOME's desktop help, English (C) and German Mallard pages in one package: 8.5 MB.
+    DebSource("gnome-user-docs", "CC-BY-SA-3.0", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    # Debian's manuals, translated with po4a / Sphinx gettext: 7.1 MB.
+    DebSource("debian-reference-de", "GPL-2+", "manual-de", ("usr/share/debian-reference/*.de.html",)),
+    DebSource("debian-reference-en", "GPL-2+", "manual-en", ("usr/share/debian-reference/*.en.html",)),
+    DebSource("maint-guide-de", "MIT (Expat)", "manual-de", ("usr/share/doc/maint-guide-de/html/*.de.html",)),
+    DebSource("maint-guide", "MIT (Expat)", "manual-en", ("usr/share/doc/maint-guide/html/*.en.html",)),
+    DebSource("developers-reference-de", "MIT (Expat)", "manual-de", ("usr/share/developers-reference/de/*.html",)),
+    DebSource("developers-reference", "MIT (Expat)", "manual-en", ("usr/share/developers-reference/*.html",)),
 )
+# Manual pages that are not chapters: the whole book on one page (a duplicate of the chapters), search, index.
+_MANUAL_SKIP = frozenset(("developers-reference", "search", "genindex"))
+
+
+def _manual_page(package: str, path: Path) -> tuple[str, str] | None:
+    """``(manual, page)`` of a manual's HTML file (``debian-reference-de``, ``ch02.de.html`` → ``("debian-reference",
+    "ch02")``), the same for both languages; None for pages that are not chapters."""
+    manual = package.removesuffix("-de").removesuffix("-en")
+    page = path.name.removesuffix(".html").removesuffix(".de").removesuffix(".en")
+    return None if page in _MANUAL_SKIP else (manual, page)
+
 
 # The version and sha256 of every package the recipe was built and checked with (Debian 12 "bookworm", amd64).
 # A mirror that no longer offers a version fails with a clear error naming it (see apt_download).
@@ -201,6 +225,13 @@ KNOWN_DEBS: dict[str, tuple[str, str]] = {
     "tar": ("1.34+dfsg-1.2+deb12u1", "24fb92e98c2969171f81a8b589263d705f6b1670f95d121cd74c810d4605acc3"),
     "util-linux": ("2.38.1-5+deb12u3", "8eb241ff24b2e1ee9c0373f4fc9bc728b85bf5966c1496154df7da01c0e42f34"),
     "xz-utils": ("5.4.1-1+deb12u2", "f99fc3fe4b4e5baecf5fd8b53853a82e1e71cb5ec187b36b0ddcf227a8961c8f"),
+    "debian-reference-de": ("2.100", "3b0ce65fd63e75ddf8eb07ca36293425135080e690a07e06a6ac8bc8040ef0aa"),
+    "debian-reference-en": ("2.100", "9f31d3a17df505de09689ca255512ea58c1fc47c59bb1b0c7bf1c23362e9743f"),
+    "maint-guide": ("1.2.53", "762c8a400a36668d2eb814a3ba356b06488fd889dfce478eb11d5cfb189a47b5"),
+    "maint-guide-de": ("1.2.53", "821afc6b85ffe9cbc9b7acbcdd5876ccbb855c3876ee5524d21602fd41d979c1"),
+    "developers-reference": ("12.18", "0dba82f6fa16e373f2a84ad07e7971aa9264ad2e7d2ae46b37edbc9c5fd57e2e"),
+    "developers-reference-de": ("12.18", "281f0c2b24139e0ac83117c3e95b60458a6644fe14c82cf9ea78e87ea8c175d7"),
+    "gnome-user-docs": ("43.0-2", "0d635a840747958ca84da778b40d341f1155603851f922c9a171f5a181d6a39f"),
 }
 
 # sha256 of the apt translation indexes the descriptions are read from (bookworm main/i18n, uncompressed).
@@ -532,7 +563,7 @@ def _cached(root: Path) -> bool:
 
 @register("de-en", kind="mt",
           description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
-                      "~43k LibreOffice help, ~43k man-page and ~45k package-description sentences")
+                      "~43k LibreOffice help, ~43k man-page, ~13k GNOME help and Debian manual, ~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
@@ -555,6 +586,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     mo_files: list[Path] = []
     help_roots: dict[str, Path] = {}
     man_roots: dict[str, list[Path]] = {"man-de": [], "man-en": []}
+    gnome_root: Path | None = None
+    manual_files: dict[str, dict[tuple[str, str], Path]] = {"manual-de": {}, "manual-en": {}}
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
             pinned_version, pinned_sha256 = KNOWN_DEBS[src.package]
@@ -573,6 +606,13 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
                         ding.extend(ding_pairs(fh))
             elif src.kind in man_roots:
                 man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
+            elif src.kind == "gnome":
+                gnome_root = unpacked / gnome_help.HELP_ROOT
+            elif src.kind in ("manual-de", "manual-en"):
+                for f in files:
+                    key = _manual_page(src.package, f)
+                    if key is not None:
+                        manual_files[src.kind][key] = f
             elif src.kind == "man-owner":  # English pages, and German ones when the package has its own
                 man_roots["man-en"].append(unpacked / man_pages.MAN_ROOT)
                 if (unpacked / man_pages.MAN_ROOT / "de").is_dir():
@@ -588,11 +628,19 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         help_pairs = [p for name in sorted(help_docs) for p in help_docs[name]]
         man_docs, man_reasons = man_pages.man_documents(man_roots["man-de"], man_roots["man-en"])
         man_pairs = [p for name in sorted(man_docs) for p in man_docs[name]]
+        gnome_docs, gnome_reasons = ({}, collections.Counter())
+        if gnome_root is not None:
+            gnome_docs, gnome_reasons = gnome_help.gnome_documents(gnome_root / "de", gnome_root / "C")
+        gnome_pairs = [p for name in sorted(gnome_docs) for p in gnome_docs[name]]
+        both = sorted(manual_files["manual-de"].keys() & manual_files["manual-en"].keys())
+        manual_docs, manual_reasons = html_manuals.manual_documents(
+            ("/".join(key), manual_files["manual-de"][key], manual_files["manual-en"][key]) for key in both)
+        manual_pairs = [p for name in sorted(manual_docs) for p in manual_docs[name]]
     print("de-en: reading Debian's package descriptions (German and English translation indexes)")
     docs, desc_reasons, indexes = _descriptions(root)
     test_docs, held_docs = hold_out_documents(docs, N_TEST_DOCS, seed=SPLIT_SEED)
     descriptions = [p for name in sorted(docs) if name not in held_docs for p in docs[name]]
-    splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + descriptions, n_test=N_TEST,
+    splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + gnome_pairs + manual_pairs + descriptions, n_test=N_TEST,
                                   n_valid=N_VALID, seed=SPLIT_SEED)
     splits["train"], removed_docs = remove_overlap(splits["train"], test_docs)
     splits["test-docs"] = test_docs
@@ -603,6 +651,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     # each unique train pair counted once, for the first source (in this order) that has it
     per_source = collections.Counter()
     sources = (("catalogs", set(catalog)), ("libreoffice_help", set(help_pairs)), ("man_pages", set(man_pairs)),
+               ("gnome_help", set(gnome_pairs)), ("manuals", set(manual_pairs)),
                ("descriptions", set(descriptions)))
     for pair in set(splits["train"]) - ding_set:
         per_source[next((name for name, pairs in sources if pair in pairs), "other")] += 1
@@ -617,12 +666,14 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         "dictionary_sentences": len(ding),
         "catalog_pairs": len(catalog),
         "catalog_dropped": dict(sorted((k, v) for k, v in reasons.items() if k != "ok")),
-        "help_pairs": len(help_pairs),
-        "help_pages": len(help_docs),
-        "help_dropped": dict(sorted((k, v) for k, v in help_reasons.items() if k != "ok")),
-        "man_pairs": len(man_pairs),
-        "man_pages": len(man_docs),
-        "man_dropped": dict(sorted((k, v) for k, v in man_reasons.items() if k != "ok")),
+        **{f"{key}_{what}": value
+           for key, n_pairs, unit, n_docs, dropped in (
+               ("help", len(help_pairs), "pages", len(help_docs), help_reasons),
+               ("man", len(man_pairs), "pages", len(man_docs), man_reasons),
+               ("gnome_help", len(gnome_pairs), "pages", len(gnome_docs), gnome_reasons),
+               ("manual", len(manual_pairs), "pages", len(manual_docs), manual_reasons))
+           for what, value in (("pairs", n_pairs), (unit, n_docs),
+                               ("dropped", dict(sorted((k, v) for k, v in dropped.items() if k != "ok"))))},
         "description_pairs": sum(len(v) for v in docs.values()),
         "description_documents": len(docs),
         "description_dropped": dict(sorted((k, v) for k, v in desc_reasons.items() if k != "ok")),
@@ -652,6 +703,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     })
     print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
           f"{len(help_pairs):,} LibreOffice help pairs + {len(man_pairs):,} man-page pairs + "
+          f"{len(gnome_pairs):,} GNOME help pairs + {len(manual_pairs):,} Debian manual pairs + "
           f"{counts['description_pairs']:,} description pairs ({len(docs):,} source packages) → "
           f"train {len(splits['train']):,} (dictionary ×{DING_WEIGHT}) / valid {len(splits['valid']):,} / "
           f"test {len(splits['test']):,} / test-docs {len(splits['test-docs']):,} "

@@ -21,7 +21,7 @@ import html.parser
 import re
 from pathlib import Path
 
-from attnkit.data.pair_filters import admit_pair, split_sentences
+from attnkit.data.pair_filters import admit_blocks
 from attnkit.data.parallel import normalize_text
 
 __all__ = ["HELP_ROOT", "paragraphs", "help_documents"]
@@ -91,16 +91,14 @@ def help_documents(german_root: str | Path, english_root: str | Path) -> tuple[d
             reasons["no english page"] += 1
             continue
         english = paragraphs(other.read_text(encoding="utf-8"))
-        pairs: list[Pair] = []
+        blocks = []
         for ident, de in paragraphs(page.read_text(encoding="utf-8")).items():
             en = english.get(ident)
             if not de or not en:
                 reasons["no english"] += 1
                 continue
-            de_s, en_s = split_sentences(de), split_sentences(en)
-            for d, e in (zip(de_s, en_s) if len(de_s) == len(en_s) else [(de, en)]):
-                if admit_pair(d, e, seen, reasons):
-                    pairs.append((d, e))
+            blocks.append((de, en))
+        pairs = admit_blocks(blocks, seen, reasons)
         if pairs:
             docs[rel.as_posix()] = pairs
     return docs, reasons

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import collections
 import re
+from typing import Iterable
 
 __all__ = ["MIN_RATIO", "MAX_RATIO", "MAX_WORDS", "function_words", "looks_german", "looks_english",
-           "check_pair", "admit_pair", "is_full_sentence", "split_sentences"]
+           "check_pair", "admit_pair", "admit_blocks", "is_full_sentence", "split_sentences"]
 
 MIN_RATIO = 0.5  # character-length ratio german / english allowed for a pair
 MAX_RATIO = 2.0
@@ -80,6 +81,25 @@ def admit_pair(german: str, english: str, seen: set[tuple[str, str]], reasons: c
     if reason == "ok":
         seen.add((german, english))
     return reason == "ok"
+
+
+def admit_blocks(blocks: Iterable[tuple[str, str]], seen: set[tuple[str, str]],
+                 reasons: collections.Counter) -> list[tuple[str, str]]:
+    """The admitted pairs of aligned text blocks (paragraphs, headings, cells), in order.
+
+    Each ``(german, english)`` block pair with text on both sides is split into sentences
+    (:func:`split_sentences`); the sentences pair up when both sides have as many, else the block stays whole.
+    Every candidate goes through :func:`admit_pair` (counted in ``reasons``, recorded in ``seen``).
+    """
+    out = []
+    for de, en in blocks:
+        if not de or not en:
+            continue
+        de_s, en_s = split_sentences(de), split_sentences(en)
+        for d, e in (zip(de_s, en_s) if len(de_s) == len(en_s) else [(de, en)]):
+            if admit_pair(d, e, seen, reasons):
+                out.append((d, e))
+    return out
 
 
 def is_full_sentence(text: str, min_words: int = 5) -> bool:

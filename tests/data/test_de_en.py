@@ -8,6 +8,7 @@ recipe into the test cache ``$ATTNKIT_TEST_HOME/data/de-en`` (default ``~/.cache
 
 from __future__ import annotations
 
+import collections
 import gettext
 import io
 import json
@@ -18,7 +19,7 @@ import pytest
 
 from attnkit.data import de_en
 from attnkit.data.de_en import catalog_pairs, clean_catalog_pair, ding_pairs, read_mo, split_pairs
-from attnkit.data.fetch import sha256_file
+from attnkit.data.fetch import FetchError, sha256_file
 from attnkit.data.parallel import read_tsv
 
 
@@ -261,7 +262,7 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     out = capsys.readouterr().out
     # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 2 source packages x 2 descriptions x 2 pairs
     assert "train 103 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
-    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, descriptions 8" in out, out
+    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, gnome_help 0, manuals 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
     assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
@@ -280,6 +281,16 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
         assert record["outputs"][f"{s}.tsv"]["sha256"] == sha256_file(root / f"{s}.tsv")
         assert c.skipped == 0
     assert all(d.startswith("Das ist Satz") for d in splits["test"].sources + splits["valid"].sources)
+    # mixing: every dictionary pair of train is there DING_WEIGHT times, every other pair once
+    counts = collections.Counter(zip(splits["train"].sources, splits["train"].targets))
+    assert {n for p, n in counts.items() if p[0].startswith("Das ist Satz")} == {de_en.DING_WEIGHT}
+    assert {n for p, n in counts.items() if not p[0].startswith("Das ist Satz")} == {1}
+    # valid, test and test-docs share no German and no English string with train (nor with each other)
+    for side in ("sources", "targets"):
+        held = [getattr(splits[s], side) for s in ("valid", "test", "test-docs")]
+        assert not set(getattr(splits["train"], side)) & set().union(*map(set, held))
+        assert sum(map(len, held)) == len(set().union(*map(set, held)))
+    digests = {s: sha256_file(root / f"{s}.tsv") for s in splits}
 
     # second call: cached, nothing fetched, nothing rewritten
     before = (root / "train.tsv").stat().st_mtime_ns
@@ -294,6 +305,21 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     # force: fetch again and rebuild
     prepare("de-en", home=tmp_path, force=True)
     assert calls == ["trans-de-en", "git"] * 2
+    assert {s: sha256_file(root / f"{s}.tsv") for s in digests} == digests  # deterministic: byte-identical
+
+
+def test_recipe_refuses_translation_indexes_other_than_the_pinned_ones(monkeypatch, tmp_path):
+    _fake_fetchers(monkeypatch, [])
+
+    def changed_indexes(dest):
+        paths = _fake_indexes(dest)
+        de_en.KNOWN_INDEXES["de"] = "0" * 64  # the mirror now serves another Translation-de
+        return paths
+
+    monkeypatch.setattr(de_en.debian_descriptions, "fetch_translation_indexes", changed_indexes)
+    with pytest.raises(FetchError, match=r"Translation-de index changed: this recipe is pinned to sha256 0{64}.*"
+                                         r"x_i18n_Translation-de [0-9a-f]{64}"):
+        de_en.prepare_de_en(tmp_path)
 
 
 def test_recipe_reports_a_package_whose_layout_changed(monkeypatch, tmp_path):
@@ -307,7 +333,7 @@ def test_recipe_reports_a_package_whose_layout_changed(monkeypatch, tmp_path):
 # --- the real thing ------------------------------------------------------------------------------------------------
 @pytest.mark.network
 def test_real_recipe_end_to_end(attnkit_test_home):
-    """Runs the real recipe into the test cache (downloads ~61 MB of .debs the first time, then cached)."""
+    """Runs the real recipe into the test cache (downloads ~90 MB of .debs the first time, then cached)."""
     from attnkit.data.registry import prepare
 
     root = prepare("de-en", home=attnkit_test_home)
@@ -319,7 +345,8 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
     assert 35_000 <= counts["help_pairs"] <= 55_000
     assert 35_000 <= counts["man_pairs"] <= 55_000
-    assert counts["train"] >= 165_000
+    assert 2_500 <= counts["gnome_help_pairs"] <= 6_000 and 6_000 <= counts["manual_pairs"] <= 12_000
+    assert counts["train"] >= 200_000
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
     splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}
     assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}
