@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from attnkit.cli.finetune import FT_DEFAULTS, prepare_finetune_data
+    from attnkit.data.documents import prepare_finetune_data
+    from attnkit.recipes import FT_DEFAULTS
     from attnkit.cli.main import main as cli
     from attnkit.interop.pretrained import load_pretrained
     from attnkit.training import LMTask

@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = LoadSampler()
     sampler.start()
 
-    from attnkit.cli.train_mt import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS
+    from attnkit.recipes import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS
 
     if args.data is None:
         from attnkit.data.registry import prepare

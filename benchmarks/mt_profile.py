@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer, ck = load_trained(args.run, expect_kind="mt")
     opts = ck["extra"]["mt_options"]
     data = ck["extra"]["data"]
-    from attnkit.cli.train_mt import resolve_parallel_data
+    from attnkit.data.parallel import resolve_parallel_data
 
     source, _ = resolve_parallel_data(data)
     valid = opts.get("valid")

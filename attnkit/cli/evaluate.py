@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli.flags import add_device_flags, inference_device, place_model
-from attnkit.cli.translate import DEFAULT_BATCH_SIZE, add_decoding_args, check_decoding_args
+from attnkit.cli.flags import (DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, check_decoding_flags,
+                               inference_device, place_model)
 from attnkit.data.parallel import SPLITS
 
 
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mt.add_argument("--split", default="test", choices=SPLITS,
                     help="split of a recipe or prepared folder (default test; test-docs: the de-en recipe's package-description sentences; ignored for files)")
     mt.add_argument("--max-sentences", type=int, default=None, help="only the first N pairs (quick checks)")
-    add_decoding_args(mt)
+    add_decoding_flags(mt)
     mt.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     mt.add_argument("--strict", action="store_true", help="refuse malformed lines and over-long sources")
     mt.add_argument("--json", type=Path, default=None,
@@ -90,9 +90,9 @@ def _default_json(ckpt: Path, name: str) -> Path:
 # ------------------------------------------------------------------------------------------------------
 def run_eval_lm(args: argparse.Namespace) -> int:
     import torch
-    import torch.nn.functional as F
 
     from attnkit.data.lm_dataset import eval_batches, num_eval_windows, prepare_lm_data
+    from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
     from attnkit.training.runs import load_trained
 
     if args.batch_size < 1:
@@ -112,22 +112,15 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     valid = lm.valid
     n_windows = num_eval_windows(valid, T)
     max_windows = None if args.max_batches is None else args.max_batches * args.batch_size
-    total, count = 0.0, 0
     t0 = time.perf_counter()
     with torch.no_grad():
-        for x, y in eval_batches(valid, T, args.batch_size, max_windows=max_windows):  # (B, T) each
-            x, y = x.to(device), y.to(device)
-            logits = model(x)  # (B, T, V)
-            V = logits.shape[-1]
-            loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1), reduction="sum")  # over B*T
-            total += float(loss)
-            count += y.numel()
-    mean = total / count
+        mean, count = mean_token_loss(model, eval_batches(valid, T, args.batch_size, max_windows=max_windows),
+                                      next_token_loss)
     if not math.isfinite(mean):
         raise FloatingPointError(f"the validation loss is {mean}: the checkpoint's weights are broken")
     result = {"kind": "lm", "ckpt": str(args.ckpt), "data": str(args.data), "split": "valid",
               "block_size": T, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
-              "loss": mean, "ppl": math.exp(min(mean, 700.0)), "seconds": time.perf_counter() - t0}
+              "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
     out = args.json or _default_json(args.ckpt, "eval_lm.json")
     _write_json(out, result)
     print(f"valid loss {mean:.4f}, perplexity {result['ppl']:.3f} over {count:,} tokens "
@@ -138,37 +131,13 @@ def run_eval_lm(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------------
 # eval mt
 # ------------------------------------------------------------------------------------------------------
-def load_eval_pairs(data: str, split: str, *, strict: bool = False):
-    """``--data`` (+ ``--split``) → a :class:`~attnkit.data.parallel.ParallelCorpus` of the pairs to score."""
-    from attnkit.cli.train_mt import resolve_parallel_data
-    from attnkit.data.parallel import load_parallel
-
-    source, _ = resolve_parallel_data(data)
-    if isinstance(source, Path) and source.is_dir() and not (source / f"{split}.tsv").is_file():
-        raise FileNotFoundError(f"{source} has no {split}.tsv")
-    return load_parallel(source, split=split, strict=strict)
-
-
-def score_translations(hyps: list[str], refs: list[str]) -> dict[str, Any]:
-    """sacreBLEU corpus BLEU (13a tokenizer, detokenized input) and chrF; ``{"bleu", "chrf", "signature"...}``."""
-    import sacrebleu
-
-    if len(hyps) != len(refs):
-        raise ValueError(f"need one hypothesis per reference, got {len(hyps)} hypotheses and {len(refs)} references")
-    bleu = sacrebleu.metrics.BLEU()  # tokenize="13a", the default
-    chrf = sacrebleu.metrics.CHRF()
-    b = bleu.corpus_score(hyps, [refs])
-    c = chrf.corpus_score(hyps, [refs])
-    return {"bleu": float(b.score), "chrf": float(c.score), "bleu_detail": str(b),
-            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
-            "bp": float(b.bp), "sys_len": int(b.sys_len), "ref_len": int(b.ref_len)}
-
-
 def run_eval_mt(args: argparse.Namespace) -> int:
-    from attnkit.cli.translate import translate_sentences
+    from attnkit.data.parallel import load_eval_pairs
+    from attnkit.generation.translate import translate_sentences
+    from attnkit.training.bleu import score_translations
     from attnkit.training.runs import load_trained
 
-    check_decoding_args(args)
+    check_decoding_flags(args)
     device = inference_device(args)  # a device (or --autocast) this machine lacks fails before loading
     model, tokenizer, state = load_trained(args.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     place_model(model, args, device)

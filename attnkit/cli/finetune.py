@@ -17,7 +17,7 @@ differences:
 * a low learning rate by default (5e-5 full, 1e-3 LoRA), no weight decay, block size 256.
 * ``--lora``: the pretrained weights stay frozen and low-rank adapters train (:mod:`attnkit.modules.lora`).
 
-Checkpoints (see :func:`finalize_lora_run`): with ``--lora`` the step checkpoints hold the frozen weights plus
+Checkpoints (see :func:`attnkit.training.lora_run.finalize_lora_run`): with ``--lora`` the step checkpoints hold the frozen weights plus
 the adapters (``...qkv_proj.lora_A`` / ``lora_B``), which is what an exact ``--resume`` needs; when the run ends
 (or is interrupted), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it is a
 plain GPT checkpoint that ``attnkit sample --ckpt DIR`` (and ``finetune --from DIR``) loads like any other.
@@ -28,25 +28,13 @@ the data and the LoRA settings.
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
-from pathlib import Path
 from typing import Any
 
-from attnkit.cli.train import _add_common, parse_overrides, read_saved_run, train_config_from_args
+from attnkit.cli.flags import add_run_flags, parse_overrides, train_flag_values
+from attnkit.data.documents import DOCUMENT_MODES
+from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
-# Fine-tuning recipe: small batches of long-ish blocks, a gentle learning rate, no weight decay (it would pull
-# the pretrained weights towards zero), frequent evaluation (runs are short).
-FT_DEFAULTS: dict[str, Any] = dict(
-    batch_size=8, block_size=256, grad_accum=1, lr=5e-5, min_lr=5e-6, warmup_steps=20, schedule="cosine",
-    weight_decay=0.0, grad_clip=1.0, eval_every=50, eval_batches=10, log_every=5, ckpt_every=50,
-    keep_last=1, seed=1337,
-)
-LORA_LR = 1e-3
-DOCUMENT_MODES = ("auto", "fortune", "blank-line", "none")
-# Files that hold pickled Python objects: never unpickled (loading them can run arbitrary code).
-PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,166 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     lo.add_argument("--lora-dropout", type=float, default=None, help="dropout on the adapter input (default 0)")
     lo.add_argument("--lora-targets", nargs="+", default=None, metavar="NAME",
                     help="Linear layers to adapt by name (default qkv_proj out_proj; also w_in w_gate w_out)")
-    _add_common(p)
+    add_run_flags(p)
     p.set_defaults(func=run)
 
 
 # -------------------------------------------------------------------------------------------------------
 # loading the model to fine-tune
 # -------------------------------------------------------------------------------------------------------
-
-def _refuse_pickle(path: Path) -> None:
-    raise ValueError(
-        f"{path} holds pickled weights ({path.suffix} is a Python pickle / torch.save format). attnkit never "
-        "unpickles model files: loading a pickle can run arbitrary code hidden in it. Convert it to "
-        "safetensors (config.json + model.safetensors) or GGUF with a tool you trust, and pass that instead.")
-
-
-def _token_text(value: Any) -> str | None:
-    """A special token from tokenizer_config.json: a string or ``{"content": ...}``."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) and value else None
-
-
-def _load_tokenizer_file(path: Path, folder: Path | None = None):
-    """An attnkit tokenizer JSON, or a Hugging Face ``tokenizer.json`` (roles from ``tokenizer_config.json``)."""
-    from attnkit.data.bpe_tokenizer import BPETokenizer
-    from attnkit.data.tokenizer import tokenizer_from_dict, tokenizer_types
-
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer file {path} does not exist")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}") from None
-    if isinstance(data, dict) and data.get("type") in tokenizer_types():
-        return tokenizer_from_dict(data), None
-    roles, template = {}, None
-    cfg_file = (folder or path.parent) / "tokenizer_config.json"
-    if cfg_file.is_file():
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-        for role in ("bos", "eos", "pad", "unk"):
-            roles[role] = _token_text(cfg.get(f"{role}_token"))
-        template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
-    return BPETokenizer.from_file(path, **roles), template
-
-
-def load_source(source: str, *, tokenizer_file: str | None = None):
-    """``(model, tokenizer, chat_template or None, description)`` for ``--from``.
-
-    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` (with the reason) for anything that
-    is not a loadable model: unknown names, pickles, folders of the wrong kind, HF folders without tokenizer.
-    """
-    from attnkit.interop.pretrained import load_pretrained, pretrained_names
-
-    if source in pretrained_names():
-        model, tok, info = load_pretrained(source)
-        return model, tok, info.chat_template, f"pretrained {source}"
-    path = Path(source)
-    if not path.exists():
-        raise FileNotFoundError(f"--from {source!r}: no such file or folder, and not a named model "
-                                f"(known: {', '.join(pretrained_names())})")
-    if path.is_file():
-        if tokenizer_file is not None:
-            raise ValueError("--tokenizer only applies to a Hugging Face folder; a GGUF file brings its own tokenizer")
-        if path.suffix in PICKLE_SUFFIXES:
-            _refuse_pickle(path)
-        from attnkit.interop.gguf import check_gguf_file
-
-        check_gguf_file(path)  # refuses pickles by content, and anything else that is not GGUF
-        model, tok, info = load_pretrained(path)
-        return model, tok, info.chat_template, f"GGUF file {path}"
-    # a folder: attnkit checkpoint/run, or Hugging Face
-    if tokenizer_file is not None and not (path.is_dir() and (path / "config.json").is_file()):
-        raise ValueError("--tokenizer only applies to a Hugging Face folder; this model brings its own tokenizer")
-    if (path / "state.json").is_file() or (path / "checkpoints").is_dir():
-        from attnkit.training.runs import load_trained
-
-        model, tok, state = load_trained(path, expect_kind="lm")
-        if tok is None:
-            raise ValueError(f"{path} stores no tokenizer; fine-tuning needs the model's tokenizer")
-        template = (state.get("extra") or {}).get("chat_template")
-        return model, tok, template or None, f"attnkit checkpoint {path}"
-    if (path / "config.json").is_file():
-        from attnkit.interop.hf import from_hf
-
-        model = from_hf(path)
-        tok_path = Path(tokenizer_file) if tokenizer_file else path / "tokenizer.json"
-        if not tok_path.is_file():
-            raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; pass --tokenizer FILE")
-        tok, template = _load_tokenizer_file(tok_path, path)
-        return model, tok, template, f"Hugging Face folder {path}"
-    pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
-        _refuse_pickle(path / pickles[0])
-    raise ValueError(f"--from {path}: not a model folder (expected an attnkit run/checkpoint folder with "
-                     "state.json or checkpoints/, or a Hugging Face folder with config.json + model.safetensors)")
-
-
-# -------------------------------------------------------------------------------------------------------
-# data
-# -------------------------------------------------------------------------------------------------------
-
-_FORTUNE_SEP = re.compile(r"^%[ \t]*$", re.MULTILINE)
-
-
-def split_documents(text: str, mode: str) -> list[str] | None:
-    """The documents of ``text`` (``None`` for mode ``"none"``: keep one stream).
-
-    fortune: entries between lines holding only ``%`` (cleaned as the fortunes recipe does); blank-line:
-    paragraphs separated by one or more blank lines; auto: fortune if such ``%`` lines exist, else none.
-    """
-    if mode not in DOCUMENT_MODES:
-        raise ValueError(f"documents mode must be one of {list(DOCUMENT_MODES)}, got {mode!r}")
-    if mode == "auto":
-        mode = "fortune" if _FORTUNE_SEP.search(text) else "none"
-    if mode == "none":
-        return None
-    if mode == "fortune":
-        from attnkit.data.fortunes import parse_fortunes
-
-        return parse_fortunes(text)
-    return [p.strip("\n") for p in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")) if p.strip()]
-
-
-def encode_documents(tokenizer, text: str, mode: str):
-    """Token ids of ``text``: documents each followed by ``tokenizer.eos_id``, or the plain stream.
-
-    Shape: text -> ``LongTensor (N,)``.
-    """
-    import numpy as np
-    import torch
-
-    from attnkit.data.lm_dataset import encode_corpus
-
-    docs = split_documents(text, mode)
-    if docs is None:
-        return encode_corpus(tokenizer, text)
-    if tokenizer.eos_id is None:
-        raise ValueError("the text is split into documents, but the tokenizer has no end-of-sequence token to "
-                         "separate them; pass --documents none")
-    eos = tokenizer.eos_id
-    pieces = [np.asarray(ids + [eos], dtype=np.int64) for ids in tokenizer.encode_batch(docs)]
-    return torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
-
-
-def prepare_finetune_data(data: str, tokenizer, documents: str = "auto"):
-    """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer.
-
-    Shape: returns ``LongTensor (N_train,)``, ``LongTensor (N_valid,)``.
-    """
-    from attnkit.data.text import load_text_corpus
-
-    train_text, valid_text, info = load_text_corpus(data)
-    train = encode_documents(tokenizer, train_text, documents)
-    valid = encode_documents(tokenizer, valid_text, documents)
-    mode = documents
-    if mode == "auto":
-        mode = "fortune" if _FORTUNE_SEP.search(train_text) else "none"
-    info = json.loads(json.dumps(info, default=str))
-    return train, valid, {"source": info, "documents": mode}
-
 
 # -------------------------------------------------------------------------------------------------------
 # LoRA runs: build, and merge the best checkpoint at the end
@@ -268,45 +103,6 @@ def _lora_settings(args: argparse.Namespace, saved: dict[str, Any] | None, resum
             "alpha": 16.0 if args.lora_alpha is None else float(args.lora_alpha),
             "dropout": 0.0 if args.lora_dropout is None else float(args.lora_dropout),
             "targets": list(args.lora_targets or DEFAULT_TARGETS)}
-
-
-def add_lora(model, lora: dict[str, Any]) -> int:
-    """Put adapters on ``model`` as ``lora`` says and freeze the rest; returns the trainable parameter count."""
-    from attnkit.modules.lora import apply_lora, mark_only_lora_trainable
-
-    apply_lora(model, rank=lora["rank"], alpha=lora["alpha"], targets=tuple(lora["targets"]),
-               dropout=lora["dropout"])
-    return mark_only_lora_trainable(model)
-
-
-def finalize_lora_run(out: str | Path) -> Path | None:
-    """Rewrite ``out/checkpoints/best`` with its adapters merged into the weights (a plain GPT checkpoint).
-
-    The step checkpoints keep the adapters (``--resume`` continues from those, exactly); ``best/`` is only read
-    back by the trainer for its score, so replacing its tensors is safe. The rewrite is atomic; the state
-    (step, score, configs) is kept and ``extra["lora"]["merged"]`` becomes true. Returns the folder, or None
-    when there is no best checkpoint or it is already merged.
-    """
-    from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
-    from attnkit.modules.lora import merge_lora
-    from attnkit.training.checkpoint import RESERVED_KEYS, load_checkpoint, read_checkpoint_state, save_checkpoint
-
-    best = Path(out) / "checkpoints" / "best"
-    if not (best / "state.json").is_file():
-        return None
-    state = read_checkpoint_state(best)
-    extra = dict(state.get("extra") or {})
-    lora = extra.get("lora")
-    if not isinstance(lora, dict) or lora.get("merged"):
-        return None
-    model = build_model(config_from_dict(state["model_config"]))
-    add_lora(model, lora)
-    load_checkpoint(best, model)
-    merge_lora(model)
-    extra["lora"] = dict(lora, merged=True)
-    kept = {k: v for k, v in state.items() if k not in RESERVED_KEYS and k != "format" and k != "version"}
-    return save_checkpoint(best, model, state=kept, extra=extra, include_rng=False)
 
 
 # -------------------------------------------------------------------------------------------------------
@@ -342,6 +138,12 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")
 
+    from attnkit.data.documents import prepare_finetune_data
+    from attnkit.interop.load import load_model
+    from attnkit.training.config import resolve_train_config
+    from attnkit.training.lora_run import add_lora, finalize_lora_run
+    from attnkit.training.runs import read_saved_run
+
     saved = read_saved_run(args.out) if args.resume else None
     extra_saved = (saved or {}).get("extra", {})
     if saved is not None:
@@ -366,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
                              "a few hundred steps an hour on a laptop CPU)")
         lora = _lora_settings(args, None, resuming=False)
         data, documents, source = args.data, args.documents or "auto", args.source
-    cfg = train_config_from_args(args, _defaults(args, lora), saved.get("train_config") if saved else None)
+    cfg = resolve_train_config(_defaults(args, lora), saved.get("train_config") if saved else None,
+                               train_flag_values(args))
     if cfg.fsdp and lora is not None:
         raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
                          "without --fsdp) for --lora")
@@ -383,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
         model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
         what = extra_saved.get("from_description", source)
     else:
-        model, tokenizer, chat_template, what = load_source(source, tokenizer_file=args.tokenizer)
+        loaded = load_model(source, tokenizer_file=args.tokenizer)
+        model, tokenizer = loaded.model, loaded.tokenizer
+        chat_template, what = loaded.chat_template, loaded.description
         model_config = getattr(model, "config", None)
         if not isinstance(model_config, GPTConfig):
             raise ValueError(f"--from {source}: finetune needs a decoder-only GPT, got {type(model).__name__}")

@@ -5,26 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.flags import add_device_flags, inference_device, place_model
-
-
-def add_sampling_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sampling")
-    g.add_argument("--max-new-tokens", type=int, default=200, help="most tokens to generate (default 200)")
-    g.add_argument("--greedy", action="store_true", help="argmax decoding (ignores temperature/top-k/top-p)")
-    g.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default 0.8)")
-    g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
-    g.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL repetition penalty (1.0 = off)")
-    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop when the generated text contains TEXT (repeatable)")
-    g.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
-    g.add_argument("--num-samples", type=int, default=1, help="how many samples to draw (default 1)")
-    g.add_argument("--no-cache", action="store_true", help="recompute the whole context every step (slow; for checks)")
-    g.add_argument("--no-stream", action="store_true", help="print each sample when it is complete")
-    g.add_argument("--compile", action="store_true",
-                   help="run the decoding steps through torch.compile: faster per token, after a one-time "
-                        "compilation of up to ~30 s (needs the KV cache and a C++ compiler)")
+from attnkit.cli.flags import add_device_flags, add_sampling_flags, inference_device, place_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,30 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sampling_flags(p)
     add_device_flags(p)
     p.set_defaults(func=run)
-
-
-def load_lm(args: argparse.Namespace):
-    """``(model, tokenizer, chat formatter or None, stop ids, add_bos)`` from ``--ckpt`` or ``--model``."""
-    if args.ckpt:
-        from attnkit.training.runs import load_trained
-
-        model, tokenizer, state = load_trained(args.ckpt, expect_kind="lm")
-        if tokenizer is None:
-            raise ValueError(f"{args.ckpt} stores no tokenizer, so text prompts cannot be encoded")
-        extra = state.get("extra") or {}
-        template = extra.get("chat_template")
-        chat = None
-        if template:
-            from attnkit.interop.pretrained import apply_chat_template
-
-            chat = lambda text: apply_chat_template(template, [{"role": "user", "content": text}])
-        stop = extra.get("stop_token_ids") or ([tokenizer.eos_id] if tokenizer.eos_id is not None else None)
-        return model, tokenizer, chat, stop, bool(extra.get("add_bos_token", False))
-    from attnkit.interop.pretrained import apply_chat_template, load_pretrained
-
-    model, tokenizer, info = load_pretrained(args.model)
-    chat = (lambda text: apply_chat_template(info, [{"role": "user", "content": text}])) if info.chat_template else None
-    return model, tokenizer, chat, info.stop_token_ids or None, info.add_bos_token
 
 
 def generation_config(args: argparse.Namespace):
@@ -86,15 +43,16 @@ def run(args: argparse.Namespace) -> int:
     from attnkit.generation.decoding_layout import use_decoding_layout
 
     gen_cfg = generation_config(args)  # bad sampling options fail here, before loading or printing anything
+    from attnkit.interop.load import load_named, load_run
+
     device = inference_device(args)  # so does a device (or --autocast) this machine lacks
-    model, tokenizer, chat, stop_ids, add_bos = load_lm(args)
+    loaded = load_run(args.ckpt, expect_kind="lm") if args.ckpt else load_named(args.model)
+    model, tokenizer, stop_ids, add_bos = loaded.model, loaded.tokenizer, loaded.stop_ids, loaded.add_bos
     place_model(model, args, device)  # generation, the KV cache and beam search follow the weights
     use_decoding_layout(model)  # same weights, transposed storage: faster one-token steps (see its docstring)
     prompt = args.prompt
     if args.chat:
-        if chat is None:
-            raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
-        prompt = chat(prompt)
+        prompt = loaded.format_chat(prompt)
     ids = tokenizer.encode(prompt) if prompt else []
     if add_bos and tokenizer.bos_id is not None and (not ids or ids[0] != tokenizer.bos_id):
         ids = [tokenizer.bos_id] + ids

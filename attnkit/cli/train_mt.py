@@ -4,7 +4,7 @@
 
 What happens, in order:
 
-1. ``--data`` is resolved (:func:`resolve_parallel_data`): a recipe name (``de-en``; prepared on first use, like
+1. ``--data`` is resolved (:func:`attnkit.data.parallel.resolve_parallel_data`): a recipe name (``de-en``; prepared on first use, like
    ``attnkit data prepare de-en``), a TSV file (``source<TAB>target``, then ``--valid`` is required), or two
    line-aligned files ``SRC_FILE,TGT_FILE``.
 2. :meth:`attnkit.training.MTTask.from_data` reads the pairs (malformed lines are skipped and counted, or
@@ -14,7 +14,7 @@ What happens, in order:
    The decoder input starts with ``<bos>``, the labels end with ``<eos>`` (``attnkit.data.mt_batching.collate``).
 3. The model is the preset with the vocabulary size set to the tokenizer's and ``max_len`` to ``--max-len``
    (plus ``--set FIELD=VALUE`` overrides, e.g. ``--set dropout=0.3``).
-4. The :class:`~attnkit.training.Trainer` runs with the CPU recipe below (``MT_DEFAULTS``): label smoothing
+4. The :class:`~attnkit.training.Trainer` runs with the CPU recipe (``attnkit.recipes.MT_DEFAULTS``): label smoothing
    0.1, a short linear warmup then a cosine decay to the end of ``--max-time`` (or of ``--steps``), Adam betas
    (0.9, 0.98), no weight decay. Each evaluation also translates the first ``--bleu-sentences`` validation
    sentences greedily, reports ``valid_bleu`` / ``valid_chrf``, prints a few of them next to their references,
@@ -34,57 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from attnkit.cli.flags import is_main_process, say, world_size
+from attnkit.cli.flags import add_run_flags, is_main_process, parse_overrides, say, train_flag_values, world_size
+from attnkit.recipes import (MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_PRESET,
+                             MT_DEFAULT_VOCAB, MT_DEFAULTS)
 
-# The CPU translation recipe (chosen by the probes in benchmarks/RESULTS.md, "Translation"): the small pre-norm
-# transformer-cpu preset (~1.2M parameters at vocabulary 2000), which sees about four times the tokens of
-# transformer-small per second; a joint BPE of 2000 (a small output layer, and Sennrich & Zhang 2019's choice for
-# small data); 1024-token batches; a 150-step linear warmup then a cosine decay to the end of the time budget
-# (--max-time; of --steps when only that is given), as `train lm` does. The paper's warmup + inverse-square-root
-# schedule stays available (--schedule inverse_sqrt, where --lr is the scale factor).
-MT_DEFAULTS: dict[str, Any] = dict(
-    lr=2e-3, min_lr=1e-5, warmup_steps=150, schedule="cosine", betas=(0.9, 0.98), weight_decay=0.0,
-    grad_clip=1.0, grad_accum=1, eval_every=1000, eval_batches=30, log_every=10, ckpt_every=250,
-    keep_last=5, seed=1337,
-)
-MT_DEFAULT_PRESET = "transformer-cpu"
-MT_DEFAULT_VOCAB = 2000
-MT_DEFAULT_MAX_TOKENS = 1024
-MT_DEFAULT_MAX_LEN = 128
-MT_DEFAULT_BLEU_SENTENCES = 150
-
-
-def resolve_parallel_data(data: str, *, kind: str = "mt") -> tuple[Any, str]:
-    """What ``--data`` names → ``(argument for load_parallel / MTTask.from_data, description)``.
-
-    ``"SRC,TGT"`` → the two line-aligned files; an existing path → itself; anything else is a recipe name
-    (prepared on first use; an unknown name or a language-modelling recipe raise ``ValueError``).
-    """
-    if "," in data:
-        parts = [p.strip() for p in data.split(",")]
-        if len(parts) != 2 or not all(parts):
-            raise ValueError(f"--data with a comma must name exactly two files SRC_FILE,TGT_FILE, got {data!r}")
-        for p in parts:
-            if not Path(p).is_file():
-                raise FileNotFoundError(f"--data: no such file: {p}")
-        return [Path(parts[0]), Path(parts[1])], data
-    path = Path(data)
-    if path.exists():
-        return path, data
-    if any(c in data for c in "/\\") or data.endswith((".tsv", ".txt")):
-        raise FileNotFoundError(f"--data: no such file or folder: {data}")
-    from attnkit.data.registry import get_recipe, prepare
-
-    recipe = get_recipe(data)  # unknown name → ValueError listing the known recipes
-    if recipe.kind != kind:
-        raise ValueError(f"--data {data!r} is a {recipe.kind} recipe; translation needs a parallel corpus "
-                         f"(an mt recipe such as de-en, a TSV file or SRC_FILE,TGT_FILE)")
-    return prepare(data), data
-
-
-def register(tsub: argparse._SubParsersAction, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(tsub: argparse._SubParsersAction) -> None:
     mt = tsub.add_parser(
         "mt", help="train an encoder-decoder translator",
         description="Train a Transformer (default preset transformer-small) on sentence pairs: a recipe name "
@@ -116,20 +72,22 @@ def register(tsub: argparse._SubParsersAction, add_common: Callable[[argparse.Ar
                     help="replace each source token by <unk> with probability P in training (default 0)")
     mt.add_argument("--average-last", type=int, default=0, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
-    add_common(mt)
+    add_run_flags(mt)
     mt.set_defaults(func=run_mt)
 
 
 def run_mt(args: argparse.Namespace) -> int:
     import torch
 
-    from attnkit.cli.train import default_out, parse_overrides, read_saved_run, train_config_from_args
+    from attnkit.data.parallel import resolve_parallel_data
     from attnkit.data.tokenizer import load_tokenizer, tokenizer_from_dict
     from attnkit.models.builders import build_model
     from attnkit.models.configs import TransformerConfig, config_from_dict
     from attnkit.models.params import count_parameters
     from attnkit.models.presets import get_preset
     from attnkit.training import MTTask, Trainer, seed_everything
+    from attnkit.training.config import resolve_train_config
+    from attnkit.training.runs import default_run_folder, read_saved_run
 
     if args.average_last < 0:
         raise ValueError(f"--average-last must be >= 0, got {args.average_last}")
@@ -167,7 +125,7 @@ def run_mt(args: argparse.Namespace) -> int:
         defaults.update(best_metric="valid_bleu", best_mode="max")
     if args.average_last > 0 and args.keep_last is None:
         defaults["keep_last"] = max(defaults["keep_last"], args.average_last)
-    cfg = train_config_from_args(args, defaults, saved.get("train_config") if saved else None)
+    cfg = resolve_train_config(defaults, saved.get("train_config") if saved else None, train_flag_values(args))
     if args.average_last > 0 and cfg.fsdp:
         raise ValueError("--average-last reads ordinary step checkpoints; an --fsdp run writes sharded ones "
                          "(turn them into ordinary ones with `attnkit convert` and average those)")
@@ -212,7 +170,7 @@ def run_mt(args: argparse.Namespace) -> int:
     if not isinstance(model_config, TransformerConfig):
         raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
                          f"{preset!r} is a decoder-only GPT")
-    out = args.out or default_out("mt", data, preset)
+    out = args.out or default_run_folder("mt", data, preset)
 
     # What was dropped or cut, and how much of each batch is padding: worth seeing before a long run.
     pad = task.padding_ratio("train")

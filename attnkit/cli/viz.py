@@ -179,19 +179,11 @@ def run_params(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, bool, str]:
     """``(model, tokenizer, add_bos, description)`` from ``--ckpt`` or ``--model``, the model on ``--device``."""
+    from attnkit.interop.load import load_named, load_run
+
     device = resolve_device_flag(args)  # a device this machine lacks fails before loading
-    if args.ckpt:
-        from attnkit.training.runs import load_trained
-
-        model, tokenizer, state = load_trained(args.ckpt)
-        if tokenizer is None:
-            raise ValueError(f"{args.ckpt} stores no tokenizer, so text cannot be encoded")
-        add_bos = bool((state.get("extra") or {}).get("add_bos_token", False))
-        return model.to(device), tokenizer, add_bos, Path(args.ckpt).name
-    from attnkit.interop.pretrained import load_pretrained
-
-    model, tokenizer, info = load_pretrained(args.model)
-    return model.to(device), tokenizer, bool(info.add_bos_token), args.model
+    loaded = load_run(args.ckpt) if args.ckpt else load_named(args.model)
+    return loaded.model.to(device), loaded.tokenizer, loaded.add_bos, Path(args.ckpt).name if args.ckpt else args.model
 
 
 def _lm_ids(args: argparse.Namespace, tokenizer: Any, add_bos: bool) -> list[int]:

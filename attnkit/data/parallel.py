@@ -26,10 +26,12 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 __all__ = [
     "SPLITS",
+    "resolve_parallel_data",
+    "load_eval_pairs",
     "ParallelCorpus",
     "normalize_text",
     "read_tsv",
@@ -222,3 +224,39 @@ def load_splits(folder: str | os.PathLike, *, strict: bool = False) -> dict[str,
     if not (folder / "train.tsv").is_file():
         raise FileNotFoundError(f"{folder} has no train.tsv (expected train.tsv, valid.tsv, test.tsv)")
     return {s: read_tsv(folder / f"{s}.tsv", strict=strict) for s in SPLITS if (folder / f"{s}.tsv").is_file()}
+
+
+def resolve_parallel_data(data: str, *, kind: str = "mt") -> tuple[Any, str]:
+    """What ``--data`` names → ``(argument for load_parallel / MTTask.from_data, description)``.
+
+    ``"SRC,TGT"`` → the two line-aligned files; an existing path → itself; anything else is a recipe name
+    (prepared on first use; an unknown name or a language-modelling recipe raise ``ValueError``).
+    """
+    if "," in data:
+        parts = [p.strip() for p in data.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"--data with a comma must name exactly two files SRC_FILE,TGT_FILE, got {data!r}")
+        for p in parts:
+            if not Path(p).is_file():
+                raise FileNotFoundError(f"--data: no such file: {p}")
+        return [Path(parts[0]), Path(parts[1])], data
+    path = Path(data)
+    if path.exists():
+        return path, data
+    if any(c in data for c in "/\\") or data.endswith((".tsv", ".txt")):
+        raise FileNotFoundError(f"--data: no such file or folder: {data}")
+    from attnkit.data.registry import get_recipe, prepare
+
+    recipe = get_recipe(data)  # unknown name → ValueError listing the known recipes
+    if recipe.kind != kind:
+        raise ValueError(f"--data {data!r} is a {recipe.kind} recipe; translation needs a parallel corpus "
+                         f"(an mt recipe such as de-en, a TSV file or SRC_FILE,TGT_FILE)")
+    return prepare(data), data
+
+
+def load_eval_pairs(data: str, split: str, *, strict: bool = False) -> "ParallelCorpus":
+    """``--data`` (+ ``--split``) → a :class:`~attnkit.data.parallel.ParallelCorpus` of the pairs to score."""
+    source, _ = resolve_parallel_data(data)
+    if isinstance(source, Path) and source.is_dir() and not (source / f"{split}.tsv").is_file():
+        raise FileNotFoundError(f"{source} has no {split}.tsv")
+    return load_parallel(source, split=split, strict=strict)

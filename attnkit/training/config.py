@@ -206,6 +206,18 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.from_json: invalid JSON ({err})") from None
         return cls.from_dict(data)
 
+    @property
+    def max_time_s(self) -> float | None:
+        """The time budget in seconds (``max_time`` is in minutes), or None without one."""
+        return None if self.max_time is None else self.max_time * 60
+
+    def budget_fraction(self, elapsed_s: float) -> float | None:
+        """How much of the schedule a run has used after ``elapsed_s`` seconds, when the schedule spans the time
+        budget (``steps`` is None and ``max_time`` is set); None when it spans the steps instead."""
+        if self.steps is not None or self.max_time is None:
+            return None
+        return elapsed_s / self.max_time_s
+
     def replace(self, **overrides: Any) -> "TrainConfig":
         """A copy with some fields changed (validated again)."""
         names = {f.name for f in dataclasses.fields(self)}
@@ -231,3 +243,28 @@ class TrainConfig:
             if mine.get(key, "<missing>") != old:
                 diffs[key] = (old, mine.get(key, "<missing>"))
         return diffs
+
+
+def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
+                         given: dict[str, Any]) -> TrainConfig:
+    """The run-length and training settings of a run, from three sources in order of precedence.
+
+    ``defaults`` are the recipe's (:mod:`attnkit.recipes`); ``saved`` is the resumed run's
+    ``train_config`` (None for a new run); ``given`` are the fields the user set (flags left unset are absent).
+    Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs 2000 steps; a new
+    run given ``steps`` only has no time budget; ``max_time`` given without ``steps`` removes the step limit
+    (so the schedule spans the time budget). ``grad_clip=0`` means no clipping.
+    """
+    values = dict(defaults)
+    if saved is not None:
+        values.update(saved)
+    values.update(given)
+    if saved is None and "steps" not in given and "max_time" not in given:
+        values["steps"] = 2000
+    if "steps" in given and "max_time" not in given and saved is None:
+        values["max_time"] = None
+    if "max_time" in given and "steps" not in given:
+        values["steps"] = None
+    if values.get("grad_clip") == 0:
+        values["grad_clip"] = None
+    return TrainConfig.from_dict(values)

@@ -40,6 +40,8 @@ from torch import nn
 
 from attnkit.data.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher, encode_pairs
 
+from attnkit.generation.translate import greedy_translator
+
 from .task import check_split, check_step, model_device, move_to_device
 
 # (model, [source ids (with <eos>), ...]) -> [hypothesis text, ...]
@@ -264,9 +266,9 @@ class MTTask:
     @torch.no_grad()
     def translation_scores(self, model: nn.Module, n_sentences: int | None = None) -> dict[str, Any]:
         """Translate the first ``n_sentences`` validation sources (all when None) with ``translate_fn`` and
-        score them with sacrebleu: ``{"bleu", "chrf" (0-100), "sentences", "hypotheses"}``. Keeps the first
-        ``n_samples`` as :attr:`last_samples`."""
-        import sacrebleu  # only needed for BLEU
+        score them (:func:`attnkit.training.bleu.score_translations`): ``{"bleu", "chrf" (0-100), "sentences",
+        "hypotheses"}``. Keeps the first ``n_samples`` as :attr:`last_samples`."""
+        from attnkit.training.bleu import score_translations
 
         if self.translate_fn is None:
             raise ValueError("MTTask.translation_scores needs a translate_fn (MTTask.from_data(..., bleu=True))")
@@ -290,8 +292,8 @@ class MTTask:
         sources = self.corpora.get("valid", (None,))[0]
         self.last_samples = [(sources[i] if sources is not None else " ".join(map(str, self.valid.src[i])),
                               refs[i], hyps[i]) for i in range(min(self.n_samples, k))]
-        return {"bleu": float(sacrebleu.corpus_bleu(hyps, [refs]).score),
-                "chrf": float(sacrebleu.corpus_chrf(hyps, [refs]).score), "sentences": k, "hypotheses": hyps}
+        scores = score_translations(hyps, refs)
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"], "sentences": k, "hypotheses": hyps}
 
     def eval_report(self) -> list[str]:
         """Lines the trainer prints after each evaluation: the sample translations of the last BLEU
@@ -317,39 +319,3 @@ class MTTask:
                  if state.get(k) != v]
         if diffs:
             raise ValueError("cannot resume: the translation data differ from the checkpoint's in " + ", ".join(diffs))
-
-
-def greedy_translator(tokenizer: Any, *, batch_size: int = 64, max_len_a: float = 1.2,
-                      max_len_b: float = 10) -> TranslateFn:
-    """A ``translate_fn`` for :class:`MTTask`: greedy search (``attnkit.generation.greedy_search``) in
-    batches of ``batch_size`` sources, then ``tokenizer.decode(ids, skip_special_tokens=True)``.
-
-    ``tokenizer`` needs ``pad_id``, ``bos_id``, ``eos_id`` and ``decode``.
-
-    Shape: ``N`` source id lists (each ending with ``<eos>``) -> ``N`` strings.
-    """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    for name in ("pad_id", "bos_id", "eos_id"):
-        if getattr(tokenizer, name, None) is None:
-            raise ValueError(f"greedy_translator needs a tokenizer with {name}, got {tokenizer!r}")
-
-    def translate(model: nn.Module, sources: list[list[int]]) -> list[str]:
-        from attnkit.generation import greedy_search
-
-        device = model_device(model)
-        out: list[str] = []
-        for start in range(0, len(sources), batch_size):
-            chunk = sources[start:start + batch_size]
-            width = max(len(s) for s in chunk)
-            src = torch.full((len(chunk), width), tokenizer.pad_id, dtype=torch.long)  # (B, S)
-            for i, s in enumerate(chunk):
-                src[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-            mask = torch.arange(width)[None, :] >= torch.tensor([len(s) for s in chunk])[:, None]  # (B, S)
-            ids = greedy_search(model, src.to(device), mask.to(device), bos_id=tokenizer.bos_id,
-                                eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
-                                max_len_a=max_len_a, max_len_b=max_len_b)
-            out.extend(tokenizer.decode(h, skip_special_tokens=True) for h in ids)
-        return out
-
-    return translate

@@ -20,7 +20,7 @@ No tensors are involved here, so there are no shapes to document.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -117,12 +117,15 @@ class LRScheduler:
             optimizer.step()
             sched.step()                         # one more update done; sets the lr for the next one
 
-    ``d_model`` overrides ``config.d_model`` (inverse_sqrt only). ``state_dict()`` is JSON-able:
+    ``d_model`` overrides ``config.d_model`` (inverse_sqrt only). ``clock`` returns the run's elapsed seconds; a
+    cosine schedule of a time-limited run (``steps=None``) decays over ``config.max_time`` by it
+    (:meth:`TrainConfig.budget_fraction`). ``state_dict()`` is JSON-able:
     ``{"step": completed updates, "schedule": name, "lr": current lr}``; ``load_state_dict`` restores the
     step and re-applies the lr (the formula itself always comes from the current config).
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, config: TrainConfig, *, d_model: int | None = None):
+    def __init__(self, optimizer: torch.optim.Optimizer, config: TrainConfig, *, d_model: int | None = None,
+                 clock: Callable[[], float] | None = None):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ValueError(f"LRScheduler expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if not isinstance(config, TrainConfig):
@@ -133,15 +136,15 @@ class LRScheduler:
         if config.schedule == "inverse_sqrt" and self.d_model is None:
             raise ValueError("schedule 'inverse_sqrt' needs d_model: set TrainConfig.d_model or pass d_model=, got None")
         self.last_step = 0  # completed updates
-        # For a time-limited cosine run (steps=None) the trainer sets this to a callable returning the
-        # fraction of the time budget used so far.
-        self.time_fraction = None
+        if clock is not None and not callable(clock):
+            raise ValueError(f"LRScheduler clock must be a callable returning seconds, got {type(clock).__name__}")
+        self.clock = clock
         self._apply()
 
     def lr_at(self, step: int) -> float:
         """The lr for the update after ``step`` completed updates."""
         c = self.config
-        fraction = self.time_fraction() if self.time_fraction is not None else None
+        fraction = c.budget_fraction(self.clock()) if self.clock is not None else None
         if c.schedule == "cosine" and c.steps is None and fraction is None:
             fraction = 0.0
         return lr_at(step, schedule=c.schedule, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps,

@@ -22,7 +22,7 @@ from torch import nn
 
 from attnkit.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, read_checkpoint_state
 
-__all__ = ["resolve_checkpoint", "load_trained"]
+__all__ = ["resolve_checkpoint", "load_trained", "read_saved_run", "default_run_folder"]
 
 
 def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:
@@ -92,3 +92,25 @@ def load_trained(path: str | Path, *, expect_kind: str | None = None, prefer: st
     tok = extra.get("tokenizer")
     tokenizer = tokenizer_from_dict(tok) if tok is not None else None
     return model, tokenizer, state
+
+
+def read_saved_run(out: str | Path | None) -> dict[str, Any]:
+    """The latest checkpoint's state of the run in ``out`` (what ``--resume`` continues from)."""
+    if out is None:
+        raise ValueError("--resume needs --out pointing at the run folder to continue")
+    latest = latest_checkpoint(Path(out) / "checkpoints")
+    if latest is None:
+        raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from")
+    return read_checkpoint_state(latest)
+
+
+def default_run_folder(kind: str, data: str, preset: str) -> Path:
+    """``runs/<kind>-<data stem>-<preset>-<YYYYmmdd-HHMMSS>`` for a run started without ``--out``."""
+    import os
+    import time
+
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        # the default name holds the start time, which the processes of a torchrun job need not agree on
+        raise ValueError("under torchrun pass --out: every process must write the same run folder")
+    stem = Path(str(data)).stem if any(c in str(data) for c in "/.") else str(data)
+    return Path("runs") / f"{kind}-{stem}-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -168,7 +168,8 @@ class Trainer:
 
         self.optimizer = build_optimizer(self.model, config)
         d_model = config.d_model or self.model_config.get("d_model") or self.model_config.get("n_embd")
-        self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model)
+        self._clock = 0.0  # the run's clock (seconds) as all ranks agree on it, read by the schedule
+        self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model, clock=lambda: self._clock)
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
 
         # run state (all of it goes into every checkpoint)
@@ -457,9 +458,7 @@ class Trainer:
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         self._now = lambda: start_elapsed + (time.perf_counter() - t0)
         self._clock = self.elapsed  # the run's clock as all ranks agree on it (rank 0's), read by the schedule
-        if cfg.steps is None and cfg.max_time is not None:
-            self.scheduler.time_fraction = lambda: self._clock / (cfg.max_time * 60)
-        self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=None if cfg.max_time is None else cfg.max_time * 60,
+        self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=cfg.max_time_s,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
                                        enabled=self.progress_enabled)
         interval_tokens, interval_time, tps_ema = 0, 0.0, None
@@ -472,7 +471,7 @@ class Trainer:
                 self._clock = self._now()
                 if self.world.distributed and cfg.max_time is not None:  # rank 0's clock decides for all
                     self._clock = D.all_sum([self._clock if self.world.is_main else 0.0])[0]
-                if cfg.max_time is not None and self._clock >= cfg.max_time * 60:
+                if cfg.max_time is not None and self._clock >= cfg.max_time_s:
                     stopped_by = "max_time"
                     break
                 lr = self.scheduler.get_lr()  # the lr this update uses

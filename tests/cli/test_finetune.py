@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.cli.finetune import encode_documents, split_documents
+from attnkit.data.documents import encode_documents, split_documents
 from attnkit.cli.main import main
 from attnkit.data.bpe_tokenizer import BPETokenizer
 from attnkit.models.configs import GPTConfig
@@ -161,7 +161,7 @@ def test_lora_finetune_trains_only_adapters_and_exports_a_plain_model(pretrained
     # the merged model computes what the adapter model computed at the best step
     x = torch.randint(0, tok.vocab_size, (2, 16))
     lora_model = load_trained(pretrained["ckpt"])[0]
-    from attnkit.cli.finetune import add_lora
+    from attnkit.training.lora_run import add_lora
     from attnkit.training.checkpoint import load_checkpoint
 
     add_lora(lora_model, state["extra"]["lora"])

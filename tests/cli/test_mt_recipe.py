@@ -10,7 +10,7 @@ import types
 import pytest
 
 from attnkit.cli.main import main
-from attnkit.cli.train_mt import MT_DEFAULTS
+from attnkit.recipes import MT_DEFAULTS
 from attnkit.models.presets import get_preset
 from attnkit.training.config import TrainConfig
 from attnkit.training.metrics import read_metrics
@@ -86,10 +86,11 @@ def test_recipe_defaults_make_a_valid_timed_config():
     assert cfg.steps is None and cfg.schedule == "cosine"
     import torch
 
-    sched = LRScheduler(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]), cfg)
+    clock = {"s": 0.0}
+    sched = LRScheduler(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]), cfg, clock=lambda: clock["s"])
     lrs = {}
     for frac in (0.0, 0.5, 1.0):
-        sched.time_fraction = lambda f=frac: f
+        clock["s"] = frac * 15 * 60
         lrs[frac] = sched.lr_at(10_000)
     assert lrs[0.0] == pytest.approx(2e-3) and lrs[0.5] == pytest.approx((2e-3 + 1e-5) / 2)
     assert lrs[1.0] == pytest.approx(1e-5)

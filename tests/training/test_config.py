@@ -127,3 +127,26 @@ def test_resume_differences_ignore_steps_and_max_time():
     assert diffs["lr"] == (1e-3, 2e-3)
     assert b.resume_differences(a.to_dict()) == diffs
     assert a.replace(steps=999).resume_differences(a) == {}
+
+
+def test_time_budget_lives_in_the_config():
+    timed = TrainConfig(steps=None, max_time=2.5, warmup_steps=1)
+    assert timed.max_time_s == 150.0
+    assert timed.budget_fraction(75.0) == 0.5
+    assert TrainConfig(steps=100, max_time=2.5, warmup_steps=1).budget_fraction(75.0) is None  # spans the steps
+    assert TrainConfig(steps=100, warmup_steps=1).max_time_s is None
+
+
+def test_resolve_train_config_precedence():
+    from attnkit.training.config import resolve_train_config
+
+    defaults = {"lr": 1e-3, "warmup_steps": 5, "seed": 1}
+    assert resolve_train_config(defaults, None, {}).steps == 2000  # nothing given: 2000 steps
+    only_steps = resolve_train_config(defaults, None, {"steps": 50, "lr": 2e-3})
+    assert (only_steps.steps, only_steps.max_time, only_steps.lr) == (50, None, 2e-3)
+    only_time = resolve_train_config(defaults, None, {"max_time": 3.0})
+    assert (only_time.steps, only_time.max_time) == (None, 3.0)  # the schedule spans the time budget
+    saved = {"lr": 5e-4, "steps": 80, "warmup_steps": 5, "seed": 7}
+    resumed = resolve_train_config(defaults, saved, {"steps": 120})
+    assert (resumed.steps, resumed.lr, resumed.seed) == (120, 5e-4, 7)  # the saved run's settings win over defaults
+    assert resolve_train_config(defaults, None, {"grad_clip": 0}).grad_clip is None

@@ -1,0 +1,126 @@
+"""Translating with a trained encoder-decoder: text -> source ids -> decoded text, in batches.
+
+The one translation path of attnkit: ``attnkit translate``, ``attnkit eval mt`` and the BLEU that
+``attnkit train mt`` computes at each evaluation (:func:`greedy_translator`) all call :func:`translate_ids`,
+which pads a batch of sources, runs greedy search (beam 1) or beam search from :mod:`attnkit.generation`, and
+decodes the ids. :func:`encode_sources` turns text into source ids with ``<eos>`` under the model's length
+limit; :func:`translate_sentences` does the whole list (sorted by length for less padding, results put back in
+input order).
+
+Axis legend: B sentences in a batch, S source length.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
+
+__all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "translate_ids",
+           "translate_sentences", "greedy_translator"]
+
+
+def encode_sources(tokenizer: Any, sentences: Sequence[str], *, max_len: int | None, strict: bool = False,
+                   first_line: int = 1) -> tuple[list[list[int]], int]:
+    """Tokenize source sentences for the encoder: ids + ``<eos>``, at most ``max_len`` tokens.
+
+    Longer sentences are cut (keeping their first ``max_len - 1`` tokens, then ``<eos>``) and counted; with
+    ``strict`` the first one raises ``ValueError`` naming its line (``first_line`` numbers ``sentences[0]``).
+    Returns ``(ids, number truncated)``.
+    """
+    if tokenizer.eos_id is None or tokenizer.pad_id is None or tokenizer.bos_id is None:
+        raise ValueError(f"translation needs a tokenizer with <pad>, <bos> and <eos>; got {tokenizer!r}")
+    out, n_cut = [], 0
+    for i, ids in enumerate(tokenizer.encode_batch(list(sentences))):
+        if max_len is not None and len(ids) + 1 > max_len:
+            if strict:
+                raise ValueError(f"line {first_line + i}: the sentence is {len(ids) + 1} tokens with <eos>, longer "
+                                 f"than the model's max_len = {max_len} (drop --strict to truncate it)")
+            del ids[max_len - 1:]
+            n_cut += 1
+        out.append(ids + [tokenizer.eos_id])
+    return out, n_cut
+
+
+def translate_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, beam: int = DEFAULT_BEAM,
+                  length_penalty: float = DEFAULT_LENGTH_PENALTY, batch_size: int = DEFAULT_BATCH_SIZE,
+                  max_len_a: float = 1.2, max_len_b: float = 10) -> Iterator[list[str]]:
+    """Translate source id lists (each ending with ``<eos>``; an empty list gives ``""``) in batches.
+
+    Yields one list of ``len(chunk)`` strings per chunk of ``batch_size`` sources, in input order. Inside a
+    chunk sources are sorted by length, decoded, and put back in order.
+
+    Shape:
+        each chunk is padded into ``src (B, S)`` with its padding mask ``(B, S)``.
+    """
+    import torch
+
+    from attnkit.generation import beam_search, greedy_search
+
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = next(model.parameters()).device
+    for start in range(0, len(sources), batch_size):
+        chunk = list(sources[start:start + batch_size])
+        hyps = [""] * len(chunk)
+        order = sorted((i for i in range(len(chunk)) if chunk[i]), key=lambda i: len(chunk[i]))
+        if order:
+            width = len(chunk[order[-1]])
+            src = torch.full((len(order), width), tokenizer.pad_id, dtype=torch.long)  # (B, S)
+            lengths = torch.tensor([len(chunk[i]) for i in order])  # (B,)
+            for row, i in enumerate(order):
+                src[row, :len(chunk[i])] = torch.tensor(chunk[i], dtype=torch.long)
+            mask = torch.arange(width)[None, :] >= lengths[:, None]  # (B, S) True = padding
+            common = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+                          max_len_a=max_len_a, max_len_b=max_len_b)
+            with torch.no_grad():
+                if beam == 1:
+                    ids = greedy_search(model, src.to(device), mask.to(device), **common)
+                else:
+                    ids = beam_search(model, src.to(device), mask.to(device), beam_size=beam,
+                                      length_penalty=length_penalty, **common)
+            for row, i in enumerate(order):
+                hyps[i] = tokenizer.decode(ids[row], skip_special_tokens=True)
+        yield hyps
+
+
+def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *, strict: bool = False,
+                        sort_all: bool = True, **kwargs: Any) -> tuple[list[str], int]:
+    """Translate a whole list of sentences; returns ``(translations in input order, number truncated)``.
+
+    With ``sort_all`` the whole list is sorted by length before batching (fast for a test set), and the
+    results are put back in order. ``kwargs`` go to :func:`translate_ids`.
+    """
+    max_len = getattr(getattr(model, "config", None), "max_len", None)
+    ids, n_cut = encode_sources(tokenizer, [s.strip() for s in sentences], max_len=max_len, strict=strict)
+    ids = [s if text.strip() else [] for s, text in zip(ids, sentences)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i])) if sort_all else list(range(len(ids)))
+    out: list[str] = [""] * len(ids)
+    k = 0
+    for hyps in translate_ids(model, tokenizer, [ids[i] for i in order], **kwargs):
+        for h in hyps:
+            out[order[k]] = h
+            k += 1
+    return out, n_cut
+
+
+def greedy_translator(tokenizer: Any, *, batch_size: int = 64, max_len_a: float = 1.2,
+                      max_len_b: float = 10) -> Callable[[Any, list[list[int]]], list[str]]:
+    """A ``translate_fn`` for :class:`attnkit.training.MTTask`: :func:`translate_ids` with beam 1 (greedy search)
+    in batches of ``batch_size`` sources; ``tokenizer`` needs ``pad_id``, ``bos_id``, ``eos_id`` and ``decode``.
+
+    Shape: ``N`` source id lists (each ending with ``<eos>``) -> ``N`` strings.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    for name in ("pad_id", "bos_id", "eos_id"):
+        if getattr(tokenizer, name, None) is None:
+            raise ValueError(f"greedy_translator needs a tokenizer with {name}, got {tokenizer!r}")
+
+    def translate(model: Any, sources: list[list[int]]) -> list[str]:
+        return [h for chunk in translate_ids(model, tokenizer, sources, beam=1, batch_size=batch_size,
+                                             max_len_a=max_len_a, max_len_b=max_len_b) for h in chunk]
+
+    return translate

