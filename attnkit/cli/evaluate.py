@@ -90,9 +90,9 @@ def _default_json(ckpt: Path, name: str) -> Path:
 # ------------------------------------------------------------------------------------------------------
 def run_eval_lm(args: argparse.Namespace) -> int:
     import torch
-    import torch.nn.functional as F
 
     from attnkit.data.lm_dataset import eval_batches, num_eval_windows, prepare_lm_data
+    from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
     from attnkit.training.runs import load_trained
 
     if args.batch_size < 1:
@@ -112,22 +112,15 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     valid = lm.valid
     n_windows = num_eval_windows(valid, T)
     max_windows = None if args.max_batches is None else args.max_batches * args.batch_size
-    total, count = 0.0, 0
     t0 = time.perf_counter()
     with torch.no_grad():
-        for x, y in eval_batches(valid, T, args.batch_size, max_windows=max_windows):  # (B, T) each
-            x, y = x.to(device), y.to(device)
-            logits = model(x)  # (B, T, V)
-            V = logits.shape[-1]
-            loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1), reduction="sum")  # over B*T
-            total += float(loss)
-            count += y.numel()
-    mean = total / count
+        mean, count = mean_token_loss(model, eval_batches(valid, T, args.batch_size, max_windows=max_windows),
+                                      next_token_loss)
     if not math.isfinite(mean):
         raise FloatingPointError(f"the validation loss is {mean}: the checkpoint's weights are broken")
     result = {"kind": "lm", "ckpt": str(args.ckpt), "data": str(args.data), "split": "valid",
               "block_size": T, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
-              "loss": mean, "ppl": math.exp(min(mean, 700.0)), "seconds": time.perf_counter() - t0}
+              "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
     out = args.json or _default_json(args.ckpt, "eval_lm.json")
     _write_json(out, result)
     print(f"valid loss {mean:.4f}, perplexity {result['ppl']:.3f} over {count:,} tokens "

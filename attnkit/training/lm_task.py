@@ -17,7 +17,7 @@ Axis legend: B batch, T sequence length (block size), V vocabulary, N tokens in 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -91,37 +91,17 @@ class LMTask:
         return window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T), (B, T)
 
     def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """Mean next-token cross-entropy over all positions, and the number of positions.
-
-        Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss.
-        """
-        x, y = batch
-        logits = model(x)
-        if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != x.shape:
-            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ValueError(f"LMTask: model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
-        V = logits.shape[-1]
-        y_max = int(y.max())
-        if y_max >= V:
-            raise ValueError(f"LMTask: target token id {y_max} is outside the model's vocabulary [0, {V})")
-        # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.
-        loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))  # (B*T, V) vs (B*T,)
-        return loss, y.numel()
+        """Mean next-token cross-entropy over all positions, and the number of positions
+        (:func:`next_token_loss`)."""
+        return next_token_loss(model, batch)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
         """Validation loss (mean over all tokens of ``n_batches`` fixed batches) and perplexity ``exp(loss)``."""
         if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
             raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
-        device = model_device(model)
-        total, count = 0.0, 0
-        for i in range(n_batches):
-            x, y = self.batch("valid", i)
-            loss, n = self.loss(model, (x.to(device), y.to(device)))
-            total += float(loss) * n
-            count += n
-        mean = total / count
-        return {"loss": mean, "ppl": math.exp(min(mean, 700.0))}  # exp overflows a float past ~709
+        mean, _ = mean_token_loss(model, (self.batch("valid", i) for i in range(n_batches)), self.loss)
+        return {"loss": mean, "ppl": perplexity(mean)}
 
     # --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -139,3 +119,49 @@ class LMTask:
         if diffs:
             raise ValueError("cannot resume: the language-modelling data differ from the checkpoint's in "
                              + ", ".join(diffs))
+
+
+def perplexity(mean_loss: float) -> float:
+    """``exp(mean_loss)``, capped so that a diverged loss gives a huge number instead of an overflow."""
+    return math.exp(min(mean_loss, 700.0))  # exp overflows a float past ~709
+
+
+def mean_token_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                    loss_fn: Callable[[nn.Module, tuple[torch.Tensor, torch.Tensor]], tuple[torch.Tensor, int]]
+                    ) -> tuple[float, int]:
+    """The one language-model evaluation: mean next-token loss over every position of ``batches``.
+
+    Used by :meth:`LMTask.evaluate` (fixed random validation batches during training) and by ``attnkit eval lm``
+    (every window of the split). ``loss_fn(model, (x, y))`` returns the mean loss of one batch and its number of
+    positions (:meth:`LMTask.loss`); the batches are moved to the model's device. Returns ``(mean, positions)``.
+
+    Shape: each batch ``(x (B, T), y (B, T))``.
+    """
+    device = model_device(model)
+    total, count = 0.0, 0
+    for x, y in batches:
+        loss, n = loss_fn(model, (x.to(device), y.to(device)))
+        total += float(loss) * n
+        count += n
+    if count == 0:
+        raise ValueError("mean_token_loss got no batch to evaluate")
+    return total / count, count
+
+
+def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Mean next-token cross-entropy over all positions, and the number of positions.
+
+    Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss.
+    """
+    x, y = batch
+    logits = model(x)
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != x.shape:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
+    V = logits.shape[-1]
+    y_max = int(y.max())
+    if y_max >= V:
+        raise ValueError(f"target token id {y_max} is outside the model's vocabulary [0, {V})")
+    # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.
+    loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))  # (B*T, V) vs (B*T,)
+    return loss, y.numel()
