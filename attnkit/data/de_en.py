@@ -22,7 +22,8 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
    dpkg, debhelper, devscripts …) against English (``manpages``, ``manpages-dev`` and the packages that own the
    other translated pages: coreutils, util-linux, systemd …), aligned by page, section and paragraph: about
    43,000 pairs (see :mod:`attnkit.data.man_pages`).
-6. GNOME's desktop help (``gnome-user-docs``, Mallard pages, aligned by page and text block: about 3,700 pairs,
+6. GNOME's desktop and application help (``gnome-user-docs``, ``evince-common`` …, Mallard pages, aligned by page
+   and text block: about 6,700 pairs,
    see :mod:`attnkit.data.gnome_help`) and Debian's manuals -- the Debian reference, the New Maintainers' Guide
    and the Developer's Reference -- German against English HTML, aligned by section id and block: about 8,900
    pairs (see :mod:`attnkit.data.html_manuals`).
@@ -95,7 +96,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 6
+RECIPE_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,20 @@ PACKAGES: tuple[DebSource, ...] = (
     DebSource("kmod", "LGPL-2.1+, GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
     # GNOME's desktop help, English (C) and German Mallard pages in one package: 8.5 MB.
     DebSource("gnome-user-docs", "CC-BY-SA-3.0", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    # GNOME applications' own help, in the same layout (each page says CC-BY-SA 3.0): 11.3 MB.
+    DebSource("evince-common", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("seahorse", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("gnome-terminal-data", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("eog", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("gnome-calculator", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("file-roller", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("epiphany-browser-data", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("gnome-system-monitor", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("totem-common", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("cheese-common", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("simple-scan", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("gnome-clocks", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("baobab", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
     # Debian's manuals, translated with po4a / Sphinx gettext: 7.1 MB.
     DebSource("debian-reference-de", "GPL-2+", "manual-de", ("usr/share/debian-reference/*.de.html",)),
     DebSource("debian-reference-en", "GPL-2+", "manual-en", ("usr/share/debian-reference/*.en.html",)),
@@ -232,6 +247,19 @@ KNOWN_DEBS: dict[str, tuple[str, str]] = {
     "developers-reference": ("12.18", "0dba82f6fa16e373f2a84ad07e7971aa9264ad2e7d2ae46b37edbc9c5fd57e2e"),
     "developers-reference-de": ("12.18", "281f0c2b24139e0ac83117c3e95b60458a6644fe14c82cf9ea78e87ea8c175d7"),
     "gnome-user-docs": ("43.0-2", "0d635a840747958ca84da778b40d341f1155603851f922c9a171f5a181d6a39f"),
+    "evince-common": ("43.1-2+deb12u1", "777ea7d094db2acd7b385e272b0ba6cf03c7e45d574e6f2c689b507de3d95dbb"),
+    "seahorse": ("43.0-1", "9568f42e1587c556f90143fdc252b6dc99276684a4da140b07607efb583968d4"),
+    "gnome-terminal-data": ("3.46.8-1", "7702598bf2f81b6ec713d14867e367d9f5f2f91580c233db0dadc4c31c2f227d"),
+    "eog": ("43.2-1+deb12u1", "986338ef28f9dc57141f11c27df27b453f95bbe460d44f4a9ec6c7d815e9ccc2"),
+    "gnome-calculator": ("1:43.0.1-2", "395526cc25086a0ad15cdcd6daf403e5eb542cfe494de743e2e9394c39a0f065"),
+    "file-roller": ("43.0-1", "2bb8ba003a234b82228154ca5555c55e464b010d1d866605658d1cd510e52de2"),
+    "epiphany-browser-data": ("43.1-1", "6577aed576ec670fa33ee70a4001d1200cf1cf80745bc58267aa273488cc24fd"),
+    "gnome-system-monitor": ("42.0-2", "fb6f0c54b9af1a17e1d047dccbe4a8df6b54fe2cde4cb6a214d78dabbee3ea68"),
+    "totem-common": ("43.0-2", "23190cc8726d7b8bfe9a4362260cdb2c98d304b195104ffc7ea382593c991ad8"),
+    "cheese-common": ("43.0-1", "851b3595fcb7b5dbba1c646bfddd64a56907302e0b85db4c38dda1aa2336bfbb"),
+    "simple-scan": ("42.5-2", "782842b780d6069fbc422122e40cd38de19c3577a8129e431744028b812ff2ef"),
+    "gnome-clocks": ("43.0-1", "cd92c912a6f69789785b9e898611a6f8ced7659597e000e8f7a92583cf259a46"),
+    "baobab": ("43.0-1", "acab793673e0f559080b492a40281c5ea7da04da5830c28c346cca62860fad69"),
 }
 
 # sha256 of the apt translation indexes the descriptions are read from (bookworm main/i18n, uncompressed).
@@ -563,7 +591,7 @@ def _cached(root: Path) -> bool:
 
 @register("de-en", kind="mt",
           description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
-                      "~43k LibreOffice help, ~43k man-page, ~13k GNOME help and Debian manual, ~45k package-description sentences")
+                      "~43k LibreOffice help, ~43k man-page, ~15k GNOME help and Debian manual, ~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
@@ -586,7 +614,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     mo_files: list[Path] = []
     help_roots: dict[str, Path] = {}
     man_roots: dict[str, list[Path]] = {"man-de": [], "man-en": []}
-    gnome_root: Path | None = None
+    gnome_roots: list[Path] = []
     manual_files: dict[str, dict[tuple[str, str], Path]] = {"manual-de": {}, "manual-en": {}}
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
@@ -607,7 +635,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
             elif src.kind in man_roots:
                 man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
             elif src.kind == "gnome":
-                gnome_root = unpacked / gnome_help.HELP_ROOT
+                gnome_roots.append(unpacked / gnome_help.HELP_ROOT)
             elif src.kind in ("manual-de", "manual-en"):
                 for f in files:
                     key = _manual_page(src.package, f)
@@ -628,9 +656,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         help_pairs = [p for name in sorted(help_docs) for p in help_docs[name]]
         man_docs, man_reasons = man_pages.man_documents(man_roots["man-de"], man_roots["man-en"])
         man_pairs = [p for name in sorted(man_docs) for p in man_docs[name]]
-        gnome_docs, gnome_reasons = ({}, collections.Counter())
-        if gnome_root is not None:
-            gnome_docs, gnome_reasons = gnome_help.gnome_documents(gnome_root / "de", gnome_root / "C")
+        gnome_docs, gnome_reasons = gnome_help.gnome_documents(gnome_roots)
         gnome_pairs = [p for name in sorted(gnome_docs) for p in gnome_docs[name]]
         both = sorted(manual_files["manual-de"].keys() & manual_files["manual-en"].keys())
         manual_docs, manual_reasons = html_manuals.manual_documents(

@@ -1,7 +1,8 @@
 """GNOME's help (Mallard pages) in German and English: sentence pairs aligned by page and text block.
 
-Debian's ``gnome-user-docs`` ships the GNOME desktop help (CC-BY-SA 3.0) as Mallard XML pages, the English
-originals under ``usr/share/help/C/<document>/`` and the translations under ``usr/share/help/<lang>/…``. The
+Debian's ``gnome-user-docs`` ships the GNOME desktop help (CC-BY-SA 3.0), and the GNOME applications ship
+their own help (evince, gedit, gnome-terminal …), as Mallard XML pages, the English originals under
+``usr/share/help/C/<document>/`` and the translations under ``usr/share/help/<lang>/…``. The
 translated pages are made by itstool from the English page and its ``.po`` file: the XML tree stays the same and
 only the text of each translatable block (``<title>``, ``<desc>``, ``<p>``, table cells, list items, …) is
 replaced. So a German page and the English page of the same name have the same sequence of text blocks, and
@@ -20,6 +21,7 @@ from __future__ import annotations
 import collections
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Iterable
 
 from attnkit.data.pair_filters import admit_blocks
 from attnkit.data.parallel import normalize_text
@@ -71,33 +73,32 @@ def text_blocks(page: str) -> list[tuple[str, str]]:
     return out
 
 
-def gnome_documents(german_root: str | Path, english_root: str | Path) -> tuple[dict[str, list[Pair]],
-                                                                                collections.Counter]:
-    """Aligned, filtered pairs of every page present in both help trees, grouped by page.
+def gnome_documents(help_roots: Iterable[str | Path]) -> tuple[dict[str, list[Pair]], collections.Counter]:
+    """Aligned, filtered pairs of every page present in German and in English, grouped by page.
 
-    ``german_root``/``english_root`` are the language folders (``usr/share/help/de`` and ``usr/share/help/C``)
-    holding one folder a document. Returns ``({"document/page": [(german, english), …]}, counter of kept and
-    dropped reasons)``; a pair seen before on any page is dropped as ``"duplicate"``.
+    ``help_roots`` are ``usr/share/help`` folders (one an unpacked package), each holding ``C/<document>/`` and
+    ``de/<document>/``. Returns ``({"document/page": [(german, english), …]}, counter of kept and dropped
+    reasons)``; a pair seen before on any page is dropped as ``"duplicate"``.
     """
-    german_root, english_root = Path(german_root), Path(english_root)
     docs: dict[str, list[Pair]] = {}
     reasons: collections.Counter = collections.Counter()
     seen: set[Pair] = set()
-    for page in sorted(german_root.glob("*/*.page")):
-        rel = page.relative_to(german_root)
-        other = english_root / rel
-        if not other.is_file():
-            reasons["no english page"] += 1
-            continue
-        try:
-            de_blocks, en_blocks = text_blocks(page.read_text("utf-8")), text_blocks(other.read_text("utf-8"))
-        except ET.ParseError:
-            reasons["unreadable page"] += 1
-            continue
-        if [k for k, _ in de_blocks] != [k for k, _ in en_blocks]:
-            reasons["unaligned page"] += 1
-            continue
-        pairs = admit_blocks(((de, en) for (_, de), (_, en) in zip(de_blocks, en_blocks)), seen, reasons)
-        if pairs:
-            docs[rel.with_suffix("").as_posix()] = pairs
+    for root in map(Path, help_roots):
+        for page in sorted((root / "de").glob("*/*.page")):
+            rel = page.relative_to(root / "de")
+            other = root / "C" / rel
+            if not other.is_file():
+                reasons["no english page"] += 1
+                continue
+            try:
+                de_blocks, en_blocks = text_blocks(page.read_text("utf-8")), text_blocks(other.read_text("utf-8"))
+            except ET.ParseError:
+                reasons["unreadable page"] += 1
+                continue
+            if [k for k, _ in de_blocks] != [k for k, _ in en_blocks]:
+                reasons["unaligned page"] += 1
+                continue
+            pairs = admit_blocks(((de, en) for (_, de), (_, en) in zip(de_blocks, en_blocks)), seen, reasons)
+            if pairs:
+                docs[rel.with_suffix("").as_posix()] = pairs
     return docs, reasons

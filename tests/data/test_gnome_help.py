@@ -53,7 +53,7 @@ def test_pages_align_block_by_block_and_sentence_by_sentence(tmp_path):
     for lang, text in (("de", GERMAN), ("C", ENGLISH)):
         (tmp_path / lang / "gnome-help").mkdir(parents=True)
         (tmp_path / lang / "gnome-help" / "files-copy.page").write_text(text, encoding="utf-8")
-    docs, reasons = gnome_documents(tmp_path / "de", tmp_path / "C")
+    docs, reasons = gnome_documents([tmp_path])
     assert docs == {"gnome-help/files-copy": [
         ("Objekte in einen neuen Ordner kopieren oder verschieben.", "Copy or move items to a new folder."),
         ("Dateien und Ordner kopieren oder verschieben", "Copy or move files and folders"),
@@ -72,5 +72,5 @@ def test_a_page_whose_blocks_differ_is_not_aligned(tmp_path):
         (tmp_path / lang / "gnome-help").mkdir(parents=True)
         (tmp_path / lang / "gnome-help" / "files-copy.page").write_text(text, encoding="utf-8")
     (tmp_path / "de" / "gnome-help" / "only-german.page").write_text(GERMAN, encoding="utf-8")
-    docs, reasons = gnome_documents(tmp_path / "de", tmp_path / "C")
+    docs, reasons = gnome_documents([tmp_path])
     assert docs == {} and reasons["unaligned page"] == 1 and reasons["no english page"] == 1
