@@ -17,3 +17,12 @@ def _torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_collection_modifyitems(config, items):
+    """End-to-end command-line tests (tests/cli: each runs `attnkit ...` commands that train, translate or
+    sample for seconds) are marked ``slow``. The README's test command runs them all; ``-m "not slow"`` skips
+    them for a quick local run."""
+    for item in items:
+        if "cli" in item.path.parts[-2:-1]:
+            item.add_marker(pytest.mark.slow)

@@ -18,18 +18,14 @@ import torch
 from attnkit.models.configs import GPTConfig, TransformerConfig
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
+import helpers
 
 VOCAB = 40
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10], [11, 12, 13, 14]]  # different lengths -> left padding
 
 
 def spread_weights(model: torch.nn.Module, seed: int, std: float = 0.3) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * std)
-    return model.eval()
+    return helpers.spread_weights(model, std=std, seed=seed, matrices_only=True).eval()
 
 
 def gpt_config(kind: str, *, vocab_size: int = VOCAB, block_size: int = 32, dropout: float = 0.0) -> GPTConfig:

@@ -16,18 +16,14 @@ from attnkit.generation import GenerationConfig, beam_search, generate, greedy_s
 from attnkit.models.configs import GPTConfig, TransformerConfig
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
+from helpers import spread_weights
 
 V = 24
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
 
 
 def _spread(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.4)
-    return model.eval()
+    return spread_weights(model, std=0.4, seed=seed, matrices_only=True).eval()
 
 
 @lru_cache(maxsize=None)

@@ -11,6 +11,7 @@ import json
 
 import pytest
 import torch
+from helpers import spread_weights
 
 transformers = pytest.importorskip("transformers")
 
@@ -43,15 +44,7 @@ def _env(monkeypatch):
 
 
 def _spread(model: torch.nn.Module, std: float = 0.2, seed: int = 0) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if p.dim() == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            else:
-                p.copy_(noise * std)
-    return model.eval()
+    return spread_weights(model, std=std, seed=seed).eval()
 
 
 def _hf_gpt2(tied: bool = True):

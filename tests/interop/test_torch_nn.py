@@ -7,8 +7,9 @@ from torch import nn
 from attnkit.interop.torch_nn import from_torch, to_torch
 from attnkit.models.encoder_decoder import EncoderDecoder
 from attnkit.modules import MultiHeadAttention, RotaryEmbedding, causal_mask
+from helpers import TOLERANCES
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = TOLERANCES["float32"]
 # torch explains (loudly) why it does or does not take its nested-tensor fast path; not our concern here
 pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning"),
               pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnkit.models import GPTConfig, TransformerConfig
+from helpers import spread_weights
 
 
 @pytest.fixture(autouse=True)
@@ -22,15 +23,7 @@ def _spread(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn
 
     With the training init (std 0.02) logits are nearly uniform and a parity check would pass too easily.
     """
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if name.endswith("weight") and p.dim() == 1:  # norm gains around 1
-                p.copy_(1.0 + 0.1 * noise)
-            else:
-                p.copy_(noise * std)
-    return model
+    return spread_weights(model, std=std, seed=seed)
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 import attnkit.modules.attention as attention_mod
 from attnkit.modules import causal_mask, merge_masks, reference_attention, scaled_dot_product_attention
+from helpers import TOLERANCES
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = TOLERANCES["float32"]
 B, H = 2, 4
 
 

@@ -7,8 +7,9 @@ import torch
 
 from attnkit.modules import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding,
                              TransformerEmbedding, sinusoidal_table)
+from helpers import TOLERANCES
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = TOLERANCES["float32"]
 
 
 def test_token_embedding_lookup_and_padding_idx():

@@ -6,8 +6,9 @@ import torch.nn.functional as F
 
 from attnkit.modules import ACTIVATIONS, FeedForward
 from attnkit.modules.dropout import dropout
+from helpers import TOLERANCES
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = TOLERANCES["float32"]
 
 TORCH_ACTIVATIONS = {
     "relu": F.relu,

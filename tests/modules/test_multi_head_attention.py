@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from attnkit.modules import KVCache, MultiHeadAttention, RotaryEmbedding, causal_mask
+from helpers import TOLERANCES
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = TOLERANCES["float32"]
 B, T, S, E, H = 2, 5, 7, 16, 4
 
 

@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 from attnkit.modules import LayerNorm, RMSNorm, build_norm
+from helpers import TOLERANCES
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = TOLERANCES["float32"]
 
 
 @pytest.mark.parametrize("bias", [True, False])

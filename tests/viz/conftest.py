@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attnkit.models import GPTConfig, TransformerConfig, build_model
+from helpers import spread_weights
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -26,15 +27,7 @@ def _seed_and_threads():
 
 def _spread(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:
     """Redraw every parameter so attention weights are far from uniform (training init gives near-uniform maps)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if name.endswith("weight") and p.dim() == 1:  # norm gains around 1
-                p.copy_(1.0 + 0.1 * noise)
-            else:
-                p.copy_(noise * std)
-    return model
+    return spread_weights(model, std=std, seed=seed)
 
 
 def _gpt_config(kind: str = "gpt2", **overrides) -> GPTConfig:
