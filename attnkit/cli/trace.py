@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnkit.cli.flags import add_device_flags, resolve_device_flag
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="print every module's input/output shapes, dtype, parameters and masks",
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--depth", type=int, default=None,
                    help="show calls nested at most N deep (0 = the model only; default: every level)")
     p.add_argument("--json", action="store_true", help="print the trace as JSON instead of a table")
+    add_device_flags(p, autocast=False)  # the trace shows the dtype each module really computes in
     p.set_defaults(func=run)
 
 
@@ -85,13 +88,15 @@ def _preset_inputs(args: argparse.Namespace):
 def _text_inputs(args: argparse.Namespace):
     import torch
 
-    from attnkit.cli.viz import _is_seq2seq, _lm_ids, _load, _mt_ids
+    from attnkit.cli.viz import _is_seq2seq, _lm_ids, _mt_ids
+    from attnkit.interop.load import load_named, load_run
 
-    model, tokenizer, add_bos, _ = _load(args)
+    loaded = load_run(args.ckpt) if args.ckpt else load_named(args.model)
+    model, tokenizer = loaded.model, loaded.tokenizer
     if _is_seq2seq(model):
         src, tgt = _mt_ids(args, model, tokenizer)
         return model, (torch.tensor([src]), torch.tensor([tgt]))
-    return model, torch.tensor([_lm_ids(args, tokenizer, add_bos)])
+    return model, torch.tensor([_lm_ids(args, tokenizer, loaded.add_bos)])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.depth is not None and args.depth < 0:
         raise ValueError(f"--depth must be >= 0, got {args.depth}")
+    device = resolve_device_flag(args)  # a device this machine lacks fails before any model is built
     model, inputs = _preset_inputs(args) if args.preset else _text_inputs(args)
+    model = model.to(device)
+    inputs = tuple(t.to(device) for t in inputs) if isinstance(inputs, tuple) else inputs.to(device)
     result = trace(model, inputs)
     print(result.to_json(args.depth) if args.json else result.format(args.depth))
     return 0

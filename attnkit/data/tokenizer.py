@@ -227,10 +227,9 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"tokenizer file {str(path)!r} does not exist")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"tokenizer file {str(path)!r} is not valid UTF-8 JSON: {e}") from None
+    from attnkit.data.json_files import read_json_file
+
+    d = read_json_file(path, lambda e: ValueError(f"tokenizer file {str(path)!r} is not valid UTF-8 JSON: {e}"))
     return tokenizer_from_dict(d)
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit.data.json_files import read_json_file
+
 __all__ = ["PICKLE_SUFFIXES", "LoadedModel", "load_run", "load_named", "load_model"]
 
 # Files that hold pickled Python objects: never unpickled (loading them can run arbitrary code).
@@ -119,10 +121,7 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
 
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}") from None
+    data = read_json_file(path, lambda err: ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}"))
     if isinstance(data, dict) and data.get("type") in tokenizer_types():
         return tokenizer_from_dict(data), None
     roles, template = {}, None

@@ -9,14 +9,9 @@ from .builders import build_gpt, build_model, build_transformer
 from .configs import GPTConfig, TransformerConfig, config_from_dict, config_from_json
 from .encoder_decoder import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer
 from .gpt import GPT, Block, GPTCache
-from .params import (
-    analytic_parameter_count,
-    analytic_total,
-    count_parameters,
-    format_parameter_table,
-    parameter_table,
-    tied_parameters,
-)
+from .params import __all__ as _PARAMS_ALL
+from .params import (analytic_parameter_count, analytic_total, count_parameters, format_parameter_table,
+                     parameter_table, tied_parameters)
 from .presets import PRESETS, get_preset, preset_names
 from .transformer import Transformer
 
@@ -41,10 +36,5 @@ __all__ = [
     "build_model",
     "config_from_dict",
     "config_from_json",
-    "count_parameters",
-    "parameter_table",
-    "format_parameter_table",
-    "tied_parameters",
-    "analytic_parameter_count",
-    "analytic_total",
+    *_PARAMS_ALL,
 ]

@@ -156,12 +156,17 @@ def _check_width(name: str, x: torch.Tensor, d_model: int) -> None:
         raise ValueError(f"{name} must have shape (B, L, C) with C = d_model = {d_model}, got {shape}")
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention (not causal) + feed-forward, each in a residual connection.
+class _ResidualSublayers(nn.Module):
+    """What the encoder and decoder layers share: their construction.
 
-    Shape:
-        x: ``(B, S, C)`` -> ``(B, S, C)``.
+    Builds, in this order, ``self_attn``, ``cross_attn`` (decoder only: the class sets ``cross_attention``),
+    ``ff``, one norm and one dropout per sub-layer (``norm1``…, ``dropout1``…: two in the encoder, three in the
+    decoder), with torch.nn's names so that weights map one to one. ``attention_dropout`` (default: ``dropout``)
+    acts on the attention weights; ``dropout`` on each sub-layer's output and inside the feed-forward (torch's
+    ``dropout`` between ``linear1`` and ``linear2``).
     """
+
+    cross_attention = False
 
     def __init__(
         self,
@@ -181,12 +186,24 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
         attn_p = dropout if attention_dropout is None else attention_dropout  # on the attention weights
         self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=True)
-        # dropout inside ff acts on its hidden activations (torch's `dropout` between linear1 and linear2)
+        if self.cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=False)
         self.ff = FeedForward(d_model, dim_feedforward, activation=activation, dropout=dropout, bias=bias)
-        self.norm1 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.norm2 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        n_sublayers = 3 if self.cross_attention else 2
+        for i in range(1, n_sublayers + 1):
+            setattr(self, f"norm{i}", build_norm(norm, d_model, eps=norm_eps, bias=bias))
+        for i in range(1, n_sublayers + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+
+
+class EncoderLayer(_ResidualSublayers):
+    """Self-attention (not causal) + feed-forward, each in a residual connection.
+
+    Constructor: see :class:`_ResidualSublayers` (``d_model``, ``nhead``, then keyword-only options).
+
+    Shape:
+        x: ``(B, S, C)`` -> ``(B, S, C)``.
+    """
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
         x, _ = self.self_attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal)
@@ -216,39 +233,16 @@ class EncoderLayer(nn.Module):
         return x
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_ResidualSublayers):
     """Causal self-attention + cross-attention over the memory + feed-forward, each residual.
+
+    Constructor: see :class:`_ResidualSublayers` (``d_model``, ``nhead``, then keyword-only options).
 
     Shape:
         x: ``(B, T, C)``, memory: ``(B, S, C)`` -> ``(B, T, C)``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        *,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        attention_dropout: float | None = None,
-        activation: str = "relu",
-        norm_first: bool = False,
-        norm: str = "layernorm",
-        norm_eps: float = 1e-5,
-        bias: bool = True,
-    ):
-        super().__init__()
-        self.norm_first = norm_first
-        attn_p = dropout if attention_dropout is None else attention_dropout  # on the attention weights
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=True)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=attn_p, self_attention=False)
-        self.ff = FeedForward(d_model, dim_feedforward, activation=activation, dropout=dropout, bias=bias)
-        self.norm1 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.norm2 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.norm3 = build_norm(norm, d_model, eps=norm_eps, bias=bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
+    cross_attention = True
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal, kv_cache):
         x, _ = self.self_attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,

@@ -40,6 +40,7 @@ import math
 import torch
 from torch import nn
 
+from attnkit.checks import INDEX_DTYPES, check_token_ids
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
@@ -52,7 +53,6 @@ from attnkit.modules.sinusoidal import SinusoidalPositionalEncoding
 
 from .configs import GPTConfig
 
-_INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 class GPTCache:
@@ -262,22 +262,7 @@ class GPT(nn.Module):
     # forward
     # ------------------------------------------------------------------------------------------------
     def _check_idx(self, idx: torch.Tensor) -> None:
-        V = self.config.vocab_size
-        if not isinstance(idx, torch.Tensor):
-            raise ValueError(f"idx must be a torch.Tensor of token ids with shape (B, T), got {type(idx).__name__}")
-        if idx.dtype not in _INDEX_DTYPES:
-            raise ValueError(f"idx must have dtype torch.int64 or torch.int32, got {idx.dtype}")
-        if idx.dim() != 2:
-            raise ValueError(f"idx must have shape (B, T), got {idx.dim()}-D shape {tuple(idx.shape)}")
-        if idx.shape[0] == 0 or idx.shape[1] == 0:
-            raise ValueError(f"idx must have B >= 1 and T >= 1, got shape {tuple(idx.shape)}")
-        if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
-            torch._assert_async(((idx >= 0) & (idx < V)).all(), f"token ids must be in [0, vocab_size) = [0, {V})")
-            return
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= V:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"token ids must be in [0, vocab_size) = [0, {V}), got id {bad}")
+        check_token_ids(idx, name="idx", vocab_size=self.config.vocab_size, length_axis="T", range_label="token ids")
 
     def _positions(
         self,
@@ -295,7 +280,7 @@ class GPT(nn.Module):
             returns ``(B, T)`` or ``(T,)`` int64.
         """
         if position_ids is not None:
-            if not isinstance(position_ids, torch.Tensor) or position_ids.dtype not in _INDEX_DTYPES:
+            if not isinstance(position_ids, torch.Tensor) or position_ids.dtype not in INDEX_DTYPES:
                 got = position_ids.dtype if isinstance(position_ids, torch.Tensor) else type(position_ids).__name__
                 raise ValueError(f"position_ids must be an int64/int32 tensor, got {got}")
             if tuple(position_ids.shape) not in ((B, T), (T,)):

@@ -25,13 +25,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import check_token_ids
 from attnkit.modules.embeddings import TransformerEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 
 from .configs import TransformerConfig
 from .encoder_decoder import DecoderCache, EncoderDecoder
 
-_INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 class Transformer(nn.Module):
@@ -82,18 +82,7 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------------------------------------
     @staticmethod
     def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, vocab_name: str) -> None:
-        if not isinstance(ids, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor of token ids with shape (B, L), got {type(ids).__name__}")
-        if ids.dtype not in _INDEX_DTYPES:
-            raise ValueError(f"{name} must have dtype torch.int64 or torch.int32, got {ids.dtype}")
-        if ids.dim() != 2:
-            raise ValueError(f"{name} must have shape (B, L), got {ids.dim()}-D shape {tuple(ids.shape)}")
-        if ids.shape[0] == 0 or ids.shape[1] == 0:
-            raise ValueError(f"{name} must have B >= 1 and L >= 1, got shape {tuple(ids.shape)}")
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= vocab_size:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"{name} token ids must be in [0, {vocab_name}) = [0, {vocab_size}), got id {bad}")
+        check_token_ids(ids, name=name, vocab_size=vocab_size, vocab_name=vocab_name)
 
     @staticmethod
     def _check_mask(name: str, mask: torch.Tensor, shape: tuple[int, int], axes: str) -> torch.Tensor:

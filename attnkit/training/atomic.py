@@ -7,6 +7,7 @@ file or the complete new one, never a half-written file. No tensors here, so no 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -50,3 +51,20 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def publish_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Put the finished folder ``tmp`` in the place of ``path`` so that, at every instant, either the old or the
+    new complete folder exists (or the old one as ``<path>.old``): a directory cannot be renamed over a non-empty
+    one, so an existing ``path`` is moved aside first and removed after. Returns ``path``."""
+    tmp, path = Path(tmp), Path(path)
+    old = path.with_name(path.name + ".old")
+    if path.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(path, old)
+    os.rename(tmp, path)
+    fsync_dir(path.parent)
+    if old.exists():
+        shutil.rmtree(old)
+    return path

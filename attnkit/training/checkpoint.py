@@ -36,7 +36,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .atomic import fsync_dir, fsync_file, write_text_atomic
+from attnkit.data.json_files import read_json_file
+
+from .atomic import fsync_dir, fsync_file, publish_folder, write_text_atomic
 from .rng import capture_rng_state, restore_rng_state
 
 MODEL_FILE = "model.safetensors"
@@ -216,18 +218,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         shutil.rmtree(tmp, ignore_errors=True)
         raise OSError(f"cannot write the checkpoint {path}: {err}") from None
 
-    # Publish. A directory cannot be renamed over a non-empty one, so an existing checkpoint is moved
-    # aside first; at every instant either the old or the new complete folder (or `.old`) exists.
-    old = path.with_name(path.name + ".old")
-    if path.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.rename(path, old)
-    os.rename(tmp, path)
-    fsync_dir(path.parent)
-    if old.exists():
-        shutil.rmtree(old)
-    return path
+    return publish_folder(tmp, path)  # at every instant the old or the new complete folder exists
 
 
 # -------------------------------------------------------------------------------------------------
@@ -242,10 +233,7 @@ def read_checkpoint_state(path: str | os.PathLike) -> dict[str, Any]:
     file = path / STATE_FILE
     if not file.is_file():
         raise CheckpointError(f"checkpoint {path} is incomplete: {file} is missing")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{file} is corrupt (not valid JSON: {err})") from None
+    data = read_json_file(file, lambda err: CheckpointError(f"{file} is corrupt (not valid JSON: {err})"))
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{file} is not an attnkit checkpoint (expected format {FORMAT!r}, "
                               f"got {data.get('format') if isinstance(data, dict) else type(data).__name__!r})")

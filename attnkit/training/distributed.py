@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -73,12 +74,34 @@ def backend_for(device: torch.device) -> str:
     return BACKENDS[device.type]
 
 
+def die_with_launcher() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent (the torchrun agent) dies.
+
+    torchrun starts every worker in a session of its own, so a SIGKILL to the launcher alone (a lost
+    terminal, an OOM kill, a scheduler) would leave the workers running and writing the run folder without
+    anyone to collect them. With ``PR_SET_PDEATHSIG`` the job dies as one, and ``--resume`` continues it.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher died before the line above: nobody will collect this process
+        os._exit(1)
+
+
 def init_from_env(device: torch.device) -> World:
     """Join the torchrun job described by the environment (idempotent); a plain run returns ``World()``."""
     if dist.is_available() and dist.is_initialized():
         return current_world()
     if not launched_by_torchrun():
         return World()
+    die_with_launcher()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     kwargs = {"device_id": device} if device.type == "cuda" else {}
@@ -239,8 +262,21 @@ def shard_fsdp(model: nn.Module) -> nn.Module:
     return model
 
 
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
 def no_sync(train_model: nn.Module, skip: bool):
-    """DDP's ``no_sync()`` when ``skip`` (a micro-batch before the last of an accumulation), else nothing."""
+    """When ``skip`` (a micro-batch before the last of an accumulation): DDP's ``no_sync()``, or FSDP2's
+    ``set_requires_gradient_sync(False)`` (gradients stay local and unsharded until the last micro-batch);
+    otherwise nothing."""
     if skip and hasattr(train_model, "no_sync"):
         return train_model.no_sync()
+    if skip and hasattr(train_model, "set_requires_gradient_sync"):
+        return _fsdp_no_sync(train_model)
     return contextlib.nullcontext()

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from . import distributed as D
-from .atomic import fsync_dir, write_text_atomic
+from .atomic import fsync_dir, publish_folder, write_text_atomic
 from .checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, read_checkpoint_state, save_checkpoint
 from .rng import capture_rng_state
 
@@ -67,15 +67,7 @@ def save_sharded(path: str | os.PathLike, model: nn.Module, optimizer: torch.opt
     def publish() -> None:
         write_text_atomic(tmp / "state.json", json.dumps(payload, indent=2, allow_nan=False))
         fsync_dir(tmp)
-        old = path.with_name(path.name + ".old")
-        if path.exists():
-            if old.exists():
-                shutil.rmtree(old)
-            os.rename(path, old)
-        os.rename(tmp, path)
-        fsync_dir(path.parent)
-        if old.exists():
-            shutil.rmtree(old)
+        publish_folder(tmp, path)
 
     D.on_main(publish)
     return path

@@ -159,6 +159,15 @@ def test_grad_accumulation_equals_the_big_batch_with_and_without_ddp(tmp_path):
     assert_same_training(big, accum, valid=False)
     ddp_accum = run(tmp_path / "ddp_accum", nproc=2, task="windows", batch_size=4, grad_accum=2)  # 2 rows per rank
     assert_same_training(big, ddp_accum, valid=False)
+    fsdp_accum = run(tmp_path / "fsdp_accum", nproc=2, task="windows", batch_size=4, grad_accum=2, fsdp=True)
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+
+    gcfg = GPTConfig.from_dict(json.loads((fsdp_accum / "run.json").read_text())["model_config"])
+    converted = convert_sharded(latest_checkpoint(fsdp_accum / "checkpoints"), tmp_path / "fsdp_accum_1", GPT(gcfg))
+    wa, wb = weights(big), load_file(str(converted / "model.safetensors"))
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
 
 
 def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
@@ -179,6 +188,31 @@ def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
     torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc), parents first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += children.get(p, [])
+    return tree
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie holds no lock and runs nothing
+
+
 def test_sigkill_mid_run_then_resume_with_another_number_of_processes(single, tmp_path):
     out = tmp_path / "killed"
     proc = subprocess.Popen(launch(out, 2, slow=0.3), env=_env(), stdout=subprocess.DEVNULL,
@@ -191,9 +225,21 @@ def test_sigkill_mid_run_then_resume_with_another_number_of_processes(single, tm
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers die at once, as with a lost machine
+        workers = _process_tree(proc.pid)[1:]
+        assert workers, "torchrun has not started its workers"
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher only; its workers die with it (PR_SET_PDEATHSIG)
     finally:
+        if proc.poll() is None:  # the test failed before its kill: clean up everything it started
+            for pid in _process_tree(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in workers), "workers outlived their launcher"
     killed_at = latest_checkpoint(out / "checkpoints").name
     assert killed_at < "step_00000012"
     run(out, resume=True)  # one process continues what two started
