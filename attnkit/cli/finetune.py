@@ -28,10 +28,9 @@ the data and the LoRA settings.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from attnkit.cli.flags import add_run_flags, parse_overrides, train_flag_values
+from attnkit.cli.flags import add_run_flags, is_main_process, parse_overrides, say, train_flag_values
 from attnkit.data.documents import DOCUMENT_MODES
 from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
@@ -210,11 +209,11 @@ def run(args: argparse.Namespace) -> int:
     trainable = add_lora(model, lora) if lora is not None else total
     model.train()
     task = LMTask(train_ids, valid_ids, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
-    print(f"model {what}: {total:,} parameters, {trainable:,} trainable"
-          + (f" (LoRA r={lora['rank']} alpha={lora['alpha']:g} on {', '.join(lora['targets'])})" if lora else "")
-          + f"; threads {torch.get_num_threads()}", file=sys.stderr)
-    print(f"data {data}: {train_ids.numel():,} train / {valid_ids.numel():,} valid tokens "
-          f"(documents: {data_info['documents']}); run folder {args.out}", file=sys.stderr)
+    say(f"model {what}: {total:,} parameters, {trainable:,} trainable"
+        + (f" (LoRA r={lora['rank']} alpha={lora['alpha']:g} on {', '.join(lora['targets'])})" if lora else "")
+        + f"; threads {torch.get_num_threads()}")
+    say(f"data {data}: {train_ids.numel():,} train / {valid_ids.numel():,} valid tokens "
+        f"(documents: {data_info['documents']}); run folder {args.out}")
 
     extra: dict[str, Any] = {"kind": "lm", "task": "finetune", "from": str(source), "from_description": what,
                              "data": str(data), "documents": data_info["documents"] if saved is None else documents,
@@ -228,10 +227,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = trainer.fit()
     finally:
-        if lora is not None:  # also after Ctrl-C: leave a best/ that `attnkit sample` can load
+        if lora is not None and is_main_process():  # also after Ctrl-C: leave a best/ that `attnkit sample` can load
             finalize_lora_run(args.out)
     vl = summary.get("valid_loss")
-    print(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
-          f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
-          + f"; sample with: attnkit sample --ckpt {args.out}", file=sys.stderr)
+    say(f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+        f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+        + f"; sample with: attnkit sample --ckpt {args.out}")
     return 0

@@ -96,7 +96,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 7
+RECIPE_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -649,21 +649,29 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
                 help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
             else:
                 mo_files.extend(files)
+        stages = tqdm(total=6, desc="de-en: aligning", unit="source")
         catalog, reasons = catalog_pairs(mo_files)
+        stages.update()
         help_docs, help_reasons = ({}, collections.Counter())
         if help_roots:
             help_docs, help_reasons = libreoffice_help.help_documents(help_roots["help-de"], help_roots["help-en"])
         help_pairs = [p for name in sorted(help_docs) for p in help_docs[name]]
+        stages.update()
         man_docs, man_reasons = man_pages.man_documents(man_roots["man-de"], man_roots["man-en"])
         man_pairs = [p for name in sorted(man_docs) for p in man_docs[name]]
+        stages.update()
         gnome_docs, gnome_reasons = gnome_help.gnome_documents(gnome_roots)
         gnome_pairs = [p for name in sorted(gnome_docs) for p in gnome_docs[name]]
+        stages.update()
         both = sorted(manual_files["manual-de"].keys() & manual_files["manual-en"].keys())
         manual_docs, manual_reasons = html_manuals.manual_documents(
             ("/".join(key), manual_files["manual-de"][key], manual_files["manual-en"][key]) for key in both)
         manual_pairs = [p for name in sorted(manual_docs) for p in manual_docs[name]]
-    print("de-en: reading Debian's package descriptions (German and English translation indexes)")
+        stages.update()
+    stages.set_description("de-en: aligning (package descriptions)")
     docs, desc_reasons, indexes = _descriptions(root)
+    stages.update()
+    stages.close()
     test_docs, held_docs = hold_out_documents(docs, N_TEST_DOCS, seed=SPLIT_SEED)
     descriptions = [p for name in sorted(docs) if name not in held_docs for p in docs[name]]
     splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + gnome_pairs + manual_pairs + descriptions, n_test=N_TEST,

@@ -47,20 +47,36 @@ _NAMED = {":a": "ä", ":o": "ö", ":u": "ü", ":A": "Ä", ":O": "Ö", ":U": "Ü"
           "'e": "é", "`e": "è", "'a": "á", "`a": "à", "^o": "ô", ",c": "ç", "Eu": "€", "eu": "€", "ti": "~",
           "ga": "`", "ha": "^", "rs": "\\", "sl": "/", "at": "@", "sh": "#", "Do": "$", "lB": "[", "rB": "]",
           "lC": "{", "rC": "}", "la": "⟨", "ra": "⟩", ">=": "≥", "<=": "≤", "!=": "≠", "+-": "±", "12": "½"}
-_ESCAPES = (
-    (re.compile(r"\\f(\[[^\]]*\]|\(..|.)"), ""),  # font changes \fB \fI \fR \fP \f(CW \f[B]
-    (re.compile(r"\\\((..)|\\\[([^\]\s]{1,6})\]"), lambda m: _NAMED.get(m.group(1) or m.group(2), "")),
-    (re.compile(r"\\\*\((Lq|Rq)|\\\*\[(Lq|Rq)\]"), '"'),
-    (re.compile(r"\\[-e]"), lambda m: "-" if m.group(0) == "\\-" else "\\"),
-    (re.compile(r"\\[&:/,|^ ~0)]"), lambda m: " " if m.group(0) in ("\\ ", "\\~", "\\0") else ""),
-    (re.compile(r"\\s[-+]?\d"), ""),
-)
+# Predefined strings (``\*(Aq``, ``\*[Aq]``): man's and pod2man's quotes, C++ and the like; others are dropped.
+_STRINGS = {"Aq": "'", "aq": "'", "lq": '"', "rq": '"', "Lq": '"', "Rq": '"', 'L"': '"', 'R"': '"', "C+": "C++",
+            "C`": '"', "C'": '"', "Tm": "™", "R": "®", "PI": "π"}
+# Single-character escapes that stand for a character; every other one is dropped (\& \c \u \d \% …).
+_CHARS = {"-": "-", "e": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "t": " ", ".": ".", "'": "'", "`": "`"}
+# One pass over all escapes, so that the text an escape produces (a backslash from \e) is never read again.
+_ESCAPE = re.compile(r"""\\(?:
+    u\[\d+\]\\d                          # DocBook's footnote mark: \u[3]\d
+   |[fFmMn](?:\[[^\]]*\]|\(..|.)         # font, colour, number register
+   |\*(?:\[[^\]]*\]|\(..|.)              # predefined string
+   |\((..)                               # named character \(:a
+   |\[([^\]]*)\]                         # named character \[:a]
+   |s[-+]?\d                             # size
+   |.)""", re.X)
+
+
+def _escape(m: re.Match) -> str:
+    text = m.group(0)
+    if m.group(1) is not None or m.group(2) is not None:
+        return _NAMED.get(m.group(1) or m.group(2), "")
+    if text[1] == "*":
+        name = text[2:].removeprefix("(").removeprefix("[").removesuffix("]")
+        return _STRINGS.get(name, "")
+    if len(text) == 2:
+        return _CHARS.get(text[1], "")
+    return ""
 
 
 def _plain(text: str) -> str:
-    for pattern, repl in _ESCAPES:
-        text = pattern.sub(repl, text)
-    return text
+    return _ESCAPE.sub(_escape, text)
 
 
 def _macro_text(request: str, args: str) -> str:

@@ -125,3 +125,28 @@ def test_fsdp_run_then_convert_then_sample_in_one_process(corpus, tmp_path):
     assert sampled_best.stdout.strip()  # best/ was converted at the end of the run
     with pytest.raises(AssertionError, match="already exists"):
         _attnkit("convert", str(run), str(tmp_path / "single"))
+
+
+def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
+    """Translation: 2 processes x --max-tokens 64 see the batches of 1 process x --max-tokens 128."""
+    rng = random.Random(3)
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 120), ("valid", 10)):
+        rows = []
+        for _ in range(n):
+            words = [rng.choice("abcdef") for _ in range(rng.randint(2, 6))]
+            rows.append(" ".join(words) + "\t" + " ".join(reversed(words)))
+        (data / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    tiny = ["--data", str(data), "--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",
+            "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=64",
+            "--set", "dropout=0.0", "--vocab-size", "300", "--max-len", "24", "--no-bleu", "--steps", "6",
+            "--warmup-steps", "2", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3", "--eval-batches", "2",
+            "--no-progress"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    _attnkit("train", "mt", "--out", str(one), *tiny, "--max-tokens", "128")
+    proc = _attnkit("train", "mt", "--out", str(two), *tiny, "--max-tokens", "64", nproc=2)
+    assert proc.stderr.count("global token budget 128 = 64 per process x 2 processes") == 1
+    a, b = _weights(one), _weights(two)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-4, msg=name)

@@ -112,3 +112,13 @@ def test_roff_named_characters_become_letters_and_font_macros_keep_their_spaces(
         "Standardmäßig wird die Datei debian/control gelesen. "
         "Löscht einen Benutzer aus der Liste. Große Dateien werden übersprungen."]]
     assert roff_sections(SYSTEMD_ENGLISH) == [["Table 9. systemd-specific exit codes", "open(2) two words"]]
+
+
+def test_roff_strings_colours_footnote_marks_and_literal_backslashes():
+    # systemd.exec(5) and devscripts(1) as DocBook and pod2man write them; grep's "\ed" is a literal "\d"
+    source = ("This process is named \\(lq(sd-pam)\\(rq, a child of the unit\\*(Aqs main process.\n"
+              "See \\m[blue]\\fBBoot Loader Interface\\fR\\m[]\\&\\s-2\\u[3]\\d\\s+2 for details.\n"
+              "Test if it is a \\*(C+ symbol, with \\*(L\"#\\*(R\" and (?:\\ed+).\n")
+    assert roff_sections(source) == [[
+        "This process is named \"(sd-pam)\", a child of the unit's main process. "
+        "See Boot Loader Interface for details. Test if it is a C++ symbol, with \"#\" and (?:\\d+)."]]
