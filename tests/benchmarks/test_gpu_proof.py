@@ -112,5 +112,7 @@ def test_smoke_run_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout)
     char, gpt2 = results["runs"]
-    assert char["valid_loss"] > 0 and char["met"] is False and char["steps"] >= 1
+    assert char["valid_loss"] > 0 and char["steps"] >= 1
+    # "met" is the goal's rule applied to the run's own figures (this repetitive text can reach it)
+    assert char["met"] is (char["valid_loss"] <= G.GOAL_LOSS and char["seconds"] <= G.GOAL_MINUTES * 60 + 1)
     assert gpt2["tokens_per_s"] > 0 and gpt2["mfu"] is None  # no known peak for a CPU
