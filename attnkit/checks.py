@@ -1,21 +1,94 @@
 """Argument checks shared across the package: each raises ``ValueError`` naming the expected and the actual value.
 
-Configs validate their own fields (``__post_init__`` in ``models/configs.py``, ``training/config.py``,
-``generation/config.py``); this module holds the checks that several public entry points repeat on their inputs.
+Configs validate their fields in ``__post_init__`` (``models/configs.py``, ``training/config.py``) with
+:func:`check_int`, :func:`check_float`, :func:`check_bool` and :func:`check_choice`; functions and modules
+check their arguments with the same calls (or with :func:`is_int`/:func:`is_number` where the message names a
+range of its own); the models check their token ids with :func:`check_token_ids` and index tensors with
+:func:`check_index_tensor`. ``name`` is what the message calls the value, e.g. ``"TrainConfig.steps"``.
+
+This module imports torch only inside the tensor checks, so that configs import without torch.
 
 Axis legend: B batch, L sequence length (``T`` for a decoder-only model's tokens).
 """
 
 from __future__ import annotations
 
-import torch
+import math
+from typing import Any
 
-__all__ = ["INDEX_DTYPES", "check_token_ids"]
+__all__ = ["is_int", "is_number", "check_int", "check_float", "check_bool", "check_choice",
+           "check_index_tensor", "check_token_ids"]
 
-INDEX_DTYPES = (torch.int64, torch.int32)
+
+def is_int(value: Any) -> bool:
+    """An ``int`` that is not a ``bool`` (bool is an int subclass: ``steps=True`` is a bug, not a 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_token_ids(ids: torch.Tensor, *, name: str, vocab_size: int, length_axis: str = "L",
+def is_number(value: Any) -> bool:
+    """An ``int`` or ``float`` that is not a ``bool`` (finite or not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
+    """An ``int`` (not a ``bool``) of at least ``minimum``, or None if allowed."""
+    if value is None and allow_none:
+        return None
+    if not is_int(value):
+        raise ValueError(f"{name} must be an int >= {minimum}{' or None' if allow_none else ''}, "
+                         f"got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return value
+
+
+def check_float(name: str, value: Any, *, low: float, high: float | None = None, low_inclusive: bool = True,
+                high_inclusive: bool = True, allow_none: bool = False) -> float | None:
+    """A finite number in the range from ``low`` to ``high`` (None: no upper end), returned as a ``float``.
+
+    Ints become floats so that a config's JSON round-trip is exact. The messages read
+    ``"<name> must be a number, got 'x' (str)"`` and ``"<name> must be a finite number in (0.0, inf), got 0.0"``.
+    """
+    if value is None and allow_none:
+        return None
+    if not is_number(value):
+        raise ValueError(f"{name} must be a number{' or None' if allow_none else ''}, "
+                         f"got {value!r} ({type(value).__name__})")
+    value = float(value)
+    ok = math.isfinite(value) and (value >= low if low_inclusive else value > low)
+    if high is not None:
+        ok = ok and (value <= high if high_inclusive else value < high)
+    if not ok:
+        upper = "inf)" if high is None else f"{high}{']' if high_inclusive else ')'}"
+        raise ValueError(f"{name} must be a finite number in {'[' if low_inclusive else '('}{low}, {upper}, "
+                         f"got {value}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """A real ``bool`` (not 0/1 or a string)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> Any:
+    """One of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def check_index_tensor(name: str, value: Any) -> None:
+    """A ``torch.Tensor`` of dtype int64 or int32 (positions, indices); any shape."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32):
+        got = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{name} must be an int64/int32 tensor, got {got}")
+
+
+def check_token_ids(ids: Any, *, name: str, vocab_size: int, length_axis: str = "L",
                     range_label: str | None = None, vocab_name: str = "vocab_size") -> None:
     """A ``(B, L)`` tensor of int64/int32 token ids, non-empty, every id in ``[0, vocab_size)``.
 
@@ -25,10 +98,12 @@ def check_token_ids(ids: torch.Tensor, *, name: str, vocab_size: int, length_axi
 
     Shape: ids ``(B, L)``.
     """
+    import torch
+
     axes = f"(B, {length_axis})"
     if not isinstance(ids, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of token ids with shape {axes}, got {type(ids).__name__}")
-    if ids.dtype not in INDEX_DTYPES:
+    if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"{name} must have dtype torch.int64 or torch.int32, got {ids.dtype}")
     if ids.dim() != 2:
         raise ValueError(f"{name} must have shape {axes}, got {ids.dim()}-D shape {tuple(ids.shape)}")

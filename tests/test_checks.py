@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from attnkit.checks import check_token_ids
+from attnkit.checks import (check_bool, check_choice, check_float, check_index_tensor, check_int, check_token_ids,
+                            is_int, is_number)
 
 
 @pytest.mark.parametrize("ids, message", [
@@ -25,3 +29,37 @@ def test_good_ids_pass_and_the_decoder_only_wording():
     check_token_ids(torch.tensor([[0, 9]], dtype=torch.int32), name="idx", vocab_size=10)
     with pytest.raises(ValueError, match=r"^token ids must be in \[0, vocab_size\) = \[0, 4\), got id 7$"):
         check_token_ids(torch.tensor([[7]]), name="idx", vocab_size=4, length_axis="T", range_label="token ids")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: check_int("n", True, minimum=1), r"^n must be an int >= 1, got True \(bool\)$"),
+    (lambda: check_int("n", 0, minimum=1), r"^n must be an int >= 1, got 0$"),
+    (lambda: check_int("n", "3", minimum=0, allow_none=True), r"^n must be an int >= 0 or None, got '3' \(str\)$"),
+    (lambda: check_float("x", "a", low=0.0), r"^x must be a number, got 'a' \(str\)$"),
+    (lambda: check_float("x", 0, low=0.0, low_inclusive=False), r"^x must be a finite number in \(0.0, inf\), got 0.0$"),
+    (lambda: check_float("x", float("inf"), low=0.0), r"^x must be a finite number in \[0.0, inf\), got inf$"),
+    (lambda: check_float("x", 1.0, low=0.0, high=1.0, high_inclusive=False),
+     r"^x must be a finite number in \[0.0, 1.0\), got 1.0$"),
+    (lambda: check_bool("b", 1), r"^b must be a bool, got 1 \(int\)$"),
+    (lambda: check_choice("c", "x", ("a", "b")), r"^c must be one of \['a', 'b'\], got 'x'$"),
+    (lambda: check_index_tensor("position_ids", torch.zeros(2)), r"^position_ids must be an int64/int32 tensor, got torch.float32$"),
+    (lambda: check_index_tensor("position_ids", [0, 1]), r"^position_ids must be an int64/int32 tensor, got list$"),
+])
+def test_scalar_checks_name_expected_and_actual(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_scalar_checks_return_the_value():
+    assert check_int("n", None, minimum=1, allow_none=True) is None and check_int("n", 3, minimum=1) == 3
+    assert check_float("x", 2, low=0.0) == 2.0 and isinstance(check_float("x", 2, low=0.0), float)
+    assert check_bool("b", False) is False and check_choice("c", "a", ("a",)) == "a"
+    check_index_tensor("i", torch.zeros(3, dtype=torch.int32))
+    assert is_int(3) and not is_int(True) and not is_int(3.0)
+    assert is_number(3.5) and is_number(float("nan")) and not is_number(False) and not is_number("1")
+
+
+def test_checks_import_without_torch():
+    code = ("import sys, attnkit.checks; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

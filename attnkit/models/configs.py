@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from attnkit.checks import check_bool, check_choice, check_float, check_int
 
 # Names the rest of attnkit understands. ``attnkit.modules.feed_forward.ACTIVATIONS`` is the source of
 # truth for activations; tests check that this tuple matches it (configs must import without torch modules).
@@ -40,41 +41,21 @@ TRANSFORMER_POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
 # ----------------------------------------------------------------------------------------------------
 
 def _check_int(owner: str, name: str, value: Any, *, minimum: int = 1) -> int:
-    # bool is a subclass of int in Python; `n_layer=True` is a bug, not a 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}.{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{owner}.{name} must be an int >= {minimum}, got {value}")
-    return value
+    return check_int(f"{owner}.{name}", value, minimum=minimum)
 
 
 def _check_float(owner: str, name: str, value: Any, *, low: float, high: float | None = None,
                  low_inclusive: bool = False, high_inclusive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{owner}.{name} must be a number, got {value!r} ({type(value).__name__})")
-    value = float(value)  # ints become floats so that JSON round-trips are exact
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}.{name} must be finite, got {value}")
-    lo_ok = value >= low if low_inclusive else value > low
-    hi_ok = True if high is None else (value <= high if high_inclusive else value < high)
-    if not (lo_ok and hi_ok):
-        lo = "[" if low_inclusive else "("
-        hi = "]" if high_inclusive else ")"
-        rng = f"{lo}{low}, {'inf' if high is None else high}{hi}"
-        raise ValueError(f"{owner}.{name} must be in {rng}, got {value}")
-    return value
+    return check_float(f"{owner}.{name}", value, low=low, high=high, low_inclusive=low_inclusive,
+                       high_inclusive=high_inclusive)
 
 
 def _check_bool(owner: str, name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}.{name} must be a bool, got {value!r} ({type(value).__name__})")
-    return value
+    return check_bool(f"{owner}.{name}", value)
 
 
 def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{owner}.{name} must be one of {list(choices)}, got {value!r}")
-    return value
+    return check_choice(f"{owner}.{name}", value, choices)
 
 
 class _ConfigMixin:

@@ -40,7 +40,7 @@ import math
 import torch
 from torch import nn
 
-from attnkit.checks import INDEX_DTYPES, check_token_ids
+from attnkit.checks import check_index_tensor, check_token_ids
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
@@ -280,9 +280,7 @@ class GPT(nn.Module):
             returns ``(B, T)`` or ``(T,)`` int64.
         """
         if position_ids is not None:
-            if not isinstance(position_ids, torch.Tensor) or position_ids.dtype not in INDEX_DTYPES:
-                got = position_ids.dtype if isinstance(position_ids, torch.Tensor) else type(position_ids).__name__
-                raise ValueError(f"position_ids must be an int64/int32 tensor, got {got}")
+            check_index_tensor("position_ids", position_ids)
             if tuple(position_ids.shape) not in ((B, T), (T,)):
                 raise ValueError(
                     f"position_ids must have shape (B, T) = ({B}, {T}) or (T,) = ({T},), "

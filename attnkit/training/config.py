@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from attnkit.checks import check_bool, check_choice, check_float, check_int
 
 SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
 AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16", "fp16")
@@ -30,38 +31,17 @@ RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device")
 
 
 def _int(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    # bool is an int subclass in Python; `steps=True` is a bug, not a 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"TrainConfig.{name} must be an int >= {minimum}"
-                         f"{' or None' if allow_none else ''}, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"TrainConfig.{name} must be an int >= {minimum}, got {value}")
-    return value
+    return check_int(f"TrainConfig.{name}", value, minimum=minimum, allow_none=allow_none)
 
 
 def _float(name: str, value: Any, *, low: float, high: float | None = None, low_inclusive: bool = True,
            high_inclusive: bool = True, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"TrainConfig.{name} must be a number{' or None' if allow_none else ''}, "
-                         f"got {value!r} ({type(value).__name__})")
-    value = float(value)  # ints become floats so that the JSON round-trip is exact
-    ok = math.isfinite(value) and (value >= low if low_inclusive else value > low)
-    if high is not None:
-        ok = ok and (value <= high if high_inclusive else value < high)
-    if not ok:
-        rng = f"{'[' if low_inclusive else '('}{low}, {'inf)' if high is None else str(high) + (']' if high_inclusive else ')')}"
-        raise ValueError(f"TrainConfig.{name} must be a finite number in {rng}, got {value}")
-    return value
+    return check_float(f"TrainConfig.{name}", value, low=low, high=high, low_inclusive=low_inclusive,
+                       high_inclusive=high_inclusive, allow_none=allow_none)
 
 
 def _choice(name: str, value: Any, choices: tuple) -> Any:
-    if value not in choices:
-        raise ValueError(f"TrainConfig.{name} must be one of {list(choices)}, got {value!r}")
-    return value
+    return check_choice(f"TrainConfig.{name}", value, choices)
 
 
 @dataclass
@@ -166,11 +146,9 @@ class TrainConfig:
         self.seed = _int("seed", self.seed, minimum=0)
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"TrainConfig.device must be a device string like 'cpu', got {self.device!r}")
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"TrainConfig.compile must be a bool, got {self.compile!r}")
+        check_bool("TrainConfig.compile", self.compile)
         _choice("autocast", self.autocast, AUTOCAST_DTYPES)
-        if not isinstance(self.fsdp, bool):
-            raise ValueError(f"TrainConfig.fsdp must be a bool, got {self.fsdp!r}")
+        check_bool("TrainConfig.fsdp", self.fsdp)
 
     # ---------------------------------------------------------------------------------------------
     # dict / JSON round-trip
