@@ -3,8 +3,8 @@
 Configs validate their fields in ``__post_init__`` (``models/configs.py``, ``training/config.py``) with
 :func:`check_int`, :func:`check_float`, :func:`check_bool` and :func:`check_choice`; functions and modules
 check their arguments with the same calls (or with :func:`is_int`/:func:`is_number` where the message names a
-range of its own); the models check their token ids with :func:`check_token_ids` and index tensors with
-:func:`check_index_tensor`. ``name`` is what the message calls the value, e.g. ``"TrainConfig.steps"``.
+range of its own); the decoders check single ids with :func:`check_id`, the models their token ids with :func:`check_token_ids` and index tensors with
+:func:`check_index_tensor` and key-padding masks with :func:`check_padding_mask`. ``name`` is what the message calls the value, e.g. ``"TrainConfig.steps"``.
 
 This module imports torch only inside the tensor checks, so that configs import without torch.
 
@@ -17,7 +17,8 @@ import math
 from typing import Any
 
 __all__ = ["is_int", "is_number", "check_int", "check_float", "check_bool", "check_choice",
-           "check_index_tensor", "check_token_ids"]
+           "check_id", "check_index_tensor", "check_padding_mask",
+           "check_token_ids"]
 
 
 def is_int(value: Any) -> bool:
@@ -79,6 +80,13 @@ def check_choice(name: str, value: Any, choices: tuple) -> Any:
     return value
 
 
+def check_id(name: str, value: Any, vocab_size: int | None) -> int:
+    """A token id: an ``int`` in ``[0, vocab_size)`` (``vocab_size=None``: any id >= 0, the message says ``V``)."""
+    if not is_int(value) or value < 0 or (vocab_size is not None and value >= vocab_size):
+        raise ValueError(f"{name} must be an int in [0, {'V' if vocab_size is None else vocab_size}), got {value!r}")
+    return value
+
+
 def check_index_tensor(name: str, value: Any) -> None:
     """A ``torch.Tensor`` of dtype int64 or int32 (positions, indices); any shape."""
     import torch
@@ -86,6 +94,25 @@ def check_index_tensor(name: str, value: Any) -> None:
     if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32):
         got = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"{name} must be an int64/int32 tensor, got {got}")
+
+
+def check_padding_mask(name: str, mask: Any, shape: tuple[int, ...] | None = None, *, axes: str = "(B, S)",
+                       detail: str = "") -> Any:
+    """A bool key-padding mask (``True`` = padding) of exactly ``shape`` (when given); returns it.
+
+    ``axes`` names the shape's axes in the message and ``detail`` follows the expected shape there, e.g.
+    ``" (S = cached 3 + new 1)"``.
+
+    Shape: mask ``(B, S)``.
+    """
+    import torch
+
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a bool tensor (True = padding), got {got}")
+    if shape is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {axes} = {tuple(shape)}{detail}, got {tuple(mask.shape)}")
+    return mask
 
 
 def check_token_ids(ids: Any, *, name: str, vocab_size: int, length_axis: str = "L",

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from attnkit.checks import (check_bool, check_choice, check_float, check_index_tensor, check_int, check_token_ids,
-                            is_int, is_number)
+from attnkit.checks import (check_bool, check_choice, check_float, check_id, check_index_tensor, check_int,
+                            check_padding_mask, check_token_ids, is_int, is_number)
 
 
 @pytest.mark.parametrize("ids, message", [
@@ -44,6 +44,13 @@ def test_good_ids_pass_and_the_decoder_only_wording():
     (lambda: check_choice("c", "x", ("a", "b")), r"^c must be one of \['a', 'b'\], got 'x'$"),
     (lambda: check_index_tensor("position_ids", torch.zeros(2)), r"^position_ids must be an int64/int32 tensor, got torch.float32$"),
     (lambda: check_index_tensor("position_ids", [0, 1]), r"^position_ids must be an int64/int32 tensor, got list$"),
+    (lambda: check_id("bos_id", 5, 5), r"^bos_id must be an int in \[0, 5\), got 5$"),
+    (lambda: check_id("pad_id", -1, None), r"^pad_id must be an int in \[0, V\), got -1$"),
+    (lambda: check_id("eos_id", 1.0, 5), r"^eos_id must be an int in \[0, 5\), got 1.0$"),
+    (lambda: check_padding_mask("m", torch.zeros(2, 3)), r"^m must be a bool tensor \(True = padding\), got torch.float32$"),
+    (lambda: check_padding_mask("m", None, (2, 3)), r"^m must be a bool tensor \(True = padding\), got NoneType$"),
+    (lambda: check_padding_mask("m", torch.zeros(2, 4, dtype=torch.bool), (2, 3), axes="(B, T)", detail=" (T = 3)"),
+     r"^m must have shape \(B, T\) = \(2, 3\) \(T = 3\), got \(2, 4\)$"),
 ])
 def test_scalar_checks_name_expected_and_actual(call, message):
     with pytest.raises(ValueError, match=message):
@@ -55,6 +62,9 @@ def test_scalar_checks_return_the_value():
     assert check_float("x", 2, low=0.0) == 2.0 and isinstance(check_float("x", 2, low=0.0), float)
     assert check_bool("b", False) is False and check_choice("c", "a", ("a",)) == "a"
     check_index_tensor("i", torch.zeros(3, dtype=torch.int32))
+    assert check_id("bos_id", 4, 5) == 4 and check_id("pad_id", 99, None) == 99
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    assert check_padding_mask("m", mask, (2, 3)) is mask and check_padding_mask("m", mask) is mask
     assert is_int(3) and not is_int(True) and not is_int(3.0)
     assert is_number(3.5) and is_number(float("nan")) and not is_number(False) and not is_number("1")
 

@@ -45,6 +45,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
+from attnkit.checks import check_int, is_int
 from attnkit.data.tokenizer import Tokenizer
 
 __all__ = [
@@ -123,7 +124,7 @@ class EncodedPairs:
 
 
 def _check_limit(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+    if not is_int(value) or value < 2:
         raise ValueError(f"{name} must be an int >= 2 (one token plus <bos>/<eos>), got {value!r}")
 
 
@@ -254,11 +255,9 @@ def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] |
     tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
     if src_lens.ndim != 1 or src_lens.shape != tgt_lens.shape:
         raise ValueError(f"src_lens and tgt_lens must both have shape (N,), got {src_lens.shape} and {tgt_lens.shape}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    check_int("max_tokens", max_tokens, minimum=1)
     for name, v in (("seed", seed), ("epoch", epoch)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        check_int(f"{name}", v, minimum=0)
     n = len(src_lens)
     if n == 0:
         return []
@@ -331,8 +330,7 @@ class TokenBudgetBatcher:
 
     def batch(self, step: int) -> MTBatch:
         """Batch ``step % num_batches`` of epoch ``step // num_batches``."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"batch step must be an int >= 0, got {step!r}")
+        check_int("batch step", step, minimum=0)
         epoch, k = divmod(step, self.num_batches)
         return collate(self.data, self.plan(epoch)[k])
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnkit.checks import check_id, check_int, is_number
 from .generate import eval_mode
 from .seq2seq import (
     IncrementalDecoder,
-    _check_id,
     _target_limits,
     check_length_args,
     encode_source,
@@ -89,9 +89,8 @@ def length_penalty_factor(length: int, alpha: float, style: str = "gnmt") -> flo
 
 
 def _check_beam_args(beam_size, length_penalty, length_penalty_style) -> None:
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
+    check_int("beam_size", beam_size, minimum=1)
+    if not is_number(length_penalty) or not math.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
     if length_penalty_style not in LENGTH_PENALTY_STYLES:
         raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {length_penalty_style!r}")
@@ -128,9 +127,9 @@ def beam_search_hypotheses(
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists of :class:`Hypothesis`.
     """
     V_cfg = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
-    _check_id("bos_id", bos_id, V_cfg)
-    _check_id("eos_id", eos_id, V_cfg)
-    _check_id("pad_id", pad_id, None)
+    check_id("bos_id", bos_id, V_cfg)
+    check_id("eos_id", eos_id, V_cfg)
+    check_id("pad_id", pad_id, None)
     _check_beam_args(beam_size, length_penalty, length_penalty_style)
     check_length_args(max_len, max_len_a, max_len_b)
     if not isinstance(use_cache, bool):

@@ -13,15 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from attnkit.checks import check_bool, check_int, is_int
 from . import processors as P
 from .stopping import check_max_new_tokens, normalize_eos_token_id, normalize_stop_strings
 
 __all__ = ["GenerationConfig"]
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
 
 
 def _check_stop_strings(stop_strings: Any) -> tuple[str, ...]:
@@ -73,7 +69,7 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
         for name in ("do_sample", "use_cache", "sliding_window", "compile"):
-            _check_bool(name, getattr(self, name))
+            check_bool(name, getattr(self, name))
         P.check_temperature(self.temperature)
         if self.top_k is not None:
             P.check_top_k(self.top_k)
@@ -83,10 +79,9 @@ class GenerationConfig:
         eos = normalize_eos_token_id(self.eos_token_id)
         object.__setattr__(self, "eos_token_id", tuple(sorted(eos)) if eos else None)
         object.__setattr__(self, "stop_strings", _check_stop_strings(self.stop_strings))
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+        if self.seed is not None and not is_int(self.seed):
             raise ValueError(f"seed must be None or an int, got {self.seed!r}")
-        if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int) or self.pad_token_id < 0:
-            raise ValueError(f"pad_token_id must be an int >= 0, got {self.pad_token_id!r}")
+        check_int("pad_token_id", self.pad_token_id, minimum=0)
         if self.compile and (not self.use_cache or self.sliding_window):
             raise ValueError(f"compile=True needs use_cache=True and sliding_window=False, got use_cache="
                              f"{self.use_cache!r}, sliding_window={self.sliding_window!r}")

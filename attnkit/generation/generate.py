@@ -79,6 +79,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from attnkit.checks import is_int
 from . import processors as P
 from .compiled import SLOT_MULTIPLE, compiled_step
 from .config import GenerationConfig
@@ -156,7 +157,7 @@ def _prompts_as_lists(prompts, vocab_size: int | None) -> list[list[int]]:
         if not row:
             raise ValueError(f"every prompt needs at least one token (e.g. a BOS token), got an empty prompt at index {b}")
         for t in row:
-            if isinstance(t, bool) or not isinstance(t, int) or t < 0 or (vocab_size is not None and t >= vocab_size):
+            if not is_int(t) or t < 0 or (vocab_size is not None and t >= vocab_size):
                 hi = "V" if vocab_size is None else vocab_size
                 raise ValueError(f"prompt {b}: token ids must be ints in [0, {hi}), got {t!r}")
     return rows

@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from attnkit.checks import check_int, is_number
+
 __all__ = [
     "check_temperature",
     "check_top_k",
@@ -38,35 +40,29 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------
-def _is_real_number(x) -> bool:
-    # bool is an int in Python; `temperature=True` is a bug, not 1.0
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def check_temperature(temperature) -> float:
     """``temperature`` must be a finite number > 0 (use ``do_sample=False`` for the greedy limit ``-> 0``)."""
-    if not _is_real_number(temperature) or not math.isfinite(temperature) or temperature <= 0:
+    if not is_number(temperature) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     return float(temperature)
 
 
 def check_top_k(top_k) -> int:
     """``top_k`` must be an int >= 1 (``None`` = no top-k filter is handled by the caller)."""
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    check_int("top_k", top_k, minimum=1)
     return top_k
 
 
 def check_top_p(top_p) -> float:
     """``top_p`` must be a number with ``0 < top_p <= 1``."""
-    if not _is_real_number(top_p) or not (0.0 < top_p <= 1.0):
+    if not is_number(top_p) or not (0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {top_p!r}")
     return float(top_p)
 
 
 def check_repetition_penalty(penalty) -> float:
     """``repetition_penalty`` must be a finite number > 0 (1.0 = off, > 1 discourages repeats)."""
-    if not _is_real_number(penalty) or not math.isfinite(penalty) or penalty <= 0:
+    if not is_number(penalty) or not math.isfinite(penalty) or penalty <= 0:
         raise ValueError(f"repetition_penalty must be a finite number > 0, got {penalty!r}")
     return float(penalty)
 

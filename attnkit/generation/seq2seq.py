@@ -31,6 +31,7 @@ import math
 import torch
 from torch import nn
 
+from attnkit.checks import check_id, check_padding_mask, is_int, is_number
 from .generate import eval_mode, model_device
 from .stopping import StoppingCriteria
 
@@ -40,18 +41,12 @@ __all__ = ["greedy_search", "IncrementalDecoder", "prepare_source", "max_target_
 # ----------------------------------------------------------------------------------------------------
 # argument checks and source preparation
 # ----------------------------------------------------------------------------------------------------
-def _check_id(name: str, value, vocab_size: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (vocab_size is not None and value >= vocab_size):
-        raise ValueError(f"{name} must be an int in [0, {vocab_size if vocab_size is not None else 'V'}), got {value!r}")
-    return value
-
-
 def check_length_args(max_len, max_len_a, max_len_b) -> None:
     """``max_len`` None or int >= 1; ``max_len_a``, ``max_len_b`` finite numbers >= 0."""
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
+    if max_len is not None and (not is_int(max_len) or max_len < 1):
         raise ValueError(f"max_len must be None or an int >= 1, got {max_len!r}")
     for name, v in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if not is_number(v) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
 
 
@@ -75,12 +70,7 @@ def prepare_source(
     if src_key_padding_mask is None:
         mask = src == pad_id
     else:
-        if not isinstance(src_key_padding_mask, torch.Tensor) or src_key_padding_mask.dtype != torch.bool:
-            got = src_key_padding_mask.dtype if isinstance(src_key_padding_mask, torch.Tensor) else type(src_key_padding_mask).__name__
-            raise ValueError(f"src_key_padding_mask must be a bool tensor (True = padding), got {got}")
-        if src_key_padding_mask.shape != src.shape:
-            raise ValueError(f"src_key_padding_mask must have shape (B, S) = {tuple(src.shape)}, "
-                             f"got {tuple(src_key_padding_mask.shape)}")
+        check_padding_mask("src_key_padding_mask", src_key_padding_mask, tuple(src.shape))
         mask = src_key_padding_mask.to(device)
     return src, mask
 
@@ -234,9 +224,9 @@ def greedy_search(
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists.
     """
     V = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
-    _check_id("bos_id", bos_id, V)
-    _check_id("eos_id", eos_id, V)
-    _check_id("pad_id", pad_id, None)
+    check_id("bos_id", bos_id, V)
+    check_id("eos_id", eos_id, V)
+    check_id("pad_id", pad_id, None)
     check_length_args(max_len, max_len_a, max_len_b)
     if not isinstance(use_cache, bool):
         raise ValueError(f"use_cache must be a bool, got {use_cache!r}")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from attnkit.checks import check_int
+
 __all__ = [
     "check_max_new_tokens",
     "normalize_eos_token_id",
@@ -31,8 +33,7 @@ __all__ = [
 
 def check_max_new_tokens(max_new_tokens) -> int:
     """``max_new_tokens`` must be an int >= 0 (0 returns empty outputs without running the model)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
     return max_new_tokens
 
 
@@ -91,8 +92,7 @@ class StoppingCriteria:
         stop_strings=None,
         tokenizer=None,
     ):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        check_int("batch_size", batch_size, minimum=1)
         if isinstance(max_new_tokens, (list, tuple)):
             limits = list(max_new_tokens)
         else:

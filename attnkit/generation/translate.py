@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
+from attnkit.checks import check_int
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
 __all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "translate_ids",
@@ -113,8 +114,7 @@ def greedy_translator(tokenizer: Any, *, batch_size: int = 64, max_len_a: float 
 
     Shape: ``N`` source id lists (each ending with ``<eos>``) -> ``N`` strings.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size, minimum=1)
     for name in ("pad_id", "bos_id", "eos_id"):
         if getattr(tokenizer, name, None) is None:
             raise ValueError(f"greedy_translator needs a tokenizer with {name}, got {tokenizer!r}")

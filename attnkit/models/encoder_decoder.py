@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import check_int, check_padding_mask
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
@@ -68,8 +69,7 @@ class DecoderCache:
     ):
         for name, value in (("num_layers", num_layers), ("batch_size", batch_size), ("num_heads", num_heads),
                             ("head_dim", head_dim), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DecoderCache {name} must be an int >= 1, got {value!r}")
+            check_int(f"DecoderCache {name}", value, minimum=1)
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.dtype = dtype
@@ -405,9 +405,7 @@ class Decoder(nn.Module):
         """Full ``(B, cached + T)`` target padding mask, updating the flags the cache remembers."""
         past = cache.length
         if mask is not None:
-            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-                got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-                raise ValueError(f"tgt_key_padding_mask must be a bool tensor (True = padding), got {got}")
+            check_padding_mask("tgt_key_padding_mask", mask)
             if tuple(mask.shape) == (B, past + T):
                 full = mask
             elif tuple(mask.shape) == (B, T):
@@ -465,8 +463,7 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         for name, value in (("d_model", d_model), ("nhead", nhead), ("num_encoder_layers", num_encoder_layers),
                             ("num_decoder_layers", num_decoder_layers), ("dim_feedforward", dim_feedforward)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"EncoderDecoder {name} must be an int >= 1, got {value!r}")
+            check_int(f"EncoderDecoder {name}", value, minimum=1)
         if d_model % nhead != 0:
             raise ValueError(f"EncoderDecoder d_model must be divisible by nhead, got d_model={d_model}, nhead={nhead}")
         self.d_model = d_model

@@ -40,7 +40,7 @@ import math
 import torch
 from torch import nn
 
-from attnkit.checks import check_index_tensor, check_token_ids
+from attnkit.checks import check_index_tensor, check_int, check_padding_mask, check_token_ids
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
@@ -245,10 +245,8 @@ class GPT(nn.Module):
         """
         cfg = self.config
         max_len = cfg.block_size if max_len is None else max_len
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
+        check_int("batch_size", batch_size, minimum=1)
+        check_int("max_len", max_len, minimum=1)
         if cfg.position == "learned" and max_len > cfg.block_size:
             raise ValueError(f"max_len must be <= block_size = {cfg.block_size} with learned positions, got {max_len}")
         ref = self.wte.weight
@@ -375,15 +373,7 @@ class GPT(nn.Module):
         else:
             S = past + T
         if key_padding_mask is not None:
-            if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
-                got = (key_padding_mask.dtype if isinstance(key_padding_mask, torch.Tensor)
-                       else type(key_padding_mask).__name__)
-                raise ValueError(f"key_padding_mask must be a bool tensor (True = padding), got {got}")
-            if tuple(key_padding_mask.shape) != (B, S):
-                raise ValueError(
-                    f"key_padding_mask must have shape (B, S) = ({B}, {S}) (S = cached {past} + new {T}), "
-                    f"got {tuple(key_padding_mask.shape)}"
-                )
+            check_padding_mask("key_padding_mask", key_padding_mask, (B, S), detail=f" (S = cached {past} + new {T})")
             key_padding_mask = drop_if_unpadded(key_padding_mask.to(idx.device))  # nothing padded: fast path
         pos = self._positions(B, T, past, key_padding_mask, position_ids, idx.device, cache_position)
 

@@ -26,6 +26,7 @@ from collections import OrderedDict
 
 from torch import nn
 
+from attnkit.checks import check_int
 from .configs import GPTConfig, TransformerConfig
 
 
@@ -73,8 +74,7 @@ def parameter_table(model, depth: int = 1) -> list[tuple[str, int]]:
     ``depth=2`` splits ``blocks`` into ``blocks.0``, ``blocks.1``, ... Rows come in registration order;
     their sum is :func:`count_parameters`. A tied tensor appears only under its owner.
     """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    check_int("depth", depth, minimum=1)
     module = _as_module(model)
     groups: OrderedDict[str, int] = OrderedDict()
     for name, p in module.named_parameters():

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.checks import check_token_ids
+from attnkit.checks import check_padding_mask, check_token_ids
 from attnkit.modules.embeddings import TransformerEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 
@@ -84,15 +84,6 @@ class Transformer(nn.Module):
     def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, vocab_name: str) -> None:
         check_token_ids(ids, name=name, vocab_size=vocab_size, vocab_name=vocab_name)
 
-    @staticmethod
-    def _check_mask(name: str, mask: torch.Tensor, shape: tuple[int, int], axes: str) -> torch.Tensor:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise ValueError(f"{name} must be a bool tensor (True = padding), got {got}")
-        if tuple(mask.shape) != shape:
-            raise ValueError(f"{name} must have shape {axes} = {shape}, got {tuple(mask.shape)}")
-        return mask
-
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
         """``ids == pad_id`` (``None`` when ``config.pad_id`` is None).
 
@@ -104,7 +95,7 @@ class Transformer(nn.Module):
     def _src_mask(self, src: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
         if mask is None:
             return drop_if_unpadded(self.padding_mask(src))  # nothing padded: no mask, fast path
-        return self._check_mask("src_key_padding_mask", mask, tuple(src.shape), "(B, S)").to(src.device)
+        return check_padding_mask("src_key_padding_mask", mask, tuple(src.shape)).to(src.device)
 
     # ------------------------------------------------------------------------------------------------
     # the two halves
@@ -149,12 +140,12 @@ class Transformer(nn.Module):
             raise ValueError(f"memory batch size must equal tgt batch size B = {B}, got {memory.shape[0]}")
         S = memory.shape[1]
         if memory_key_padding_mask is not None:
-            self._check_mask("memory_key_padding_mask", memory_key_padding_mask, (B, S), "(B, S)")
+            check_padding_mask("memory_key_padding_mask", memory_key_padding_mask, (B, S))
         past = 0 if cache is None else cache.length
         if tgt_key_padding_mask is None:
             tgt_key_padding_mask = drop_if_unpadded(self.padding_mask(tgt))  # nothing padded: fused causal path
         elif cache is None:
-            self._check_mask("tgt_key_padding_mask", tgt_key_padding_mask, (B, T), "(B, T)")
+            check_padding_mask("tgt_key_padding_mask", tgt_key_padding_mask, (B, T), axes="(B, T)")
         # (with a cache the decoder accepts (B, T) or (B, cached + T) and checks it)
         positions = None if past == 0 else torch.arange(past, past + T, device=tgt.device)  # (T,)
         x = self.tgt_embed(tgt, positions)  # (B, T, C)

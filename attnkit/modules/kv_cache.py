@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import is_int
+
 
 class KVCache(nn.Module):
     """Preallocated key/value buffers for one attention layer.
@@ -144,7 +146,7 @@ class KVCache(nn.Module):
         The kept keys are moved as they are; a rotary model must renumber them (see
         :meth:`~attnkit.modules.rotary.RotaryEmbedding.shift`).
         """
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.length:
+        if not is_int(n) or not 0 <= n <= self.length:
             raise ValueError(f"drop_front: n must be an int in [0, length = {self.length}], got {n!r}")
         keep = self.length - n
         for buf in (self.k_cache, self.v_cache):

@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import check_int, is_number
+
 __all__ = [
     "DEFAULT_TARGETS",
     "LoRALinear",
@@ -136,11 +138,10 @@ class LoRALinear(nn.Module):
 # -------------------------------------------------------------------------------------------------------
 
 def _check_hyper(rank, alpha, dropout) -> None:
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"LoRA rank must be an int >= 1, got {rank!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+    check_int("LoRA rank", rank, minimum=1)
+    if not is_number(alpha) or not math.isfinite(alpha) or alpha <= 0:
         raise ValueError(f"LoRA alpha must be a finite number > 0, got {alpha!r}")
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+    if not is_number(dropout) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"LoRA dropout must be a number in [0, 1), got {dropout!r}")
 
 

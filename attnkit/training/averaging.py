@@ -22,6 +22,7 @@ from typing import Sequence
 
 import torch
 
+from attnkit.checks import check_int
 from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, list_checkpoints, read_checkpoint_state,
                          save_checkpoint)
 
@@ -100,8 +101,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
 def average_last_checkpoints(run_dir: str | os.PathLike, n: int, *, out: str | os.PathLike | None = None) -> Path:
     """Average the last ``n`` step checkpoints of the run in ``run_dir`` into ``out``
     (default ``run_dir/checkpoints/averaged``). Fewer than ``n`` checkpoints raise ``ValueError``."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    check_int("n", n, minimum=1)
     ckpts = list_checkpoints(Path(run_dir) / "checkpoints")
     if len(ckpts) < n:
         raise ValueError(f"cannot average the last {n} checkpoints of {run_dir}: it holds {len(ckpts)} "

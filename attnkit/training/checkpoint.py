@@ -36,6 +36,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from attnkit.checks import check_int
 from attnkit.data.json_files import read_json_file
 
 from .atomic import fsync_dir, fsync_file, publish_folder, write_text_atomic
@@ -364,8 +365,7 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
 
 def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
     """Delete all but the newest ``keep_last`` ``step_*`` checkpoints (``best/`` is never touched)."""
-    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-        raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
+    check_int("keep_last", keep_last, minimum=1)
     doomed = [p for _, p in list_checkpoints(root)[:-keep_last]]
     for p in doomed:
         shutil.rmtree(p)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import check_int
 from .task import batch_seed, check_split, check_step, model_device, tensor_fingerprint
 
 
@@ -62,10 +63,8 @@ class LMTask:
 
     def __init__(self, train_tokens: Any, valid_tokens: Any, block_size: int, batch_size: int, seed: int = 0):
         for name, value in (("block_size", block_size), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LMTask {name} must be an int >= 1, got {value!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"LMTask seed must be an int >= 0, got {seed!r}")
+            check_int(f"LMTask {name}", value, minimum=1)
+        check_int("LMTask seed", seed, minimum=0)
         self.block_size = block_size
         self.batch_size = batch_size
         self.seed = seed
@@ -98,8 +97,7 @@ class LMTask:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
         """Validation loss (mean over all tokens of ``n_batches`` fixed batches) and perplexity ``exp(loss)``."""
-        if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
-            raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+        check_int("n_batches", n_batches, minimum=1)
         mean, _ = mean_token_loss(model, (self.batch("valid", i) for i in range(n_batches)), self.loss)
         return {"loss": mean, "ppl": perplexity(mean)}
 

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import check_int, is_number
 from attnkit.data.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher, encode_pairs
 
 from attnkit.generation.translate import greedy_translator
@@ -94,12 +95,11 @@ class MTTask:
                 raise ValueError(f"MTTask {name} must hold at least one pair, got 0")
         for name, value, low in (("max_tokens", max_tokens, 1), ("seed", seed, 0), ("bleu_sentences", bleu_sentences, 1),
                                  ("unk_id", unk_id, 0), ("n_samples", n_samples, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"MTTask {name} must be an int >= {low}, got {value!r}")
-        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            check_int(f"MTTask {name}", value, minimum=low)
+        if not is_number(label_smoothing) \
                 or not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"MTTask label_smoothing must be in [0, 1), got {label_smoothing!r}")
-        if isinstance(word_dropout, bool) or not isinstance(word_dropout, (int, float)) or not 0.0 <= word_dropout < 1.0:
+        if not is_number(word_dropout) or not 0.0 <= word_dropout < 1.0:
             raise ValueError(f"MTTask word_dropout must be in [0, 1), got {word_dropout!r}")
         if translate_fn is not None:
             if not callable(translate_fn):
@@ -247,8 +247,7 @@ class MTTask:
     def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
         """Unsmoothed validation loss and perplexity over the first ``n_batches`` validation batches (at most
         one pass), plus ``"bleu"`` (sacrebleu corpus BLEU, 0-100) when ``translate_fn`` is set."""
-        if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
-            raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+        check_int("n_batches", n_batches, minimum=1)
         device = model_device(model)
         total, count = 0.0, 0
         for i in range(min(n_batches, self.batchers["valid"].num_batches)):

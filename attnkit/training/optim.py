@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from attnkit.checks import check_int, is_int
 from .config import SCHEDULES, TrainConfig
 
 
@@ -79,8 +80,7 @@ def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_st
     See the module docstring for the formulas. Raises ``ValueError`` for an unknown schedule, a negative
     step, or a missing ``total_steps`` (cosine) / ``d_model`` / ``warmup_steps`` (inverse_sqrt).
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    check_int("step", step, minimum=0)
     n = step + 1
     w = warmup_steps
     if schedule == "constant":
@@ -169,7 +169,7 @@ class LRScheduler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         step = state.get("step") if isinstance(state, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if not is_int(step) or step < 0:
             raise ValueError(f"scheduler state must contain an int 'step' >= 0, got {state!r}")
         self.last_step = step
         self._apply()

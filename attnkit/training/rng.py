@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnkit.checks import check_int
+
 
 def seed_everything(seed: int) -> None:
     """Seed python's ``random``, numpy's legacy global generator and torch (CPU and all CUDA devices)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    check_int("seed", seed, minimum=0)
     random.seed(seed)
     np.random.seed(seed % 2**32)  # numpy's legacy seed must fit in 32 bits
     torch.manual_seed(seed)  # also seeds every CUDA device

@@ -31,6 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from attnkit.checks import check_int
+
 SPLITS: tuple[str, ...] = ("train", "valid")
 TASK_METHODS: tuple[str, ...] = ("batch", "loss", "evaluate", "state_dict", "load_state_dict")
 
@@ -63,8 +65,7 @@ def check_split(split: str) -> None:
 
 
 def check_step(step: int) -> None:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"batch step must be an int >= 0, got {step!r}")
+    check_int("batch step", step, minimum=0)
 
 
 def batch_seed(seed: int, split: str, step: int) -> int:

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit.checks import is_int, is_number
 from . import distributed as D
 from .atomic import write_text_atomic
 from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint, prune_checkpoints,
@@ -234,9 +235,9 @@ class Trainer:
         for key in ("step", "train_config", "model_config", "task"):
             if key not in state:
                 raise CheckpointError(f"{latest / 'state.json'} lacks {key!r}: not written by the Trainer")
-        for key, kind in (("step", int), ("elapsed", (int, float)), ("tokens", int)):
+        for key, kind in (("step", int), ("elapsed", float), ("tokens", int)):
             value = state.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
+            if not (is_int(value) if kind is int else is_number(value)) or value < 0:
                 raise CheckpointError(f"{latest / 'state.json'}: {key!r} must be a number >= 0, got {value!r} "
                                       f"(edited by hand?)")
 
@@ -295,7 +296,7 @@ class Trainer:
             raise ValueError("task.loss returned a loss without grad (computed under no_grad or detached?)")
         if isinstance(n_tokens, torch.Tensor) and n_tokens.numel() == 1:
             n_tokens = int(n_tokens.item())
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+        if not is_int(n_tokens) or n_tokens < 1:
             raise ValueError(f"task.loss must return n_tokens as an int >= 1, got {n_tokens!r}")
         value = loss.item()
         if not math.isfinite(value) and not self.world.distributed:  # distributed: checked on the global sum
@@ -366,7 +367,7 @@ class Trainer:
         for key, value in results.items():
             if isinstance(value, torch.Tensor):
                 value = value.item()
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not is_number(value):
                 raise ValueError(f"task.evaluate value {key!r} must be a number, got {value!r}")
             if not math.isfinite(value):
                 raise FloatingPointError(f"evaluation metric {key!r} is {value} at step {self.step}")

@@ -37,6 +37,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
+from attnkit.checks import is_int
 from attnkit.modules.multi_head_attention import MultiHeadAttention
 
 __all__ = [
@@ -286,7 +287,7 @@ def select_attention(maps: Sequence[torch.Tensor], *, layer: int | None = None,
     if n == 0:
         raise ValueError("no attention maps to select from (0 layers)")
     layer = n - 1 if layer is None else layer
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
+    if not is_int(layer) or not 0 <= layer < n:
         raise ValueError(f"layer must be in [0, {n}) (the model has {n} layers), got {layer!r}")
     weights = maps[layer]
     if weights.dim() != 3:
@@ -294,6 +295,6 @@ def select_attention(maps: Sequence[torch.Tensor], *, layer: int | None = None,
     if head is None:
         return weights
     H = weights.shape[0]
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < H:
+    if not is_int(head) or not 0 <= head < H:
         raise ValueError(f"head must be in [0, {H}) (layer {layer} has {H} heads), got {head!r}")
     return weights[head]  # (T, S)

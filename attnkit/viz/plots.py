@@ -24,6 +24,8 @@ from typing import Any, Sequence
 
 import torch
 
+from attnkit.checks import check_int, is_int
+
 __all__ = [
     "save_figure",
     "plot_positional_encoding",
@@ -93,10 +95,8 @@ def plot_positional_encoding(seq_len: int = 100, dim: int = 128, *, dims: Sequen
     """
     from attnkit.modules.sinusoidal import sinusoidal_table
 
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be an int >= 1, got {seq_len!r}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"dim must be an int >= 1, got {dim!r}")
+    check_int("seq_len", seq_len, minimum=1)
+    check_int("dim", dim, minimum=1)
     if dims is None:
         # a sine/cosine pair, then two slower sines: periods grow geometrically with the channel index
         d16, d8, d4 = 2 * (dim // 16), 2 * (dim // 8), 2 * (dim // 4)
@@ -105,7 +105,7 @@ def plot_positional_encoding(seq_len: int = 100, dim: int = 128, *, dims: Sequen
     if not dims:
         raise ValueError("dims must name at least one channel, got none")
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < dim:
+        if not is_int(d) or not 0 <= d < dim:
             raise ValueError(f"dims must be channels in [0, {dim}), got {d!r}")
     table = sinusoidal_table(seq_len, dim, base=base)  # (T, C)
 
@@ -156,7 +156,7 @@ def make_mask(kind: str, *, length: int | None = None, key_length: int | None = 
         if not lengths:
             raise ValueError("a padding mask needs lengths (one per batch row), got none")
         return padding_mask(list(lengths), max_len=key_length)
-    if length is None or isinstance(length, bool) or not isinstance(length, int) or length < 1:
+    if length is None or not is_int(length) or length < 1:
         raise ValueError(f"a {kind} mask needs length >= 1, got {length!r}")
     if kind == "causal":
         S = length if key_length is None else key_length

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import is_int
 from .attention_maps import _device, _one_sequence
 
 __all__ = ["next_token_predictions"]
@@ -53,7 +54,7 @@ def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5) -
         run = lambda: model(src_ids, ids)  # noqa: E731
     else:
         raise ValueError(f"next_token_predictions expects a GPT or a Transformer, got {type(model).__name__}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= V:
+    if not is_int(top_k) or not 1 <= top_k <= V:
         raise ValueError(f"top_k must be an int in [1, {V}] (the vocabulary size), got {top_k!r}")
     was_training = model.training
     model.eval()
