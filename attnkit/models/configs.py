@@ -26,8 +26,10 @@ from typing import Any, ClassVar
 
 from attnkit.checks import check_bool, check_choice, check_float, check_int
 
-# Names the rest of attnkit understands. ``attnkit.modules.feed_forward.ACTIVATIONS`` is the source of
-# truth for activations; tests check that this tuple matches it (configs must import without torch modules).
+# Names the rest of attnkit understands. The modules own the activation, norm and embedding-position names
+# (``modules.feed_forward.ACTIVATIONS``, ``modules.norms.NORM_KINDS``, ``modules.embeddings.POSITION_KINDS``);
+# these copies let configs import without torch (``attnkit.models`` imports its torch models lazily), and
+# tests/models/test_configs.py checks that they match. GPT_POSITIONS is owned here (read by models/gpt.py).
 ACTIVATIONS: tuple[str, ...] = (
     "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "leaky_relu", "elu", "swiglu", "geglu",
 )

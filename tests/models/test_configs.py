@@ -202,6 +202,14 @@ def test_activation_names_match_the_feed_forward_module():
     assert set(ACTIVATIONS) == set(MODULE_ACTIVATIONS)
 
 
+def test_norm_and_position_names_match_the_modules():
+    from attnkit.models.configs import NORMS, TRANSFORMER_POSITIONS
+    from attnkit.modules.embeddings import POSITION_KINDS
+    from attnkit.modules.norms import NORM_KINDS
+
+    assert set(NORMS) == set(NORM_KINDS) and set(TRANSFORMER_POSITIONS) == set(POSITION_KINDS)
+
+
 @pytest.mark.parametrize("make", [lambda **kw: GPTConfig(n_layer=1, n_head=2, n_embd=8, **kw),
                                   lambda **kw: TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, **kw)])
 def test_attention_dropout_defaults_to_dropout_and_is_validated(make):
