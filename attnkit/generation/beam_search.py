@@ -103,6 +103,47 @@ def _add_finished(pool: list[Hypothesis], hyp: Hypothesis, k: int) -> None:
     del pool[k:]
 
 
+def _top_candidates(scores: torch.Tensor, logp: torch.Tensor, k: int) -> tuple[list, list, list]:
+    """The ``2k`` best one-token extensions of each sentence's ``k`` beams, best first (dead beams stay dead).
+
+    Shape:
+        scores ``(n, k)`` total log-probs, logp ``(n*k, V)`` -> scores, beams, tokens: ``n`` lists of ``2k``.
+    """
+    n, V = scores.shape[0], logp.shape[-1]
+    flat_scores = scores.view(n * k, 1)  # (n*k, 1)
+    cand = (flat_scores + logp).masked_fill(flat_scores == float("-inf"), float("-inf"))  # dead stay dead
+    cand = cand.view(n, k * V)  # (n, k*V): candidate c is token c % V appended to beam c // V
+    top_scores, top_index = cand.topk(min(2 * k, k * V), dim=1)  # (n, 2k), best first
+    return top_scores.tolist(), (top_index // V).tolist(), (top_index % V).tolist()
+
+
+def _advance_sentence(pool: list[Hypothesis], candidates, prefixes: list[list[int]], *, k: int, length: int,
+                      lp: float, limit: int, eos_id: int) -> list[tuple[float, int, int]]:
+    """One decoding step of one sentence: finished hypotheses go into ``pool``; its ``k`` next beams.
+
+    ``candidates`` are ``(score, beam, token)`` best first; ``prefixes`` the ``k`` beams' tokens after BOS.
+    Returns ``k`` ``(score, beam, token)`` (dead placeholders copy the best beam with score ``-inf``), or
+    ``[]`` when the sentence is done: at its length ``limit``, with no live beam, or when no live beam can
+    beat the ``k`` finished hypotheses.
+    """
+    live: list[tuple[float, int, int]] = []  # (score, beam, token), best first
+    for rank, (s, beam, tok) in enumerate(candidates):
+        if s == float("-inf"):
+            break  # the rest are dead too
+        if tok == eos_id:
+            if rank < k:  # EOS only counts if it is among the k best candidates
+                _add_finished(pool, Hypothesis(prefixes[beam], s / lp, s, length, True), k)
+        elif len(live) < k:
+            live.append((s, beam, tok))
+    if length >= limit:  # the length limit: live beams end here, without EOS
+        for s, beam, tok in live:
+            _add_finished(pool, Hypothesis(prefixes[beam] + [tok], s / lp, s, length, False), k)
+        return []
+    if not live or (len(pool) >= k and live[0][0] / lp <= pool[-1].score):
+        return []
+    return live + [(float("-inf"), live[0][1], live[0][2])] * (k - len(live))
+
+
 def beam_search_hypotheses(
     model: nn.Module,
     src: torch.Tensor,
@@ -156,48 +197,21 @@ def beam_search_hypotheses(
         length = 0
         while active:
             length += 1  # the candidates of this step have `length` tokens after BOS
-            n = len(active)
             logp = torch.log_softmax(dec.next_logits(tgt), dim=-1)  # (n*k, V)
-            V = logp.shape[-1]
-            flat_scores = scores.view(n * k, 1)  # (n*k, 1)
-            cand = (flat_scores + logp).masked_fill(flat_scores == float("-inf"), float("-inf"))  # dead stay dead
-            cand = cand.view(n, k * V)  # (n, k*V): candidate c is token c % V appended to beam c // V
-            top_scores, top_index = cand.topk(min(2 * k, k * V), dim=1)  # (n, 2k), best first
-            top_beam, top_token = top_index // V, top_index % V  # (n, 2k) each
+            top_scores, top_beams, top_tokens = _top_candidates(scores, logp, k)
             lp = length_penalty_factor(length, length_penalty, length_penalty_style)
-
-            top_scores_l, top_beam_l, top_token_l = top_scores.tolist(), top_beam.tolist(), top_token.tolist()
             prefixes = tgt[:, 1:].tolist()  # (n*k) lists: the beams' tokens after BOS
             next_rows, next_tokens, next_scores, still_active = [], [], [], []
             for i, sent in enumerate(active):
-                live: list[tuple[float, int, int]] = []  # (score, beam, token), best first
-                for rank, (s, beam, tok) in enumerate(zip(top_scores_l[i], top_beam_l[i], top_token_l[i])):
-                    if s == float("-inf"):
-                        break  # the rest are dead too
-                    if tok == eos_id:
-                        if rank < k:  # EOS only counts if it is among the k best candidates
-                            _add_finished(finished[sent], Hypothesis(
-                                prefixes[i * k + beam], s / lp, s, length, True), k)
-                    elif len(live) < k:
-                        live.append((s, beam, tok))
-                # ---- is this sentence done? ----
-                if length >= limits[sent]:  # the length limit: live beams end here, without EOS
-                    for s, beam, tok in live:
-                        _add_finished(finished[sent], Hypothesis(
-                            prefixes[i * k + beam] + [tok], s / lp, s, length, False), k)
-                    continue
-                if not live:
-                    continue
-                pool = finished[sent]
-                if len(pool) >= k and live[0][0] / lp <= pool[-1].score:
-                    continue  # no live beam beats the k finished hypotheses
-                # ---- it goes on with k beams (dead placeholders copy the best beam, with score -inf) ----
-                live += [(float("-inf"), live[0][1], live[0][2])] * (k - len(live))
-                for s, beam, tok in live:
+                beams = _advance_sentence(finished[sent], zip(top_scores[i], top_beams[i], top_tokens[i]),
+                                          prefixes[i * k:(i + 1) * k], k=k, length=length, lp=lp,
+                                          limit=limits[sent], eos_id=eos_id)
+                for s, beam, tok in beams:
                     next_rows.append(i * k + beam)
                     next_tokens.append(tok)
                     next_scores.append(s)
-                still_active.append(sent)
+                if beams:
+                    still_active.append(sent)
 
             if not still_active:
                 break

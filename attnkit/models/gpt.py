@@ -314,6 +314,46 @@ class GPT(nn.Module):
             raise ValueError(f"cache_position must be in [0, cache.max_len) = [0, {max_len}), "
                              f"got {cache_position.tolist()}")
 
+    def _cached_length(self, cache: GPTCache | None, cache_position: torch.Tensor | None, B: int, T: int) -> int:
+        """Check ``cache`` against a batch of ``B`` rows and ``T`` new tokens; the cached length ``past`` (0 with
+        ``cache_position``, where the slots say where the tokens go)."""
+        cfg = self.config
+        if cache_position is not None and cache is None:
+            raise ValueError("cache_position needs a cache (GPT.new_cache())")
+        if cache is None:
+            return 0
+        if not isinstance(cache, GPTCache):
+            raise ValueError(f"cache must be a GPTCache from GPT.new_cache(), got {type(cache).__name__}")
+        if len(cache) != cfg.n_layer:
+            raise ValueError(f"cache must have n_layer = {cfg.n_layer} layer caches, got {len(cache)}")
+        if cache.batch_size != B:
+            raise ValueError(f"cache batch size must equal idx batch size B = {B}, got {cache.batch_size}")
+        if cache_position is not None:
+            return 0
+        past = cache.length
+        if past + T > cache.max_len:
+            raise ValueError(f"cache overflow: max_len = {cache.max_len}, cached {past} + new {T} = {past + T}")
+        return past
+
+    def _check_learned_positions(self, pos: torch.Tensor, *, counted: bool, S: int, past: int, T: int) -> None:
+        """Learned positions stop at ``block_size``: check the ``S`` keys when the positions are counted from
+        the cache (no device sync per step), else the given or padding-derived positions themselves.
+
+        Shape:
+            pos ``(B, T)`` or ``(T,)``.
+        """
+        block_size = self.config.block_size
+        if counted:
+            if S > block_size:
+                raise ValueError(f"sequence length must be <= block_size = {block_size} with learned positions, "
+                                 f"got {S} (cached {past} + new {T})")
+        elif torch.compiler.is_compiling():
+            torch._assert_async((pos < block_size).all(),
+                                f"position ids must be < block_size = {block_size} with learned positions")
+        elif int(pos.max()) >= block_size:
+            raise ValueError(f"position ids must be < block_size = {block_size} with learned positions, "
+                             f"got {int(pos.max())}")
+
     def forward(
         self,
         idx: torch.Tensor,
@@ -346,22 +386,7 @@ class GPT(nn.Module):
         cfg = self.config
         self._check_idx(idx)
         B, T = idx.shape
-        past = 0
-        if cache_position is not None and cache is None:
-            raise ValueError("cache_position needs a cache (GPT.new_cache())")
-        if cache is not None:
-            if not isinstance(cache, GPTCache):
-                raise ValueError(f"cache must be a GPTCache from GPT.new_cache(), got {type(cache).__name__}")
-            if len(cache) != cfg.n_layer:
-                raise ValueError(f"cache must have n_layer = {cfg.n_layer} layer caches, got {len(cache)}")
-            if cache.batch_size != B:
-                raise ValueError(f"cache batch size must equal idx batch size B = {B}, got {cache.batch_size}")
-            if cache_position is None:
-                past = cache.length
-                if past + T > cache.max_len:
-                    raise ValueError(
-                        f"cache overflow: max_len = {cache.max_len}, cached {past} + new {T} = {past + T}"
-                    )
+        past = self._cached_length(cache, cache_position, B, T)
         attn_mask = None
         if cache_position is not None:
             S = cache.max_len
@@ -379,19 +404,7 @@ class GPT(nn.Module):
 
         if cfg.position == "learned":
             counted = position_ids is None and key_padding_mask is None and cache_position is None
-            if counted and S > cfg.block_size:
-                raise ValueError(
-                    f"sequence length must be <= block_size = {cfg.block_size} with learned positions, "
-                    f"got {S} (cached {past} + new {T})"
-                )
-            # (positions counted from cache.length are covered by the check above: no extra sync per step)
-            if not counted and torch.compiler.is_compiling():
-                torch._assert_async((pos < cfg.block_size).all(),
-                                    f"position ids must be < block_size = {cfg.block_size} with learned positions")
-            elif not counted and int(pos.max()) >= cfg.block_size:
-                raise ValueError(
-                    f"position ids must be < block_size = {cfg.block_size} with learned positions, got {int(pos.max())}"
-                )
+            self._check_learned_positions(pos, counted=counted, S=S, past=past, T=T)
 
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:

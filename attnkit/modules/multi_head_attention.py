@@ -161,6 +161,64 @@ class MultiHeadAttention(nn.Module):
         if key is not None and value is not None and key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length S, got {key.shape[1]} and {value.shape[1]}")
 
+    # ------------------------------------------------------------------ the two kinds of keys/values
+    def _self_qkv(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        kv_cache: KVCache | None,
+        position_ids: torch.Tensor | None,
+        cache_position: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention: project, split heads, rotate (rotary) and append to / write into the cache.
+
+        Shape:
+            query ``(B, T, C)`` -> q ``(B, H, T, D)``, k and v ``(B, K, S, D)`` (``S = T``, ``cached + T`` or
+            ``max_len`` with ``cache_position``).
+        """
+        if self.rotary is not None and key is not None:
+            raise ValueError("rotary self-attention takes its keys from the query; got a separate key tensor")
+        T = query.shape[1]
+        q, k, v = self._project_self(query, key, value)  # (B, T, H*D), (B, T|S, K*D) x2
+        q = self._split_heads(q, self.num_heads)  # (B, H, T, D)
+        k = self._split_heads(k, self.num_kv_heads)  # (B, K, T, D)
+        v = self._split_heads(v, self.num_kv_heads)  # (B, K, T, D)
+        if self.rotary is not None:
+            if position_ids is None and cache_position is not None:
+                position_ids = cache_position  # (T,)
+            elif position_ids is None:
+                start = kv_cache.length if kv_cache is not None else 0
+                position_ids = torch.arange(start, start + T, device=query.device)  # (T,)
+            q = self.rotary(q, position_ids)
+            k = self.rotary(k, position_ids)
+        if cache_position is not None:
+            k, v = kv_cache.update_at(k, v, cache_position)  # (B, K, max_len, D): every slot
+        elif kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, K, S, D) with S = cached + T
+        return q, k, v
+
+    def _cross_kv(
+        self, key: torch.Tensor | None, value: torch.Tensor | None, kv_cache: KVCache | None, static_kv: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys/values: projected from ``key``/``value``, or (``static_kv``) from the cache.
+
+        Shape:
+            key ``(B, S, kdim)``, value ``(B, S, vdim)`` -> k, v ``(B, K, S, D)``.
+        """
+        if kv_cache is not None and static_kv and kv_cache.length > 0:
+            return kv_cache.get()  # memory projected on an earlier call
+        if key is None:
+            raise ValueError("cross-attention needs key (and value) of shape (B, S, kdim), got None")
+        k, v = self._project_kv_cross(key, value)
+        k = self._split_heads(k, self.num_kv_heads)  # (B, K, S, D)
+        v = self._split_heads(v, self.num_kv_heads)  # (B, K, S, D)
+        if kv_cache is not None:
+            if static_kv:
+                kv_cache.reset()
+            k, v = kv_cache.update(k, v)
+        return k, v
+
     # ------------------------------------------------------------------ forward
     def forward(
         self,
@@ -208,40 +266,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("cache_position needs self-attention with a kv_cache")
         B, T, _ = query.shape
         H, K = self.num_heads, self.num_kv_heads
-
         if self.self_attention:
-            if self.rotary is not None and key is not None:
-                raise ValueError("rotary self-attention takes its keys from the query; got a separate key tensor")
-            q, k, v = self._project_self(query, key, value)  # (B, T, H*D), (B, T|S, K*D) x2
-            q = self._split_heads(q, H)  # (B, H, T, D)
-            k = self._split_heads(k, K)  # (B, K, T, D)
-            v = self._split_heads(v, K)  # (B, K, T, D)
-            if self.rotary is not None:
-                if position_ids is None and cache_position is not None:
-                    position_ids = cache_position  # (T,)
-                elif position_ids is None:
-                    start = kv_cache.length if kv_cache is not None else 0
-                    position_ids = torch.arange(start, start + T, device=query.device)  # (T,)
-                q = self.rotary(q, position_ids)
-                k = self.rotary(k, position_ids)
-            if cache_position is not None:
-                k, v = kv_cache.update_at(k, v, cache_position)  # (B, K, max_len, D): every slot
-            elif kv_cache is not None:
-                k, v = kv_cache.update(k, v)  # (B, K, S, D) with S = cached + T
+            q, k, v = self._self_qkv(query, key, value, kv_cache, position_ids, cache_position)
         else:
             q = self._split_heads(self.q_proj(query), H)  # (B, H, T, D)
-            if kv_cache is not None and static_kv and kv_cache.length > 0:
-                k, v = kv_cache.get()  # memory projected on an earlier call
-            else:
-                if key is None:
-                    raise ValueError("cross-attention needs key (and value) of shape (B, S, kdim), got None")
-                k, v = self._project_kv_cross(key, value)
-                k = self._split_heads(k, K)  # (B, K, S, D)
-                v = self._split_heads(v, K)  # (B, K, S, D)
-                if kv_cache is not None:
-                    if static_kv:
-                        kv_cache.reset()
-                    k, v = kv_cache.update(k, v)
+            k, v = self._cross_kv(key, value, kv_cache, static_kv)
 
         dropout_p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(

@@ -443,6 +443,31 @@ class Trainer:
         if self._fitted:
             raise RuntimeError("Trainer.fit() can run once; build a new Trainer (resume=True) to continue")
         self._fitted = True
+        train_model = self._start_fit()
+        meter: dict[str, Any] = {"tokens": 0, "time": 0.0, "tps_ema": None}  # since the last metrics row
+        stopped_by = "steps"
+        try:
+            while True:
+                reason = self._stop_reason()
+                if reason is not None:
+                    stopped_by = reason
+                    break
+                self._train_step(train_model, meter)
+            self._finish_fit(train_model)
+        except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
+            kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
+            raise type(err)(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
+        finally:
+            self._progress.close()
+            self.metrics.close()
+            self._release_lock()
+        return self._write_summary(stopped_by)
+
+    def _start_fit(self) -> nn.Module:
+        """Seed (or restore) the RNGs, wrap the model (DDP, ``torch.compile``), start the clock and the bar.
+
+        Returns the module the updates run through.
+        """
         cfg = self.config
         if self._rng_state is not None:
             restore_rng_state(self._rng_state)  # continue dropout etc. exactly where the checkpoint stopped
@@ -462,62 +487,65 @@ class Trainer:
         self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=cfg.max_time_s,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
                                        enabled=self.progress_enabled)
-        interval_tokens, interval_time, tps_ema = 0, 0.0, None
-        stopped_by = "steps"
-        try:
-            while True:
-                if cfg.steps is not None and self.step >= cfg.steps:
-                    stopped_by = "steps"
-                    break
-                self._clock = self._now()
-                if self.world.distributed and cfg.max_time is not None:  # rank 0's clock decides for all
-                    self._clock = D.all_sum([self._clock if self.world.is_main else 0.0])[0]
-                if cfg.max_time is not None and self._clock >= cfg.max_time_s:
-                    stopped_by = "max_time"
-                    break
-                lr = self.scheduler.get_lr()  # the lr this update uses
-                t_step = time.perf_counter()
-                loss, n_tokens, grad_norm = self._update(train_model)
-                dt = time.perf_counter() - t_step
-                self.scheduler.step()
-                self.step += 1
-                self.tokens += n_tokens
-                self.last_loss = loss
-                self.elapsed = self._now()
-                interval_tokens += n_tokens
-                interval_time += dt
-                tps = n_tokens / max(dt, 1e-9)
-                tps_ema = tps if tps_ema is None else 0.9 * tps_ema + 0.1 * tps
+        return train_model
 
-                if self.step % cfg.log_every == 0:
-                    row = {"step": self.step, "loss": loss, "lr": lr, "tokens": self.tokens,
-                           "tokens_per_s": interval_tokens / max(interval_time, 1e-9), "elapsed": self.elapsed}
-                    if grad_norm is not None:
-                        row["grad_norm"] = grad_norm
-                    self.metrics.log(row)
-                    interval_tokens, interval_time = 0, 0.0
-                self._progress.update(self.step, self.elapsed, loss=loss, lr=lr, **{"tok/s": tps_ema})
-                if self.step % cfg.eval_every == 0:
-                    self._evaluate(train_model)
-                if self.step % cfg.ckpt_every == 0:
-                    self._save()
+    def _stop_reason(self) -> str | None:
+        """``"steps"`` or ``"max_time"`` when the run is over, else None; moves the clock the schedule reads."""
+        cfg = self.config
+        if cfg.steps is not None and self.step >= cfg.steps:
+            return "steps"
+        self._clock = self._now()
+        if self.world.distributed and cfg.max_time is not None:  # rank 0's clock decides for all
+            self._clock = D.all_sum([self._clock if self.world.is_main else 0.0])[0]
+        if cfg.max_time is not None and self._clock >= cfg.max_time_s:
+            return "max_time"
+        return None
 
-            # the end of the run always has an evaluation and a checkpoint
-            if self.last_eval is None or self.last_eval["step"] != self.step:
-                self._evaluate(train_model)
-            if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
-                self._save()
-            self.metrics.write_tables(only_if_changed=True)
-            if cfg.fsdp:
-                D.on_main(self._convert_best)
-        except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
-            kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
-            raise type(err)(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
-        finally:
-            self._progress.close()
-            self.metrics.close()
-            self._release_lock()
+    def _train_step(self, train_model: nn.Module, meter: dict[str, Any]) -> None:
+        """One update, then what is due after it: a metrics row, the bar, an evaluation, a checkpoint.
 
+        ``meter`` carries the tokens and seconds since the last metrics row and the bar's tokens/s average.
+        """
+        cfg = self.config
+        lr = self.scheduler.get_lr()  # the lr this update uses
+        t_step = time.perf_counter()
+        loss, n_tokens, grad_norm = self._update(train_model)
+        dt = time.perf_counter() - t_step
+        self.scheduler.step()
+        self.step += 1
+        self.tokens += n_tokens
+        self.last_loss = loss
+        self.elapsed = self._now()
+        meter["tokens"] += n_tokens
+        meter["time"] += dt
+        tps = n_tokens / max(dt, 1e-9)
+        meter["tps_ema"] = tps if meter["tps_ema"] is None else 0.9 * meter["tps_ema"] + 0.1 * tps
+
+        if self.step % cfg.log_every == 0:
+            row = {"step": self.step, "loss": loss, "lr": lr, "tokens": self.tokens,
+                   "tokens_per_s": meter["tokens"] / max(meter["time"], 1e-9), "elapsed": self.elapsed}
+            if grad_norm is not None:
+                row["grad_norm"] = grad_norm
+            self.metrics.log(row)
+            meter["tokens"], meter["time"] = 0, 0.0
+        self._progress.update(self.step, self.elapsed, loss=loss, lr=lr, **{"tok/s": meter["tps_ema"]})
+        if self.step % cfg.eval_every == 0:
+            self._evaluate(train_model)
+        if self.step % cfg.ckpt_every == 0:
+            self._save()
+
+    def _finish_fit(self, train_model: nn.Module) -> None:
+        """The end of the run always has an evaluation and a checkpoint (and the metrics tables, ``best/``)."""
+        if self.last_eval is None or self.last_eval["step"] != self.step:
+            self._evaluate(train_model)
+        if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
+            self._save()
+        self.metrics.write_tables(only_if_changed=True)
+        if self.config.fsdp:
+            D.on_main(self._convert_best)
+
+    def _write_summary(self, stopped_by: str) -> dict[str, Any]:
+        """The summary :meth:`fit` returns, written to ``summary.json`` by rank 0."""
         self.elapsed = self._now()
         best_dir = self.ckpt_dir / BEST_DIR
         summary = {"out_dir": str(self.out_dir), "steps": self.step, "stopped_by": stopped_by,
