@@ -121,12 +121,67 @@ def _defaults(args: argparse.Namespace, lora: dict | None) -> dict[str, Any]:
     return d
 
 
+def _run_inputs(args: argparse.Namespace, saved: dict | None) -> tuple[dict | None, str, str, str]:
+    """``(lora settings or None, data, documents, source)``: the resumed run's, checked against the flags,
+    or the flags', checked for completeness."""
+    if saved is not None:
+        extra_saved = saved.get("extra", {})
+        if extra_saved.get("task") != "finetune":
+            raise ValueError(f"--resume: {args.out} is not a finetune run (continue it with the command that "
+                             f"started it)")
+        for flag, key, value in (("--from", "from", args.source), ("--data", "data", args.data),
+                                 ("--documents", "documents", None if args.documents == "auto" else args.documents)):
+            if value is not None and value != extra_saved.get(key):
+                raise ValueError(f"--resume: the run used {flag} {extra_saved.get(key)!r}, got {value!r}")
+        lora = _lora_settings(args, extra_saved.get("lora"), resuming=True)
+        return lora, extra_saved["data"], extra_saved.get("documents", "none"), extra_saved["from"]
+    if args.source is None or args.data is None:
+        raise ValueError("finetune needs --from MODEL and --data DATA (or --resume --out DIR)")
+    if args.out is None:
+        raise ValueError("finetune needs --out DIR (the run folder)")
+    if args.steps is None and args.max_time is None:
+        raise ValueError("finetune needs a length: --steps N or --max-time MIN (a 135M-parameter model does "
+                         "a few hundred steps an hour on a laptop CPU)")
+    return _lora_settings(args, None, resuming=False), args.data, args.documents or "auto", args.source
+
+
+def _source_model(args: argparse.Namespace, saved: dict | None, source: str, overrides: dict, seed: int):
+    """``(model, model_config, tokenizer, chat_template, description)`` of the model to fine-tune.
+
+    Resuming, everything comes back from the checkpoint: the architecture (the trainer loads the weights into
+    the fresh model), the tokenizer, the chat template. Otherwise ``--from`` is loaded (a decoder-only GPT).
+    """
+    from attnkit.data.tokenizer import tokenizer_from_dict
+    from attnkit.interop.load import load_model
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import GPTConfig, config_from_dict
+    from attnkit.training import seed_everything
+
+    if saved is not None:
+        extra_saved = saved.get("extra", {})
+        tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
+        model_config = config_from_dict(saved["model_config"])
+        if overrides:
+            model_config = model_config.replace(**overrides)  # the trainer refuses a real change by name
+        seed_everything(seed)
+        model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
+        return model, model_config, tokenizer, extra_saved.get("chat_template"), extra_saved.get("from_description", source)
+    loaded = load_model(source, tokenizer_file=args.tokenizer)
+    model = loaded.model
+    model_config = getattr(model, "config", None)
+    if not isinstance(model_config, GPTConfig):
+        raise ValueError(f"--from {source}: finetune needs a decoder-only GPT, got {type(model).__name__}")
+    if overrides:  # dropout modules hold their p: rebuild the module tree around the loaded weights
+        model_config = model_config.replace(**overrides)
+        fresh = build_model(model_config)
+        fresh.load_state_dict(model.state_dict())
+        model = fresh
+    return model, model_config, loaded.tokenizer, loaded.chat_template, loaded.description
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from attnkit.data.tokenizer import tokenizer_from_dict
-    from attnkit.models.builders import build_model
-    from attnkit.models.configs import GPTConfig, config_from_dict
     from attnkit.models.params import count_parameters
     from attnkit.training import LMTask, Trainer, seed_everything
 
@@ -138,64 +193,19 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")
 
     from attnkit.data.documents import prepare_finetune_data
-    from attnkit.interop.load import load_model
     from attnkit.training.config import resolve_train_config
     from attnkit.training.lora_run import add_lora, finalize_lora_run
     from attnkit.training.runs import read_saved_run
 
     saved = read_saved_run(args.out) if args.resume else None
-    extra_saved = (saved or {}).get("extra", {})
-    if saved is not None:
-        if extra_saved.get("task") != "finetune":
-            raise ValueError(f"--resume: {args.out} is not a finetune run (continue it with the command that "
-                             f"started it)")
-        for flag, key, value in (("--from", "from", args.source), ("--data", "data", args.data),
-                                 ("--documents", "documents", None if args.documents == "auto" else args.documents)):
-            if value is not None and value != extra_saved.get(key):
-                raise ValueError(f"--resume: the run used {flag} {extra_saved.get(key)!r}, got {value!r}")
-        lora = _lora_settings(args, extra_saved.get("lora"), resuming=True)
-        data = extra_saved["data"]
-        documents = extra_saved.get("documents", "none")
-        source = extra_saved["from"]
-    else:
-        if args.source is None or args.data is None:
-            raise ValueError("finetune needs --from MODEL and --data DATA (or --resume --out DIR)")
-        if args.out is None:
-            raise ValueError("finetune needs --out DIR (the run folder)")
-        if args.steps is None and args.max_time is None:
-            raise ValueError("finetune needs a length: --steps N or --max-time MIN (a 135M-parameter model does "
-                             "a few hundred steps an hour on a laptop CPU)")
-        lora = _lora_settings(args, None, resuming=False)
-        data, documents, source = args.data, args.documents or "auto", args.source
+    lora, data, documents, source = _run_inputs(args, saved)
     cfg = resolve_train_config(_defaults(args, lora), saved.get("train_config") if saved else None,
                                train_flag_values(args))
     if cfg.fsdp and lora is not None:
         raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
                          "without --fsdp) for --lora")
 
-    if saved is not None:
-        # Everything comes back from the checkpoint: architecture (weights are loaded by the trainer),
-        # tokenizer, adapters.
-        tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
-        model_config = config_from_dict(saved["model_config"])
-        if overrides:
-            model_config = model_config.replace(**overrides)  # the trainer refuses a real change by name
-        chat_template = extra_saved.get("chat_template")
-        seed_everything(cfg.seed)
-        model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
-        what = extra_saved.get("from_description", source)
-    else:
-        loaded = load_model(source, tokenizer_file=args.tokenizer)
-        model, tokenizer = loaded.model, loaded.tokenizer
-        chat_template, what = loaded.chat_template, loaded.description
-        model_config = getattr(model, "config", None)
-        if not isinstance(model_config, GPTConfig):
-            raise ValueError(f"--from {source}: finetune needs a decoder-only GPT, got {type(model).__name__}")
-        if overrides:  # dropout modules hold their p: rebuild the module tree around the loaded weights
-            model_config = model_config.replace(**overrides)
-            fresh = build_model(model_config)
-            fresh.load_state_dict(model.state_dict())
-            model = fresh
+    model, model_config, tokenizer, chat_template, what = _source_model(args, saved, source, overrides, cfg.seed)
     if model_config.position == "learned" and cfg.block_size > model_config.block_size:
         raise ValueError(f"--block-size must be <= the model's block_size = {model_config.block_size} "
                          f"(learned positions), got {cfg.block_size}")

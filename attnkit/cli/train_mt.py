@@ -76,22 +76,12 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.set_defaults(func=run_mt)
 
 
-def run_mt(args: argparse.Namespace) -> int:
-    import torch
+def _mt_options(args: argparse.Namespace, saved: dict | None) -> dict[str, Any]:
+    """The translation options: each flag, else the resumed run's value, else the recipe's default.
 
-    from attnkit.data.parallel import resolve_parallel_data
-    from attnkit.data.tokenizer import load_tokenizer, tokenizer_from_dict
-    from attnkit.models.builders import build_model
-    from attnkit.models.configs import TransformerConfig, config_from_dict
-    from attnkit.models.params import count_parameters
-    from attnkit.models.presets import get_preset
-    from attnkit.training import MTTask, Trainer, seed_everything
-    from attnkit.training.config import resolve_train_config
-    from attnkit.training.runs import default_run_folder, read_saved_run
-
-    if args.average_last < 0:
-        raise ValueError(f"--average-last must be >= 0, got {args.average_last}")
-    saved = read_saved_run(args.out) if args.resume else None
+    Keys: ``data, valid, preset`` and the ``mt_options`` the run saves (``vocab_size, max_tokens, max_len,
+    label_smoothing, strict, bleu, bleu_sentences, word_dropout``).
+    """
     extra_saved = (saved or {}).get("extra", {})
     opts_saved = extra_saved.get("mt_options", {})
     if saved is not None and extra_saved.get("kind") != "mt":
@@ -99,24 +89,31 @@ def run_mt(args: argparse.Namespace) -> int:
     data = args.data or extra_saved.get("data") or "de-en"
     if saved is not None and args.data is not None and args.data != extra_saved.get("data"):
         raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {args.data!r}")
-    valid = args.valid if args.valid is not None else opts_saved.get("valid")
-    preset = args.preset or extra_saved.get("preset") or MT_DEFAULT_PRESET
 
     def opt(name: str, default: Any) -> Any:
-        """A translation option: the flag, else the resumed run's value, else the default."""
         v = getattr(args, name)
         return v if v is not None else opts_saved.get(name, default)
 
-    vocab_size = opt("vocab_size", MT_DEFAULT_VOCAB)
-    # --max-tokens is per process, like --batch-size: the global token budget is it x the number of processes
-    max_tokens = args.max_tokens * world_size() if args.max_tokens is not None else \
-        opts_saved.get("max_tokens", MT_DEFAULT_MAX_TOKENS * world_size())
-    max_len = opt("max_len", MT_DEFAULT_MAX_LEN)
-    smoothing = opt("label_smoothing", 0.1)
-    strict = bool(args.strict or opts_saved.get("strict", False))
-    bleu = bool(opt("bleu", True))
-    bleu_sentences = opt("bleu_sentences", MT_DEFAULT_BLEU_SENTENCES)
-    word_dropout = opt("word_dropout", 0.0)
+    return {
+        "data": data,
+        "valid": args.valid if args.valid is not None else opts_saved.get("valid"),
+        "preset": args.preset or extra_saved.get("preset") or MT_DEFAULT_PRESET,
+        "vocab_size": opt("vocab_size", MT_DEFAULT_VOCAB),
+        # --max-tokens is per process, like --batch-size: the global token budget is it x the number of processes
+        "max_tokens": args.max_tokens * world_size() if args.max_tokens is not None else
+        opts_saved.get("max_tokens", MT_DEFAULT_MAX_TOKENS * world_size()),
+        "max_len": opt("max_len", MT_DEFAULT_MAX_LEN),
+        "label_smoothing": opt("label_smoothing", 0.1),
+        "strict": bool(args.strict or opts_saved.get("strict", False)),
+        "bleu": bool(opt("bleu", True)),
+        "bleu_sentences": opt("bleu_sentences", MT_DEFAULT_BLEU_SENTENCES),
+        "word_dropout": opt("word_dropout", 0.0),
+    }
+
+
+def _mt_train_config(args: argparse.Namespace, saved: dict | None, bleu: bool):
+    """The recipe's training defaults, adjusted to the flags, under the resumed run's and the flags' values."""
+    from attnkit.training.config import resolve_train_config
 
     defaults = dict(MT_DEFAULTS)
     if args.steps is not None and args.max_time is None and args.steps < 10 * defaults["warmup_steps"]:
@@ -132,6 +129,12 @@ def run_mt(args: argparse.Namespace) -> int:
     if args.average_last > cfg.keep_last:
         raise ValueError(f"--average-last {args.average_last} needs that many step checkpoints, but --keep-last "
                          f"is {cfg.keep_last}; raise --keep-last to at least {args.average_last}")
+    return cfg
+
+
+def _parallel_sources(data: str, valid: str | None) -> tuple[Any, str, Any]:
+    """``(source, description, valid source or None)`` of ``--data`` and ``--valid``."""
+    from attnkit.data.parallel import resolve_parallel_data
 
     source, data_desc = resolve_parallel_data(data)
     valid_source = None
@@ -143,19 +146,13 @@ def run_mt(args: argparse.Namespace) -> int:
                 raise FileNotFoundError(f"--valid {valid!r}: no such file {valid_source}")
     elif not (isinstance(source, Path) and source.is_dir()):
         raise ValueError(f"--data {data!r} is a file, so pass --valid with validation pairs (a TSV or SRC,TGT)")
+    return source, data_desc, valid_source
 
-    if saved is not None:
-        tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
-    elif args.tokenizer is not None:
-        tokenizer = load_tokenizer(args.tokenizer)
-    else:
-        tokenizer = None  # MTTask.from_data trains a joint BPE
-    say(f"reading {data_desc}" + ("" if tokenizer is not None else f" and training a joint BPE of {vocab_size}")
-        + " ...")
-    task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, vocab_size=vocab_size, max_len=max_len,
-                            truncate=not strict, strict=strict, bleu=bleu, max_tokens=max_tokens, seed=cfg.seed,
-                            label_smoothing=smoothing, bleu_sentences=bleu_sentences, word_dropout=word_dropout)
-    tokenizer = task.tokenizer
+
+def _mt_model_config(args: argparse.Namespace, saved: dict | None, preset: str, tokenizer: Any, max_len: int):
+    """The resumed run's model config (with ``--set``), or the preset sized to the tokenizer and ``--max-len``."""
+    from attnkit.models.configs import TransformerConfig, config_from_dict
+    from attnkit.models.presets import get_preset
 
     if saved is not None:
         model_config = config_from_dict(saved["model_config"])
@@ -170,6 +167,56 @@ def run_mt(args: argparse.Namespace) -> int:
     if not isinstance(model_config, TransformerConfig):
         raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
                          f"{preset!r} is a decoder-only GPT")
+    return model_config
+
+
+def _score_best(task: Any, summary: dict[str, Any], out: str | Path) -> None:
+    """Translate the whole validation set with ``best/``; the scores go into the summary and summary.json."""
+    from attnkit.training.atomic import write_text_atomic
+    from attnkit.training.runs import load_trained
+
+    best_model, _, best_state = load_trained(summary["best_checkpoint"], expect_kind="mt")
+    say(f"translating all {len(task.valid):,} validation sentences with best/ (step {best_state.get('step')}) ...")
+    scores = task.translation_scores(best_model)
+    final = {"checkpoint": summary["best_checkpoint"], "step": best_state.get("step"), "decoding": "greedy",
+             "sentences": scores["sentences"], "bleu": scores["bleu"], "chrf": scores["chrf"]}
+    summary["final_valid"] = final
+    write_text_atomic(Path(out) / "summary.json", json.dumps(summary, indent=2))
+    say(f"valid ({final['sentences']:,} sentences, greedy, best/ at step {final['step']}): "
+          f"BLEU {final['bleu']:.2f}, chrF {final['chrf']:.2f}")
+
+
+def run_mt(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnkit.data.tokenizer import load_tokenizer, tokenizer_from_dict
+    from attnkit.models.builders import build_model
+    from attnkit.models.params import count_parameters
+    from attnkit.training import MTTask, Trainer, seed_everything
+    from attnkit.training.runs import default_run_folder, read_saved_run
+
+    if args.average_last < 0:
+        raise ValueError(f"--average-last must be >= 0, got {args.average_last}")
+    saved = read_saved_run(args.out) if args.resume else None
+    o = _mt_options(args, saved)
+    data, preset, max_tokens, max_len = o["data"], o["preset"], o["max_tokens"], o["max_len"]
+    cfg = _mt_train_config(args, saved, o["bleu"])
+    source, data_desc, valid_source = _parallel_sources(data, o["valid"])
+
+    if saved is not None:
+        tokenizer = tokenizer_from_dict(saved["extra"]["tokenizer"])
+    elif args.tokenizer is not None:
+        tokenizer = load_tokenizer(args.tokenizer)
+    else:
+        tokenizer = None  # MTTask.from_data trains a joint BPE
+    say(f"reading {data_desc}" + ("" if tokenizer is not None else f" and training a joint BPE of {o['vocab_size']}")
+        + " ...")
+    task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, vocab_size=o["vocab_size"],
+                            max_len=max_len, truncate=not o["strict"], strict=o["strict"], bleu=o["bleu"],
+                            max_tokens=max_tokens, seed=cfg.seed, label_smoothing=o["label_smoothing"],
+                            bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"])
+    tokenizer = task.tokenizer
+    model_config = _mt_model_config(args, saved, preset, tokenizer, max_len)
     out = args.out or default_run_folder("mt", data, preset)
 
     # What was dropped or cut, and how much of each batch is padding: worth seeing before a long run.
@@ -189,9 +236,10 @@ def run_mt(args: argparse.Namespace) -> int:
     n = world_size()
     say(f"global token budget {max_tokens} = {max_tokens / n:g} per process x {n} process{'es' if n > 1 else ''}; "
         f"x {cfg.grad_accum} accumulation" + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
-    mt_options = {"valid": None if valid is None else str(valid), "vocab_size": vocab_size, "max_tokens": max_tokens,
-                  "max_len": max_len, "label_smoothing": smoothing, "strict": strict, "bleu": bleu,
-                  "bleu_sentences": bleu_sentences, "word_dropout": word_dropout}
+    valid = o["valid"]
+    mt_options = {"valid": None if valid is None else str(valid),
+                  **{k: o[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
+                                       "bleu_sentences", "word_dropout")}}
     extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": tokenizer.to_dict(),
              "mt_options": mt_options,
              "data_stats": {"train_pairs": len(task.train), "valid_pairs": len(task.valid),
@@ -212,17 +260,6 @@ def run_mt(args: argparse.Namespace) -> int:
         avg = average_last_checkpoints(out, args.average_last)
         ev = json.loads((avg / "state.json").read_text()).get("averaged_from", [])
         say(f"averaged {len(ev)} checkpoints into {avg} (use --ckpt {avg})")
-    if bleu and summary.get("best_checkpoint"):
-        from attnkit.training.atomic import write_text_atomic
-        from attnkit.training.runs import load_trained
-
-        best_model, _, best_state = load_trained(summary["best_checkpoint"], expect_kind="mt")
-        say(f"translating all {len(task.valid):,} validation sentences with best/ (step {best_state.get('step')}) ...")
-        scores = task.translation_scores(best_model)
-        final = {"checkpoint": summary["best_checkpoint"], "step": best_state.get("step"), "decoding": "greedy",
-                 "sentences": scores["sentences"], "bleu": scores["bleu"], "chrf": scores["chrf"]}
-        summary["final_valid"] = final
-        write_text_atomic(Path(out) / "summary.json", json.dumps(summary, indent=2))
-        say(f"valid ({final['sentences']:,} sentences, greedy, best/ at step {final['step']}): "
-              f"BLEU {final['bleu']:.2f}, chrF {final['chrf']:.2f}")
+    if o["bleu"] and summary.get("best_checkpoint"):
+        _score_best(task, summary, out)
     return 0
