@@ -2,6 +2,8 @@
 
 * :func:`spread_weights` -- redraw a model's parameters so that outputs depend strongly on every input: with the
   training init (std 0.02) logits and attention maps are nearly uniform, and a parity check would pass too easily.
+* :func:`tiny_gpt_config` and :func:`tiny_transformer_config` -- the tiny model configs the tests build on (one
+  place for their sizes; a test passes what it needs different as overrides).
 * :data:`TOLERANCES` and :func:`assert_close` -- the suite's tolerance table: one named entry per kind of
   comparison instead of literal ``atol``/``rtol`` numbers scattered over the files.
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["spread_weights", "TOLERANCES", "assert_close"]
+from attnkit.models.configs import GPTConfig, TransformerConfig
+
+__all__ = ["spread_weights", "tiny_gpt_config", "tiny_transformer_config", "TOLERANCES", "assert_close"]
 
 
 def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
@@ -30,6 +34,26 @@ def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
             else:
                 p.copy_(noise * std)
     return model
+
+
+def tiny_gpt_config(kind: str = "gpt2", **overrides) -> GPTConfig:
+    """A 2-layer, 32-wide GPT config: ``"gpt2"`` (learned positions, LayerNorm, tanh-GELU, biases, tied head) or
+    ``"llama"`` (RoPE, RMSNorm, SwiGLU, grouped-query attention 4:2, no bias, untied); ``overrides`` replace fields."""
+    if kind == "gpt2":
+        base = dict(vocab_size=61, block_size=24, n_layer=2, n_head=4, n_embd=32)
+    elif kind == "llama":
+        base = dict(vocab_size=61, block_size=24, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=48,
+                    activation="swiglu", norm="rmsnorm", bias=False, position="rope", tie_embeddings=False)
+    else:
+        raise ValueError(f"kind must be 'gpt2' or 'llama', got {kind!r}")
+    return GPTConfig(**(base | overrides))
+
+
+def tiny_transformer_config(**overrides) -> TransformerConfig:
+    """A 2+2-layer, 32-wide encoder-decoder config (dropout 0, pad_id 0); ``overrides`` replace fields."""
+    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=32, num_heads=4, num_encoder_layers=2,
+                num_decoder_layers=2, dim_feedforward=48, dropout=0.0, max_len=64)
+    return TransformerConfig(**(base | overrides))
 
 
 # torch.testing.assert_close keyword arguments per kind of comparison.

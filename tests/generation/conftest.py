@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attnkit.models.configs import GPTConfig, TransformerConfig
+from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
 import helpers
@@ -29,14 +29,7 @@ def spread_weights(model: torch.nn.Module, seed: int, std: float = 0.3) -> torch
 
 
 def gpt_config(kind: str, *, vocab_size: int = VOCAB, block_size: int = 32, dropout: float = 0.0) -> GPTConfig:
-    if kind == "gpt2":  # learned positions, LayerNorm, tanh-GELU, biases, tied head
-        return GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=2, n_head=4, n_embd=32,
-                         dropout=dropout)
-    if kind == "llama":  # RoPE, RMSNorm, SwiGLU, no bias, grouped-query attention (4 query heads, 2 kv heads)
-        return GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=2, n_head=4, n_kv_head=2,
-                         n_embd=32, position="rope", norm="rmsnorm", activation="swiglu", bias=False,
-                         tie_embeddings=False, dropout=dropout)
-    raise ValueError(kind)
+    return helpers.tiny_gpt_config(kind, vocab_size=vocab_size, block_size=block_size, dropout=dropout)
 
 
 def _make_gpt(kind: str, *, seed: int = 0, **kw) -> GPT:
@@ -61,9 +54,8 @@ def _make_transformer(*, seed: int = 0, eos_bias: float = 0.0, norm_first: bool 
     LayerNorm of every layer washes the residual out), so it would predict one token everywhere.
     """
     torch.manual_seed(seed)
-    cfg = TransformerConfig(src_vocab_size=SRC_VOCAB, tgt_vocab_size=TGT_VOCAB, d_model=32, num_heads=4,
-                            num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, dropout=0.0,
-                            norm_first=norm_first, pad_id=PAD)
+    cfg = helpers.tiny_transformer_config(src_vocab_size=SRC_VOCAB, tgt_vocab_size=TGT_VOCAB, dim_feedforward=64,
+                                          max_len=5000, norm_first=norm_first, pad_id=PAD)
     model = spread_weights(Transformer(cfg), seed, std=0.5)
     with torch.no_grad():
         model.generator.bias.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(seed + 1))

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from attnkit.models import DecoderCache, EncoderDecoder, Transformer, build_model
+from helpers import assert_close
 
 TOL = 1e-5
 
@@ -92,7 +93,7 @@ def test_predict_proba_gives_probabilities(tiny_transformer_config, spread):
     probs = model.predict_proba(src, tgt)
     assert probs.shape == (2, 4, 19) and (probs >= 0).all()
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4))
-    torch.testing.assert_close(probs.log(), torch.log_softmax(model(src, tgt), -1), atol=1e-5, rtol=1e-5)
+    assert_close(probs.log(), torch.log_softmax(model(src, tgt), -1), "float32")
     # seed 000's greedy step: argmax of the last position
     assert probs[:, -1].argmax(-1).shape == (2,)
 
@@ -232,7 +233,7 @@ def test_encoder_decoder_matches_torch_nn_transformer(norm_first):
     causal = nn.Transformer.generate_square_subsequent_mask(5)
     expected = ref(src, tgt, tgt_mask=causal, src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad)
     got = ours(src, tgt, src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert_close(got, expected, "float32")
 
 
 # --------------------------------------------------------------------------- gradients

@@ -9,19 +9,17 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
+import helpers
 from attnkit.modules.lora import (DEFAULT_TARGETS, LoRALinear, apply_lora, linear_names, lora_parameters,
                                   lora_state_dict, mark_only_lora_trainable, merge_lora)
+from helpers import assert_close
 
 V = 61
 
 
 def tiny_gpt(**kw) -> GPT:
-    cfg = dict(vocab_size=V, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=48,
-               activation="swiglu", norm="rmsnorm", bias=False, position="rope", tie_embeddings=True)
-    cfg.update(kw)
-    return GPT(GPTConfig(**cfg)).eval()
+    return GPT(helpers.tiny_gpt_config("llama", **(dict(vocab_size=V, block_size=32, tie_embeddings=True) | kw))).eval()
 
 
 def ids(B=2, T=12):
@@ -51,7 +49,7 @@ def test_lora_linear_starts_as_the_base_layer_and_computes_the_low_rank_update()
     with torch.no_grad():
         layer.lora_B.normal_()
     expected = ref(x) + (x @ layer.lora_A.T @ layer.lora_B.T) * (8.0 / 4)
-    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+    assert_close(layer(x), expected, "float32")
     torch.testing.assert_close(layer.delta_weight(), layer.lora_B @ layer.lora_A * 2.0)
 
 
@@ -73,7 +71,7 @@ def test_lora_linear_merged_equals_unmerged():
     x = torch.randn(4, 16)
     lin = layer.merged()
     assert type(lin) is nn.Linear and lin.weight.requires_grad
-    torch.testing.assert_close(lin(x), layer(x), rtol=1e-5, atol=1e-5)
+    assert_close(lin(x), layer(x), "float32")
 
 
 def test_lora_dropout_only_in_training_mode():
@@ -82,7 +80,7 @@ def test_lora_dropout_only_in_training_mode():
         layer.lora_B.normal_()
     x = torch.randn(8, 16)
     layer.eval()
-    torch.testing.assert_close(layer(x), layer.merged()(x), rtol=1e-5, atol=1e-5)
+    assert_close(layer(x), layer.merged()(x), "float32")
     layer.train()
     assert not torch.allclose(layer(x), layer.merged()(x), atol=1e-4)
 
@@ -230,7 +228,7 @@ def test_merged_model_equals_unmerged_after_training_steps():
         merged = model(probe)
     assert not any(isinstance(m, LoRALinear) for m in model.modules())
     assert set(model.state_dict()) == set(tiny_gpt().state_dict())  # a plain GPT again
-    torch.testing.assert_close(merged, unmerged, rtol=1e-5, atol=1e-5)
+    assert_close(merged, unmerged, "float32")
     # the merge changed the weights (the adapters learned something)
     assert not torch.equal(model.blocks[0].attn.qkv_proj.weight, frozen_before["blocks.0.attn.qkv_proj.weight"])
 
@@ -246,7 +244,7 @@ def test_merged_state_dict_loads_into_a_plain_gpt():
     plain = tiny_gpt()
     plain.load_state_dict(model.state_dict())  # strict: same keys as a model that never had adapters
     with torch.no_grad():
-        torch.testing.assert_close(plain(x), expected, rtol=1e-5, atol=1e-5)
+        assert_close(plain(x), expected, "float32")
 
 
 def test_lora_state_dict_has_only_adapter_tensors():

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnkit.modules import KVCache, MultiHeadAttention, RotaryEmbedding, causal_mask
-from helpers import TOLERANCES
+from helpers import TOLERANCES, assert_close
 
 TOL = TOLERANCES["float32"]
 B, T, S, E, H = 2, 5, 7, 16, 4
@@ -274,7 +274,7 @@ def test_attention_dropout_only_in_training():
     m.eval()
     _, w = m(x, need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 6), **TOL)
-    torch.testing.assert_close(m(x)[0], m(x)[0], atol=0, rtol=0)
+    assert_close(m(x)[0], m(x)[0], "exact")
 
 
 # ------------------------------------------------------------------ validation: one test per rule

@@ -6,6 +6,7 @@ from torch import nn
 
 from attnkit.modules.quantized_linear import (MODES, QuantizedLinear, quantize_linear_layers, quantize_weight,
                                               split_activation)
+from helpers import assert_close
 
 
 def test_quantize_weight_error_bound():
@@ -68,7 +69,7 @@ def test_two_digit_within_bound(m):
         # reconstructed activations s * (hi + lo / 254) up to fp32 summation order
         digits, s = split_activation(x)
         x_digits = s * (digits[:m] + digits[m:] / 254)  # (M, K)
-        torch.testing.assert_close(y, ref(x_digits), atol=1e-5, rtol=1e-5)
+        assert_close(y, ref(x_digits), "float32")
     assert bool((err <= _two_digit_bound(ref, x)).all())
 
 
@@ -124,7 +125,7 @@ def test_two_digit_single_input_feature():
     with torch.no_grad():
         y = QuantizedLinear.from_linear(lin, mode="two_digit")(x)
         y_ref = QuantizedLinear.from_linear(lin, mode="reference")(x)
-    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    assert_close(y, y_ref, "float32")
 
 
 def test_reference_close_to_fp32_linear():

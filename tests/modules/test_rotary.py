@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from attnkit.modules import RotaryEmbedding, rotate_half
+from helpers import assert_close
 
 
 def rope_complex(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -23,10 +24,10 @@ def test_matches_complex_formula(theta):
     rope = RotaryEmbedding(8, max_len=64, theta=theta)
     x = torch.randn(2, 3, 10, 8)
     positions = torch.stack([torch.arange(10), torch.arange(10) + 5])  # (B, T): different per row
-    torch.testing.assert_close(rope(x, positions), rope_complex(x, positions, theta), atol=1e-5, rtol=1e-5)
+    assert_close(rope(x, positions), rope_complex(x, positions, theta), "float32")
     # (T,) positions are shared by every row
     shared = rope(x, torch.arange(10))
-    torch.testing.assert_close(shared, rope_complex(x, torch.arange(10).expand(2, 10), theta), atol=1e-5, rtol=1e-5)
+    assert_close(shared, rope_complex(x, torch.arange(10).expand(2, 10), theta), "float32")
 
 
 def test_rotate_half():
@@ -39,8 +40,8 @@ def test_dot_products_depend_on_relative_position_only():
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
     def score(m, n):
         return (rope(q, torch.tensor([m])) * rope(k, torch.tensor([n]))).sum()
-    torch.testing.assert_close(score(7, 3), score(14, 10), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(score(2, 2), (q * k).sum(), atol=1e-5, rtol=1e-5)
+    assert_close(score(7, 3), score(14, 10), "float32")
+    assert_close(score(2, 2), (q * k).sum(), "float32")
 
 
 def test_cache_grows_and_follows_to():
@@ -49,7 +50,7 @@ def test_cache_grows_and_follows_to():
     x = torch.randn(1, 1, 3, 4)
     out = rope(x, torch.tensor([0, 5, 9]))  # beyond the initial table
     assert rope.cos_cached.shape[0] >= 10
-    torch.testing.assert_close(out, rope_complex(x, torch.tensor([[0, 5, 9]]), 10000.0), atol=1e-5, rtol=1e-5)
+    assert_close(out, rope_complex(x, torch.tensor([[0, 5, 9]]), 10000.0), "float32")
     rope = rope.to(torch.float64)
     assert rope.cos_cached.dtype == torch.float64 and rope.inv_freq.dtype == torch.float64
     assert rope(x.double(), torch.arange(3)).dtype == torch.float64

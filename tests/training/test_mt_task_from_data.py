@@ -12,9 +12,9 @@ from torch import nn
 
 from attnkit.data.mt_batching import IGNORE_INDEX, encode_pairs, train_joint_bpe
 from attnkit.data.parallel import write_tsv
-from attnkit.models.configs import TransformerConfig
 from attnkit.models.transformer import Transformer
 from attnkit.training.mt_task import MTTask
+import helpers
 
 PAIRS = [
     ("Er lobte ihre Kochkunst.", "He praised her cooking."),
@@ -52,9 +52,9 @@ def encode(tok, pairs, max_len: int = 32):
 
 def tiny_model(vocab_size: int) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(TransformerConfig(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=32,
-                                         num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64,
-                                         dropout=0.0, max_len=64, share_embeddings=True, tie_output=True))
+    return Transformer(helpers.tiny_transformer_config(
+        src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+        dim_feedforward=64, share_embeddings=True, tie_output=True))
 
 
 class FixedLogits(nn.Module):

@@ -11,6 +11,7 @@ from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 from attnkit.training.config import TrainConfig
 from attnkit.training.optim import LRScheduler, build_optimizer, lr_at, param_groups
+from helpers import assert_close
 
 
 # --- schedules --------------------------------------------------------------------------------------
@@ -151,7 +152,7 @@ def test_weight_decay_really_skips_norms():
     after = dict(model.named_parameters())
     torch.testing.assert_close(after["0.weight"], before["0.weight"] * (1 - 0.1 * 0.5))
     for n in ("0.bias", "1.weight", "1.bias"):
-        torch.testing.assert_close(after[n], before[n], rtol=0, atol=0)
+        assert_close(after[n], before[n], "exact")
 
 
 @pytest.mark.parametrize("impl,flag", [("fused", "fused"), ("foreach", "foreach")])

@@ -16,6 +16,7 @@ from attnkit.viz import (
     select_attention,
     seq2seq_attention_maps,
 )
+from helpers import assert_close
 
 EXACT = dict(atol=1e-6, rtol=0)  # same arithmetic, same inputs: only rounding of the softmax
 LOOSE = dict(atol=1e-5, rtol=0)  # fused kernel vs explicit softmax / cached vs full recomputation
@@ -128,7 +129,7 @@ def test_nested_captures_both_record_and_the_model_still_gets_none(make_gpt):
     with torch.no_grad(), capture_attention(model) as outer, AttentionCapture({"inner": attn}) as inner:
         _, weights = attn(x, is_causal=True)
     assert weights is None
-    torch.testing.assert_close(inner.last("inner"), outer.last("blocks.0.attn"), atol=0, rtol=0)
+    assert_close(inner.last("inner"), outer.last("blocks.0.attn"), "exact")
     assert not attn._forward_hooks and not attn._forward_pre_hooks
 
 
@@ -152,7 +153,7 @@ def test_training_flag_is_restored_and_dropout_is_off_while_capturing(make_gpt):
     ids = _ids(6)
     a, b = attention_maps(model, ids), attention_maps(model, ids)
     assert model.training
-    torch.testing.assert_close(a[0], b[0], atol=0, rtol=0)  # eval mode inside: no random dropout
+    assert_close(a[0], b[0], "exact")  # eval mode inside: no random dropout
 
 
 # --------------------------------------------------------------------------- encoder-decoder
@@ -209,7 +210,7 @@ def test_seq2seq_kind_by_name(make_transformer):
 def test_select_attention_defaults_to_the_last_layer_and_picks_heads():
     maps = [torch.rand(3, 4, 5), torch.rand(3, 4, 5)]
     assert select_attention(maps) is maps[1]
-    torch.testing.assert_close(select_attention(maps, layer=0, head=2), maps[0][2], atol=0, rtol=0)
+    assert_close(select_attention(maps, layer=0, head=2), maps[0][2], "exact")
 
 
 def test_layer_out_of_range_names_the_range():

@@ -21,6 +21,7 @@ from attnkit.viz import (
     token_labels,
     visible,
 )
+from helpers import assert_close
 
 
 def _image(fig, index: int = 0) -> torch.Tensor:
@@ -31,11 +32,10 @@ def _image(fig, index: int = 0) -> torch.Tensor:
 # --------------------------------------------------------------------------- positional encoding
 def test_positional_encoding_heatmap_is_the_table_and_png_is_written(tmp_path, is_png):
     fig = plot_positional_encoding(30, 16, dims=[2, 3, 8])
-    torch.testing.assert_close(_image(fig).float(), sinusoidal_table(30, 16), atol=0, rtol=0)
+    assert_close(_image(fig).float(), sinusoidal_table(30, 16), "exact")
     curves = next(ax for ax in fig.axes if ax.lines).lines
     assert [int(line.get_label().split()[2]) for line in curves] == [2, 3, 8]
-    torch.testing.assert_close(torch.as_tensor(curves[1].get_ydata()).float(), sinusoidal_table(30, 16)[:, 3],
-                               atol=0, rtol=0)
+    assert_close(torch.as_tensor(curves[1].get_ydata()).float(), sinusoidal_table(30, 16)[:, 3], "exact")
     path = save_figure(fig, tmp_path / "sub" / "pe.png", dpi=40)
     assert path == tmp_path / "sub" / "pe.png"
     is_png(path)
@@ -109,7 +109,7 @@ def test_plot_attention_one_panel_per_head_with_token_ticks(tmp_path, is_png):
     panels = [ax for ax in fig.axes if ax.images and ax.get_title().startswith("head")]
     assert [ax.get_title() for ax in panels] == ["head 0", "head 1", "head 2"]
     for h, ax in enumerate(panels):
-        torch.testing.assert_close(torch.as_tensor(ax.images[0].get_array().data).float(), w[h], atol=0, rtol=0)
+        assert_close(torch.as_tensor(ax.images[0].get_array().data).float(), w[h], "exact")
     assert [t.get_text() for t in panels[0].get_xticklabels()] == list("vwxyz")
     assert [t.get_text() for t in panels[0].get_yticklabels()] == list("abcd")
     is_png(save_figure(fig, tmp_path / "attn.png", dpi=40))
