@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 
+from attnkit.checks import check_choice
+
 __all__ = ["DOCUMENT_MODES", "split_documents", "encode_documents", "prepare_finetune_data"]
 
 DOCUMENT_MODES = ("auto", "fortune", "blank-line", "none")
@@ -25,8 +27,7 @@ def split_documents(text: str, mode: str) -> list[str] | None:
     fortune: entries between lines holding only ``%`` (cleaned as the fortunes recipe does); blank-line:
     paragraphs separated by one or more blank lines; auto: fortune if such ``%`` lines exist, else none.
     """
-    if mode not in DOCUMENT_MODES:
-        raise ValueError(f"documents mode must be one of {list(DOCUMENT_MODES)}, got {mode!r}")
+    check_choice("documents mode", mode, DOCUMENT_MODES)
     if mode == "auto":
         mode = "fortune" if _FORTUNE_SEP.search(text) else "none"
     if mode == "none":

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnkit.checks import check_id, check_int, is_number
+from attnkit.checks import check_bool, check_id, check_int, is_number
 from .generate import eval_mode
 from .seq2seq import (
     IncrementalDecoder,
@@ -173,8 +173,7 @@ def beam_search_hypotheses(
     check_id("pad_id", pad_id, None)
     _check_beam_args(beam_size, length_penalty, length_penalty_style)
     check_length_args(max_len, max_len_a, max_len_b)
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    check_bool("use_cache", use_cache)
     src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
     device = src.device
     B, k = src.shape[0], beam_size

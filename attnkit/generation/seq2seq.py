@@ -31,7 +31,7 @@ import math
 import torch
 from torch import nn
 
-from attnkit.checks import check_id, check_padding_mask, is_int, is_number
+from attnkit.checks import check_bool, check_id, check_padding_mask, is_int, is_number
 from .generate import eval_mode, model_device
 from .stopping import StoppingCriteria
 
@@ -228,8 +228,7 @@ def greedy_search(
     check_id("eos_id", eos_id, V)
     check_id("pad_id", pad_id, None)
     check_length_args(max_len, max_len_a, max_len_b)
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    check_bool("use_cache", use_cache)
     src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
     B = src.shape[0]
     limits = _target_limits(model, mask, max_len, max_len_a, max_len_b)

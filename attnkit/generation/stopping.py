@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnkit.checks import check_int
+from attnkit.checks import check_int, is_int
 
 __all__ = [
     "check_max_new_tokens",
@@ -41,9 +41,9 @@ def normalize_eos_token_id(eos_token_id) -> frozenset[int]:
     """``None`` -> no EOS; an int or a list of ints (>= 0) -> the set of EOS ids."""
     if eos_token_id is None:
         return frozenset()
-    ids = [eos_token_id] if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool) else eos_token_id
+    ids = [eos_token_id] if is_int(eos_token_id) else eos_token_id
     if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+        is_int(i) and i >= 0 for i in ids
     ):
         raise ValueError(f"eos_token_id must be None, an int >= 0 or a list of them, got {eos_token_id!r}")
     return frozenset(ids)

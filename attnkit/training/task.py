@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from attnkit.checks import check_int
+from attnkit.checks import check_choice, check_int
 
 SPLITS: tuple[str, ...] = ("train", "valid")
 TASK_METHODS: tuple[str, ...] = ("batch", "loss", "evaluate", "state_dict", "load_state_dict")
@@ -60,8 +60,7 @@ def check_task(task: Any) -> None:
 
 
 def check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    check_choice("split", split, SPLITS)
 
 
 def check_step(step: int) -> None:

@@ -157,7 +157,7 @@ def capture_attention(model: nn.Module, names: Sequence[str] | None = None) -> A
 def _one_sequence(ids, name: str) -> torch.Tensor:
     """Token ids of one sequence as a ``(1, L)`` int64 tensor (from a list, ``(L,)`` or ``(1, L)``)."""
     if not isinstance(ids, torch.Tensor):
-        if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        if not isinstance(ids, (list, tuple)) or not all(is_int(i) for i in ids):
             raise ValueError(f"{name} must be a list of ints or an integer tensor of shape (L,) or (1, L), "
                              f"got {type(ids).__name__}")
         ids = torch.tensor(list(ids), dtype=torch.long)
