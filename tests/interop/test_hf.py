@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import spread_weights
+from helpers import assert_close, spread_weights
 
 transformers = pytest.importorskip("transformers")
 
@@ -28,7 +28,6 @@ from attnkit.interop.hf import (  # noqa: E402
 )
 from attnkit.models import GPT, GPTConfig, build_model  # noqa: E402
 
-TOL = 1e-4
 V = 67
 
 
@@ -90,7 +89,7 @@ def test_from_hf_model_matches_transformers_logits(kind):
     with torch.no_grad():
         got = ours(idx)
     assert expected.abs().max() > 1.0  # far from uniform: the check is not vacuous
-    torch.testing.assert_close(got, expected, atol=TOL, rtol=0)
+    assert_close(got, expected, "hf_float32")
 
 
 @pytest.mark.parametrize("kind", ["gpt2-tied", "llama-gqa-untied"])
@@ -102,8 +101,8 @@ def test_incremental_decoding_after_import_equals_full_forward(kind):
         full = ours(idx)
         cache = ours.new_cache(2, 16)
         steps = [ours(idx[:, :6], cache=cache)] + [ours(idx[:, t:t + 1], cache=cache) for t in range(6, 14)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
-    torch.testing.assert_close(full, _logits(hf_model, idx), atol=TOL, rtol=0)
+    assert_close(torch.cat(steps, dim=1), full, "hf_float32")
+    assert_close(full, _logits(hf_model, idx), "hf_float32")
 
 
 def test_config_mapping():
@@ -152,9 +151,9 @@ def test_save_hf_folder_loads_in_transformers(kind, tmp_path):
     idx = torch.randint(0, V, (2, 13))
     with torch.no_grad():
         expected = ours(idx)
-    torch.testing.assert_close(_logits(hf_model, idx), expected, atol=TOL, rtol=0)
+    assert_close(_logits(hf_model, idx), expected, "hf_float32")
     # to_hf gives the same model in memory, and from_hf(folder) round-trips exactly
-    torch.testing.assert_close(_logits(to_hf(ours), idx), expected, atol=TOL, rtol=0)
+    assert_close(_logits(to_hf(ours), idx), expected, "hf_float32")
     again = from_hf(folder)
     assert again.config == ours.config
     for name, tensor in ours.state_dict().items():
@@ -169,7 +168,7 @@ def test_load_hf_folder_reads_pytorch_model_bin(tmp_path):
     assert config["model_type"] == "llama" and "model.embed_tokens.weight" in state
     idx = torch.randint(0, V, (1, 9))
     with torch.no_grad():
-        torch.testing.assert_close(from_hf(tmp_path)(idx), _logits(hf_model, idx), atol=TOL, rtol=0)
+        assert_close(from_hf(tmp_path)(idx), _logits(hf_model, idx), "hf_float32")
 
 
 def test_export_rejects_a_config_no_hf_architecture_can_hold():

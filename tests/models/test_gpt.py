@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnkit.models import GPT, GPTCache, GPTConfig, build_model, get_preset
+from helpers import assert_close
 
-TOL = 1e-5  # float32 parity tolerance between mathematically equal computations
 
 
 def _model(cfg, spread):
@@ -57,7 +57,7 @@ def test_other_position_kinds_run(position, tiny_gpt_config, spread):
     full = model(idx)
     cache = model.new_cache(2, 8)
     inc = torch.cat([model(idx[:, :3], cache=cache), model(idx[:, 3:], cache=cache)], dim=1)
-    torch.testing.assert_close(inc, full, atol=TOL, rtol=0)
+    assert_close(inc, full, "float32")
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
@@ -67,7 +67,7 @@ def test_causality(kind, tiny_gpt_config, spread):
     changed = idx.clone()
     changed[:, 6] = (changed[:, 6] + 1) % 61
     a, b = model(idx), model(changed)
-    torch.testing.assert_close(a[:, :6], b[:, :6], atol=TOL, rtol=0)  # the past never sees the future
+    assert_close(a[:, :6], b[:, :6], "float32")  # the past never sees the future
     assert (a[:, 6:] - b[:, 6:]).abs().max() > 1e-3  # but the change does propagate forward
 
 
@@ -84,7 +84,7 @@ def test_incremental_decoding_equals_full_forward(kind, tiny_gpt_config, spread)
         pieces += [model(idx[:, t:t + 1], cache=cache) for t in range(5, 9)]  # one token at a time
         pieces.append(model(idx[:, 9:], cache=cache))  # a chunk of 3 after the cache
         assert cache.length == 12
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=TOL, rtol=0)
+    assert_close(torch.cat(pieces, dim=1), full, "float32")
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
@@ -106,7 +106,7 @@ def test_cache_position_decoding_equals_full_forward(kind, tiny_gpt_config, spre
         # several new tokens at once: causal among themselves, all earlier slots visible
         pieces.append(model(idx[:, 9:], cache=cache, cache_position=torch.arange(9, 12)))
         assert cache.length == 5
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=TOL, rtol=0)
+    assert_close(torch.cat(pieces, dim=1), full, "float32")
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
@@ -130,7 +130,7 @@ def test_cache_position_with_left_padding(kind, tiny_gpt_config, spread):
         outs = torch.cat(outs, dim=1)
         for b, r in enumerate(rows):
             alone = model(torch.cat([r, new[b]])[None])[0, -3:]
-            torch.testing.assert_close(outs[b], alone, atol=TOL, rtol=0)
+            assert_close(outs[b], alone, "float32")
 
 
 def test_rejects_bad_cache_position(tiny_gpt_config):
@@ -158,7 +158,7 @@ def test_cache_reorder_follows_the_batch(tiny_gpt_config, spread):
         assert cache.batch_size == 4
         step = model(idx[index, 6:], cache=cache)
         expected = model(idx[index])[:, 6:]
-    torch.testing.assert_close(step, expected, atol=TOL, rtol=0)
+    assert_close(step, expected, "float32")
     cache.reset()
     assert cache.length == 0
 
@@ -179,7 +179,7 @@ def test_left_padded_batch_matches_single_rows(kind, tiny_gpt_config, spread):
         assert torch.isfinite(logits).all()  # fully padded query rows give zeros, not NaN
         for b, r in enumerate(rows):
             alone = model(r[None])
-            torch.testing.assert_close(logits[b, T - len(r):], alone[0], atol=TOL, rtol=0)
+            assert_close(logits[b, T - len(r):], alone[0], "float32")
 
         # the same with a cache: prompt, then 3 new tokens per row (mask grows with the cache)
         new = torch.randint(1, 61, (len(rows), 3))
@@ -192,7 +192,7 @@ def test_left_padded_batch_matches_single_rows(kind, tiny_gpt_config, spread):
         outs = torch.cat(outs, dim=1)
         for b, r in enumerate(rows):
             alone = model(torch.cat([r, new[b]])[None])[0, -3:]
-            torch.testing.assert_close(outs[b], alone, atol=TOL, rtol=0)
+            assert_close(outs[b], alone, "float32")
 
 
 def test_explicit_position_ids(tiny_gpt_config, spread):

@@ -10,7 +10,6 @@ from torch import nn
 from attnkit.models import DecoderCache, EncoderDecoder, Transformer, build_model
 from helpers import assert_close
 
-TOL = 1e-5
 
 
 def _model(cfg, spread):
@@ -43,7 +42,7 @@ def test_variants_run_and_decode_incrementally(overrides, tiny_transformer_confi
         assert memory.shape == (3, 7, 32)
         cache = model.new_cache(3, 6)
         steps = [model.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(6)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), logits, atol=TOL, rtol=0)
+    assert_close(torch.cat(steps, dim=1), logits, "float32")
 
 
 def test_post_and_pre_norm_structure(tiny_transformer_config):
@@ -136,7 +135,7 @@ def test_decoder_self_attention_is_causal(tiny_transformer_config, spread):
     changed = tgt.clone()
     changed[:, 3] = tgt[:, 3] % 18 + 1
     a, b = model(src, tgt), model(src, changed)
-    torch.testing.assert_close(a[:, :3], b[:, :3], atol=TOL, rtol=0)
+    assert_close(a[:, :3], b[:, :3], "float32")
     assert (a[:, 3:] - b[:, 3:]).abs().max() > 1e-3
 
 
@@ -150,7 +149,7 @@ def test_padding_masks_are_derived_from_pad_id(tiny_transformer_config, spread):
     explicit = model(src, tgt, src_key_padding_mask=src == 0)
     torch.testing.assert_close(derived, explicit)
     alone = model(src[1:, :5], tgt[1:])
-    torch.testing.assert_close(derived[1:], alone, atol=TOL, rtol=0)  # padding changes nothing
+    assert_close(derived[1:], alone, "float32")  # padding changes nothing
     # without masking, the pads would be attended
     unmasked = model(src, tgt, src_key_padding_mask=torch.zeros(2, 7, dtype=torch.bool))
     assert (unmasked[1] - derived[1]).abs().max() > 1e-3
@@ -168,7 +167,7 @@ def test_cached_decoding_with_padded_source_and_target(tiny_transformer_config, 
         cache = model.new_cache(2, 5)
         steps = [model.decode(tgt[:, :2], memory, memory_key_padding_mask=model.padding_mask(src), cache=cache)]
         steps += [model.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(2, 5)]  # mask remembered
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOL, rtol=0)
+    assert_close(torch.cat(steps, dim=1), full, "float32")
 
 
 def test_decoder_cache_reorder_for_beam_search(tiny_transformer_config, spread):
@@ -184,7 +183,7 @@ def test_decoder_cache_reorder_for_beam_search(tiny_transformer_config, spread):
         assert cache.batch_size == 3
         step = model.decode(tgt[index, 3:], memory[index], cache=cache)
         expected = model(src[index], tgt[index])[:, 3:]
-    torch.testing.assert_close(step, expected, atol=TOL, rtol=0)
+    assert_close(step, expected, "float32")
     cache.reset()
     assert cache.length == 0 and all(c is None or c.length == 0 for c in cache.cross_attn)
 
