@@ -429,6 +429,17 @@ class Decoder(nn.Module):
         return full
 
 
+@torch.no_grad()
+def xavier_init_(module: nn.Module) -> None:
+    """Xavier-uniform for every matrix of ``module`` (in ``named_parameters`` order), zeros for the biases
+    outside the norms; norm parameters keep their values."""
+    for name, p in module.named_parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+        elif name.endswith("bias") and "norm" not in name:
+            nn.init.zeros_(p)
+
+
 class EncoderDecoder(nn.Module):
     """The embedding-level encoder-decoder (the counterpart of ``torch.nn.Transformer``, batch first).
 
@@ -482,11 +493,7 @@ class EncoderDecoder(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Xavier-uniform for every weight matrix (as ``nn.Transformer``); biases 0, norms 1."""
-        for name, p in self.named_parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias") and "norm" not in name:
-                nn.init.zeros_(p)
+        xavier_init_(self)
 
     def encode(
         self,

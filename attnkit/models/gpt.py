@@ -259,9 +259,6 @@ class GPT(nn.Module):
     # ------------------------------------------------------------------------------------------------
     # forward
     # ------------------------------------------------------------------------------------------------
-    def _check_idx(self, idx: torch.Tensor) -> None:
-        check_token_ids(idx, name="idx", vocab_size=self.config.vocab_size, length_axis="T", range_label="token ids")
-
     def _positions(
         self,
         B: int,
@@ -384,7 +381,7 @@ class GPT(nn.Module):
             logits ``(B, T, V)``.
         """
         cfg = self.config
-        self._check_idx(idx)
+        check_token_ids(idx, name="idx", vocab_size=cfg.vocab_size, length_axis="T", range_label="token ids")
         B, T = idx.shape
         past = self._cached_length(cache, cache_position, B, T)
         attn_mask = None

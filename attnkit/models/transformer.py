@@ -30,7 +30,7 @@ from attnkit.modules.embeddings import TransformerEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 
 from .configs import TransformerConfig
-from .encoder_decoder import DecoderCache, EncoderDecoder
+from .encoder_decoder import DecoderCache, EncoderDecoder, xavier_init_
 
 
 
@@ -71,18 +71,7 @@ class Transformer(nn.Module):
         With ``scale_embeddings`` the token vectors are multiplied by sqrt(C) in the forward pass, which
         brings Xavier-sized embeddings to the scale of the positional signal.
         """
-        for name, p in self.named_parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias") and "norm" not in name:
-                nn.init.zeros_(p)
-
-    # ------------------------------------------------------------------------------------------------
-    # validation helpers
-    # ------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, vocab_name: str) -> None:
-        check_token_ids(ids, name=name, vocab_size=vocab_size, vocab_name=vocab_name)
+        xavier_init_(self)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
         """``ids == pad_id`` (``None`` when ``config.pad_id`` is None).
@@ -106,7 +95,7 @@ class Transformer(nn.Module):
         Shape:
             src ``(B, S)``; src_key_padding_mask ``(B, S)`` bool -> memory ``(B, S, C)``.
         """
-        self._check_ids("src", src, self.config.src_vocab_size, "src_vocab_size")
+        check_token_ids(src, name="src", vocab_size=self.config.src_vocab_size, vocab_name="src_vocab_size")
         mask = self._src_mask(src, src_key_padding_mask)
         return self.core.encode(self.src_embed(src), src_key_padding_mask=mask)
 
@@ -131,7 +120,7 @@ class Transformer(nn.Module):
             tgt_key_padding_mask ``(B, T)`` -> logits ``(B, T, V)``.
         """
         c = self.config
-        self._check_ids("tgt", tgt, c.tgt_vocab_size, "tgt_vocab_size")
+        check_token_ids(tgt, name="tgt", vocab_size=c.tgt_vocab_size, vocab_name="tgt_vocab_size")
         B, T = tgt.shape
         if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[-1] != c.d_model:
             shape = tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__
@@ -167,8 +156,8 @@ class Transformer(nn.Module):
             -> logits ``(B, T, V)``.
         """
         c = self.config
-        self._check_ids("src", src, c.src_vocab_size, "src_vocab_size")
-        self._check_ids("tgt", tgt, c.tgt_vocab_size, "tgt_vocab_size")
+        check_token_ids(src, name="src", vocab_size=c.src_vocab_size, vocab_name="src_vocab_size")
+        check_token_ids(tgt, name="tgt", vocab_size=c.tgt_vocab_size, vocab_name="tgt_vocab_size")
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"src and tgt must have the same batch size, got src B = {src.shape[0]}, "
                              f"tgt B = {tgt.shape[0]}")
