@@ -236,6 +236,99 @@ def _owned_params(model: nn.Module) -> tuple[dict[str, int], set[str]]:
     return owned, aliases
 
 
+def _forward_args(inputs: Any) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` of the forward call: a tensor, a tuple/list of arguments or a dict of keyword arguments."""
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,), {}
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    if isinstance(inputs, Mapping):
+        return (), dict(inputs)
+    raise ValueError(f"inputs must be a tensor, a tuple/list or a dict of forward arguments, "
+                     f"got {type(inputs).__name__}")
+
+
+def _default_lengths(model: nn.Module, tensors: list[torch.Tensor]) -> dict[str, int]:
+    """``T`` = the first input's length; with an encoder and a decoder, ``S`` = the first's and ``T`` = the second's."""
+    from attnkit.models.encoder_decoder import Encoder  # local: attnkit.models imports attnkit.modules only
+
+    seq2seq = any(isinstance(m, Encoder) for m in model.modules())
+    lens = [int(t.shape[1]) for t in tensors if t.dim() >= 2]
+    if seq2seq and len(lens) >= 2:
+        return {"S": lens[0], "T": lens[1]}
+    return {"T": lens[0] if lens else int(tensors[0].shape[-1])}
+
+
+class _Recorder:
+    """Forward hooks on every module of ``model`` (dropout left out) that append one row per call to ``result``."""
+
+    def __init__(self, model: nn.Module, namer: _Namer, result: Trace) -> None:
+        self.namer, self.result = namer, result
+        self.owned, self.aliases = _owned_params(model)
+        self.total = result.total_params
+        # every qualified name of every module (a shared module, e.g. GPT's one rotary table, has several)
+        self.names: dict[int, list[str]] = {}
+        for name, m in model.named_modules(remove_duplicate=False):
+            self.names.setdefault(id(m), []).append(name)
+        self.stack: list[TraceRow] = []
+        self.handles = []
+        for m in {id(m): m for m in model.modules()}.values():
+            if isinstance(m, nn.Dropout):
+                continue  # the identity in eval mode: only clutter in the table
+            self.handles.append(m.register_forward_pre_hook(self.pre_hook, with_kwargs=True))
+            self.handles.append(m.register_forward_hook(self.post_hook, with_kwargs=True))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def name_in_call(self, m: nn.Module) -> str:
+        candidates = self.names[id(m)]
+        if self.stack:
+            parent = self.stack[-1].name
+            inside = [n for n in candidates if n.startswith(parent + ".") or parent == ""]
+            if inside:
+                return min(inside, key=len)
+            # a module shared from elsewhere (GPT's rotary table called inside an attention layer)
+            return f"{parent}.{candidates[0].rsplit('.', 1)[-1]}"
+        return candidates[0]
+
+    def params_of(self, m: nn.Module) -> tuple[int, bool]:
+        prefixes = set(self.names[id(m)])
+        n = sum(v for k, v in self.owned.items() if any(p == "" or k.startswith(p + ".") for p in prefixes))
+        tied = n == 0 and any(any(p == "" or k.startswith(p + ".") for p in prefixes) for k in self.aliases)
+        return n, tied
+
+    def pre_hook(self, m, a, kw):
+        namer = self.namer
+        name = self.name_in_call(m)
+        stream = _stream(name)
+        ins, shapes = [], []
+        for i, t in enumerate({id(t): t for t in _tensors(list(a))}.values()):  # key is value: once
+            s = stream if i == 0 else "S"  # a second tensor argument is memory / keys (cross-attention)
+            ins.append(namer.shape(t, s))
+            shapes.append(list(t.shape))
+        for k, v in kw.items():
+            if isinstance(v, torch.Tensor) and k in ("memory", "key", "value", "src", "tgt"):
+                ins.append(f"{k}: {namer.shape(v, 'T' if k == 'tgt' else 'S')}")
+                shapes.append(list(v.shape))
+        n, tied = self.params_of(m)
+        row = TraceRow(name=name, kind=type(m).__name__, depth=len(self.stack), inputs=ins, params=n,
+                       share=n / self.total if self.total else 0.0, tied=tied, input_shapes=shapes)
+        if isinstance(m, MultiHeadAttention):
+            row.attention = {"mask": _mask_text(kw, namer, stream), "heads": _heads_text(m, a, kw, namer, stream)}
+        self.result.rows.append(row)
+        self.stack.append(row)
+
+    def post_hook(self, m, a, kw, out):
+        row = self.stack.pop()
+        outs = _tensors(out)
+        if outs:
+            row.output = self.namer.shape(outs[0], _stream(row.name))
+            row.output_shape = list(outs[0].shape)
+            row.dtype = str(outs[0].dtype).replace("torch.", "")
+
+
 def trace(model: nn.Module, inputs: Any, *, lengths: Mapping[str, int] | None = None) -> Trace:
     """Run ``model`` once on ``inputs`` and record every module call in forward order.
 
@@ -257,101 +350,25 @@ def trace(model: nn.Module, inputs: Any, *, lengths: Mapping[str, int] | None = 
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"trace needs an nn.Module, got {type(model).__name__}")
-    if isinstance(inputs, torch.Tensor):
-        args, kwargs = (inputs,), {}
-    elif isinstance(inputs, (tuple, list)):
-        args, kwargs = tuple(inputs), {}
-    elif isinstance(inputs, Mapping):
-        args, kwargs = (), dict(inputs)
-    else:
-        raise ValueError(f"inputs must be a tensor, a tuple/list or a dict of forward arguments, "
-                         f"got {type(inputs).__name__}")
+    args, kwargs = _forward_args(inputs)
     tensors = _tensors(list(args) + list(kwargs.values()))
     if not tensors:
         raise ValueError("inputs hold no tensor: nothing to trace")
     first = tensors[0]
     batch = int(first.shape[0]) if first.dim() >= 1 else 1
-    from attnkit.models.encoder_decoder import Encoder  # local: attnkit.models imports attnkit.modules only
-
-    seq2seq = any(isinstance(m, Encoder) for m in model.modules())
     if lengths is None:
-        lens = [int(t.shape[1]) for t in tensors if t.dim() >= 2]
-        if seq2seq and len(lens) >= 2:
-            lengths = {"S": lens[0], "T": lens[1]}
-        else:
-            lengths = {"T": lens[0] if lens else int(first.shape[-1])}
+        lengths = _default_lengths(model, tensors)
     axes = model_axes(model)
-    namer = _Namer(axes, batch, lengths)
-    owned, aliases = _owned_params(model)
-    total = sum(owned.values())
-
-    # every qualified name of every module (a shared module, e.g. GPT's one rotary table, has several)
-    names: dict[int, list[str]] = {}
-    for name, m in model.named_modules(remove_duplicate=False):
-        names.setdefault(id(m), []).append(name)
-
-    result = Trace(model=type(model).__name__, total_params=total,
+    owned, _ = _owned_params(model)
+    result = Trace(model=type(model).__name__, total_params=sum(owned.values()),
                    axes={"B": batch, **dict(lengths), **axes})
-    stack: list[TraceRow] = []
-    handles = []
-
-    def name_in_call(m: nn.Module) -> str:
-        candidates = names[id(m)]
-        if stack:
-            parent = stack[-1].name
-            inside = [n for n in candidates if n.startswith(parent + ".") or parent == ""]
-            if inside:
-                return min(inside, key=len)
-            # a module shared from elsewhere (GPT's rotary table called inside an attention layer)
-            return f"{parent}.{candidates[0].rsplit('.', 1)[-1]}"
-        return candidates[0]
-
-    def params_of(qualified: str, m: nn.Module) -> tuple[int, bool]:
-        prefixes = set(names[id(m)])
-        n = sum(v for k, v in owned.items() if any(p == "" or k.startswith(p + ".") for p in prefixes))
-        tied = n == 0 and any(any(p == "" or k.startswith(p + ".") for p in prefixes) for k in aliases)
-        return n, tied
-
-    def pre_hook(m, a, kw):
-        name = name_in_call(m)
-        stream = _stream(name)
-        ins, shapes = [], []
-        for i, t in enumerate({id(t): t for t in _tensors(list(a))}.values()):  # key is value: once
-            s = stream if i == 0 else "S"  # a second tensor argument is memory / keys (cross-attention)
-            ins.append(namer.shape(t, s))
-            shapes.append(list(t.shape))
-        for k, v in kw.items():
-            if isinstance(v, torch.Tensor) and k in ("memory", "key", "value", "src", "tgt"):
-                ins.append(f"{k}: {namer.shape(v, 'T' if k == 'tgt' else 'S')}")
-                shapes.append(list(v.shape))
-        n, tied = params_of(name, m)
-        row = TraceRow(name=name, kind=type(m).__name__, depth=len(stack), inputs=ins, params=n,
-                       share=n / total if total else 0.0, tied=tied, input_shapes=shapes)
-        if isinstance(m, MultiHeadAttention):
-            row.attention = {"mask": _mask_text(kw, namer, stream), "heads": _heads_text(m, a, kw, namer, stream)}
-        result.rows.append(row)
-        stack.append(row)
-
-    def post_hook(m, a, kw, out):
-        row = stack.pop()
-        outs = _tensors(out)
-        if outs:
-            row.output = namer.shape(outs[0], _stream(row.name))
-            row.output_shape = list(outs[0].shape)
-            row.dtype = str(outs[0].dtype).replace("torch.", "")
-
-    for m in {id(m): m for m in model.modules()}.values():
-        if isinstance(m, nn.Dropout):
-            continue  # the identity in eval mode: only clutter in the table
-        handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        handles.append(m.register_forward_hook(post_hook, with_kwargs=True))
+    recorder = _Recorder(model, _Namer(axes, batch, lengths), result)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             model(*args, **kwargs)
     finally:
-        for h in handles:
-            h.remove()
+        recorder.remove()
         model.train(was_training)
     return result
