@@ -65,11 +65,13 @@ TOLERANCES: dict[str, dict[str, float]] = {
     "hf_float32": dict(rtol=0.0, atol=1e-4),
     # the same computation replayed (resume, determinism): bit for bit
     "exact": dict(rtol=0.0, atol=0.0),
+    # weights after a few float32 training steps summed in another order: DDP / FSDP / torchrun against one process
+    "trained_float32": dict(rtol=0.0, atol=1e-4),
 }
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, kind: str) -> None:
-    """``torch.testing.assert_close`` with the tolerances of ``TOLERANCES[kind]``."""
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, kind: str, **kwargs) -> None:
+    """``torch.testing.assert_close`` with the tolerances of ``TOLERANCES[kind]`` (``kwargs``: e.g. ``msg``)."""
     if kind not in TOLERANCES:
         raise ValueError(f"kind must be one of {sorted(TOLERANCES)}, got {kind!r}")
-    torch.testing.assert_close(actual, expected, **TOLERANCES[kind])
+    torch.testing.assert_close(actual, expected, **TOLERANCES[kind], **kwargs)

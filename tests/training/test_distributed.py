@@ -26,10 +26,10 @@ from safetensors.torch import load_file
 from attnkit.training import distributed as D
 from attnkit.training.checkpoint import latest_checkpoint
 from attnkit.training.sharded import convert_sharded, is_sharded
+from helpers import assert_close
 
 CHILD = Path(__file__).with_name("dist_child.py")
 ROOT = Path(__file__).resolve().parents[2]
-WEIGHT_ATOL = 1e-4
 LOSS_RTOL = 1e-5
 
 
@@ -75,7 +75,7 @@ def assert_same_training(a: Path, b: Path, step: int | None = None, valid: bool 
     wa, wb = weights(a, step), weights(b, step)
     assert sorted(wa) == sorted(wb)
     for name in wa:
-        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+        assert_close(wb[name], wa[name], "trained_float32", msg=name)
     la, lb = losses(a, valid), losses(b, valid)
     assert len(la) == len(lb) > 10
     torch.testing.assert_close(torch.tensor(lb), torch.tensor(la), rtol=LOSS_RTOL, atol=0)
@@ -167,7 +167,7 @@ def test_grad_accumulation_equals_the_big_batch_with_and_without_ddp(tmp_path):
     converted = convert_sharded(latest_checkpoint(fsdp_accum / "checkpoints"), tmp_path / "fsdp_accum_1", GPT(gcfg))
     wa, wb = weights(big), load_file(str(converted / "model.safetensors"))
     for name in wa:
-        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+        assert_close(wb[name], wa[name], "trained_float32", msg=name)
 
 
 def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
@@ -184,7 +184,7 @@ def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
     wa, wb = weights(single), load_file(str(converted / "model.safetensors"))
     assert sorted(wa) == sorted(wb)
     for name in wa:
-        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=WEIGHT_ATOL, msg=name)
+        assert_close(wb[name], wa[name], "trained_float32", msg=name)
     torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
 
 
