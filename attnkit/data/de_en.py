@@ -63,7 +63,7 @@ import shutil
 import struct
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -589,6 +589,116 @@ def _cached(root: Path) -> bool:
         return False
 
 
+@dataclass
+class _Unpacked:
+    """The fetched packages' record (SOURCE.json's ``packages``) and their files sorted by kind."""
+
+    packages: list[dict] = field(default_factory=list)
+    ding: list[Pair] = field(default_factory=list)
+    mo_files: list[Path] = field(default_factory=list)
+    help_roots: dict[str, Path] = field(default_factory=dict)
+    man_roots: dict[str, list[Path]] = field(default_factory=lambda: {"man-de": [], "man-en": []})
+    gnome_roots: list[Path] = field(default_factory=list)
+    manual_files: dict[str, dict[tuple[str, str], Path]] = field(
+        default_factory=lambda: {"manual-de": {}, "manual-en": {}})
+
+
+def _fetch_packages(debs_dir: Path, tmp: Path) -> _Unpacked:
+    """Download the pinned packages into ``debs_dir``, unpack each into ``tmp`` and sort their files by kind."""
+    from tqdm import tqdm
+
+    u = _Unpacked()
+    for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
+        pinned_version, pinned_sha256 = KNOWN_DEBS[src.package]
+        deb, version = apt_download(src.package, debs_dir, version=pinned_version, sha256=pinned_sha256)
+        unpacked = dpkg_extract(deb, tmp / src.package)
+        files = sorted(f for g in src.globs for f in unpacked.glob(g) if f.is_file())
+        if not files:
+            raise RuntimeError(f"{src.package} {version} contains none of {list(src.globs)}; "
+                               "the package layout changed, update attnkit/data/de_en.py")
+        u.packages.append({"package": src.package, "version": version, "license": src.license,
+                           "deb": deb.name, "deb_bytes": deb.stat().st_size, "sha256": sha256_file(deb),
+                           "paths": list(src.globs), "n_files": len(files)})
+        if src.kind == "ding":
+            for f in files:
+                with open(f, encoding="utf-8") as fh:
+                    u.ding.extend(ding_pairs(fh))
+        elif src.kind in u.man_roots:
+            u.man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
+        elif src.kind == "gnome":
+            u.gnome_roots.append(unpacked / gnome_help.HELP_ROOT)
+        elif src.kind in ("manual-de", "manual-en"):
+            for f in files:
+                key = _manual_page(src.package, f)
+                if key is not None:
+                    u.manual_files[src.kind][key] = f
+        elif src.kind == "man-owner":  # English pages, and German ones when the package has its own
+            u.man_roots["man-en"].append(unpacked / man_pages.MAN_ROOT)
+            if (unpacked / man_pages.MAN_ROOT / "de").is_dir():
+                u.man_roots["man-de"].append(unpacked / man_pages.MAN_ROOT / "de")
+        elif src.kind in ("help-de", "help-en"):
+            u.help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
+        else:
+            u.mo_files.extend(files)
+    return u
+
+
+def _align_documents(u: _Unpacked, stages) -> dict[str, tuple[dict[str, list[Pair]], collections.Counter]]:
+    """The document-aligned sources, each ``(pairs per document, drop reasons)``: ``help`` (LibreOffice),
+    ``man``, ``gnome_help``, ``manual`` (Debian's manuals). ``stages`` (a tqdm bar) moves one per source."""
+    aligned = {}
+    aligned["help"] = ({}, collections.Counter())
+    if u.help_roots:
+        aligned["help"] = libreoffice_help.help_documents(u.help_roots["help-de"], u.help_roots["help-en"])
+    stages.update()
+    aligned["man"] = man_pages.man_documents(u.man_roots["man-de"], u.man_roots["man-en"])
+    stages.update()
+    aligned["gnome_help"] = gnome_help.gnome_documents(u.gnome_roots)
+    stages.update()
+    both = sorted(u.manual_files["manual-de"].keys() & u.manual_files["manual-en"].keys())
+    aligned["manual"] = html_manuals.manual_documents(
+        ("/".join(key), u.manual_files["manual-de"][key], u.manual_files["manual-en"][key]) for key in both)
+    stages.update()
+    return aligned
+
+
+def _dropped(reasons: collections.Counter) -> dict[str, int]:
+    return dict(sorted((k, v) for k, v in reasons.items() if k != "ok"))
+
+
+def _write_splits(root: Path, splits: dict[str, list[Pair]]) -> dict[str, dict]:
+    """Write ``<split>.tsv`` for every split; SOURCE.json's ``outputs`` (pairs, bytes, sha256 per file)."""
+    outputs = {}
+    for name in SPLITS:
+        path = root / f"{name}.tsv"
+        write_tsv(path, splits[name])
+        outputs[path.name] = {"pairs": len(splits[name]), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return outputs
+
+
+def _source_record(packages: list[dict], indexes: list[dict], counts: dict, outputs: dict) -> dict:
+    """SOURCE.json of the recipe: what was fetched, how it was split, the counts and the written files."""
+    return {
+        "recipe": "de-en",
+        "recipe_version": RECIPE_VERSION,
+        "description": "German→English sentence pairs: Ding dictionary example sentences (trans-de-en), "
+                       "gettext catalogs of LibreOffice, GCC, git, GIMP and Evolution, and Debian package "
+                       "descriptions (DDTP); valid/test from Ding, test-docs from descriptions.",
+        "format": "TSV, one pair a line: german<TAB>english (UTF-8, NFC, whitespace normalised)",
+        "license": "per package, see packages[].license (the dictionary is GPL-2+)",
+        "packages": packages,
+        "apt_indexes": indexes,
+        "split": {"seed": SPLIT_SEED, "n_test": N_TEST, "n_valid": N_VALID, "n_test_docs": N_TEST_DOCS,
+                  "ding_weight": DING_WEIGHT,
+                  "rule": "valid/test from dictionary sentences only; test-docs: full sentences (>= 5 words, "
+                          ".!?) of package descriptions held out by whole source package; no train pair shares "
+                          "a German or an English string (casefolded) with valid/test/test-docs; dictionary "
+                          f"sentences repeated {DING_WEIGHT} times in train"},
+        "counts": counts,
+        "outputs": outputs,
+    }
+
+
 @register("de-en", kind="mt",
           description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
                       "~43k LibreOffice help, ~43k man-page, ~15k GNOME help and Debian manual, ~45k package-description sentences")
@@ -609,69 +719,20 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         for folder in (debs_dir, root / "apt"):
             if folder.exists():
                 shutil.rmtree(folder)
-    packages = []
-    ding: list[Pair] = []
-    mo_files: list[Path] = []
-    help_roots: dict[str, Path] = {}
-    man_roots: dict[str, list[Path]] = {"man-de": [], "man-en": []}
-    gnome_roots: list[Path] = []
-    manual_files: dict[str, dict[tuple[str, str], Path]] = {"manual-de": {}, "manual-en": {}}
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
-        for src in tqdm(PACKAGES, desc="de-en: fetching Debian packages", unit="pkg"):
-            pinned_version, pinned_sha256 = KNOWN_DEBS[src.package]
-            deb, version = apt_download(src.package, debs_dir, version=pinned_version, sha256=pinned_sha256)
-            unpacked = dpkg_extract(deb, Path(tmp) / src.package)
-            files = sorted(f for g in src.globs for f in unpacked.glob(g) if f.is_file())
-            if not files:
-                raise RuntimeError(f"{src.package} {version} contains none of {list(src.globs)}; "
-                                   "the package layout changed, update attnkit/data/de_en.py")
-            packages.append({"package": src.package, "version": version, "license": src.license,
-                             "deb": deb.name, "deb_bytes": deb.stat().st_size, "sha256": sha256_file(deb),
-                             "paths": list(src.globs), "n_files": len(files)})
-            if src.kind == "ding":
-                for f in files:
-                    with open(f, encoding="utf-8") as fh:
-                        ding.extend(ding_pairs(fh))
-            elif src.kind in man_roots:
-                man_roots[src.kind].append(unpacked / man_pages.MAN_ROOT / ("de" if src.kind == "man-de" else ""))
-            elif src.kind == "gnome":
-                gnome_roots.append(unpacked / gnome_help.HELP_ROOT)
-            elif src.kind in ("manual-de", "manual-en"):
-                for f in files:
-                    key = _manual_page(src.package, f)
-                    if key is not None:
-                        manual_files[src.kind][key] = f
-            elif src.kind == "man-owner":  # English pages, and German ones when the package has its own
-                man_roots["man-en"].append(unpacked / man_pages.MAN_ROOT)
-                if (unpacked / man_pages.MAN_ROOT / "de").is_dir():
-                    man_roots["man-de"].append(unpacked / man_pages.MAN_ROOT / "de")
-            elif src.kind in ("help-de", "help-en"):
-                help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
-            else:
-                mo_files.extend(files)
+        u = _fetch_packages(debs_dir, Path(tmp))
+        ding = u.ding
         stages = tqdm(total=6, desc="de-en: aligning", unit="source")
-        catalog, reasons = catalog_pairs(mo_files)
+        catalog, reasons = catalog_pairs(u.mo_files)
         stages.update()
-        help_docs, help_reasons = ({}, collections.Counter())
-        if help_roots:
-            help_docs, help_reasons = libreoffice_help.help_documents(help_roots["help-de"], help_roots["help-en"])
-        help_pairs = [p for name in sorted(help_docs) for p in help_docs[name]]
-        stages.update()
-        man_docs, man_reasons = man_pages.man_documents(man_roots["man-de"], man_roots["man-en"])
-        man_pairs = [p for name in sorted(man_docs) for p in man_docs[name]]
-        stages.update()
-        gnome_docs, gnome_reasons = gnome_help.gnome_documents(gnome_roots)
-        gnome_pairs = [p for name in sorted(gnome_docs) for p in gnome_docs[name]]
-        stages.update()
-        both = sorted(manual_files["manual-de"].keys() & manual_files["manual-en"].keys())
-        manual_docs, manual_reasons = html_manuals.manual_documents(
-            ("/".join(key), manual_files["manual-de"][key], manual_files["manual-en"][key]) for key in both)
-        manual_pairs = [p for name in sorted(manual_docs) for p in manual_docs[name]]
-        stages.update()
+        aligned = _align_documents(u, stages)
     stages.set_description("de-en: aligning (package descriptions)")
     docs, desc_reasons, indexes = _descriptions(root)
     stages.update()
     stages.close()
+    help_pairs, man_pairs, gnome_pairs, manual_pairs = (
+        [p for name in sorted(aligned[key][0]) for p in aligned[key][0][name]]
+        for key in ("help", "man", "gnome_help", "manual"))
     test_docs, held_docs = hold_out_documents(docs, N_TEST_DOCS, seed=SPLIT_SEED)
     descriptions = [p for name in sorted(docs) if name not in held_docs for p in docs[name]]
     splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + gnome_pairs + manual_pairs + descriptions, n_test=N_TEST,
@@ -691,50 +752,24 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         per_source[next((name for name, pairs in sources if pair in pairs), "other")] += 1
     per_source = {"dictionary": len(ding_train), **{name: per_source[name] for name, _ in sources}}
 
-    outputs = {}
-    for name in SPLITS:
-        path = root / f"{name}.tsv"
-        write_tsv(path, splits[name])
-        outputs[path.name] = {"pairs": len(splits[name]), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    outputs = _write_splits(root, splits)
     counts = {
         "dictionary_sentences": len(ding),
         "catalog_pairs": len(catalog),
-        "catalog_dropped": dict(sorted((k, v) for k, v in reasons.items() if k != "ok")),
+        "catalog_dropped": _dropped(reasons),
         **{f"{key}_{what}": value
-           for key, n_pairs, unit, n_docs, dropped in (
-               ("help", len(help_pairs), "pages", len(help_docs), help_reasons),
-               ("man", len(man_pairs), "pages", len(man_docs), man_reasons),
-               ("gnome_help", len(gnome_pairs), "pages", len(gnome_docs), gnome_reasons),
-               ("manual", len(manual_pairs), "pages", len(manual_docs), manual_reasons))
-           for what, value in (("pairs", n_pairs), (unit, n_docs),
-                               ("dropped", dict(sorted((k, v) for k, v in dropped.items() if k != "ok"))))},
+           for key, n_pairs in (("help", len(help_pairs)), ("man", len(man_pairs)), ("gnome_help", len(gnome_pairs)),
+                                ("manual", len(manual_pairs)))
+           for what, value in (("pairs", n_pairs), ("pages", len(aligned[key][0])), ("dropped", _dropped(aligned[key][1])))},
         "description_pairs": sum(len(v) for v in docs.values()),
         "description_documents": len(docs),
-        "description_dropped": dict(sorted((k, v) for k, v in desc_reasons.items() if k != "ok")),
+        "description_dropped": _dropped(desc_reasons),
         "test_docs_documents": len(held_docs),
         "train_unique_per_source": per_source,
         "train_removed_overlap": removed + removed_docs,
         **{name: len(splits[name]) for name in SPLITS},
     }
-    write_source_record(root, {
-        "recipe": "de-en",
-        "recipe_version": RECIPE_VERSION,
-        "description": "German→English sentence pairs: Ding dictionary example sentences (trans-de-en), "
-                       "gettext catalogs of LibreOffice, GCC, git, GIMP and Evolution, and Debian package "
-                       "descriptions (DDTP); valid/test from Ding, test-docs from descriptions.",
-        "format": "TSV, one pair a line: german<TAB>english (UTF-8, NFC, whitespace normalised)",
-        "license": "per package, see packages[].license (the dictionary is GPL-2+)",
-        "packages": packages,
-        "apt_indexes": indexes,
-        "split": {"seed": SPLIT_SEED, "n_test": N_TEST, "n_valid": N_VALID, "n_test_docs": N_TEST_DOCS,
-                  "ding_weight": DING_WEIGHT,
-                  "rule": "valid/test from dictionary sentences only; test-docs: full sentences (>= 5 words, "
-                          ".!?) of package descriptions held out by whole source package; no train pair shares "
-                          "a German or an English string (casefolded) with valid/test/test-docs; dictionary "
-                          f"sentences repeated {DING_WEIGHT} times in train"},
-        "counts": counts,
-        "outputs": outputs,
-    })
+    write_source_record(root, _source_record(u.packages, indexes, counts, outputs))
     print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
           f"{len(help_pairs):,} LibreOffice help pairs + {len(man_pairs):,} man-page pairs + "
           f"{len(gnome_pairs):,} GNOME help pairs + {len(manual_pairs):,} Debian manual pairs + "
@@ -746,4 +781,3 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     print("de-en: unique train pairs per source: "
           + ", ".join(f"{k} {v:,}" for k, v in per_source.items()))
     return root
-
