@@ -114,8 +114,6 @@ def _defaults(args: argparse.Namespace, lora: dict | None) -> dict[str, Any]:
         d.update(lr=LORA_LR, min_lr=LORA_LR / 10)
     if args.lr is not None and args.min_lr is None:
         d["min_lr"] = min(d["min_lr"], args.lr / 10)
-    if args.steps is not None and args.warmup_steps is None:
-        d["warmup_steps"] = min(d["warmup_steps"], args.steps // 10)
     if args.steps is None and args.max_time is not None and args.schedule is None:
         d["schedule"] = "constant"  # cosine decays over a known number of steps; a time budget has none
     return d

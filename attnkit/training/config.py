@@ -223,6 +223,16 @@ class TrainConfig:
         return diffs
 
 
+WARMUP_SHARE = 10  # a run's default warmup is at most 1/WARMUP_SHARE of its steps
+
+
+def default_warmup(recipe_warmup: int, steps: int) -> int:
+    """The warmup a new run of ``steps`` updates gets when none is given: the recipe's, but at most a tenth of the
+    run (at least 1 update, so the inverse_sqrt schedule stays defined). ``default_warmup(50, 30) == 3``,
+    ``default_warmup(50, 2000) == 50``, ``default_warmup(0, 30) == 0``."""
+    return min(recipe_warmup, max(1, steps // WARMUP_SHARE))
+
+
 def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
                          given: dict[str, Any]) -> TrainConfig:
     """The run-length and training settings of a run, from three sources in order of precedence.
@@ -231,7 +241,11 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
     ``train_config`` (None for a new run); ``given`` are the fields the user set (flags left unset are absent).
     Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs 2000 steps; a new
     run given ``steps`` only has no time budget; ``max_time`` given without ``steps`` removes the step limit
-    (so the schedule spans the time budget). ``grad_clip=0`` means no clipping.
+    (so the schedule spans the time budget). The default warmup scales with the run: a new run with a step limit
+    and no ``warmup_steps`` given warms up for at most a tenth of its steps (:func:`default_warmup`); a run
+    limited by time only keeps the recipe's warmup (its cosine decays over the time budget, so no warmup is
+    too long for it); a given ``warmup_steps`` is kept as given (and refused if longer than a cosine run's
+    ``steps``); a resumed run keeps its own. ``grad_clip=0`` means no clipping.
     """
     values = dict(defaults)
     if saved is not None:
@@ -243,6 +257,8 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
         values["max_time"] = None
     if "max_time" in given and "steps" not in given:
         values["steps"] = None
+    if saved is None and "warmup_steps" not in given and values.get("steps") is not None:
+        values["warmup_steps"] = default_warmup(values.get("warmup_steps", 0), values["steps"])
     if values.get("grad_clip") == 0:
         values["grad_clip"] = None
     return TrainConfig.from_dict(values)

@@ -142,6 +142,28 @@ def test_resume_with_changed_config_is_refused(corpus, tmp_path, capsys):
     assert "n_layer" in capsys.readouterr().err
 
 
+def test_a_short_run_with_the_default_warmup(corpus, tmp_path, capsys):
+    """The recipe's warmup (50) is longer than a 30-step run: the default shrinks to a tenth of the run, a given
+    --warmup-steps larger than --steps is still refused, and a short run's other mistakes are the ones reported."""
+    at = TINY.index("--warmup-steps")
+    no_warmup = TINY[:at] + TINY[at + 2:]
+    out = tmp_path / "run"
+    assert main(["train", "lm", "--data", str(corpus), "--out", str(out), *no_warmup, "--steps", "30"]) == 0
+    assert json.loads((out / "run.json").read_text())["train_config"]["warmup_steps"] == 3
+    capsys.readouterr()
+    short = ["train", "lm", "--out", str(tmp_path / "other"), *no_warmup, "--steps", "30"]
+    for extra, message in (
+            (["--data", str(corpus), "--warmup-steps", "31"], "warmup_steps must be <= steps = 30 for the cosine schedule, got 31"),
+            (["--data", str(corpus), "--preset", "no-such-preset"], "no-such-preset"),
+            (["--data", str(corpus), "--set", "foo=1"], "foo"),
+            (["--data", str(corpus), "--set", "n_layer"], "--set expects FIELD=VALUE, got 'n_layer'"),
+            (["--data", str(tmp_path / "missing.txt")], "missing.txt")):
+        assert main([*short, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and ("warmup" not in err or "--warmup-steps" in extra), (extra, err)
+    assert not (tmp_path / "other").exists()
+
+
 def test_resume_without_checkpoint(tmp_path, capsys):
     assert main(["train", "lm", "--out", str(tmp_path / "nothing"), "--resume", "--no-progress"]) == 2
     assert "no checkpoint" in capsys.readouterr().err

@@ -150,3 +150,23 @@ def test_resolve_train_config_precedence():
     resumed = resolve_train_config(defaults, saved, {"steps": 120})
     assert (resumed.steps, resumed.lr, resumed.seed) == (120, 5e-4, 7)  # the saved run's settings win over defaults
     assert resolve_train_config(defaults, None, {"grad_clip": 0}).grad_clip is None
+
+
+def test_default_warmup_scales_with_a_short_run():
+    from attnkit.training.config import default_warmup, resolve_train_config
+
+    assert [default_warmup(50, n) for n in (1, 9, 30, 499, 500, 2000)] == [1, 1, 3, 49, 50, 50]
+    assert default_warmup(0, 30) == 0  # a recipe without warmup keeps none
+    defaults = {"warmup_steps": 50, "schedule": "cosine"}
+    assert resolve_train_config(defaults, None, {"steps": 30}).warmup_steps == 3  # was: "must be <= steps = 30"
+    assert resolve_train_config(defaults, None, {"steps": 30, "max_time": 1.0}).warmup_steps == 3
+    assert resolve_train_config(defaults, None, {}).warmup_steps == 50  # the 2000-step default run
+    assert resolve_train_config(defaults, None, {"max_time": 1.0}).warmup_steps == 50  # decays over the time budget
+    inv = resolve_train_config({"warmup_steps": 50, "schedule": "inverse_sqrt", "d_model": 8}, None, {"steps": 5})
+    assert inv.warmup_steps == 1  # inverse_sqrt needs >= 1
+    assert resolve_train_config(defaults, None, {"steps": 30, "warmup_steps": 30}).warmup_steps == 30  # given: kept
+    with pytest.raises(ValueError, match="warmup_steps must be <= steps = 30 for the cosine schedule, got 31"):
+        resolve_train_config(defaults, None, {"steps": 30, "warmup_steps": 31})  # a given one is still refused
+    # a resumed run keeps its own warmup, even when --steps changes
+    saved = {"warmup_steps": 50, "steps": 1000, "schedule": "cosine"}
+    assert resolve_train_config(defaults, saved, {"steps": 1200}).warmup_steps == 50
