@@ -457,6 +457,37 @@ case("lm-block-zero", "cli train lm", "--block-size 0", "error: block_size")(
     lambda fx, tmp: _train_lm(fx, tmp, "--block-size", "0"))
 case("lm-warmup-steps", "cli train lm", "--warmup-steps 50 --steps 2 (explicit, larger than the run)", "error: warmup_steps")(
     lambda fx, tmp: _train_lm(fx, tmp, "--warmup-steps", "50"))
+
+
+def _warmup_of(outcome: Outcome, run: Path, expected: int) -> Outcome:
+    """The row's outcome, turned into a failure when the run did not warm up for ``expected`` steps."""
+    if outcome.kind == "ok":
+        got = json.loads((run / "run.json").read_text())["train_config"]["warmup_steps"]
+        outcome.message = f"warmup {got} steps; {outcome.message}"
+        if got != expected:
+            outcome.kind = "crash"
+            outcome.message = f"expected a warmup of {expected} steps, got {got}"
+    return outcome
+
+
+def _short_lm(fx: Fixtures, tmp: Path, *extra, data=None) -> Outcome:
+    """A 20-step run with the recipe's warmup (50 steps) left unset."""
+    at = TINY_LM.index("--warmup-steps")
+    flags = TINY_LM[:at] + TINY_LM[at + 2:]
+    out = tmp / "out"
+    data = fx.corpus if data is None else data
+    return cli(["train", "lm", "--data", data, "--out", out, *flags, "--steps", "20", *extra])
+
+
+case("lm-short-run", "cli train lm", "--steps 20, --warmup-steps unset (the recipe's is 50)",
+     "ok: warms up for 2 steps, a tenth of the run")(
+    lambda fx, tmp: _warmup_of(_short_lm(fx, tmp), tmp / "out", 2))
+case("lm-short-unknown-preset", "cli train lm", "--steps 20, --warmup-steps unset, --preset no-such-preset",
+     "error: no-such-preset")(lambda fx, tmp: _short_lm(fx, tmp, "--preset", "no-such-preset"))
+case("lm-short-set-unknown", "cli train lm", "--steps 20, --warmup-steps unset, --set foo=1", "error: foo")(
+    lambda fx, tmp: _short_lm(fx, tmp, "--set", "foo=1"))
+case("lm-short-missing-data", "cli train lm", "--steps 20, --warmup-steps unset, --data missing.txt",
+     "error: missing.txt")(lambda fx, tmp: _short_lm(fx, tmp, data=tmp / "missing.txt"))
 case("lm-lr-string", "cli train lm", "--lr fast", "error: --lr")(lambda fx, tmp: _train_lm(fx, tmp, "--lr", "fast"))
 case("lm-out-file", "cli train lm", "--out pointing at an existing file", "error: not a folder")(
     lambda fx, tmp: _train_lm(fx, tmp, out=_write(tmp / "notes.txt", "my notes"), protect=(tmp / "notes.txt",)))
@@ -629,6 +660,24 @@ def _mismatched(fx, tmp):
 
 
 case("mt-mismatched-files", "cli train mt", "--data SRC,TGT with 50 and 49 lines", "error: 50")(_mismatched)
+
+
+def _one_tsv(fx, tmp):
+    at = TINY_MT.index("--warmup-steps")
+    out = tmp / "out"
+    outcome = cli(["train", "mt", "--data", fx.pairs, "--out", out, *TINY_MT[:at], *TINY_MT[at + 2:], "--steps", "3"],
+                  protect=(fx.pairs,))
+    said = re.search(r"no --valid: split off (\d+) of (\d+) pairs", outcome.stderr)
+    if outcome.kind == "ok" and not (said and said.groups() == ("16", "160")):
+        outcome.kind, outcome.message = "crash", f"no validation split of 16 of 160 pairs reported: {said}"
+    return _warmup_of(outcome, out, 1)
+
+
+case("mt-one-tsv", "cli train mt", "--data one TSV of 160 pairs, no --valid, --steps 3, --warmup-steps unset",
+     "ok: splits off 16 validation pairs (says so), warms up for 1 step")(_one_tsv)
+case("mt-one-tsv-too-small", "cli train mt", "--data one TSV of 6 pairs, no --valid",
+     "error: too few to split off a validation part")(
+    lambda fx, tmp: _train_mt(fx, tmp, _write(tmp / "six.tsv", "".join(f"satz {i}\tsentence {i}\n" for i in range(6)))))
 case("mt-max-len", "cli train mt", "--max-len 0", "error: max_src_len must be an int >= 2")(
     lambda fx, tmp: _train_mt(fx, tmp, fx.pairs, "--max-len", "0", valid=fx.pairs))
 
@@ -826,6 +875,11 @@ case("params-unknown", "cli params", "params no-such-preset", "error: no-such-pr
     lambda fx, tmp: cli(["params", "no-such-preset"]))
 case("data-unknown", "cli data", "data prepare no-such-recipe", "error: no-such-recipe")(
     lambda fx, tmp: cli(["data", "prepare", "no-such-recipe"]))
+case("finetune-short-run", "cli finetune", "finetune --steps 5, --warmup-steps unset (the recipe's is 20)",
+     "ok: warms up for 1 step")(
+    lambda fx, tmp: _warmup_of(cli(["finetune", "--from", fx.lm_run, "--data", fx.corpus, "--out", tmp / "ft",
+                                    "--steps", "5", "--block-size", "16", "--batch-size", "4", "--no-progress"]),
+                               tmp / "ft", 1))
 case("finetune-missing", "cli finetune", "finetune --from a missing checkpoint folder", "error: ")(
     lambda fx, tmp: cli(["finetune", "--from", tmp / "nothing", "--data", fx.corpus, "--out", tmp / "ft",
                          "--steps", "1", "--no-progress"]))

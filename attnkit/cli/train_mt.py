@@ -5,8 +5,10 @@
 What happens, in order:
 
 1. ``--data`` is resolved (:func:`attnkit.data.parallel.resolve_parallel_data`): a recipe name (``de-en``; prepared on first use, like
-   ``attnkit data prepare de-en``), a TSV file (``source<TAB>target``, then ``--valid`` is required), or two
-   line-aligned files ``SRC_FILE,TGT_FILE``.
+   ``attnkit data prepare de-en``), a TSV file (``source<TAB>target``), or two
+   line-aligned files ``SRC_FILE,TGT_FILE``. Validation pairs come from ``--valid``, a recipe's ``valid.tsv``,
+   or, for files without ``--valid``, a seeded 10% (at most 1,000 pairs) split off the data and reported on stderr
+   (:func:`attnkit.data.parallel.split_off_valid`).
 2. :meth:`attnkit.training.MTTask.from_data` reads the pairs (malformed lines are skipped and counted, or
    refused with their line number under ``--strict``), trains a joint BPE of ``--vocab-size`` on the training
    pairs, encodes them with the model's length limit ``--max-len`` (longer sentences are cut and counted, or
@@ -43,13 +45,14 @@ from attnkit.recipes import (MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN, MT_D
 def register(tsub: argparse._SubParsersAction) -> None:
     mt = tsub.add_parser(
         "mt", help="train an encoder-decoder translator",
-        description="Train a Transformer (default preset transformer-small) on sentence pairs: a recipe name "
-                    "(de-en), a TSV file (source<TAB>target, with --valid) or two line-aligned files "
-                    "SRC_FILE,TGT_FILE (with --valid). Defaults (the CPU recipe): preset transformer-cpu, BPE 2000, "
+        description="Train an encoder-decoder Transformer on sentence pairs: a recipe name (de-en), a TSV file "
+                    "(source<TAB>target) or two line-aligned files SRC_FILE,TGT_FILE; without --valid, a file's "
+                    "validation pairs are a seeded 10% (at most 1,000) split off it. Defaults (the CPU recipe): preset transformer-cpu, BPE 2000, "
                     "label smoothing 0.1, warmup + cosine decay to the end of --max-time, Adam betas (0.9, 0.98), "
                     "greedy BLEU on valid at every evaluation with sample translations, best/ by BLEU.")
     mt.add_argument("--data", default=None, help="recipe name (de-en), TSV file, or SRC_FILE,TGT_FILE (default de-en)")
-    mt.add_argument("--valid", default=None, help="validation pairs in the same forms (required for files)")
+    mt.add_argument("--valid", default=None, help="validation pairs in the same forms (default: a recipe's "
+                    "valid.tsv; for files, a seeded 10%% of the pairs, at most 1,000, split off --data)")
     mt.add_argument("--vocab-size", type=int, default=None, help=f"joint BPE vocabulary (default {MT_DEFAULT_VOCAB})")
     mt.add_argument("--tokenizer", type=Path, default=None, help="use this tokenizer JSON instead of training a BPE")
     mt.add_argument("--max-tokens", type=int, default=None,
@@ -116,8 +119,6 @@ def _mt_train_config(args: argparse.Namespace, saved: dict | None, bleu: bool):
     from attnkit.training.config import resolve_train_config
 
     defaults = dict(MT_DEFAULTS)
-    if args.steps is not None and args.max_time is None and args.steps < 10 * defaults["warmup_steps"]:
-        defaults["warmup_steps"] = args.steps // 10  # a short run by steps warms up for its first tenth
     if bleu:
         defaults.update(best_metric="valid_bleu", best_mode="max")
     if args.average_last > 0 and args.keep_last is None:
@@ -144,8 +145,6 @@ def _parallel_sources(data: str, valid: str | None) -> tuple[Any, str, Any]:
             valid_source = valid_source / "valid.tsv"
             if not valid_source.is_file():
                 raise FileNotFoundError(f"--valid {valid!r}: no such file {valid_source}")
-    elif not (isinstance(source, Path) and source.is_dir()):
-        raise ValueError(f"--data {data!r} is a file, so pass --valid with validation pairs (a TSV or SRC,TGT)")
     return source, data_desc, valid_source
 
 
@@ -216,6 +215,11 @@ def run_mt(args: argparse.Namespace) -> int:
                             max_tokens=max_tokens, seed=cfg.seed, label_smoothing=o["label_smoothing"],
                             bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"])
     tokenizer = task.tokenizer
+    if task.valid_split is not None:
+        sp = task.valid_split
+        say(f"no --valid: split off {sp['valid']:,} of {sp['pairs']:,} pairs of {data_desc} as validation pairs "
+            f"({sp['fraction']:.0%}, at most {sp['max_pairs']:,}, fixed seed {sp['seed']}); {sp['train']:,} train "
+            f"pairs remain ({sp['dropped']:,} more dropped for sharing a source sentence with the validation part)")
     model_config = _mt_model_config(args, saved, preset, tokenizer, max_len)
     out = args.out or default_run_folder("mt", data, preset)
 

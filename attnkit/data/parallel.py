@@ -12,6 +12,13 @@ with an empty side is *skipped and counted* by default (``ParallelCorpus.skipped
 number when ``strict=True``. Two files of different lengths are always refused (``ValueError`` naming both
 counts): a missing line shifts every later pair, so nothing after it could be trusted.
 
+Training data without its own validation pairs (one TSV file or two line-aligned files, no ``--valid``) gets a
+validation part split off by :func:`split_off_valid`: a seeded shuffle (fixed seed, so every run of the same file
+gets the same split, whatever its training ``--seed``), then 10% of the pairs, at most 1,000 and at least 1, become
+validation pairs; a training pair whose source sentence is also a validation source is dropped, so the two parts are
+disjoint. Fewer than 10 usable pairs are refused (too few to split). ``attnkit train lm`` does the same with one
+text file (its last 10% of characters, :func:`attnkit.data.text.split_text`).
+
 All text goes through :func:`normalize_text` (Unicode NFC, tabs/newlines and runs of spaces collapsed to one
 space, invisible zero-width characters removed), so a written TSV can always be read back pair for pair.
 (Sentences longer than a model allows are handled later, when encoding: see :mod:`attnkit.data.mt_batching`.)
@@ -22,6 +29,7 @@ There are no tensor axes in this file; ``N`` below is the number of pairs.
 from __future__ import annotations
 
 import os
+import random
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -39,9 +47,21 @@ __all__ = [
     "write_tsv",
     "load_parallel",
     "load_splits",
+    "split_off_valid",
+    "load_train_valid",
+    "AUTO_VALID_FRACTION",
+    "AUTO_VALID_MAX",
+    "AUTO_VALID_MIN_PAIRS",
+    "AUTO_VALID_SEED",
 ]
 
 SPLITS = ("train", "valid", "test", "test-docs")
+
+# The validation part split off training data that comes without one (see split_off_valid).
+AUTO_VALID_FRACTION = 0.1
+AUTO_VALID_MAX = 1000  # as many as the de-en recipe's valid.tsv: enough for a stable BLEU, quick to evaluate
+AUTO_VALID_MIN_PAIRS = 10  # the smallest corpus whose tenth is one pair
+AUTO_VALID_SEED = 0
 
 # Characters that are invisible and only ever get in the way of matching/tokenizing: zero-width space,
 # byte-order mark / zero-width no-break space, soft hyphen.
@@ -224,6 +244,67 @@ def load_splits(folder: str | os.PathLike, *, strict: bool = False) -> dict[str,
     if not (folder / "train.tsv").is_file():
         raise FileNotFoundError(f"{folder} has no train.tsv (expected train.tsv, valid.tsv, test.tsv)")
     return {s: read_tsv(folder / f"{s}.tsv", strict=strict) for s in SPLITS if (folder / f"{s}.tsv").is_file()}
+
+
+def split_off_valid(corpus: ParallelCorpus, *, fraction: float = AUTO_VALID_FRACTION, max_pairs: int = AUTO_VALID_MAX,
+                    seed: int = AUTO_VALID_SEED) -> tuple[ParallelCorpus, ParallelCorpus, dict[str, Any]]:
+    """Split a validation part off training pairs: ``(train, valid, info)``.
+
+    The pairs are shuffled with ``random.Random(seed)``; the first ``round(fraction * N)`` of them (at least 1, at
+    most ``max_pairs``) are the validation pairs, the rest (in their original order) the training pairs, minus
+    every pair whose source sentence is also a validation source (so no validation source is ever trained on).
+    Deterministic in ``(corpus, fraction, max_pairs, seed)``. ``info`` holds ``pairs`` (N), ``valid``, ``train``,
+    ``dropped`` (training pairs removed as sharing a validation source), ``fraction``, ``max_pairs`` and ``seed``.
+
+    Raises ``ValueError`` when the corpus has fewer than :data:`AUTO_VALID_MIN_PAIRS` pairs, or for a fraction
+    outside (0, 1) or ``max_pairs < 1``.
+    """
+    if not isinstance(fraction, float) or not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be a float in (0, 1), got {fraction!r}")
+    if not isinstance(max_pairs, int) or isinstance(max_pairs, bool) or max_pairs < 1:
+        raise ValueError(f"max_pairs must be an int >= 1, got {max_pairs!r}")
+    n = len(corpus)
+    if n < AUTO_VALID_MIN_PAIRS:
+        raise ValueError(f"{corpus.path or 'the training data'} holds {n} usable pairs ({corpus.skipped} malformed "
+                         f"lines skipped): too few to split off a "
+                         f"validation part (needs at least {AUTO_VALID_MIN_PAIRS}); pass validation pairs "
+                         f"(--valid FILE)")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    n_valid = min(max_pairs, max(1, round(fraction * n)))
+    chosen = sorted(order[:n_valid])
+    valid_sources = {corpus.sources[i] for i in chosen}
+    chosen_set = set(chosen)
+    rest = [i for i in range(n) if i not in chosen_set]
+    train = [i for i in rest if corpus.sources[i] not in valid_sources]
+    if not train:
+        raise ValueError(f"{corpus.path or 'the training data'}: every pair shares its source sentence with the "
+                         f"validation part split off it, nothing is left to train on; pass --valid FILE")
+
+    def part(indices: list[int], name: str) -> ParallelCorpus:
+        return ParallelCorpus([corpus.sources[i] for i in indices], [corpus.targets[i] for i in indices],
+                              list(corpus.skipped_lines) if name == "train" else [],
+                              f"{corpus.path} ({name} part)" if corpus.path else None)
+
+    info = {"pairs": n, "valid": len(chosen), "train": len(train), "dropped": len(rest) - len(train),
+            "fraction": fraction, "max_pairs": max_pairs, "seed": seed}
+    return part(train, "train"), part(chosen, "valid"), info
+
+
+def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False
+                     ) -> tuple[ParallelCorpus, ParallelCorpus, dict[str, Any] | None]:
+    """Training and validation pairs: ``(train, valid, split info or None)``.
+
+    ``data`` and ``valid`` take the forms of :func:`load_parallel`. Without ``valid``, a prepared folder gives its
+    ``valid.tsv``; a file (or two files) gets a validation part split off by :func:`split_off_valid`, whose
+    ``info`` is returned (None when nothing was split).
+    """
+    train = load_parallel(data, split="train", strict=strict)
+    if valid is not None:
+        return train, load_parallel(valid, strict=strict), None
+    if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
+        return train, load_parallel(data, split="valid", strict=strict), None
+    return split_off_valid(train)
 
 
 def resolve_parallel_data(data: str, *, kind: str = "mt") -> tuple[Any, str]:

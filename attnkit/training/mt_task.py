@@ -126,6 +126,7 @@ class MTTask:
         self.tokenizer: Any = None
         self.corpora: dict[str, tuple[list[str], list[str]]] = {}
         self.skipped: dict[str, int] = {"train": 0, "valid": 0}
+        self.valid_split: dict[str, Any] | None = None  # the counts of a validation part split off the data
         self._fingerprints = {"train": _pairs_fingerprint(train), "valid": _pairs_fingerprint(valid)}
 
     # --------------------------------------------------------------------------------------------
@@ -138,7 +139,10 @@ class MTTask:
         Args:
             data: a prepared folder (its ``train.tsv`` and, unless ``valid`` is given, ``valid.tsv``), a TSV file,
                 or two line-aligned files ``[source, target]`` (see :func:`attnkit.data.parallel.load_parallel`).
-            valid: the validation data in the same forms (required unless ``data`` is a folder).
+            valid: the validation data in the same forms. Without it a folder gives its ``valid.tsv`` and a file
+                (or two) gets a validation part split off (:func:`attnkit.data.parallel.split_off_valid`: seeded,
+                10% of the pairs, at most 1,000, disjoint from the training part); ``task.valid_split`` then holds
+                the split's counts (None when nothing was split).
             tokenizer: the tokenizer to use; ``None`` trains a joint BPE of ``vocab_size`` on the training pairs
                 (:func:`attnkit.data.mt_batching.train_joint_bpe`). Either way it is ``task.tokenizer``.
             max_len: longest source (with ``<eos>``) / target (with ``<bos>``) the model takes, e.g. its
@@ -150,16 +154,9 @@ class MTTask:
                 ``word_dropout``, ``n_samples``); ``unk_id`` defaults to the tokenizer's.
         """
         from attnkit.data.mt_batching import train_joint_bpe
-        from attnkit.data.parallel import load_parallel
+        from attnkit.data.parallel import load_train_valid
 
-        train_corpus = load_parallel(data, split="train", strict=strict)
-        if valid is None:
-            if not (isinstance(data, (str, Path)) and Path(data).is_dir()):
-                raise ValueError("pass valid= (a TSV or two line-aligned files) when data is not a prepared folder "
-                                 f"holding valid.tsv; got data={data!r}")
-            valid_corpus = load_parallel(data, split="valid", strict=strict)
-        else:
-            valid_corpus = load_parallel(valid, strict=strict)
+        train_corpus, valid_corpus, split = load_train_valid(data, valid, strict=strict)
         for name, corpus in (("train", train_corpus), ("valid", valid_corpus)):
             if len(corpus) == 0:
                 raise ValueError(f"MTTask {name} data {corpus.path!r} holds no usable pair "
@@ -178,6 +175,7 @@ class MTTask:
         task.corpora = {"train": (train_corpus.sources, train_corpus.targets),
                         "valid": (valid_corpus.sources, valid_corpus.targets)}
         task.skipped = {"train": train_corpus.skipped, "valid": valid_corpus.skipped}
+        task.valid_split = split
         return task
 
     # --------------------------------------------------------------------------------------------

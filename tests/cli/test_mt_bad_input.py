@@ -143,9 +143,27 @@ def test_language_modelling_recipe_is_not_a_parallel_corpus(tmp_path, capsys):
     assert "is a lm recipe; translation needs a parallel corpus" in capsys.readouterr().err
 
 
-def test_file_data_needs_valid(tmp_path, copy_data, capsys):
-    assert _train(str(copy_data / "train.tsv"), tmp_path / "run") == 2
-    assert "pass --valid" in capsys.readouterr().err
+def test_one_tsv_without_valid_splits_off_a_validation_part(tmp_path, copy_data, capsys):
+    # the recipe's warmup (150) is longer than this 2-step run: the default warmup shrinks to fit it
+    args = [a for i, a in enumerate(TINY_MT) if not {a, TINY_MT[i - 1]} & {"--warmup-steps", "--schedule", "--lr"}]
+    run = tmp_path / "run"
+    assert main(["train", "mt", "--data", str(copy_data / "train.tsv"), "--out", str(run), *args, "--steps", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "no --valid: split off 20 of 200 pairs" in err and "180 train pairs remain" in err, err
+    assert "180 train / 20 valid pairs" in err, err
+    state = json.loads((run / "run.json").read_text())
+    assert state["train_config"]["warmup_steps"] == 1
+    assert main(["train", "mt", "--data", str(copy_data / "train.tsv"), "--out", str(run), *args, "--steps", "3",
+                 "--resume"]) == 0  # the same split again: the resumed run's data fingerprints match
+
+
+def test_one_tsv_too_small_to_split_is_refused(tmp_path, copy_data, capsys):
+    small = tmp_path / "small.tsv"
+    small.write_text("\n".join((copy_data / "train.tsv").read_text().splitlines()[:6]) + "\n", encoding="utf-8")
+    assert _train(str(small), tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "holds 6 usable pairs (0 malformed lines skipped): too few to split off a validation part" in err, err
+    assert "pass validation pairs (--valid FILE)" in err and not (tmp_path / "run").exists()
 
 
 def test_existing_run_is_not_overwritten(trained, copy_data, capsys):

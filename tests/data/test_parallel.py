@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnkit.data.parallel import (ParallelCorpus, load_parallel, load_splits, normalize_text, read_parallel_files,
-                                   read_tsv, write_tsv)
+from attnkit.data.parallel import (ParallelCorpus, load_parallel, load_splits, load_train_valid, normalize_text,
+                                   read_parallel_files, read_tsv, split_off_valid, write_tsv)
 
 PAIRS = [
     ("Er lobte ihre Kochkunst.", "He praised her cooking."),
@@ -155,3 +155,52 @@ def test_load_splits_needs_train_tsv(tmp_path):
 def test_parallel_corpus_refuses_unaligned_lists():
     with pytest.raises(ValueError, match="got 2 sources and 1 targets"):
         ParallelCorpus(["a", "b"], ["c"])
+
+
+# --- a validation part split off training data -------------------------------------------------------------
+def _numbered(n: int, repeat_source_every: int = 0) -> ParallelCorpus:
+    sources = [f"satz {i % repeat_source_every if repeat_source_every else i}" for i in range(n)]
+    return ParallelCorpus(sources, [f"sentence {i}" for i in range(n)], path="pairs.tsv")
+
+
+def test_split_off_valid_is_a_seeded_tenth_with_a_cap_and_disjoint():
+    train, valid, info = split_off_valid(_numbered(250))
+    assert (len(train), len(valid)) == (225, 25) and info == {"pairs": 250, "valid": 25, "train": 225, "dropped": 0,
+                                                             "fraction": 0.1, "max_pairs": 1000, "seed": 0}
+    assert not set(train.pairs()) & set(valid.pairs()) and sorted(train.pairs() + valid.pairs()) == sorted(_numbered(250).pairs())
+    assert train.pairs() == sorted(train.pairs(), key=lambda p: int(p[1].split()[1]))  # train keeps the file's order
+    again_train, again_valid, _ = split_off_valid(_numbered(250))
+    assert (again_train.pairs(), again_valid.pairs()) == (train.pairs(), valid.pairs())  # deterministic
+    other = split_off_valid(_numbered(250), seed=1)[1]
+    assert other.pairs() != valid.pairs()  # the seed decides which pairs
+    assert len(split_off_valid(_numbered(20_000))[1]) == 1000  # the cap
+    assert len(split_off_valid(_numbered(10))[1]) == 1  # the smallest corpus splits off one pair
+
+
+def test_split_off_valid_drops_training_pairs_sharing_a_validation_source():
+    corpus = _numbered(100, repeat_source_every=50)  # every source appears twice
+    train, valid, info = split_off_valid(corpus)
+    assert not {s for s, _ in train.pairs()} & {s for s, _ in valid.pairs()}
+    assert info["dropped"] == len(corpus) - len(train) - len(valid) > 0
+
+
+def test_split_off_valid_refuses_too_small_corpora_and_bad_arguments():
+    with pytest.raises(ValueError, match=r"pairs.tsv holds 9 usable pairs \(0 malformed lines skipped\): too few to "
+                                         r"split off a validation part \(needs at least 10\)"):
+        split_off_valid(_numbered(9))
+    with pytest.raises(ValueError, match="fraction must be a float in \\(0, 1\\), got 1.5"):
+        split_off_valid(_numbered(50), fraction=1.5)
+    with pytest.raises(ValueError, match="max_pairs must be an int >= 1, got 0"):
+        split_off_valid(_numbered(50), max_pairs=0)
+    same = ParallelCorpus(["gleich"] * 20, [f"t {i}" for i in range(20)], path="same.tsv")
+    with pytest.raises(ValueError, match="nothing is left to train on"):
+        split_off_valid(same)
+
+
+def test_load_train_valid_splits_only_files_without_valid(tmp_path):
+    write_tsv(tmp_path / "train.tsv", _numbered(30).pairs())
+    write_tsv(tmp_path / "valid.tsv", PAIRS)
+    train, valid, info = load_train_valid(tmp_path / "train.tsv")
+    assert (len(train), len(valid), info["valid"]) == (27, 3, 3)
+    assert load_train_valid(tmp_path)[1].pairs() == PAIRS and load_train_valid(tmp_path)[2] is None  # folder
+    assert load_train_valid(tmp_path / "train.tsv", tmp_path / "valid.tsv")[1:] == (load_parallel(tmp_path / "valid.tsv"), None)

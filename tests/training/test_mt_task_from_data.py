@@ -92,9 +92,22 @@ def test_from_a_tsv_and_two_aligned_files(folder, tok):
     assert task.tokenizer is tok and task.corpora["valid"] == (["Ja.", "Nein."], ["Yes.", "No."])
 
 
-def test_a_file_without_valid_is_refused(folder, tok):
-    with pytest.raises(ValueError, match="pass valid="):
-        MTTask.from_data(folder / "train.tsv", tokenizer=tok)
+def test_a_file_without_valid_gets_a_validation_part_split_off(folder, tok):
+    task = MTTask.from_data(folder / "train.tsv", tokenizer=tok, max_len=32, max_tokens=64)
+    assert task.valid_split == {"pairs": 12, "valid": 1, "train": 11, "dropped": 0, "fraction": 0.1,
+                                "max_pairs": 1000, "seed": 0}
+    train, valid = (list(zip(*task.corpora[name])) for name in ("train", "valid"))
+    assert len(valid) == 1 and sorted(train + valid) == sorted(PAIRS)  # disjoint, nothing lost
+    again = MTTask.from_data(folder / "train.tsv", tokenizer=tok, max_len=32, max_tokens=64, seed=5)
+    assert again.corpora == task.corpora  # the same split whatever the training seed
+    assert MTTask.from_data(folder, tokenizer=tok).valid_split is None  # a folder has its own valid.tsv
+
+
+def test_a_file_too_small_to_split_is_refused(folder, tok):
+    write_tsv(folder / "tiny.tsv", PAIRS[:9])
+    with pytest.raises(ValueError, match=r"holds 9 usable pairs \(0 malformed lines skipped\): too few to split off "
+                                         r"a validation part \(needs at least 10\); pass validation pairs"):
+        MTTask.from_data(folder / "tiny.tsv", tokenizer=tok)
 
 
 def test_malformed_lines_are_counted_or_refused(folder, tok):
