@@ -89,6 +89,31 @@ def test_rope_shift_renumbers_kept_keys_like_a_fresh_prefill():
     assert not torch.allclose(path.cache[2].v_cache[:, :, :3], fresh[2].v_cache[:, :, :3], atol=1e-3)
 
 
+def test_rope_shift_keeps_every_layers_relative_positions_exact():
+    """In every layer (the deep ones too), a query scores each kept key after the shift exactly as it did before,
+    when both are counted from the same origin: a query at position ``p`` after = at ``p + dropped`` before, with
+    ``dropped`` the real tokens its row lost (left padding makes it differ per row). Values move unchanged."""
+    model = _gpt("rope", 3)
+    gen = __import__("attnkit.generation.generate", fromlist=["_WindowCache"])
+    tokens, pad = left_pad([[3, 4, 5, 6], [7, 8, 9, 10, 11, 12, 13, 14]], 0)
+    path = gen._WindowCache(model, 2, W, model.rotary)
+    with torch.no_grad():
+        path.next_logits(tokens, pad)  # the window is full: 8 columns
+        before = [(layer.k_cache[:, :, :8].clone(), layer.v_cache[:, :, :8].clone()) for layer in path.cache]
+        tokens, pad = torch.cat([tokens, torch.tensor([[15], [16]])], 1), torch.cat([pad, pad.new_zeros(2, 1)], 1)
+        path.next_logits(tokens, pad)  # cut to the newest 4 columns: old columns 5, 6, 7 kept as 0, 1, 2
+        dropped = (~pad[:, :5]).sum(1)
+        assert dropped.tolist() == [1, 5]
+        q = torch.randn(2, 2, 1, model.rotary.head_dim, generator=torch.Generator().manual_seed(3))
+        p_after = torch.tensor([[6], [6]])
+        q_after, q_before = model.rotary(q, p_after), model.rotary(q, p_after + dropped[:, None])
+        for n, (layer, (k0, v0)) in enumerate(zip(path.cache, before)):
+            scores_after = (q_after * layer.k_cache[:, :, :3]).sum(-1)  # (b, K, kept)
+            scores_before = (q_before * k0[:, :, 5:8]).sum(-1)
+            assert_close(scores_after, scores_before, "float32")
+            assert torch.equal(layer.v_cache[:, :, :3], v0[:, :, 5:8]), n
+
+
 def test_rope_window_cache_runs_long_and_stays_finite():
     model = _gpt("rope", 2)
     out = generate(model, PROMPTS, max_new_tokens=40, sliding_window=True, do_sample=True, seed=1)
