@@ -580,7 +580,8 @@ case("eval-lm-nan-weights", "cli eval lm", "--ckpt whose weights are all NaN", "
     lambda fx, tmp: cli(["eval", "lm", "--ckpt", _nan_weights(fx, tmp), "--data", fx.corpus]))
 
 
-def _non_writable(fx, tmp):
+def _non_writable(fx, tmp, inside: bool = True):
+    """``train lm`` as nobody with ``--out`` inside (or at) a folder nobody may write; the data must survive."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return Outcome("skipped", "needs root (to run as nobody) and setpriv")
     base = Path(tempfile.mkdtemp(prefix="attnkit-ro-"))
@@ -592,14 +593,17 @@ def _non_writable(fx, tmp):
         ro = base / "readonly"
         ro.mkdir(mode=0o555)
         os.chmod(ro, 0o555)
-        return cli_subprocess(["train", "lm", "--data", data, "--out", ro / "run", *TINY_LM, "--steps", "2"],
-                              user=65534, env={"MPLCONFIGDIR": str(base), "HOME": str(base)})
+        return cli_subprocess(["train", "lm", "--data", data, "--out", ro / "run" if inside else ro, *TINY_LM,
+                               "--steps", "2"], protect=(data,), user=65534,
+                              env={"MPLCONFIGDIR": str(base), "HOME": str(base)})
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
 case("lm-out-readonly", "cli train lm", "--out inside a folder the user (nobody, uid 65534) cannot write",
      "error: Permission denied")(_non_writable)
+case("lm-out-readonly-folder", "cli train lm", "--out an existing empty folder the user (nobody, uid 65534) cannot write",
+     "error: Permission denied")(lambda fx, tmp: _non_writable(fx, tmp, inside=False))
 
 
 def _full_disk(fx, tmp):
