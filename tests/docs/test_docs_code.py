@@ -12,9 +12,12 @@ The convention (also in docs/design.md, "Code blocks in the docs"):
   has it (how a training block gets tiny settings: ``<!-- docs-test: run --max-time=0.05 --data=tiny-lm.txt -->``).
   The folder holds two tiny corpora for that: ``tiny-lm.txt`` (a text) and ``tiny-mt/`` (German-English pairs
   as ``train.tsv``, ``valid.tsv``, ``test.tsv``);
+* a `````python`` block after ``<!-- docs-test: run -->`` uses what earlier ``run`` blocks of its file made (a
+  trained run folder): it runs in the same folder after them and is ``slow`` like them;
 * a `````text`` block after ``<!-- docs-test: output-of COMMAND -->`` must equal what ``COMMAND`` prints
   (trailing spaces ignored), so printed outputs in the docs cannot go stale;
-* ``<!-- docs-test: skip REASON -->`` before a block skips it (the reason is required and shown);
+* ``<!-- docs-test: skip REASON -->`` before a block skips it (the reason is required and shown); a Python block
+  cannot be skipped: every one runs;
   ``<!-- docs-test: network -->`` marks a block that needs the package registries once (pytest marker
   ``network``; later runs use the cache).
 
@@ -97,6 +100,10 @@ def _collect():
             if b.marker in ("run", "output-of"):
                 marks.append(pytest.mark.slow)  # command-line runs: seconds to tens of seconds each
             if b.marker == "skip":
+                if b.lang == "python":
+                    raise ValueError(f"{b.id}: every python block runs; one that needs a trained run folder "
+                                     f"follows the <!-- docs-test: run --> block that trains it and is marked "
+                                     f"<!-- docs-test: run --> itself")
                 if not b.arg:
                     raise ValueError(f"{b.id}: <!-- docs-test: skip --> needs a reason")
                 marks.append(pytest.mark.skip(reason=f"{b.id}: {b.arg}"))
@@ -222,6 +229,14 @@ def test_collector_finds_blocks_and_markers(tmp_path):
     doc.write_text("<!-- docs-test: runn -->\n```bash\nx\n```\n", encoding="utf-8")
     with pytest.raises(ValueError, match="unknown docs-test marker 'runn'"):
         blocks_of(doc)
+
+
+def test_a_python_block_cannot_be_skipped(tmp_path, monkeypatch):
+    doc = tmp_path / "x.md"
+    doc.write_text("<!-- docs-test: skip needs a run -->\n```python\nx = 1\n```\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "doc_files", lambda: [doc])
+    with pytest.raises(ValueError, match="every python block runs"):
+        _collect()
 
 
 def test_settings_replace_flag_values():
