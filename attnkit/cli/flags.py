@@ -105,7 +105,8 @@ TRAIN_FLAGS = [
     ("--lr", "lr", float, "peak learning rate (inverse_sqrt: scale factor)"),
     ("--min-lr", "min_lr", float, "final learning rate of the cosine schedule"),
     ("--warmup-steps", "warmup_steps", int, "linear warmup steps (default: the recipe's, at most a tenth of "
-                                            "--steps; must be <= --steps for the cosine schedule)"),
+                                            "--steps, or ended by a tenth of --max-time alone; must be <= --steps "
+                                            "for the cosine schedule)"),
     ("--schedule", "schedule", str, "cosine | inverse_sqrt | constant"),
     ("--weight-decay", "weight_decay", float, "AdamW weight decay (matrices only)"),
     ("--grad-clip", "grad_clip", float, "max global gradient norm (0 = off)"),

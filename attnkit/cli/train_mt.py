@@ -247,7 +247,8 @@ def run_mt(args: argparse.Namespace) -> int:
     extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": tokenizer.to_dict(),
              "mt_options": mt_options,
              "data_stats": {"train_pairs": len(task.train), "valid_pairs": len(task.valid),
-                            "skipped": task.skipped, "truncated": cut, "padding": pad}}
+                            "skipped": task.skipped, "truncated": cut, "padding": pad,
+                            "valid_split": task.valid_split}}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,
                       progress=not args.no_progress)
     summary = trainer.fit()

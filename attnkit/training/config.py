@@ -66,7 +66,10 @@ class TrainConfig:
         ``steps``; needs ``steps``), "inverse_sqrt" (the paper's ``lr * d_model**-0.5 *
         min(n**-0.5, n * warmup**-1.5)``, lr is the scale factor, 1.0 reproduces the paper; needs
         warmup_steps >= 1 and ``d_model`` here or from the model config), "constant" (linear warmup to lr,
-        then flat). min_lr (cosine only), warmup_steps.
+        then flat). min_lr (cosine only), warmup_steps. warmup_time_share (time-limited runs, ``steps`` None, of
+        the cosine and constant schedules; None = off): the warmup also ends once this share of the time budget has
+        passed, whichever comes first (the ramp is the larger of the two, see ``optim.lr_at``);
+        :func:`resolve_train_config` sets it to a tenth for a time-limited run whose warmup was left to the recipe.
     Cadence: eval_every / log_every / ckpt_every in steps, eval_batches per evaluation, keep_last K
         step checkpoints (plus ``best/``, judged by ``best_metric`` (a key of the logged evaluation row,
         e.g. "valid_loss" or "valid_bleu") in ``best_mode`` "min" or "max").
@@ -84,6 +87,7 @@ class TrainConfig:
     lr: float = 3e-4
     min_lr: float = 3e-5
     warmup_steps: int = 100
+    warmup_time_share: float | None = None
     schedule: str = "cosine"
     d_model: int | None = None
     weight_decay: float = 0.1
@@ -118,6 +122,8 @@ class TrainConfig:
         if self.min_lr > self.lr:
             raise ValueError(f"TrainConfig.min_lr must be <= lr = {self.lr}, got {self.min_lr}")
         self.warmup_steps = _int("warmup_steps", self.warmup_steps, minimum=0)
+        self.warmup_time_share = _float("warmup_time_share", self.warmup_time_share, low=0.0, high=1.0,
+                                        low_inclusive=False, allow_none=True)
         _choice("schedule", self.schedule, SCHEDULES)
         self.d_model = _int("d_model", self.d_model, minimum=1, allow_none=True)
         if self.schedule == "cosine":
@@ -242,10 +248,10 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
     Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs 2000 steps; a new
     run given ``steps`` only has no time budget; ``max_time`` given without ``steps`` removes the step limit
     (so the schedule spans the time budget). The default warmup scales with the run: a new run with a step limit
-    and no ``warmup_steps`` given warms up for at most a tenth of its steps (:func:`default_warmup`); a run
-    limited by time only keeps the recipe's warmup (its cosine decays over the time budget, so no warmup is
-    too long for it); a given ``warmup_steps`` is kept as given (and refused if longer than a cosine run's
-    ``steps``); a resumed run keeps its own. ``grad_clip=0`` means no clipping.
+    and no ``warmup_steps`` given warms up for at most a tenth of its steps (:func:`default_warmup`); a new run
+    limited by time only keeps the recipe's ``warmup_steps`` but ends its warmup after a tenth of the time budget
+    at the latest (``warmup_time_share``); a given ``warmup_steps`` is kept as given (and refused if longer than
+    a cosine run's ``steps``); a resumed run keeps its own. ``grad_clip=0`` means no clipping.
     """
     values = dict(defaults)
     if saved is not None:
@@ -257,8 +263,11 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
         values["max_time"] = None
     if "max_time" in given and "steps" not in given:
         values["steps"] = None
-    if saved is None and "warmup_steps" not in given and values.get("steps") is not None:
-        values["warmup_steps"] = default_warmup(values.get("warmup_steps", 0), values["steps"])
+    if saved is None and "warmup_steps" not in given:
+        if values.get("steps") is not None:
+            values["warmup_steps"] = default_warmup(values.get("warmup_steps", 0), values["steps"])
+        elif values.get("schedule", "cosine") in ("cosine", "constant"):
+            values["warmup_time_share"] = 1 / WARMUP_SHARE
     if values.get("grad_clip") == 0:
         values["grad_clip"] = None
     return TrainConfig.from_dict(values)

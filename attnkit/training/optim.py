@@ -14,6 +14,10 @@ Schedules are written as a function of ``n``, the 1-based number of the update a
                    with ``lr`` as a scale factor: ``lr=1.0`` is the paper); peaks at n = W.
 * ``constant``     n <= W: ``lr * n / W``; afterwards ``lr``.
 
+A time-limited run (no ``N``) may also end its warmup by time: with ``warmup_time_share = s`` and ``f`` the share
+of the time budget used, the cosine and constant warmups last while ``n <= W`` and ``f < s``, at
+``max(lr * n / W, lr * f / s)``.
+
 No tensors are involved here, so there are no shapes to document.
 """
 
@@ -73,8 +77,20 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
 # learning-rate schedules
 # -------------------------------------------------------------------------------------------------
 
+def _warming_up(lr: float, n: int, w: int, time_fraction: float | None, time_share: float | None) -> float | None:
+    """The lr of update ``n`` while the linear warmup lasts, None once it is over: after ``w`` updates, or (with
+    ``time_share``, time-limited runs) once that share of the time budget has passed, whichever comes first."""
+    by_time = time_share is not None and time_fraction is not None
+    if n > w or (by_time and time_fraction >= time_share):
+        return None
+    if by_time:
+        return max(lr * n / w, lr * max(time_fraction, 0.0) / time_share)
+    return lr * n / w
+
+
 def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_steps: int = 0,
-          total_steps: int | None = None, d_model: int | None = None, time_fraction: float | None = None) -> float:
+          total_steps: int | None = None, d_model: int | None = None, time_fraction: float | None = None,
+          warmup_time_share: float | None = None) -> float:
     """Learning rate for the update that follows ``step`` completed updates (i.e. update ``n = step + 1``).
 
     See the module docstring for the formulas. Raises ``ValueError`` for an unknown schedule, a negative
@@ -83,13 +99,16 @@ def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_st
     check_int("step", step, minimum=0)
     n = step + 1
     w = warmup_steps
+    share = warmup_time_share if total_steps is None else None  # by time: only for time-limited runs
     if schedule == "constant":
-        return lr * n / w if n <= w else lr
+        warm = _warming_up(lr, n, w, time_fraction, share)
+        return lr if warm is None else warm
     if schedule == "cosine":
         if total_steps is None and time_fraction is None:
             raise ValueError("the cosine schedule needs total_steps (or time_fraction for a time-limited run), got None")
-        if n <= w:
-            return lr * n / w
+        warm = _warming_up(lr, n, w, time_fraction, share)
+        if warm is not None:
+            return warm
         if total_steps is None:
             # time-limited run: decay over the fraction of the time budget already used
             progress = min(max(time_fraction, 0.0), 1.0)
@@ -148,7 +167,8 @@ class LRScheduler:
         if c.schedule == "cosine" and c.steps is None and fraction is None:
             fraction = 0.0
         return lr_at(step, schedule=c.schedule, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps,
-                     total_steps=c.steps, d_model=self.d_model, time_fraction=fraction)
+                     total_steps=c.steps, d_model=self.d_model, time_fraction=fraction,
+                     warmup_time_share=c.warmup_time_share)
 
     def get_lr(self) -> float:
         """The lr the next ``optimizer.step()`` will use."""

@@ -150,6 +150,10 @@ def test_a_short_run_with_the_default_warmup(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "lm", "--data", str(corpus), "--out", str(out), *no_warmup, "--steps", "30"]) == 0
     assert json.loads((out / "run.json").read_text())["train_config"]["warmup_steps"] == 3
+    timed = tmp_path / "timed"  # by time alone: the recipe's 50 steps, or a tenth of the budget if that comes first
+    assert main(["train", "lm", "--data", str(corpus), "--out", str(timed), *no_warmup, "--max-time", "0.01"]) == 0
+    cfg = json.loads((timed / "run.json").read_text())["train_config"]
+    assert (cfg["warmup_steps"], cfg["warmup_time_share"], cfg["steps"]) == (50, 0.1, None)
     capsys.readouterr()
     short = ["train", "lm", "--out", str(tmp_path / "other"), *no_warmup, "--steps", "30"]
     for extra, message in (

@@ -153,6 +153,9 @@ def test_one_tsv_without_valid_splits_off_a_validation_part(tmp_path, copy_data,
     assert "180 train / 20 valid pairs" in err, err
     state = json.loads((run / "run.json").read_text())
     assert state["train_config"]["warmup_steps"] == 1
+    from attnkit.training.checkpoint import latest_checkpoint, read_checkpoint_state
+    split = read_checkpoint_state(latest_checkpoint(run / "checkpoints"))["extra"]["data_stats"]["valid_split"]
+    assert (split["pairs"], split["valid"], split["train"], split["seed"]) == (200, 20, 180, 0)  # recorded
     assert main(["train", "mt", "--data", str(copy_data / "train.tsv"), "--out", str(run), *args, "--steps", "3",
                  "--resume"]) == 0  # the same split again: the resumed run's data fingerprints match
 

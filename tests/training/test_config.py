@@ -170,3 +170,20 @@ def test_default_warmup_scales_with_a_short_run():
     # a resumed run keeps its own warmup, even when --steps changes
     saved = {"warmup_steps": 50, "steps": 1000, "schedule": "cosine"}
     assert resolve_train_config(defaults, saved, {"steps": 1200}).warmup_steps == 50
+
+
+def test_a_time_limited_run_ends_its_default_warmup_by_a_tenth_of_the_budget():
+    from attnkit.training.config import resolve_train_config
+
+    defaults = {"warmup_steps": 50, "schedule": "cosine"}
+    timed = resolve_train_config(defaults, None, {"max_time": 1.0})
+    assert (timed.warmup_steps, timed.warmup_time_share) == (50, 0.1)
+    assert TrainConfig.from_json(timed.to_json()) == timed
+    assert resolve_train_config(defaults, None, {"max_time": 1.0, "warmup_steps": 80}).warmup_time_share is None
+    assert resolve_train_config(defaults, None, {"steps": 30}).warmup_time_share is None  # the steps decide
+    inv = resolve_train_config(dict(defaults, schedule="inverse_sqrt", d_model=8), None, {"max_time": 1.0})
+    assert inv.warmup_time_share is None  # its warmup is part of the formula
+    assert resolve_train_config(defaults, {"warmup_steps": 50, "steps": None, "max_time": 1.0},
+                                {"max_time": 2.0}).warmup_time_share is None  # a resumed run keeps its own
+    with pytest.raises(ValueError, match="warmup_time_share"):
+        TrainConfig(warmup_time_share=1.5)

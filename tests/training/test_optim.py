@@ -170,3 +170,17 @@ def test_cosine_over_time_fraction():
     assert lr_at(10, time_fraction=0.5, **kw) == pytest.approx(0.5 + 1.5 * 0.5)
     assert lr_at(10, time_fraction=1.0, **kw) == pytest.approx(0.5)
     assert lr_at(10, time_fraction=3.0, **kw) == pytest.approx(0.5)  # past the budget: clamped
+
+
+def test_a_time_limited_warmup_also_ends_at_its_share_of_the_budget():
+    """warmup_time_share: the warmup lasts while n <= W and less than that share of the budget has passed, at the
+    larger of the two ramps; without it (or with a step limit) the warmup is by updates only, as before."""
+    kw = dict(schedule="cosine", lr=2.0, min_lr=0.5, warmup_steps=100, warmup_time_share=0.1)
+    assert lr_at(9, time_fraction=0.0, **kw) == pytest.approx(2.0 * 10 / 100)  # by updates
+    assert lr_at(9, time_fraction=0.05, **kw) == pytest.approx(1.0)  # by time: half the share
+    assert lr_at(9, time_fraction=0.5, **kw) == pytest.approx(0.5 + 1.5 * 0.5)  # warmup over: the cosine at 0.5
+    assert lr_at(9, time_fraction=0.5, **dict(kw, warmup_time_share=None)) == pytest.approx(0.2)  # updates only
+    assert lr_at(9, time_fraction=0.5, total_steps=1000, **kw) == pytest.approx(0.2)  # a step limit: updates only
+    const = dict(kw, schedule="constant")
+    assert [lr_at(9, time_fraction=f, **const) for f in (0.0, 0.05, 0.1, 0.7)] == pytest.approx([0.2, 1.0, 2.0, 2.0])
+    assert lr_at(200, time_fraction=0.01, **kw) == pytest.approx(0.5 + 1.5 * 0.5 * (1 + math.cos(math.pi * 0.01)))
