@@ -8,8 +8,11 @@
 
 Modules: :mod:`~attnkit.viz.attention_maps` (capturing), :mod:`~attnkit.viz.predictions` (next-token
 probabilities), :mod:`~attnkit.viz.trace` (every module's shapes, parameters and masks, in forward order),
+:mod:`~attnkit.viz.attention_page` (the interactive, self-contained HTML page: ``lm_attention_page``,
+``mt_attention_page``, ``write_page``),
 :mod:`~attnkit.viz.labels` (tick labels for tokens), :mod:`~attnkit.viz.plots` (figures).
-The same figures are on the command line: ``attnkit viz positions|mask|attention|predict|params`` and ``attnkit trace``.
+The same figures are on the command line: ``attnkit viz positions|mask|attention|predict|params`` (``attention
+--html`` for the page) and ``attnkit trace``.
 """
 
 from .attention_maps import (
@@ -20,6 +23,7 @@ from .attention_maps import (
     select_attention,
     seq2seq_attention_maps,
 )
+from .attention_page import lm_attention_page, mt_attention_page, render_attention_page, write_page
 from .labels import token_labels, visible
 from .plots import (
     MASK_KINDS,
@@ -41,6 +45,10 @@ __all__ = [
     "capture_attention",
     "select_attention",
     "seq2seq_attention_maps",
+    "lm_attention_page",
+    "mt_attention_page",
+    "render_attention_page",
+    "write_page",
     "token_labels",
     "visible",
     "MASK_KINDS",

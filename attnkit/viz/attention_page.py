@@ -18,8 +18,10 @@ The page has no external reference (no CDN, no font, no request): it opens from 
 DOM contract (what tests and scripts rely on): ``button.view[data-view=...]`` choose the attention,
 ``select#layer`` the layer, ``button.head[data-head=h]`` the head (the chosen one has class ``active``);
 ``.query[data-i=i]`` are the query tokens and ``.key[data-j=j]`` the key tokens, each key carrying the shown
-weight in ``data-weight`` (and as text); ``#status`` says ``view layer l head h query i``; ``#predictions`` lists
-``tr.pred`` rows with ``.pred-token`` and ``.pred-prob``.
+weight in ``data-weight`` (and as text); ``#query-side`` / ``#key-side`` name whose tokens they are (``text``,
+``source``, ``target``); the heatmap ``#heat`` has a header row of key labels (``th.col``) and one ``tr[data-i]``
+per query; ``#status`` says ``view layer l head h query i``; ``#predictions`` lists ``tr.pred`` rows with
+``.pred-token`` and ``.pred-prob``.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def lm_attention_page(model: nn.Module, tokenizer: Any, ids: Sequence[int], *, t
     labels = token_labels(tokenizer, ids)
     data = {"title": title or "attention", "views": [
         {"name": "self", "title": _VIEW_TITLES["self"], "queries": labels, "keys": labels,
-         "predicts": True, "weights": _weights(maps)}],
+         "query_side": "text", "key_side": "text", "predicts": True, "weights": _weights(maps)}],
         "predictions": _predictions(probs, top, tokenizer, ids), "top_k": top_k}
     return render_attention_page(data, layer=layer, head=head)
 
@@ -91,11 +93,11 @@ def mt_attention_page(model: nn.Module, tokenizer: Any, src: Sequence[int], tgt:
     s_labels, t_labels = token_labels(tokenizer, src), token_labels(tokenizer, tgt)
     views = [
         {"name": "encoder", "title": _VIEW_TITLES["encoder"], "queries": s_labels, "keys": s_labels,
-         "predicts": False, "weights": _weights(maps.encoder)},
+         "query_side": "source", "key_side": "source", "predicts": False, "weights": _weights(maps.encoder)},
         {"name": "decoder", "title": _VIEW_TITLES["decoder"], "queries": t_labels, "keys": t_labels,
-         "predicts": True, "weights": _weights(maps.decoder)},
+         "query_side": "target", "key_side": "target", "predicts": True, "weights": _weights(maps.decoder)},
         {"name": "cross", "title": _VIEW_TITLES["cross"], "queries": t_labels, "keys": s_labels,
-         "predicts": True, "weights": _weights(maps.cross)},
+         "query_side": "target", "key_side": "source", "predicts": True, "weights": _weights(maps.cross)},
     ]
     data = {"title": title or "attention", "views": views, "predictions": _predictions(probs, top, tokenizer, tgt),
             "top_k": top_k}
@@ -108,7 +110,8 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
     ``view``/``layer``/``head`` choose what is shown first (default: the first view, the last layer, head 0);
     they are checked against the data (ValueError naming the valid range).
     """
-    views = data.get("views") or []
+    # whose tokens the queries and keys are ("text" for a language model; "source"/"target" for a translator)
+    views = [{"query_side": "text", "key_side": "text", **v} for v in data.get("views") or []]
     if not views:
         raise ValueError("the page needs at least one attention view, got none")
     names = [v["name"] for v in views]
@@ -123,7 +126,7 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
     if not 0 <= head < H:
         raise ValueError(f"head must be in [0, {H - 1}], got {head}")
     start = {"view": view, "layer": layer, "head": head}
-    payload = json.dumps({**data, "start": start}, ensure_ascii=False, separators=(",", ":"))
+    payload = json.dumps({**data, "views": views, "start": start}, ensure_ascii=False, separators=(",", ":"))
     payload = payload.replace("</", "<\\/")  # a token "</script>" must not end the script element
     return (_TEMPLATE.replace("__TITLE__", html_lib.escape(data.get("title", "attention")))
             .replace("__DATA__", payload))
@@ -161,12 +164,18 @@ button.active { background: #2a5db0; color: white; border-color: #2a5db0; }
 .query.active { outline: 2px solid #d2452d; }
 .key .w { display: block; font-size: .7em; color: #333; }
 #main { display: flex; gap: 2em; align-items: flex-start; flex-wrap: wrap; }
-table.heat { border-collapse: collapse; }
+table.heat { border-collapse: collapse; margin-top: 6px; }
 table.heat td { width: 18px; height: 18px; padding: 0; border: 1px solid #fff; }
 table.heat tr.active th { color: #d2452d; font-weight: bold; }
 table.heat tr.active td { border-color: #d2452d; }
 table.heat th { font: .7em ui-monospace, monospace; font-weight: normal; text-align: right; padding-right: 4px;
                 white-space: pre; }
+table.heat th.col { writing-mode: vertical-rl; writing-mode: sideways-lr; text-align: left; padding: 6px 0 3px 0;
+                    vertical-align: bottom; line-height: 18px; }
+table.heat tr.keys-head th { border: none; }
+.scale { display: inline-block; width: 8em; height: .8em; vertical-align: middle; border: 1px solid #ccc;
+         background: linear-gradient(to right, rgba(42, 93, 176, 0), rgba(42, 93, 176, 1)); }
+.side { color: #555; }
 #predictions { border-collapse: collapse; min-width: 14em; }
 #predictions td, #predictions th { padding: .15em .5em; border-bottom: 1px solid #eee; text-align: left;
                                    font-family: ui-monospace, monospace; white-space: pre; }
@@ -177,15 +186,17 @@ table.heat th { font: .7em ui-monospace, monospace; font-weight: normal; text-al
 <body>
 <h1>__TITLE__</h1>
 <div class="bar" id="views"><span class="label">attention</span></div>
-<div class="bar"><span class="label">layer</span><select id="layer"></select></div>
+<div class="bar"><span class="label"></span><span id="view-title" class="side"></span></div>
+<div class="bar"><span class="label">layer</span><select id="layer"></select><span id="layer-count" class="side"></span></div>
 <div class="bar" id="heads"><span class="label">head</span></div>
 <p id="status"></p>
-<div><b>queries</b> (hover or click a token)</div>
+<div><b>queries</b>: <span id="query-side" class="side"></span> tokens (hover or click one)</div>
 <div class="tokens" id="queries"></div>
-<div><b>keys</b> (weight from the chosen query)</div>
+<div><b>keys</b>: <span id="key-side" class="side"></span> tokens (weight from the chosen query)</div>
 <div class="tokens" id="keys"></div>
 <div id="main">
-  <div><div><b>weights</b> (queries down, keys across)</div><table class="heat" id="heat"></table></div>
+  <div><div><b>weights</b> (queries down, keys across) &nbsp;<span class="side">0</span> <span class="scale"></span>
+    <span class="side">1</span></div><table class="heat" id="heat"></table></div>
   <div><div><b>next-token predictions</b> <span id="pred-where"></span></div><table id="predictions"></table></div>
 </div>
 <script id="attention-data" type="application/json">__DATA__</script>
@@ -219,6 +230,10 @@ function render() {
   sel.innerHTML = "";
   for (let l = 0; l < L; l++) { const o = el("option", "", `${l}`); o.value = l; sel.appendChild(o); }
   sel.value = state.layer;
+  document.getElementById("layer-count").textContent = ` of 0–${L - 1}`;
+  document.getElementById("view-title").textContent = v.title;
+  document.getElementById("query-side").textContent = v.query_side;
+  document.getElementById("key-side").textContent = v.key_side;
   const heads = document.getElementById("heads");
   for (const b of heads.querySelectorAll("button")) b.remove();
   for (let h = 0; h < H; h++) {
@@ -234,6 +249,9 @@ function render() {
   });
   const heat = document.getElementById("heat"); heat.innerHTML = "";
   const M = W[state.layer][state.head];
+  const head = el("tr", "keys-head"); head.appendChild(el("th"));
+  v.keys.forEach(t => head.appendChild(el("th", "col", t)));
+  heat.appendChild(head);
   M.forEach((row, i) => {
     const tr = el("tr"); tr.dataset.i = i;
     tr.appendChild(el("th", "", v.queries[i]));
@@ -249,7 +267,7 @@ function select(i) {
   state.query = i;
   const v = view(), row = v.weights[state.layer][state.head][i];
   for (const q of document.querySelectorAll(".query")) q.classList.toggle("active", +q.dataset.i === i);
-  for (const tr of document.querySelectorAll("#heat tr")) tr.classList.toggle("active", +tr.dataset.i === i);
+  for (const tr of document.querySelectorAll("#heat tr[data-i]")) tr.classList.toggle("active", +tr.dataset.i === i);
   const ks = document.getElementById("keys"); ks.innerHTML = "";
   v.keys.forEach((t, j) => {
     const s = el("span", "tok key", t), w = row[j];

@@ -57,6 +57,7 @@ def test_page_is_self_contained_and_holds_the_captured_weights(make_gpt):
     maps = attention_maps(model, ids)
     (view,) = data["views"]
     assert view["queries"] == view["keys"] == token_labels(tok, ids)
+    assert view["query_side"] == view["key_side"] == "text"
     for layer, m in enumerate(maps):
         assert torch.allclose(torch.tensor(view["weights"][layer]), m, atol=6e-5)
     probs, top = next_token_predictions(model, ids, top_k=3)
@@ -104,6 +105,8 @@ def test_cli_html(lm_checkpoint, mt_checkpoint, tmp_path, capsys):
                  "--attn", "encoder", "--html", str(out)]) == 0
     data = _data(out.read_text(encoding="utf-8"))
     assert [v["name"] for v in data["views"]] == ["encoder", "decoder", "cross"] and data["start"]["view"] == "encoder"
+    assert [(v["query_side"], v["key_side"]) for v in data["views"]] == [
+        ("source", "source"), ("target", "target"), ("target", "source")]
     capsys.readouterr()
     assert main(["viz", "attention", "--ckpt", str(lm_checkpoint), "--text", "x", "--html", str(tmp_path / "a.png")]) == 2
     err = capsys.readouterr().err
@@ -168,6 +171,22 @@ def _hover(driver, css: str):
     ActionChains(driver).move_to_element(driver.find_element(By.CSS_SELECTOR, css)).perform()
 
 
+def _heatmap(driver) -> tuple[list[str], list[str]]:
+    """The heatmap's column labels (keys) and row labels (queries), as the page wrote them."""
+    from selenium.webdriver.common.by import By
+
+    cols = [c.get_attribute("textContent") for c in driver.find_elements(By.CSS_SELECTOR, "#heat th.col")]
+    rows = [r.find_element(By.CSS_SELECTOR, "th").get_attribute("textContent")
+            for r in driver.find_elements(By.CSS_SELECTOR, "#heat tr[data-i]")]
+    return cols, rows
+
+
+def _sides(driver) -> tuple[str, str]:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, "query-side").text, driver.find_element(By.ID, "key-side").text
+
+
 def _shown_weights(driver) -> tuple[list[str], torch.Tensor]:
     from selenium.webdriver.common.by import By
 
@@ -198,6 +217,9 @@ def test_language_model_page_in_chromium(browser, make_gpt, tmp_path):
     assert [b.get_attribute("data-head") for b in active] == ["2"]
     labels, shown = _shown_weights(browser)
     assert labels == token_labels(tok, ids)
+    assert _heatmap(browser) == (labels, labels) and _sides(browser) == ("text", "text")
+    active_row = browser.find_element(By.CSS_SELECTOR, "#heat tr.active")
+    assert active_row.get_attribute("data-i") == "5"  # the hovered query's row is lit
     assert torch.allclose(shown, maps[0][2, 5], atol=1e-4)
     assert torch.all(shown[6:] == 0)  # causal: the future gets nothing
     rows = browser.find_elements(By.CSS_SELECTOR, "#predictions tr.pred")
@@ -228,6 +250,9 @@ def test_translation_page_in_chromium(browser, make_transformer, tmp_path):
     assert labels == token_labels(tok, src)  # cross-attention: target queries over source keys
     assert [q.text for q in browser.find_elements(By.CSS_SELECTOR, ".query")] == token_labels(tok, tgt)
     assert torch.allclose(shown, maps.cross[-1][1, 2], atol=1e-4)
+    assert _heatmap(browser) == (token_labels(tok, src), token_labels(tok, tgt))  # source across, target down
+    assert _sides(browser) == ("target", "source")
+    assert browser.find_element(By.ID, "view-title").text == "cross-attention (target → source)"
     assert browser.find_elements(By.CSS_SELECTOR, "#predictions tr.pred")
     _shot(browser, tmp_path, "attention_page_cross")
 
@@ -235,6 +260,7 @@ def test_translation_page_in_chromium(browser, make_transformer, tmp_path):
     _hover(browser, '.query[data-i="0"]')
     labels, shown = _shown_weights(browser)
     assert labels == token_labels(tok, src) and torch.allclose(shown, maps.encoder[-1][1, 0], atol=1e-4)
+    assert _sides(browser) == ("source", "source") and _heatmap(browser)[0] == token_labels(tok, src)
     assert shown[-1] > 0  # the encoder is not causal: the first token sees the last
     assert not browser.find_elements(By.CSS_SELECTOR, "#predictions tr.pred")  # no predictions on source tokens
 
@@ -242,5 +268,6 @@ def test_translation_page_in_chromium(browser, make_transformer, tmp_path):
     _hover(browser, '.query[data-i="1"]')
     labels, shown = _shown_weights(browser)
     assert labels == token_labels(tok, tgt) and torch.allclose(shown, maps.decoder[-1][1, 1], atol=1e-4)
+    assert _sides(browser) == ("target", "target")
     assert torch.all(shown[2:] == 0)
     _shot(browser, tmp_path, "attention_page_decoder")
