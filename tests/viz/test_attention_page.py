@@ -2,7 +2,8 @@
 headless Chromium (Debian's ``chromium`` + ``chromedriver`` through Selenium; no browser download).
 
 The browser tests skip, with the reason, when Chromium, its driver or Selenium is not installed
-(``apt-get install chromium chromium-driver``; ``pip install selenium``). Set ``ATTNKIT_SCREENSHOTS=DIR`` to keep
+(``apt-get install chromium chromium-driver``; ``pip install selenium``); ``.ci/run`` installs the two Debian
+packages where the CI machine can (root, apt-get), and does not fail where it cannot. Set ``ATTNKIT_SCREENSHOTS=DIR`` to keep
 the screenshots they take.
 """
 
@@ -127,6 +128,15 @@ def _find_chromium() -> tuple[str | None, str | None, str]:
         return None, None, ("no Chromium and chromedriver on PATH (Debian: apt-get install chromium "
                             "chromium-driver); the page's browser tests need a real browser")
     return browser, driver, ""
+
+
+def test_without_a_browser_the_skip_reason_says_how_to_get_one(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    binary, driver, why = _find_chromium()
+    if "selenium is not installed" in why:
+        pytest.skip(why)
+    assert (binary, driver) == (None, None)
+    assert "apt-get install chromium chromium-driver" in why
 
 
 @pytest.fixture(scope="module")
