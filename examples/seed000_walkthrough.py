@@ -107,10 +107,12 @@ def main() -> None:
     print("7-8. the Transformer: encoders (编码器) and decoders (解码器), post-norm RMSNorm blocks")
     model = build_model(get_preset("transformer-seed000")).eval()
     print(f"     preset transformer-seed000: {encoder_num} encoders, {decoder_num} decoders, axes {model_axes(model)}")
-    # The seed draws ids with randint(0, vocab_size), whose upper end vocab_size is one past the table;
-    # torch.randint's upper bound is exclusive, so every id is in [0, V).
+    # The seed draws ids with Python's random.randint(0, vocab_size), which includes vocab_size itself: one past
+    # the embedding table. torch.randint's upper bound is exclusive, so every id here is in [0, V).
     src = torch.randint(0, vocab_size, (batch, input_seq_len))
     tgt = torch.randint(0, vocab_size, (batch, output_seq_len))
+    print(f"     ids in [0, {vocab_size}) (the seed's random.randint(0, vocab_size) can draw {vocab_size}, one past "
+          f"the table: attnkit refuses it with a ValueError)")
     show("input_seq (source ids)", src, "B, S")
     show("output_seq (target ids)", tgt, "B, T")
     with torch.no_grad():
@@ -118,6 +120,7 @@ def main() -> None:
         show("encoder output (memory)", memory, "B, S, C")
         # The seed builds mask_mat and never passes it; attnkit's decoder applies the causal mask itself.
         probs = model.predict_proba(src, tgt)
+    print("     the decoder applies the causal mask itself (the seed's demo built mask_mat and never passed it)")
     show("probabilities (softmax over the vocabulary)", probs, "B, T, V")
     print(f"     every row sums to 1: {torch.allclose(probs.sum(-1), torch.ones(1), atol=1e-5)}")
 

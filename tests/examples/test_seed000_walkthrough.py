@@ -33,6 +33,8 @@ def test_walkthrough_runs_and_prints_the_expected_shapes():
         "each weight row sums to 1: True",
         "with masked_len = seq_len - 1 it is the look-ahead mask: True",
         "every row sums to 1: True",
+        "ids in [0, 256) (the seed's random.randint(0, vocab_size) can draw 256",
+        "the decoder applies the causal mask itself",
     ]
     for line in expected:
         assert line in out, f"missing {line!r} in:\n{out}"
