@@ -45,8 +45,11 @@ _VIEW_TITLES = {"self": "causal self-attention", "encoder": "encoder self-attent
 
 
 def _weights(maps: Sequence[torch.Tensor]) -> list:
-    """``[layer][head][query][key]`` rounded to 4 decimals (plenty for colour and text, a third of the bytes)."""
-    return [torch.round(m.float(), decimals=4).tolist() for m in maps]
+    """``[layer][head][query][key]`` rounded to 4 decimals (plenty for colour and text, a third of the bytes).
+
+    Rounded in float64: a float32 0.5664 is 0.5663999915... as a Python float and would be written out in full.
+    """
+    return [torch.round(m.double(), decimals=4).tolist() for m in maps]
 
 
 def _predictions(probs: torch.Tensor, top: torch.Tensor, tokenizer: Any, ids: Sequence[int]) -> list[dict]:

@@ -59,6 +59,8 @@ def test_page_is_self_contained_and_holds_the_captured_weights(make_gpt):
     (view,) = data["views"]
     assert view["queries"] == view["keys"] == token_labels(tok, ids)
     assert view["query_side"] == view["key_side"] == "text"
+    weights_json = json.dumps(view["weights"])
+    assert not re.search(r"\d\.\d{5}", weights_json), "weights are written with at most 4 decimals"
     for layer, m in enumerate(maps):
         assert torch.allclose(torch.tensor(view["weights"][layer]), m, atol=6e-5)
     probs, top = next_token_predictions(model, ids, top_k=3)
