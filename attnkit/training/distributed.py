@@ -16,7 +16,7 @@ How N processes train exactly like one (the contract the trainer follows):
   the gradient of the mean over all tokens of all ranks and all micro-batches, as in one process.
   During gradient accumulation DDP's all-reduce is skipped (``no_sync``) until the last micro-batch.
 * Decisions are collective: the loss and token counts are summed over ranks, the time budget is rank 0's
-  clock (:func:`agree`), and evaluation runs on every rank (the weights are identical) with rank 0's
+  clock (summed over ranks with the others' zeros, :func:`all_sum`), and evaluation runs on every rank (the weights are identical) with rank 0's
   numbers broadcast, so every rank stops, evaluates and saves at the same step and none waits forever.
 * Only rank 0 writes run files (checkpoints with DDP, metrics, plots, the progress bar). With FSDP every
   rank writes its shard through ``torch.distributed.checkpoint`` (see ``sharded.py``).
@@ -189,11 +189,6 @@ def all_sum(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.tolist()
-
-
-def agree(flag: bool) -> bool:
-    """Rank 0's ``flag`` on every rank (how the time budget and early stop are decided for all)."""
-    return bool(broadcast_object(bool(flag)))
 
 
 def broadcast_object(obj: Any) -> Any:

@@ -29,7 +29,8 @@ from helpers import assert_close
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--preset", "char-small", "--set", "n_layer=2", "--set", "n_head=2", "--set", "n_embd=32",
         "--block-size", "16", "--warmup-steps", "2", "--eval-every", "6", "--eval-batches", "2",
-        "--ckpt-every", "3", "--log-every", "1", "--no-progress", "--steps", "6", "--lr", "1e-2"]
+        "--ckpt-every", "3", "--log-every", "1", "--no-progress", "--steps", "6", "--lr", "1e-2",
+        "--device", "cpu"]  # CPU even where CUDA exists: the exactness checks compare CPU runs (gloo)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def test_torchrun_two_processes_equal_one_process_from_the_cli(corpus, tmp_path)
     for name in a:
         assert_close(b[name], a[name], "trained_float32", msg=name)
     # resume the two-process run in one process (per-process batch 8 = the same global batch)
-    _attnkit("train", "lm", "--out", str(two), "--resume", "--steps", "8", "--no-progress")
+    _attnkit("train", "lm", "--out", str(two), "--resume", "--steps", "8", "--no-progress", "--device", "cpu")
     assert json.loads((two / "summary.json").read_text())["steps"] == 8
 
 
@@ -122,7 +123,8 @@ def test_fsdp_run_then_convert_then_sample_in_one_process(corpus, tmp_path):
     out = _attnkit("sample", "--ckpt", str(tmp_path / "single"), "--max-new-tokens", "5", "--seed", "0",
                    "--no-stream", "--device", "cpu")
     assert out.stdout.strip()
-    sampled_best = _attnkit("sample", "--ckpt", str(run), "--max-new-tokens", "5", "--seed", "0", "--no-stream")
+    sampled_best = _attnkit("sample", "--ckpt", str(run), "--max-new-tokens", "5", "--seed", "0", "--no-stream",
+                            "--device", "cpu")
     assert sampled_best.stdout.strip()  # best/ was converted at the end of the run
     with pytest.raises(AssertionError, match="already exists"):
         _attnkit("convert", str(run), str(tmp_path / "single"))
@@ -143,7 +145,7 @@ def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
             "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=64",
             "--set", "dropout=0.0", "--vocab-size", "300", "--max-len", "24", "--no-bleu", "--steps", "6",
             "--warmup-steps", "2", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3", "--eval-batches", "2",
-            "--no-progress"]
+            "--no-progress", "--device", "cpu"]
     one, two = tmp_path / "one", tmp_path / "two"
     _attnkit("train", "mt", "--out", str(one), *tiny, "--max-tokens", "128")
     proc = _attnkit("train", "mt", "--out", str(two), *tiny, "--max-tokens", "64", nproc=2)

@@ -213,9 +213,10 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")  # a zombie holds no lock and runs nothing
 
 
-def test_sigkill_mid_run_then_resume_with_another_number_of_processes(single, tmp_path):
-    out = tmp_path / "killed"
-    proc = subprocess.Popen(launch(out, 2, slow=0.3), env=_env(), stdout=subprocess.DEVNULL,
+def _kill_launcher_mid_run(out: Path, nproc: int, **options) -> str:
+    """Start a slowed-down torchrun job, SIGKILL its launcher once ``step_00000004`` is saved and before the
+    run ends, check that no worker outlives it, and return the name of the last checkpoint left."""
+    proc = subprocess.Popen(launch(out, nproc, slow=0.3, **options), env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -242,8 +243,48 @@ def test_sigkill_mid_run_then_resume_with_another_number_of_processes(single, tm
     assert not any(_alive(p) for p in workers), "workers outlived their launcher"
     killed_at = latest_checkpoint(out / "checkpoints").name
     assert killed_at < "step_00000012"
+    return killed_at
+
+
+def test_sigkill_mid_run_then_resume_with_another_number_of_processes(single, tmp_path):
+    out = tmp_path / "killed"
+    _kill_launcher_mid_run(out, 2)
     run(out, resume=True)  # one process continues what two started
     assert_same_training(single, out)
+
+
+def test_fsdp_sigkill_then_resume_resharded_over_three_processes(single, tmp_path):
+    """A sharded (DCP) checkpoint written by 2 FSDP processes is re-sharded on load by 3 (``load_sharded``), and
+    the resumed run ends where the uninterrupted one-process run ends (uneven shares: 8 rows = 3 + 3 + 2)."""
+    out = tmp_path / "fsdp_killed"
+    killed_at = _kill_launcher_mid_run(out, 2, fsdp=True)
+    assert is_sharded(out / "checkpoints" / killed_at)
+    run(out, nproc=3, resume=True, fsdp=True)
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+
+    gcfg = GPTConfig.from_dict(json.loads((out / "run.json").read_text())["model_config"])
+    last = latest_checkpoint(out / "checkpoints")
+    assert last.name == "step_00000012" and json.loads((last / "state.json").read_text())["world_size"] == 3
+    converted = convert_sharded(last, tmp_path / "converted", GPT(gcfg))
+    wa, wb = weights(single), load_file(str(converted / "model.safetensors"))
+    for name in wa:
+        assert_close(wb[name], wa[name], "trained_float32", msg=name)
+    torch.testing.assert_close(torch.tensor(losses(out)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
+
+
+def test_time_budget_is_agreed_by_all_ranks(tmp_path):
+    """Under torchrun a run limited by time only (no step limit) stops at the same update on every rank: rank 0's
+    clock decides. A rank that stopped alone would leave the others waiting in a collective (the timeout)."""
+    out = tmp_path / "timed"
+    proc = subprocess.run(launch(out, 2, steps=None, max_time=0.05, slow=0.1, ckpt_every=1000, eval_every=1000),
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_by"] == "max_time" and summary["steps"] >= 2
+    assert 3.0 <= summary["elapsed"] < 30.0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, summary["steps"] + 1))
 
 
 def test_two_machines_on_one_host_with_a_c10d_rendezvous(single, tmp_path):
