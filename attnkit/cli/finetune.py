@@ -114,8 +114,6 @@ def _defaults(args: argparse.Namespace, lora: dict | None) -> dict[str, Any]:
         d.update(lr=LORA_LR, min_lr=LORA_LR / 10)
     if args.lr is not None and args.min_lr is None:
         d["min_lr"] = min(d["min_lr"], args.lr / 10)
-    if args.steps is None and args.max_time is not None and args.schedule is None:
-        d["schedule"] = "constant"  # cosine decays over a known number of steps; a time budget has none
     return d
 
 
@@ -198,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     saved = read_saved_run(args.out) if args.resume else None
     lora, data, documents, source = _run_inputs(args, saved)
     cfg = resolve_train_config(_defaults(args, lora), saved.get("train_config") if saved else None,
-                               train_flag_values(args))
+                               train_flag_values(args), time_only_schedule="constant")
     if cfg.fsdp and lora is not None:
         raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
                          "without --fsdp) for --lora")

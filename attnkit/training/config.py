@@ -28,6 +28,8 @@ BEST_MODES: tuple[str, ...] = ("min", "max")
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
 # checkpoints are device-free, so a run started on a GPU may continue on the CPU and back.
 RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device")
+# The length of a run given neither steps nor max_time (TrainConfig's default and resolve_train_config's).
+DEFAULT_STEPS = 2000
 
 
 def _int(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> int | None:
@@ -79,7 +81,7 @@ class TrainConfig:
         over the torchrun processes with FSDP2 instead of replicating them with DDP).
     """
 
-    steps: int | None = 1000
+    steps: int | None = DEFAULT_STEPS
     max_time: float | None = None
     batch_size: int = 32
     block_size: int = 128
@@ -240,29 +242,34 @@ def default_warmup(recipe_warmup: int, steps: int) -> int:
 
 
 def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
-                         given: dict[str, Any]) -> TrainConfig:
+                         given: dict[str, Any], *, time_only_schedule: str | None = None) -> TrainConfig:
     """The run-length and training settings of a run, from three sources in order of precedence.
 
     ``defaults`` are the recipe's (:mod:`attnkit.recipes`); ``saved`` is the resumed run's
     ``train_config`` (None for a new run); ``given`` are the fields the user set (flags left unset are absent).
-    Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs 2000 steps; a new
+    Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs ``DEFAULT_STEPS``
+    (2000) steps; a new
     run given ``steps`` only has no time budget; ``max_time`` given without ``steps`` removes the step limit
     (so the schedule spans the time budget). The default warmup scales with the run: a new run with a step limit
     and no ``warmup_steps`` given warms up for at most a tenth of its steps (:func:`default_warmup`); a new run
     limited by time only keeps the recipe's ``warmup_steps`` but ends its warmup after a tenth of the time budget
     at the latest (``warmup_time_share``); a given ``warmup_steps`` is kept as given (and refused if longer than
-    a cosine run's ``steps``); a resumed run keeps its own. ``grad_clip=0`` means no clipping.
+    a cosine run's ``steps``); a resumed run keeps its own. ``time_only_schedule`` (e.g. ``"constant"``, what
+    ``finetune`` passes) is the schedule of a new run limited by time only when no ``schedule`` is given (None:
+    the recipe's). ``grad_clip=0`` means no clipping.
     """
     values = dict(defaults)
     if saved is not None:
         values.update(saved)
     values.update(given)
     if saved is None and "steps" not in given and "max_time" not in given:
-        values["steps"] = 2000
+        values["steps"] = DEFAULT_STEPS
     if "steps" in given and "max_time" not in given and saved is None:
         values["max_time"] = None
     if "max_time" in given and "steps" not in given:
         values["steps"] = None
+        if saved is None and time_only_schedule is not None and "schedule" not in given:
+            values["schedule"] = time_only_schedule
     if saved is None and "warmup_steps" not in given:
         if values.get("steps") is not None:
             values["warmup_steps"] = default_warmup(values.get("warmup_steps", 0), values["steps"])

@@ -150,6 +150,24 @@ def test_resolve_train_config_precedence():
     resumed = resolve_train_config(defaults, saved, {"steps": 120})
     assert (resumed.steps, resumed.lr, resumed.seed) == (120, 5e-4, 7)  # the saved run's settings win over defaults
     assert resolve_train_config(defaults, None, {"grad_clip": 0}).grad_clip is None
+    assert TrainConfig().steps == resolve_train_config(defaults, None, {}).steps  # one default length
+
+
+def test_a_time_only_schedule_is_chosen_in_one_place():
+    """``finetune``'s rule (a run limited by time only gets a constant schedule unless one is given) lives in
+    resolve_train_config, not in the CLI."""
+    from attnkit.training.config import resolve_train_config
+
+    defaults = {"warmup_steps": 5, "schedule": "cosine"}
+    timed = resolve_train_config(defaults, None, {"max_time": 2.0}, time_only_schedule="constant")
+    assert (timed.schedule, timed.steps) == ("constant", None)
+    assert resolve_train_config(defaults, None, {"steps": 40}, time_only_schedule="constant").schedule == "cosine"
+    assert resolve_train_config(defaults, None, {"max_time": 2.0, "schedule": "cosine"},
+                                time_only_schedule="constant").schedule == "cosine"  # a given schedule wins
+    assert resolve_train_config(defaults, None, {"max_time": 2.0}).schedule == "cosine"  # none asked: the recipe's
+    saved = {"warmup_steps": 5, "schedule": "cosine", "steps": None, "max_time": 1.0}
+    assert resolve_train_config(defaults, saved, {"max_time": 3.0},
+                                time_only_schedule="constant").schedule == "cosine"  # a resumed run keeps its own
 
 
 def test_default_warmup_scales_with_a_short_run():
