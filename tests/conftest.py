@@ -20,9 +20,10 @@ def _torch_one_thread():
 
 
 def pytest_collection_modifyitems(config, items):
-    """End-to-end command-line tests (tests/cli: each runs `attnkit ...` commands that train, translate or
-    sample for seconds) are marked ``slow``. The README's test command runs them all; ``-m "not slow"`` skips
-    them for a quick local run."""
+    """End-to-end command-line tests (tests/cli, and the ``test_cli_*.py`` files beside the package parts they
+    drive, e.g. tests/viz/test_cli_trace.py: each runs `attnkit ...` commands that train, translate, sample or
+    draw) are marked ``slow``. The README's test command runs them all; ``-m "not slow"`` skips them for a
+    quick local run."""
     for item in items:
-        if "cli" in item.path.parts[-2:-1]:
+        if "cli" in item.path.parts[-2:-1] or item.path.name.startswith("test_cli_"):
             item.add_marker(pytest.mark.slow)

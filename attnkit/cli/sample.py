@@ -47,15 +47,13 @@ def run(args: argparse.Namespace) -> int:
 
     device = inference_device(args)  # so does a device (or --autocast) this machine lacks
     loaded = load_run(args.ckpt, expect_kind="lm") if args.ckpt else load_named(args.model)
-    model, tokenizer, stop_ids, add_bos = loaded.model, loaded.tokenizer, loaded.stop_ids, loaded.add_bos
+    model, tokenizer, stop_ids = loaded.model, loaded.tokenizer, loaded.stop_ids
     place_model(model, args, device)  # generation, the KV cache and beam search follow the weights
     use_decoding_layout(model)  # same weights, transposed storage: faster one-token steps (see its docstring)
     prompt = args.prompt
     if args.chat:
         prompt = loaded.format_chat(prompt)
-    ids = tokenizer.encode(prompt) if prompt else []
-    if add_bos and tokenizer.bos_id is not None and (not ids or ids[0] != tokenizer.bos_id):
-        ids = [tokenizer.bos_id] + ids
+    ids = loaded.encode_prompt(prompt)
     if not ids:
         start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.token_to_id("\n")
         if start is None:

@@ -96,7 +96,7 @@ def _text_inputs(args: argparse.Namespace):
     if _is_seq2seq(model):
         src, tgt = _mt_ids(args, model, tokenizer)
         return model, (torch.tensor([src]), torch.tensor([tgt]))
-    return model, torch.tensor([_lm_ids(args, tokenizer, loaded.add_bos)])
+    return model, torch.tensor([_lm_ids(args, loaded)])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -185,6 +185,26 @@ def _score_best(task: Any, summary: dict[str, Any], out: str | Path) -> None:
           f"BLEU {final['bleu']:.2f}, chrF {final['chrf']:.2f}")
 
 
+def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int) -> dict[str, Any]:
+    """Say what was split off, dropped or cut, and how much of each batch is padding (worth seeing before a long
+    run); returns the run's ``extra.data_stats``."""
+    if task.valid_split is not None:
+        sp = task.valid_split
+        say(f"no --valid: split off {sp['valid']:,} of {sp['pairs']:,} pairs of {data_desc} as validation pairs "
+            f"({sp['fraction']:.0%}, at most {sp['max_pairs']:,}, fixed seed {sp['seed']}); {sp['train']:,} train "
+            f"pairs remain ({sp['dropped']:,} more dropped for sharing a source sentence with the validation part)")
+    pad = task.padding_ratio("train")
+    cut = task.n_truncated
+    say(f"data {data_desc}: {len(task.train):,} train / {len(task.valid):,} valid pairs; skipped malformed lines: "
+        f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
+        f"train {cut['train']}, valid {cut['valid']}")
+    say(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
+        f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {task.tokenizer.type} "
+        f"(vocab {task.tokenizer.vocab_size:,})")
+    return {"train_pairs": len(task.train), "valid_pairs": len(task.valid), "skipped": task.skipped,
+            "truncated": cut, "padding": pad, "valid_split": task.valid_split}
+
+
 def run_mt(args: argparse.Namespace) -> int:
     import torch
 
@@ -215,23 +235,9 @@ def run_mt(args: argparse.Namespace) -> int:
                             max_tokens=max_tokens, seed=cfg.seed, label_smoothing=o["label_smoothing"],
                             bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"])
     tokenizer = task.tokenizer
-    if task.valid_split is not None:
-        sp = task.valid_split
-        say(f"no --valid: split off {sp['valid']:,} of {sp['pairs']:,} pairs of {data_desc} as validation pairs "
-            f"({sp['fraction']:.0%}, at most {sp['max_pairs']:,}, fixed seed {sp['seed']}); {sp['train']:,} train "
-            f"pairs remain ({sp['dropped']:,} more dropped for sharing a source sentence with the validation part)")
+    data_stats = _report_data(task, data_desc, max_len, max_tokens)
     model_config = _mt_model_config(args, saved, preset, tokenizer, max_len)
     out = args.out or default_run_folder("mt", data, preset)
-
-    # What was dropped or cut, and how much of each batch is padding: worth seeing before a long run.
-    pad = task.padding_ratio("train")
-    cut = task.n_truncated
-    say(f"data {data_desc}: {len(task.train):,} train / {len(task.valid):,} valid pairs; skipped malformed lines: "
-        f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
-        f"train {cut['train']}, valid {cut['valid']}")
-    say(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
-        f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {tokenizer.type} "
-        f"(vocab {tokenizer.vocab_size:,})")
 
     seed_everything(cfg.seed)  # reproducible initialisation
     model = build_model(model_config)
@@ -245,10 +251,7 @@ def run_mt(args: argparse.Namespace) -> int:
                   **{k: o[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
                                        "bleu_sentences", "word_dropout")}}
     extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": tokenizer.to_dict(),
-             "mt_options": mt_options,
-             "data_stats": {"train_pairs": len(task.train), "valid_pairs": len(task.valid),
-                            "skipped": task.skipped, "truncated": cut, "padding": pad,
-                            "valid_split": task.valid_split}}
+             "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,
                       progress=not args.no_progress)
     summary = trainer.fit()

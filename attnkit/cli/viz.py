@@ -177,47 +177,41 @@ def run_params(args: argparse.Namespace) -> int:
 # attention, predict: a model and a text
 # ----------------------------------------------------------------------------------------------------
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any, bool, str]:
-    """``(model, tokenizer, add_bos, description)`` from ``--ckpt`` or ``--model``, the model on ``--device``."""
+def _load(args: argparse.Namespace) -> tuple[Any, str]:
+    """``(loaded model, description)`` from ``--ckpt`` or ``--model``, the model on ``--device``."""
     from attnkit.interop.load import load_named, load_run
 
     device = resolve_device_flag(args)  # a device this machine lacks fails before loading
     loaded = load_run(args.ckpt) if args.ckpt else load_named(args.model)
-    return loaded.model.to(device), loaded.tokenizer, loaded.add_bos, Path(args.ckpt).name if args.ckpt else args.model
+    loaded.model = loaded.model.to(device)
+    return loaded, Path(args.ckpt).name if args.ckpt else args.model
 
 
-def _lm_ids(args: argparse.Namespace, tokenizer: Any, add_bos: bool) -> list[int]:
+def _lm_ids(args: argparse.Namespace, loaded: Any) -> list[int]:
+    """``--text`` as the language model reads a prompt (``LoadedModel.encode_prompt``: ``<bos>`` where it had one)."""
     if args.src is not None or args.tgt is not None:
         raise ValueError("--src/--tgt are for translation checkpoints; a language model reads --text")
     if not args.text:
         raise ValueError("a language model needs --text (a non-empty string)")
-    ids = tokenizer.encode(args.text)
-    if add_bos and tokenizer.bos_id is not None and (not ids or ids[0] != tokenizer.bos_id):
-        ids = [tokenizer.bos_id] + ids
+    ids = loaded.encode_prompt(args.text)
     if not ids:
         raise ValueError(f"--text {args.text!r} encodes to no tokens")
     return ids
 
 
 def _mt_ids(args: argparse.Namespace, model: Any, tokenizer: Any) -> tuple[list[int], list[int]]:
-    """Source ids (+ ``<eos>``) and decoder input ids (``<bos>`` + target: given, or the greedy translation)."""
-    import torch
+    """Source ids (+ ``<eos>``, cut to the model's ``max_len``) and decoder input ids (``<bos>`` + target: given,
+    or the greedy translation through :mod:`attnkit.generation.translate`, the one translation path)."""
+    from attnkit.generation.translate import encode_sources, search_ids
 
     text = args.src if args.src is not None else args.text
     if not text:
         raise ValueError("a translation model needs --src (the source sentence)")
-    for role in ("bos_id", "eos_id", "pad_id"):
-        if getattr(tokenizer, role) is None:
-            raise ValueError(f"translation needs a tokenizer with <bos>, <eos> and <pad>; {role} is None")
-    src = tokenizer.encode(text) + [tokenizer.eos_id]
+    (src,), _ = encode_sources(tokenizer, [text], max_len=getattr(model.config, "max_len", None))
     if args.tgt is not None:
         tgt = tokenizer.encode(args.tgt)
     else:
-        from attnkit.generation import greedy_search
-
-        with torch.no_grad():
-            tgt = greedy_search(model, torch.tensor([src]), bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                                pad_id=tokenizer.pad_id)[0]
+        (tgt,) = search_ids(model, tokenizer, [src], beam=1)
         print(f"translation (greedy): {tokenizer.decode(tgt, skip_special_tokens=True)}", file=sys.stderr)
     return src, [tokenizer.bos_id] + tgt
 
@@ -235,7 +229,8 @@ def run_attention(args: argparse.Namespace) -> int:
 
     if args.html is not None and args.html.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--html must name an .html file, got {str(args.html)!r}")
-    model, tokenizer, add_bos, name = _load(args)
+    loaded, name = _load(args)
+    model, tokenizer = loaded.model, loaded.tokenizer
     if _is_seq2seq(model):
         kind = args.attn or "cross"
         if kind == "self":
@@ -256,7 +251,7 @@ def run_attention(args: argparse.Namespace) -> int:
     else:
         if args.attn not in (None, "self", "decoder"):
             raise ValueError(f"a decoder-only model has causal self-attention only; got --attn {args.attn}")
-        ids = _lm_ids(args, tokenizer, add_bos)
+        ids = _lm_ids(args, loaded)
         if args.html is not None:
             from attnkit.viz.attention_page import lm_attention_page, write_page
 
@@ -282,13 +277,14 @@ def run_predict(args: argparse.Namespace) -> int:
     from attnkit.viz.plots import plot_predictions, save_figure
     from attnkit.viz.predictions import next_token_predictions
 
-    model, tokenizer, add_bos, name = _load(args)
+    loaded, name = _load(args)
+    model, tokenizer = loaded.model, loaded.tokenizer
     if _is_seq2seq(model):
         src, ids = _mt_ids(args, model, tokenizer)
         probs, top = next_token_predictions(model, ids, src=src, top_k=args.top_k)
     else:
         src = None
-        ids = _lm_ids(args, tokenizer, add_bos)
+        ids = _lm_ids(args, loaded)
         probs, top = next_token_predictions(model, ids, top_k=args.top_k)
     import torch
 

@@ -47,6 +47,7 @@ import torch
 
 from attnkit.checks import check_int, is_int
 from attnkit.data.tokenizer import Tokenizer
+from attnkit.modules.masks import pad_right
 
 __all__ = [
     "MT_SPECIAL_TOKENS",
@@ -214,22 +215,10 @@ def collate(data: EncodedPairs, indices: Sequence[int]) -> MTBatch:
         raise ValueError(f"pair indices must be in [0, {len(data)}), got min {min(indices)} max {max(indices)}")
     srcs = [data.src[i] for i in indices]
     tgts = [data.tgt[i] for i in indices]
-    B = len(indices)
-    src_len = torch.tensor([len(s) for s in srcs])  # (B,)
-    tgt_len = torch.tensor([len(t) + 1 for t in tgts])  # (B,) target + <bos> (input) / + <eos> (labels)
-    S, T = int(src_len.max()), int(tgt_len.max())
-    src = torch.full((B, S), data.pad_id, dtype=torch.long)
-    tgt_in = torch.full((B, T), data.pad_id, dtype=torch.long)
-    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
-    for b, (s, t) in enumerate(zip(srcs, tgts)):
-        src[b, :len(s)] = torch.tensor(s, dtype=torch.long)
-        t_ = torch.tensor(t, dtype=torch.long)
-        tgt_in[b, 0] = data.bos_id
-        tgt_in[b, 1:len(t) + 1] = t_  # <bos> t0 t1 ... (shifted right)
-        labels[b, :len(t)] = t_
-        labels[b, len(t)] = data.eos_id  # t0 t1 ... <eos>
-    src_key_padding_mask = torch.arange(S)[None, :] >= src_len[:, None]  # (B, S) True = padding
-    tgt_key_padding_mask = torch.arange(T)[None, :] >= tgt_len[:, None]  # (B, T)
+    src, src_key_padding_mask = pad_right(srcs, data.pad_id)  # (B, S), (B, S) True = padding
+    # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each
+    tgt_in, tgt_key_padding_mask = pad_right([[data.bos_id, *t] for t in tgts], data.pad_id)  # (B, T), (B, T)
+    labels, _ = pad_right([[*t, data.eos_id] for t in tgts], IGNORE_INDEX)  # (B, T)
     return MTBatch(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask,
                    torch.tensor(indices, dtype=torch.long))
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from attnkit.checks import check_int
+
 __all__ = [
     "SPLITS",
     "resolve_parallel_data",
@@ -261,8 +263,7 @@ def split_off_valid(corpus: ParallelCorpus, *, fraction: float = AUTO_VALID_FRAC
     """
     if not isinstance(fraction, float) or not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must be a float in (0, 1), got {fraction!r}")
-    if not isinstance(max_pairs, int) or isinstance(max_pairs, bool) or max_pairs < 1:
-        raise ValueError(f"max_pairs must be an int >= 1, got {max_pairs!r}")
+    check_int("max_pairs", max_pairs, minimum=1)
     n = len(corpus)
     if n < AUTO_VALID_MIN_PAIRS:
         raise ValueError(f"{corpus.path or 'the training data'} holds {n} usable pairs ({corpus.skipped} malformed "

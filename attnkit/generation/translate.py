@@ -2,8 +2,9 @@
 
 The one translation path of attnkit: ``attnkit translate``, ``attnkit eval mt`` and the BLEU that
 ``attnkit train mt`` computes at each evaluation (:func:`greedy_translator`) all call :func:`translate_ids`,
-which pads a batch of sources, runs greedy search (beam 1) or beam search from :mod:`attnkit.generation`, and
-decodes the ids. :func:`encode_sources` turns text into source ids with ``<eos>`` under the model's length
+which decodes batches of sources with :func:`search_ids` (pad, then greedy search for beam 1 or beam search from
+:mod:`attnkit.generation`) and turns the ids into text; ``attnkit viz``/``trace`` call :func:`search_ids` for
+the target ids of one sentence. :func:`encode_sources` turns text into source ids with ``<eos>`` under the model's length
 limit; :func:`translate_sentences` does the whole list (sorted by length for less padding, results put back in
 input order).
 
@@ -15,9 +16,10 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from attnkit.checks import check_int
+from attnkit.generation.generate import model_device
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-__all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "translate_ids",
+__all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "search_ids", "translate_ids",
            "translate_sentences", "greedy_translator"]
 
 
@@ -43,47 +45,61 @@ def encode_sources(tokenizer: Any, sentences: Sequence[str], *, max_len: int | N
     return out, n_cut
 
 
+def search_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, beam: int = DEFAULT_BEAM,
+               length_penalty: float = DEFAULT_LENGTH_PENALTY, max_len_a: float = 1.2,
+               max_len_b: float = 10) -> list[list[int]]:
+    """Decode one batch of non-empty source id lists (each ending with ``<eos>``): greedy search for ``beam``
+    1, beam search otherwise. Returns the target ids (no ``<bos>``/``<eos>``) in input order.
+
+    Shape:
+        the sources are sorted by length and padded into ``src (B, S)`` with its padding mask ``(B, S)``.
+    """
+    import torch
+
+    from attnkit.generation import beam_search, greedy_search
+    from attnkit.modules.masks import pad_right
+
+    check_int("beam", beam, minimum=1)
+    if not sources or not all(sources):
+        raise ValueError(f"search_ids needs non-empty source id lists, got lengths {[len(s) for s in sources]}")
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    src, mask = pad_right([sources[i] for i in order], tokenizer.pad_id)  # (B, S), (B, S)
+    device = model_device(model)
+    common = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+                  max_len_a=max_len_a, max_len_b=max_len_b)
+    with torch.no_grad():
+        if beam == 1:
+            ids = greedy_search(model, src.to(device), mask.to(device), **common)
+        else:
+            ids = beam_search(model, src.to(device), mask.to(device), beam_size=beam,
+                              length_penalty=length_penalty, **common)
+    out: list[list[int]] = [[] for _ in sources]
+    for row, i in enumerate(order):
+        out[i] = ids[row]
+    return out
+
+
 def translate_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, beam: int = DEFAULT_BEAM,
                   length_penalty: float = DEFAULT_LENGTH_PENALTY, batch_size: int = DEFAULT_BATCH_SIZE,
                   max_len_a: float = 1.2, max_len_b: float = 10) -> Iterator[list[str]]:
     """Translate source id lists (each ending with ``<eos>``; an empty list gives ``""``) in batches.
 
-    Yields one list of ``len(chunk)`` strings per chunk of ``batch_size`` sources, in input order. Inside a
-    chunk sources are sorted by length, decoded, and put back in order.
-
-    Shape:
-        each chunk is padded into ``src (B, S)`` with its padding mask ``(B, S)``.
+    Yields one list of ``len(chunk)`` strings per chunk of ``batch_size`` sources, in input order; each chunk's
+    non-empty sources are decoded together by :func:`search_ids`.
     """
-    import torch
-
-    from attnkit.generation import beam_search, greedy_search
-
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    device = next(model.parameters()).device
     for start in range(0, len(sources), batch_size):
         chunk = list(sources[start:start + batch_size])
         hyps = [""] * len(chunk)
-        order = sorted((i for i in range(len(chunk)) if chunk[i]), key=lambda i: len(chunk[i]))
-        if order:
-            width = len(chunk[order[-1]])
-            src = torch.full((len(order), width), tokenizer.pad_id, dtype=torch.long)  # (B, S)
-            lengths = torch.tensor([len(chunk[i]) for i in order])  # (B,)
-            for row, i in enumerate(order):
-                src[row, :len(chunk[i])] = torch.tensor(chunk[i], dtype=torch.long)
-            mask = torch.arange(width)[None, :] >= lengths[:, None]  # (B, S) True = padding
-            common = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
-                          max_len_a=max_len_a, max_len_b=max_len_b)
-            with torch.no_grad():
-                if beam == 1:
-                    ids = greedy_search(model, src.to(device), mask.to(device), **common)
-                else:
-                    ids = beam_search(model, src.to(device), mask.to(device), beam_size=beam,
-                                      length_penalty=length_penalty, **common)
-            for row, i in enumerate(order):
-                hyps[i] = tokenizer.decode(ids[row], skip_special_tokens=True)
+        filled = [i for i in range(len(chunk)) if chunk[i]]
+        if filled:
+            ids = search_ids(model, tokenizer, [chunk[i] for i in filled], beam=beam, length_penalty=length_penalty,
+                             max_len_a=max_len_a, max_len_b=max_len_b)
+            for i, target in zip(filled, ids):
+                hyps[i] = tokenizer.decode(target, skip_special_tokens=True)
         yield hyps
 
 

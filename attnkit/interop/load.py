@@ -53,6 +53,15 @@ class LoadedModel:
             raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
         return apply_chat_template(self.chat_source, [{"role": "user", "content": text}])
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """``text`` as the model reads a prompt: its token ids, after a ``<bos>`` where the model was trained
+        with one (``add_bos``) and the text does not start with it already. ``""`` gives ``[]`` or ``[<bos>]``."""
+        ids = self.tokenizer.encode(text) if text else []
+        bos = self.tokenizer.bos_id
+        if self.add_bos and bos is not None and (not ids or ids[0] != bos):
+            ids = [bos] + ids
+        return ids
+
 
 def _from_state(model: Any, tokenizer: Any, state: dict[str, Any], description: str) -> LoadedModel:
     extra = state.get("extra") or {}

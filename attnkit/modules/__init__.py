@@ -5,7 +5,8 @@ from .embeddings import POSITION_KINDS, TokenEmbedding, TransformerEmbedding
 from .feed_forward import ACTIVATIONS, GATED_ACTIVATIONS, FeedForward, get_activation
 from .kv_cache import KVCache
 from .learned_positions import LearnedPositionalEmbedding
-from .masks import causal_mask, combine_masks, drop_if_unpadded, generate_mask_mat, padding_mask, to_additive
+from .masks import (causal_mask, combine_masks, drop_if_unpadded, generate_mask_mat, pad_right, padding_mask,
+                    to_additive)
 from .multi_head_attention import MultiHeadAttention
 from .norms import NORM_KINDS, LayerNorm, RMSNorm, build_norm
 from .rotary import RotaryEmbedding, rotate_half
@@ -33,6 +34,7 @@ __all__ = [
     "generate_mask_mat",
     "get_activation",
     "merge_masks",
+    "pad_right",
     "padding_mask",
     "positional_encoding",
     "reference_attention",

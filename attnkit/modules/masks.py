@@ -69,6 +69,28 @@ def padding_mask(
     return positions[None, :] >= lengths_t[:, None]  # (B, S)
 
 
+def pad_right(sequences: Sequence[Sequence[int]], pad_id: int, *, length: int | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into one batch, with its padding mask (:func:`padding_mask` of their lengths).
+
+    ``length`` defaults to the longest sequence; an empty list gives a row of padding only.
+
+    Shape:
+        ``B`` lists -> ``(ids (B, S) long, mask (B, S) bool)``, ``True`` = padding.
+    """
+    lengths = [len(seq) for seq in sequences]
+    if not lengths:
+        raise ValueError("pad_right needs at least one sequence, got none")
+    S = max(lengths) if length is None else length
+    if S < max(lengths):
+        raise ValueError(f"pad_right length must be >= the longest sequence ({max(lengths)}), got {S}")
+    ids = torch.full((len(lengths), S), pad_id, dtype=torch.long)
+    for b, seq in enumerate(sequences):
+        if lengths[b]:
+            ids[b, :lengths[b]] = torch.as_tensor(seq, dtype=torch.long)
+    return ids, padding_mask(lengths, max_len=S)
+
+
 def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:
     """Seed-000 banded mask: element ``[i, j]`` is ``True`` (masked) when ``seq_len - j + i <= masked_len``.
 

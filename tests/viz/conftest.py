@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.models import GPTConfig, TransformerConfig, build_model
-from helpers import spread_weights
+from attnkit.models import build_model
+from helpers import spread_weights, tiny_gpt_config, tiny_transformer_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -30,22 +30,15 @@ def _spread(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn
     return spread_weights(model, std=std, seed=seed)
 
 
-def _gpt_config(kind: str = "gpt2", **overrides) -> GPTConfig:
-    if kind == "gpt2":
-        base = dict(vocab_size=41, block_size=16, n_layer=2, n_head=4, n_embd=32)
-    elif kind == "llama":  # RoPE, RMSNorm, SwiGLU, grouped-query attention 4:2, no bias, untied
-        base = dict(vocab_size=41, block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=48,
-                    activation="swiglu", norm="rmsnorm", bias=False, position="rope", tie_embeddings=False)
-    else:
-        raise ValueError(kind)
-    base.update(overrides)
-    return GPTConfig(**base)
+# The shared tiny configs (tests/helpers.py) with the viz tests' vocabularies and lengths, which their labels use.
+VIZ_GPT = dict(vocab_size=41, block_size=16)
+VIZ_TRANSFORMER = dict(src_vocab_size=37, tgt_vocab_size=29, max_len=32, pad_id=0)
 
 
 @pytest.fixture
 def make_gpt():
     def make(kind: str = "gpt2", **overrides):
-        return _spread(build_model(_gpt_config(kind, **overrides))).eval()
+        return _spread(build_model(tiny_gpt_config(kind, **(VIZ_GPT | overrides)))).eval()
 
     return make
 
@@ -53,10 +46,7 @@ def make_gpt():
 @pytest.fixture
 def make_transformer():
     def make(**overrides):
-        base = dict(src_vocab_size=37, tgt_vocab_size=29, d_model=32, num_heads=4, num_encoder_layers=2,
-                    num_decoder_layers=2, dim_feedforward=48, dropout=0.0, max_len=32, pad_id=0)
-        base.update(overrides)
-        return _spread(build_model(TransformerConfig(**base))).eval()
+        return _spread(build_model(tiny_transformer_config(**(VIZ_TRANSFORMER | overrides)))).eval()
 
     return make
 
@@ -90,7 +80,7 @@ def lm_checkpoint(tmp_path_factory) -> Path:
     from attnkit.data.char_tokenizer import CharTokenizer
 
     tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ,.:!?\nROMEOJULIET")
-    cfg = _gpt_config(vocab_size=tok.vocab_size, block_size=32)
+    cfg = tiny_gpt_config(vocab_size=tok.vocab_size, block_size=32)
     torch.manual_seed(0)
     model = _spread(build_model(cfg))
     return _save(tmp_path_factory.mktemp("lm") / "ckpt", model, tok, "lm")
@@ -103,9 +93,8 @@ def mt_checkpoint(tmp_path_factory) -> Path:
 
     text = ["das haus ist gross", "the house is big", "der hund ist klein", "the dog is small"] * 5
     tok = BPETokenizer.train(text, 280, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"])
-    cfg = TransformerConfig(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=32, num_heads=4,
-                            num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=48, dropout=0.0, max_len=40,
-                            pad_id=tok.pad_id)
+    cfg = tiny_transformer_config(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, max_len=40,
+                                  pad_id=tok.pad_id)
     torch.manual_seed(0)
     model = _spread(build_model(cfg))
     return _save(tmp_path_factory.mktemp("mt") / "ckpt", model, tok, "mt")
