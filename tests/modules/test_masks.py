@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnkit.modules import causal_mask, combine_masks, generate_mask_mat, padding_mask, to_additive
+from attnkit.modules import causal_mask, combine_masks, generate_mask_mat, pad_right, padding_mask, to_additive
 from helpers import assert_close
 
 
@@ -48,6 +48,18 @@ def test_padding_mask_from_lengths():
 def test_padding_mask_from_ids():
     ids = torch.tensor([[5, 6, 0, 0], [0, 7, 8, 9]])
     assert torch.equal(padding_mask(ids=ids, pad_id=0), ids == 0)
+
+
+def test_pad_right_gives_ids_and_their_padding_mask():
+    ids, mask = pad_right([[5, 6, 7], [8], []], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0], [0, 0, 0]] and ids.dtype == torch.long
+    assert torch.equal(mask, padding_mask([3, 1, 0]))
+    ids, mask = pad_right([[1, 2]], pad_id=-100, length=4)
+    assert ids.tolist() == [[1, 2, -100, -100]] and mask.tolist() == [[False, False, True, True]]
+    with pytest.raises(ValueError, match="at least one sequence"):
+        pad_right([], pad_id=0)
+    with pytest.raises(ValueError, match=r"length must be >= the longest sequence \(3\), got 2"):
+        pad_right([[1, 2, 3]], pad_id=0, length=2)
 
 
 def test_padding_mask_needs_exactly_one_source():
