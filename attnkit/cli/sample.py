@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     block = getattr(getattr(model, "config", None), "block_size", None)
     if block is not None and len(ids) + args.max_new_tokens - 1 > block:
         # Past the context the model was trained on: a window of block_size tokens (see generation/generate.py).
-        how = ("the KV cache drops half the window when it is full" if gen_cfg.use_cache
-               else "recomputed at every token")
+        rope = getattr(getattr(model, "config", None), "position", None) == "rope"
+        how = ("recomputed at every token" if not gen_cfg.use_cache
+               else "when the KV cache is full its older half is dropped and the kept keys are shifted"
+               if rope else "when the KV cache is full its older half is dropped and the cache re-filled")
         print(f"note: {len(ids)} prompt + {args.max_new_tokens} new tokens exceed the model's context of "
               f"{block}; sampling with a sliding window ({how})", file=sys.stderr)
         if args.compile:
