@@ -6,7 +6,9 @@ The convention (also in docs/design.md, "Code blocks in the docs"):
   must be fast (seconds) and offline;
 * the blocks of one file run in order in one temporary working folder (as a reader following the page would),
   so a shell block may use the run folder an earlier shell block of the same file trained;
-* a `````bash`` block is *not* run unless the line just before it is ``<!-- docs-test: run ... -->``; then each
+* a `````bash`` block that trains (``attnkit train``, ``attnkit finetune``, ``torchrun``) must be marked ``run`` (with
+  tiny settings) or ``skip REASON``; any other `````bash`` block is *not* run unless the line just before it is
+  ``<!-- docs-test: run ... -->``; then each
   command runs in one bash script (``set -e``) in the temporary folder, with ``attnkit`` being this checkout's
   ``python -m attnkit``. ``--flag=value`` words after ``run`` replace that flag's value in every command that
   has it (how a training block gets tiny settings: ``<!-- docs-test: run --max-time=0.05 --data=tiny-lm.txt -->``).
@@ -40,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,})(?P<lang>[\w+-]*)[^`]*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<what>[\w-]+)\s*(?P<rest>.*?)\s*-->\s*$")
 KNOWN = {"run", "output-of", "skip", "network"}
+SHELL = ("bash", "sh", "shell")
+TRAINS = re.compile(r"\battnkit\s+(train|finetune)\b|\btorchrun\b|-m attnkit\s+(train|finetune)\b")
 
 
 @dataclass
@@ -92,7 +96,10 @@ def _collect():
     params = []
     for path in doc_files():
         for b in blocks_of(path):
-            runs = (b.lang == "python" or (b.lang in ("bash", "sh", "shell") and b.marker == "run")
+            if b.lang in SHELL and TRAINS.search(b.code) and b.marker not in ("run", "skip"):
+                raise ValueError(f"{b.id}: a shell block that trains must be marked <!-- docs-test: run --flag=value "
+                                 f"... --> (tiny settings) or <!-- docs-test: skip REASON -->")
+            runs = (b.lang == "python" or (b.lang in SHELL and b.marker == "run")
                     or b.marker == "output-of")
             if not runs:
                 continue
@@ -229,6 +236,19 @@ def test_collector_finds_blocks_and_markers(tmp_path):
     doc.write_text("<!-- docs-test: runn -->\n```bash\nx\n```\n", encoding="utf-8")
     with pytest.raises(ValueError, match="unknown docs-test marker 'runn'"):
         blocks_of(doc)
+
+
+def test_a_training_shell_block_must_be_run_or_skipped(tmp_path, monkeypatch):
+    doc = tmp_path / "x.md"
+    monkeypatch.setattr(sys.modules[__name__], "doc_files", lambda: [doc])
+    for code in ("attnkit train lm --data x --out r", "torchrun --nproc_per_node=2 -m attnkit train lm",
+                 "attnkit finetune --from m --data d --out r"):
+        doc.write_text(f"```bash\n{code}\n```\n", encoding="utf-8")
+        with pytest.raises(ValueError, match="a shell block that trains must be marked"):
+            _collect()
+    doc.write_text("<!-- docs-test: skip needs a GPU -->\n```bash\nattnkit train lm --device cuda\n```\n"
+                   "```bash\nattnkit params gpt2\n```\n", encoding="utf-8")
+    assert _collect() == []  # marked skip (with its reason) and a block that trains nothing: neither runs, no error
 
 
 def test_a_python_block_cannot_be_skipped(tmp_path, monkeypatch):
