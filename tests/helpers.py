@@ -6,6 +6,8 @@
   place for their sizes; a test passes what it needs different as overrides).
 * :data:`TOLERANCES` and :func:`assert_close` -- the suite's tolerance table: one named entry per kind of
   comparison instead of literal ``atol``/``rtol`` numbers scattered over the files.
+* :func:`without_key_biases` -- a state dict without the attention key biases, which training does not determine
+  (see there), for comparing two trainings' weights.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import torch
 
 from attnkit.models.configs import GPTConfig, TransformerConfig
 
-__all__ = ["spread_weights", "tiny_gpt_config", "tiny_transformer_config", "TOLERANCES", "assert_close"]
+__all__ = ["spread_weights", "tiny_gpt_config", "tiny_transformer_config", "TOLERANCES", "assert_close",
+           "without_key_biases"]
 
 
 def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
@@ -75,3 +78,26 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, kind: str, **kwar
     if kind not in TOLERANCES:
         raise ValueError(f"kind must be one of {sorted(TOLERANCES)}, got {kind!r}")
     torch.testing.assert_close(actual, expected, **TOLERANCES[kind], **kwargs)
+
+
+def without_key_biases(state: dict[str, torch.Tensor], kv_width: int) -> dict[str, torch.Tensor]:
+    """``state`` with the key part cut out of every packed attention bias (``qkv_proj.bias`` rows ``[q | k | v]``,
+    ``kv_proj.bias`` rows ``[k | v]``, ``kv_width`` = K·D rows each for k and v).
+
+    Why: a key bias ``b_k`` adds ``q·b_k`` to every score of a query, which the softmax ignores, so its gradient
+    is zero in exact arithmetic and only rounding noise in floats. Adam divides that noise by its own running
+    size and turns it into steps of about the learning rate, whose signs depend on the summation order: two
+    trainings that are the same (1 process against N, accumulation against one big batch) end with different key
+    biases and identical everything else. The model's outputs do not depend on them, so comparing outputs covers
+    them.
+    """
+    out = {}
+    for name, t in state.items():
+        if name.endswith("kv_proj.bias"):
+            out[name] = t[kv_width:]  # v
+        elif name.endswith("qkv_proj.bias"):
+            q_width = t.numel() - 2 * kv_width
+            out[name] = torch.cat([t[:q_width], t[q_width + kv_width:]])  # q and v
+        else:
+            out[name] = t
+    return out
