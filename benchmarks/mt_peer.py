@@ -161,9 +161,13 @@ def peer_greedy(model: PeerTranslator, tokenizer: Any, sources: Sequence[Sequenc
                 max_len_a: float = 1.2, max_len_b: int = 10, max_len: int = 256) -> list[str]:
     """Greedy decoding as the tutorial does it (the decoder re-reads the whole prefix each step), batched.
 
-    ``sources`` are id lists ending with ``<eos>``; returns the detokenized hypotheses in input order.
+    ``sources`` are id lists ending with ``<eos>``; returns the detokenized hypotheses in input order. The
+    sources are decoded sorted by length (as attnkit's ``translate_sentences`` does), so that one long sentence
+    does not make a whole batch of short ones run to its length limit.
     """
     model.eval()
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    sources = [sources[i] for i in order]
     out: list[str] = []
     for start in range(0, len(sources), batch_size):
         chunk = [list(s) for s in sources[start:start + batch_size]]
@@ -186,7 +190,10 @@ def peer_greedy(model: PeerTranslator, tokenizer: Any, sources: Sequence[Sequenc
         for row in ys[:, 1:].tolist():
             ids = row[:row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row
             out.append(tokenizer.decode([i for i in ids if i != tokenizer.pad_id], skip_special_tokens=True))
-    return out
+    in_order = [""] * len(out)
+    for k, i in enumerate(order):
+        in_order[i] = out[k]
+    return in_order
 
 
 def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:

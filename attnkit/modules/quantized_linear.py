@@ -39,6 +39,13 @@ Four ways to compute ``y = x W^T + b`` with the int8 weight (``mode``):
 
 All modes give the same result up to rounding; ``tests/modules/test_quantized_linear.py`` checks them
 against ``"reference"`` (each with its stated tolerance) and ``"reference"`` against the fp32 layer.
+
+Where the kernel is not exact: on x86 CPUs without VNNI (AVX2 only, e.g. older AMD EPYC and Intel Xeon before
+Cascade Lake), FBGEMM multiplies unsigned 8-bit activations by signed 8-bit weights in pairs that it adds into
+16-bit integers *with saturation* (``vpmaddubsw``): two products of 255 x 127 overflow, so full-range
+activations give wrong sums (measured: errors of 0.5 where ``"reference"`` gives values near 1).
+:func:`fast_int8_is_exact` probes the kernel once with worst-case digits; where it is not exact, ``"two_digit"``
+and ``"dynamic"`` compute with ``"reference"``'s product instead (same int8 weights, no speed-up) and warn once.
 """
 
 from __future__ import annotations
@@ -50,6 +57,44 @@ import torch.nn.functional as F
 from torch import nn
 
 MODES: tuple[str, ...] = ("reference", "two_digit", "dynamic", "weight_only")
+_KERNEL_EXACT: bool | None = None  # fast_int8_is_exact(), probed on first use
+
+
+def fast_int8_is_exact() -> bool:
+    """Whether ``torch.ops.quantized.linear_dynamic`` computes full-range 8-bit products exactly on this machine.
+
+    Probed once (cached): activation rows of -128 and 127 times weight rows of 127 and -127, the sums where a
+    kernel that adds pairs of products into saturating 16-bit integers (FBGEMM on x86 without VNNI) goes
+    wrong, compared with the exact float64 product.
+    """
+    global _KERNEL_EXACT
+    if _KERNEL_EXACT is None:
+        k = 64
+        x = torch.tensor([[-128.0, 127.0] * (k // 2), [127.0] * k, [-128.0] * k])  # (3, K)
+        w = torch.tensor([[127] * k, [-127] * k, [127, -127] * (k // 2)], dtype=torch.int8)  # (3, K)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                qw = torch._make_per_channel_quantized_tensor(w, torch.ones(3, dtype=torch.float64),
+                                                              torch.zeros(3, dtype=torch.int64), 0)
+                y = torch.ops.quantized.linear_dynamic(x, torch.ops.quantized.linear_prepack(qw, None), False)
+            _KERNEL_EXACT = bool(torch.equal(y.double(), x.double() @ w.double().T))
+        except RuntimeError:  # no quantized engine on this build or platform
+            _KERNEL_EXACT = False
+    return _KERNEL_EXACT
+
+
+_WARNED = False
+
+
+def _warn_inexact_kernel() -> None:
+    global _WARNED
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn("this CPU's int8 kernel (FBGEMM without VNNI) saturates full-range 8-bit products; "
+                      "QuantizedLinear computes with the dequantized weight instead (correct, not faster)",
+                      RuntimeWarning, stacklevel=3)
+
 
 
 def split_activation(x: torch.Tensor, tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,6 +254,9 @@ class QuantizedLinear(nn.Module):
         if torch.is_grad_enabled() and x.requires_grad:
             raise ValueError("QuantizedLinear is inference-only: run it under torch.no_grad() (input requires grad)")
         if self.mode == "reference":
+            return F.linear(x, self.dequantized_weight(), self.bias)
+        if self.mode in ("two_digit", "dynamic") and not fast_int8_is_exact():
+            _warn_inexact_kernel()
             return F.linear(x, self.dequantized_weight(), self.bias)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # (M, K)

@@ -63,7 +63,7 @@ def test_train_sample_eval(corpus, tmp_path, capsys):
     assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "30", "--seed", "3"]) == 0
     first, err = capsys.readouterr()
     assert first.startswith("ROMEO:") and len(first) > len("ROMEO:") + 10
-    assert "its older half is dropped and the cache re-filled" in err  # 6 + 30 > block 16: learned positions
+    assert "its older half is dropped and the kept keys are shifted" in err  # 6 + 30 > block 16; char-small is RoPE
     # same seed, same text; within the context the KV cache does not change the sampled tokens
     within = ["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "11", "--seed", "3"]
     assert main(within) == 0

@@ -4,8 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.modules.quantized_linear import (MODES, QuantizedLinear, quantize_linear_layers, quantize_weight,
-                                              split_activation)
+from attnkit.modules import quantized_linear
+from attnkit.modules.quantized_linear import (MODES, QuantizedLinear, fast_int8_is_exact, quantize_linear_layers,
+                                              quantize_weight, split_activation)
 from helpers import assert_close
 
 
@@ -25,8 +26,38 @@ def test_zero_row_gets_finite_scale():
     assert bool(torch.isfinite(scale).all()) and bool((q[2] == 0).all())
 
 
+def test_the_kernel_probe_is_cached_and_the_fallback_is_the_reference(monkeypatch):
+    """Where FBGEMM saturates (x86 without VNNI: fast_int8_is_exact() is False) the fast modes compute with the
+    dequantized weight, bit for bit the reference, and say so once."""
+    assert isinstance(fast_int8_is_exact(), bool) and fast_int8_is_exact() is fast_int8_is_exact()
+    monkeypatch.setattr(quantized_linear, "_KERNEL_EXACT", False)
+    monkeypatch.setattr(quantized_linear, "_WARNED", False)
+    lin = nn.Linear(64, 96)
+    x = torch.randn(3, 5, 64)
+    ref = QuantizedLinear.from_linear(lin, mode="reference")
+    with torch.no_grad():
+        for mode in ("two_digit", "dynamic"):
+            with pytest.warns(RuntimeWarning, match="saturates") if mode == "two_digit" else _no_warning():
+                y = QuantizedLinear.from_linear(lin, mode=mode)(x)
+            assert torch.equal(y, ref(x))
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("error", RuntimeWarning)  # warned once already: no second warning
+
+    def __exit__(self, *exc):
+        return self._catch.__exit__(*exc)
+
+
 @pytest.mark.parametrize("mode", ["two_digit", "dynamic", "weight_only"])
 def test_fast_modes_match_reference(mode):
+    """(On a CPU whose int8 kernel is not exact, fast_int8_is_exact() False, the two FBGEMM modes use the
+    reference product, tested above; there this checks the fallback.)"""
     lin = nn.Linear(64, 96)
     x = torch.randn(3, 5, 64)
     ref = QuantizedLinear.from_linear(lin, mode="reference")
@@ -56,6 +87,12 @@ def _two_digit_bound(q: QuantizedLinear, x: torch.Tensor) -> torch.Tensor:
     return rounding + slack + 1e-6
 
 
+NEEDS_EXACT_KERNEL = pytest.mark.skipif(
+    not fast_int8_is_exact(), reason="this CPU's int8 kernel saturates full-range products (x86 without VNNI), so "
+    "two_digit/dynamic compute with the reference product here (test_the_kernel_probe_is_cached_...)")
+
+
+@NEEDS_EXACT_KERNEL
 @pytest.mark.parametrize("m", [1, 9])  # a decoding step and a prefill
 def test_two_digit_within_bound(m):
     lin = nn.Linear(96, 80)
@@ -73,6 +110,7 @@ def test_two_digit_within_bound(m):
     assert bool((err <= _two_digit_bound(ref, x)).all())
 
 
+@NEEDS_EXACT_KERNEL
 def test_two_digit_with_outliers():
     # Activation outliers as in real LLMs: a few channels 100x larger than the rest, and one token (row)
     # 1000x larger than the others (SmolLM2 has a ~2,800 value at an MLP output projection's input).
