@@ -2,10 +2,10 @@
 
 The one translation path of attnkit: ``attnkit translate``, ``attnkit eval mt`` and the BLEU that
 ``attnkit train mt`` computes at each evaluation (:func:`greedy_translator`) all call :func:`translate_ids`,
-which decodes batches of sources with :func:`search_ids` (pad, then greedy search for beam 1 or beam search from
-:mod:`attnkit.generation`) and turns the ids into text; ``attnkit viz``/``trace`` call :func:`search_ids` for
-the target ids of one sentence. :func:`encode_sources` turns text into source ids with ``<eos>`` under the model's length
-limit; :func:`translate_sentences` does the whole list (sorted by length for less padding, results put back in
+which decodes batches of sources with :func:`search_ids` (pad, then greedy search for beam 1 or beam search
+from :mod:`attnkit.generation`) and turns the ids into text; ``attnkit viz``/``trace`` call :func:`search_ids`
+for the target ids of one sentence. :func:`encode_sources` turns text into source ids with ``<eos>`` under the
+model's length limit; :func:`translate_sentences` does the whole list (sorted by length for less padding, results put back in
 input order).
 
 Axis legend: B sentences in a batch, S source length.
@@ -19,8 +19,8 @@ from attnkit.checks import check_int
 from attnkit.generation.generate import model_device
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-__all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "search_ids", "translate_ids",
-           "translate_sentences", "greedy_translator"]
+__all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "search_ids",
+           "translate_ids", "translate_sentences", "greedy_translator"]
 
 
 def encode_sources(tokenizer: Any, sentences: Sequence[str], *, max_len: int | None, strict: bool = False,

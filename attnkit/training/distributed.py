@@ -16,8 +16,9 @@ How N processes train exactly like one (the contract the trainer follows):
   the gradient of the mean over all tokens of all ranks and all micro-batches, as in one process.
   During gradient accumulation DDP's all-reduce is skipped (``no_sync``) until the last micro-batch.
 * Decisions are collective: the loss and token counts are summed over ranks, the time budget is rank 0's
-  clock (summed over ranks with the others' zeros, :func:`all_sum`), and evaluation runs on every rank (the weights are identical) with rank 0's
-  numbers broadcast, so every rank stops, evaluates and saves at the same step and none waits forever.
+  clock (summed over ranks with the others' zeros, :func:`all_sum`), and evaluation runs on every rank (the
+  weights are identical) with rank 0's numbers broadcast, so every rank stops, evaluates and saves at the same
+  step and none waits forever.
 * Only rank 0 writes run files (checkpoints with DDP, metrics, plots, the progress bar). With FSDP every
   rank writes its shard through ``torch.distributed.checkpoint`` (see ``sharded.py``).
 

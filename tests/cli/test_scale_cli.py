@@ -161,6 +161,7 @@ def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
     models = [load_run(latest_checkpoint(run / "checkpoints")).model.eval() for run in (one, two)]
     config = models[0].config
     g = torch.Generator().manual_seed(0)
-    src, tgt = torch.randint(4, config.src_vocab_size, (3, 7), generator=g), torch.randint(4, config.tgt_vocab_size, (3, 5), generator=g)
+    src = torch.randint(4, config.src_vocab_size, (3, 7), generator=g)  # (B, S)
+    tgt = torch.randint(4, config.tgt_vocab_size, (3, 5), generator=g)  # (B, T)
     with torch.no_grad():
         assert_close(models[1](src, tgt), models[0](src, tgt), "trained_float32")

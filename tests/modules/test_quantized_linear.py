@@ -1,5 +1,7 @@
 """Int8 QuantizedLinear: the fast modes agree with the readable reference, and with fp32 within the rounding bound."""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -36,22 +38,13 @@ def test_the_kernel_probe_is_cached_and_the_fallback_is_the_reference(monkeypatc
     x = torch.randn(3, 5, 64)
     ref = QuantizedLinear.from_linear(lin, mode="reference")
     with torch.no_grad():
-        for mode in ("two_digit", "dynamic"):
-            with pytest.warns(RuntimeWarning, match="saturates") if mode == "two_digit" else _no_warning():
-                y = QuantizedLinear.from_linear(lin, mode=mode)(x)
-            assert torch.equal(y, ref(x))
-
-
-class _no_warning:
-    def __enter__(self):
-        import warnings
-
-        self._catch = warnings.catch_warnings()
-        self._catch.__enter__()
-        warnings.simplefilter("error", RuntimeWarning)  # warned once already: no second warning
-
-    def __exit__(self, *exc):
-        return self._catch.__exit__(*exc)
+        with pytest.warns(RuntimeWarning, match="saturates"):
+            y = QuantizedLinear.from_linear(lin, mode="two_digit")(x)
+        assert torch.equal(y, ref(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # warned once already: no second warning
+            y = QuantizedLinear.from_linear(lin, mode="dynamic")(x)
+        assert torch.equal(y, ref(x))
 
 
 @pytest.mark.parametrize("mode", ["two_digit", "dynamic", "weight_only"])
