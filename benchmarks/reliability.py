@@ -584,6 +584,12 @@ def _non_writable(fx, tmp, inside: bool = True):
     """``train lm`` as nobody with ``--out`` inside (or at) a folder nobody may write; the data must survive."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return Outcome("skipped", "needs root (to run as nobody) and setpriv")
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            "import attnkit.cli.main"], capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                           env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    if probe.returncode != 0:  # e.g. a checkout inside `mktemp -d` (mode 700): nobody cannot read the code itself
+        return Outcome("skipped", f"nobody (uid 65534) cannot import attnkit from {ROOT} or its Python "
+                                  f"(a folder above them is not readable by others)")
     base = Path(tempfile.mkdtemp(prefix="attnkit-ro-"))
     try:
         os.chmod(base, 0o755)
