@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/mt_de_en.py --minutes 60            # the `train mt` recipe; ~65 minutes in all
     .venv/bin/python benchmarks/mt_de_en.py --minutes 60 --model tiny --grid full   # the 2026-11-22 run
     .venv/bin/python benchmarks/mt_de_en.py --minutes 60 --model small --autocast bf16
+    .venv/bin/python benchmarks/mt_de_en.py --minutes 15 --train-args "--set dropout=0"   # a recipe probe
     .venv/bin/python benchmarks/mt_de_en.py --skip-train --out DIR  # only the evaluation of an existing run
 
 Steps, each one an ordinary ``attnkit`` command (printed, and recorded in ``mt_de_en.json``):
@@ -141,6 +142,8 @@ def main() -> int:
     p.add_argument("--name", default="mt_de_en", help="file name stem of the outputs in benchmarks/")
     p.add_argument("--autocast", choices=("bf16",), default=None,
                    help="train with bf16 autocast (fast on CPUs with AMX/AVX512-BF16; off by default)")
+    p.add_argument("--train-args", default="", metavar="FLAGS",
+                   help="extra flags for `attnkit train mt` (space-separated), e.g. \"--set dropout=0 --lr 3e-3\"")
     p.add_argument("--skip-train", action="store_true", help="evaluate the existing run in --out")
     p.add_argument("--smoke", type=int, default=None, metavar="N",
                    help="check the evaluation part on the first N sentences only (not a benchmark figure)")
@@ -169,6 +172,7 @@ def main() -> int:
                   "--out", str(out)]
     if args.autocast:
         train_args += ["--autocast", args.autocast]
+    train_args += args.train_args.split()
     if not args.skip_train:
         attnkit(train_args, env)
     train_seconds = time.time() - t0
