@@ -27,6 +27,10 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
    see :mod:`attnkit.data.gnome_help`) and Debian's manuals -- the Debian reference, the New Maintainers' Guide
    and the Developer's Reference -- German against English HTML, aligned by section id and block: about 8,900
    pairs (see :mod:`attnkit.data.html_manuals`).
+7. The campaigns of the game "The Battle for Wesnoth" (``wesnoth-1.16-httt``, ``-utbs`` … sixteen packages, GPL-2+):
+   their German message catalogs hold the campaigns' dialogue and narration, split into sentences: about 20,000
+   pairs of natural, everyday and literary sentences ("Let us return to the village."), the register closest
+   to the dictionary's example sentences of everything here (see :func:`story_pairs`).
 
 Split: a seeded shuffle of the (deduplicated) dictionary sentences gives 2,000 test and 1,000 valid pairs whose
 strings are all distinct. A second test set, ``test-docs``, holds 2,000 natural full sentences (at least five
@@ -69,7 +73,7 @@ from typing import Iterable
 
 from attnkit.data import debian_descriptions, gnome_help, html_manuals, libreoffice_help, man_pages
 from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
-from attnkit.data.pair_filters import is_full_sentence
+from attnkit.data.pair_filters import admit_blocks, is_full_sentence
 from attnkit.data.parallel import SPLITS, normalize_text, write_tsv
 from attnkit.data.registry import register
 
@@ -83,6 +87,7 @@ __all__ = [
     "read_mo",
     "clean_catalog_pair",
     "catalog_pairs",
+    "story_pairs",
     "split_pairs",
     "hold_out_documents",
     "remove_overlap",
@@ -96,7 +101,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 8
+RECIPE_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -105,11 +110,13 @@ class DebSource:
 
     package: str
     license: str
-    kind: str  # "ding" (dictionary), "gettext" (.mo catalogs), "help-de"/"help-en" (LibreOffice help), "man-de"/"man-en"
+    kind: str  # "ding" (dictionary), "gettext" (.mo catalogs), "story" (.mo catalogs of prose), "help-de"/"help-en"
+    #            (LibreOffice help), "man-de"/"man-en", "man-owner", "gnome", "manual-de"/"manual-en"
     globs: tuple[str, ...]  # paths inside the package, relative to its root
 
 
-# Download sizes (Debian 12 "bookworm", amd64) are given for orientation: about 39 MB in all.
+# Download sizes (Debian 12 "bookworm", amd64) are given for orientation: about 230 MB in all (the Wesnoth
+# campaigns are 131 MB of it: their maps, images and sounds come with the catalogs).
 PACKAGES: tuple[DebSource, ...] = (
     DebSource("trans-de-en", "GPL-2+", "ding", ("usr/share/trans/de-en",)),  # 6.3 MB
     # LibreOffice keeps its catalogs outside /usr/share/locale.
@@ -182,6 +189,11 @@ PACKAGES: tuple[DebSource, ...] = (
     DebSource("maint-guide", "MIT (Expat)", "manual-en", ("usr/share/doc/maint-guide/html/*.en.html",)),
     DebSource("developers-reference-de", "MIT (Expat)", "manual-de", ("usr/share/developers-reference/de/*.html",)),
     DebSource("developers-reference", "MIT (Expat)", "manual-en", ("usr/share/developers-reference/*.html",)),
+    # The Battle for Wesnoth's campaigns: each package holds one campaign and its catalogs in every language.
+    *(DebSource(f"wesnoth-1.16-{campaign}", "GPL-2+", "story",
+                ("usr/share/games/wesnoth/1.16/locale/de/LC_MESSAGES/*.mo",))
+      for campaign in ("did", "dm", "dw", "ei", "httt", "l", "low", "nr", "sof", "sota", "sotbe", "thot", "trow", "tsg",
+                       "ttb", "utbs")),
 )
 # Manual pages that are not chapters: the whole book on one page (a duplicate of the chapters), search, index.
 _MANUAL_SKIP = frozenset(("developers-reference", "search", "genindex"))
@@ -260,6 +272,22 @@ KNOWN_DEBS: dict[str, tuple[str, str]] = {
     "simple-scan": ("42.5-2", "782842b780d6069fbc422122e40cd38de19c3577a8129e431744028b812ff2ef"),
     "gnome-clocks": ("43.0-1", "cd92c912a6f69789785b9e898611a6f8ced7659597e000e8f7a92583cf259a46"),
     "baobab": ("43.0-1", "acab793673e0f559080b492a40281c5ea7da04da5830c28c346cca62860fad69"),
+    "wesnoth-1.16-did": ("1:1.16.9-1", "774619f5aaeb7eb4c848e1cc1758795a8c58e96bd270cceecc9d847dbcc769b3"),
+    "wesnoth-1.16-dm": ("1:1.16.9-1", "1997ad4d91e8de36415db2a3445904288f588a76d75111222d2aace409ace5c6"),
+    "wesnoth-1.16-dw": ("1:1.16.9-1", "47982e08b2a5d5fd79f400a5453f32c6d7dd56f2ccc10412a9e47dec8a9b3ca4"),
+    "wesnoth-1.16-ei": ("1:1.16.9-1", "687abe111ee662b7324336ddadc209758f68d2eeb1ccbf630238f27a0e3c6404"),
+    "wesnoth-1.16-httt": ("1:1.16.9-1", "05b16a3f8f8204278794aae14d8e6a7c95d2b2faef7337c4997c827a146d1bbd"),
+    "wesnoth-1.16-l": ("1:1.16.9-1", "5383c79046df6121929bc36a8ec3f970ab4cf9c1239ed9b31868201c27f4266d"),
+    "wesnoth-1.16-low": ("1:1.16.9-1", "2f304551b97b7fb76a2adb5ad8ffcac3e78476bc8ade17532c90714065c9bf9f"),
+    "wesnoth-1.16-nr": ("1:1.16.9-1", "13edcf1bdd23708f531ba81c67100c5800363a119f10155c7f9e146fe7dced34"),
+    "wesnoth-1.16-sof": ("1:1.16.9-1", "b6f1ddffdbd1a977f3965dae944e4fb11c147627471f1cfc71c92d1e69efb555"),
+    "wesnoth-1.16-sota": ("1:1.16.9-1", "fa44304ff53d259f3c5fe13c03cb8166e55e9c307807d1a5663048c396645ba6"),
+    "wesnoth-1.16-sotbe": ("1:1.16.9-1", "877a2f4a7fd8df54fd3b4561ffbd5fa95d0390d7c7372f3cb66367c8007918cb"),
+    "wesnoth-1.16-thot": ("1:1.16.9-1", "79d9ec6e43300ea9f41295ccf3fb451e8eeaefc17007123f65d77eb05cb88695"),
+    "wesnoth-1.16-trow": ("1:1.16.9-1", "b5009e964ac7157a46d50de911e4f56f5bb4389d60b82a513b5f382671d180d7"),
+    "wesnoth-1.16-tsg": ("1:1.16.9-1", "38b5f564253b8e0d9c093b2b7c58aabfef24f688968d9cbaf42abfc1e76d8288"),
+    "wesnoth-1.16-ttb": ("1:1.16.9-1", "d0d45693665305191488553ade8dc1d0aa26ab17d4bffae3bf6969db4a766329"),
+    "wesnoth-1.16-utbs": ("1:1.16.9-1", "81e05717bebbfb6348c0bed2cd6ce2560c4fd9205ed419c2e7bc039b4a70e228"),
 }
 
 # sha256 of the apt translation indexes the descriptions are read from (bookworm main/i18n, uncompressed).
@@ -390,15 +418,15 @@ _LETTER = re.compile(r"[^\W\d_]")
 _CODE_NAME = re.compile(r"[A-Z0-9.]+")  # spreadsheet function names such as CHIQUINV / CHISQINV
 
 
-def clean_catalog_pair(english: str, german: str) -> tuple[Pair | None, str]:
+def clean_catalog_pair(english: str, german: str, max_chars: int | None = MAX_CHARS) -> tuple[Pair | None, str]:
     """Clean one catalog message pair; return ``((german, english), "ok")`` or ``(None, reason)``.
 
     Rejected: printf/brace/dollar placeholders, markup and entities, URLs and e-mail addresses, tab-separated
     tables, more than one accelerator mark or a leftover ``_``/``~`` (identifiers), empty sides, no letter at
     all, identical sides (untranslated, or names), upper-case code names on both sides (spreadsheet
     functions: ``DBSTDABW``/``DSTDEV``), an English side copied into the German one (GCC's
-    "Interner Fehler: <english>"), a side longer than ``MAX_CHARS`` characters. Kept pairs have their
-    accelerator mark removed and whitespace normalised (wrapped lines joined).
+    "Interner Fehler: <english>"), a side longer than ``max_chars`` characters (None: no limit). Kept pairs have
+    their accelerator mark removed and whitespace normalised (wrapped lines joined).
     """
     for reason, pattern in _REJECT:
         if pattern.search(english) or pattern.search(german):
@@ -417,7 +445,7 @@ def clean_catalog_pair(english: str, german: str) -> tuple[Pair | None, str]:
         return None, "code name"
     if len(en.split()) >= 3 and en in de:
         return None, "untranslated"
-    if len(en) > MAX_CHARS or len(de) > MAX_CHARS:
+    if max_chars is not None and (len(en) > max_chars or len(de) > max_chars):
         return None, "too long"
     return (de, en), "ok"
 
@@ -441,6 +469,32 @@ def catalog_pairs(mo_files: Iterable[str | Path]) -> tuple[list[Pair], collectio
                 seen.add(pair)
                 out.append(pair)
     return out, reasons
+
+
+# Wesnoth marks a message's context inside the msgid: "female^Princess", "teamname^Enemies".
+_CONTEXT_PREFIX = re.compile(r"^[^\s^]+\^")
+
+
+def story_pairs(mo_files: Iterable[str | Path]) -> tuple[list[Pair], collections.Counter]:
+    """Sentence pairs from ``.mo`` catalogs of prose (the Wesnoth campaigns' dialogue and narration).
+
+    Each message is cleaned as :func:`clean_catalog_pair` cleans UI messages (placeholders, markup, accelerators
+    …; a context prefix ``word^`` is removed first), but with no length limit: a narration paragraph is then
+    split into sentences, which pair up when both sides have as many (:func:`~attnkit.data.pair_filters.admit_blocks`:
+    length ratio and language checked, duplicates dropped). Returns the ``(german, english)`` pairs in file
+    order and a counter of why the other messages or sentences were dropped.
+    """
+    reasons: collections.Counter = collections.Counter()
+    blocks: list[Pair] = []
+    for path in mo_files:
+        for entry in read_mo(path):
+            pair, reason = clean_catalog_pair(_CONTEXT_PREFIX.sub("", entry.msgid, count=1), entry.msgstr,
+                                              max_chars=None)
+            if pair is None:
+                reasons[reason] += 1
+            else:
+                blocks.append(pair)
+    return admit_blocks(blocks, set(), reasons), reasons
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -596,6 +650,7 @@ class _Unpacked:
     packages: list[dict] = field(default_factory=list)
     ding: list[Pair] = field(default_factory=list)
     mo_files: list[Path] = field(default_factory=list)
+    story_files: list[Path] = field(default_factory=list)
     help_roots: dict[str, Path] = field(default_factory=dict)
     man_roots: dict[str, list[Path]] = field(default_factory=lambda: {"man-de": [], "man-en": []})
     gnome_roots: list[Path] = field(default_factory=list)
@@ -636,6 +691,8 @@ def _fetch_packages(debs_dir: Path, tmp: Path) -> _Unpacked:
             u.man_roots["man-en"].append(unpacked / man_pages.MAN_ROOT)
             if (unpacked / man_pages.MAN_ROOT / "de").is_dir():
                 u.man_roots["man-de"].append(unpacked / man_pages.MAN_ROOT / "de")
+        elif src.kind == "story":
+            u.story_files.extend(files)
         elif src.kind in ("help-de", "help-en"):
             u.help_roots[src.kind] = unpacked / libreoffice_help.HELP_ROOT / ("de" if src.kind == "help-de" else "en-US")
         else:
@@ -682,8 +739,9 @@ def _source_record(packages: list[dict], indexes: list[dict], counts: dict, outp
         "recipe": "de-en",
         "recipe_version": RECIPE_VERSION,
         "description": "German→English sentence pairs: Ding dictionary example sentences (trans-de-en), "
-                       "gettext catalogs of LibreOffice, GCC, git, GIMP and Evolution, and Debian package "
-                       "descriptions (DDTP); valid/test from Ding, test-docs from descriptions.",
+                       "gettext catalogs of LibreOffice, GCC, git, GIMP and Evolution, the Wesnoth campaigns' "
+                       "dialogue and narration, LibreOffice help, man pages, GNOME help, Debian's manuals and "
+                       "package descriptions (DDTP); valid/test from Ding, test-docs from descriptions.",
         "format": "TSV, one pair a line: german<TAB>english (UTF-8, NFC, whitespace normalised)",
         "license": "per package, see packages[].license (the dictionary is GPL-2+)",
         "packages": packages,
@@ -700,8 +758,9 @@ def _source_record(packages: list[dict], indexes: list[dict], counts: dict, outp
 
 
 @register("de-en", kind="mt",
-          description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, "
-                      "~43k LibreOffice help, ~43k man-page, ~15k GNOME help and Debian manual, ~45k package-description sentences")
+          description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, ~20k game "
+                      "dialogue (Wesnoth), ~43k LibreOffice help, ~43k man-page, ~15k GNOME help and Debian manual, "
+                      "~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
@@ -722,8 +781,10 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         u = _fetch_packages(debs_dir, Path(tmp))
         ding = u.ding
-        stages = tqdm(total=6, desc="de-en: aligning", unit="source")
+        stages = tqdm(total=7, desc="de-en: aligning", unit="source")
         catalog, reasons = catalog_pairs(u.mo_files)
+        stages.update()
+        stories, story_reasons = story_pairs(u.story_files)
         stages.update()
         aligned = _align_documents(u, stages)
     stages.set_description("de-en: aligning (package descriptions)")
@@ -735,8 +796,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         for key in ("help", "man", "gnome_help", "manual"))
     test_docs, held_docs = hold_out_documents(docs, N_TEST_DOCS, seed=SPLIT_SEED)
     descriptions = [p for name in sorted(docs) if name not in held_docs for p in docs[name]]
-    splits, removed = split_pairs(ding, catalog + help_pairs + man_pairs + gnome_pairs + manual_pairs + descriptions, n_test=N_TEST,
-                                  n_valid=N_VALID, seed=SPLIT_SEED)
+    extra = catalog + stories + help_pairs + man_pairs + gnome_pairs + manual_pairs + descriptions
+    splits, removed = split_pairs(ding, extra, n_test=N_TEST, n_valid=N_VALID, seed=SPLIT_SEED)
     splits["train"], removed_docs = remove_overlap(splits["train"], test_docs)
     splits["test-docs"] = test_docs
     ding_set = set(ding)
@@ -745,7 +806,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     random.Random(SPLIT_SEED).shuffle(splits["train"])
     # each unique train pair counted once, for the first source (in this order) that has it
     per_source = collections.Counter()
-    sources = (("catalogs", set(catalog)), ("libreoffice_help", set(help_pairs)), ("man_pages", set(man_pairs)),
+    sources = (("catalogs", set(catalog)), ("stories", set(stories)), ("libreoffice_help", set(help_pairs)), ("man_pages", set(man_pairs)),
                ("gnome_help", set(gnome_pairs)), ("manuals", set(manual_pairs)),
                ("descriptions", set(descriptions)))
     for pair in set(splits["train"]) - ding_set:
@@ -757,6 +818,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         "dictionary_sentences": len(ding),
         "catalog_pairs": len(catalog),
         "catalog_dropped": _dropped(reasons),
+        "story_pairs": len(stories),
+        "story_dropped": _dropped(story_reasons),
         **{f"{key}_{what}": value
            for key, n_pairs in (("help", len(help_pairs)), ("man", len(man_pairs)), ("gnome_help", len(gnome_pairs)),
                                 ("manual", len(manual_pairs)))
@@ -770,7 +833,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         **{name: len(splits[name]) for name in SPLITS},
     }
     write_source_record(root, _source_record(u.packages, indexes, counts, outputs))
-    print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
+    print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + {len(stories):,} story pairs + "
           f"{len(help_pairs):,} LibreOffice help pairs + {len(man_pairs):,} man-page pairs + "
           f"{len(gnome_pairs):,} GNOME help pairs + {len(manual_pairs):,} Debian manual pairs + "
           f"{counts['description_pairs']:,} description pairs ({len(docs):,} source packages) → "

@@ -18,7 +18,7 @@ import struct
 import pytest
 
 from attnkit.data import de_en
-from attnkit.data.de_en import catalog_pairs, clean_catalog_pair, ding_pairs, read_mo, split_pairs
+from attnkit.data.de_en import catalog_pairs, clean_catalog_pair, ding_pairs, read_mo, split_pairs, story_pairs
 from attnkit.data.fetch import FetchError, sha256_file
 from attnkit.data.parallel import read_tsv
 
@@ -165,6 +165,29 @@ def test_catalog_pairs_reads_mo_files_dedupes_and_counts_reasons(tmp_path):
     assert reasons == {"ok": 2, "duplicate": 1, "placeholder": 1}
 
 
+def test_story_pairs_split_narration_into_sentences_and_drop_contexts(tmp_path):
+    narration = ("The river was wide. We crossed it at night, and nobody saw us.",
+                 "Der Fluss war breit. Wir überquerten ihn nachts, und niemand sah uns.")
+    mo = tmp_path / "wesnoth-x.mo"
+    mo.write_bytes(make_mo({
+        narration[0].encode(): narration[1].encode(),  # two sentences on each side: they pair up
+        "female^Battle Princess".encode(): "Kriegsprinzessin".encode(),  # Wesnoth's context prefix is removed
+        "We have you now, mortals!".encode(): "Jetzt haben wir euch, Sterbliche!".encode(),
+        "You have $turns turns left.".encode(): "Ihr habt noch $turns Runden.".encode(),  # a placeholder
+        ("One long sentence about the war, " * 20 + "the end.").encode():
+            ("Ein langer Satz über den Krieg, " * 20 + "das Ende.").encode(),  # no catalog length limit here
+    }))
+    pairs, reasons = story_pairs([mo])
+    assert ("Der Fluss war breit.", "The river was wide.") in pairs
+    assert ("Wir überquerten ihn nachts, und niemand sah uns.", "We crossed it at night, and nobody saw us.") in pairs
+    assert ("Kriegsprinzessin", "Battle Princess") in pairs
+    assert ("Jetzt haben wir euch, Sterbliche!", "We have you now, mortals!") in pairs
+    assert reasons["placeholder"] == 1 and not any("$" in de for de, _ in pairs)
+    assert clean_catalog_pair("word " * 100, "Wort " * 100, max_chars=None)[1] == "ok"
+    # the same message twice (two campaigns) gives its pairs once
+    assert story_pairs([mo, mo])[0] == pairs
+
+
 # --- the split -----------------------------------------------------------------------------------------------------
 def _pool(n: int) -> list[tuple[str, str]]:
     return [(f"Das ist Satz Nummer {i}.", f"This is sentence number {i}.") for i in range(n)]
@@ -210,6 +233,11 @@ def _fake_fetchers(monkeypatch, calls: list[str]):
             f.parent.mkdir(parents=True)
             f.write_text("".join(f"Satz {{m}} | Das ist Satz Nummer {i}. :: sentence | This is sentence number {i}.\n"
                                  for i in range(40)), encoding="utf-8")
+        elif package.startswith("wesnoth"):
+            f = dest / "usr/share/games/wesnoth/1.16/locale/de/LC_MESSAGES/wesnoth-x.mo"
+            f.parent.mkdir(parents=True)
+            f.write_bytes(make_mo({f"We must defend the village number {i} now.".encode():
+                                   f"Wir müssen jetzt das Dorf Nummer {i} verteidigen.".encode() for i in range(4)}))
         else:
             f = dest / "usr/share/locale/de/LC_MESSAGES/x.mo"
             f.parent.mkdir(parents=True)
@@ -222,6 +250,8 @@ def _fake_fetchers(monkeypatch, calls: list[str]):
     monkeypatch.setattr(de_en, "PACKAGES", (
         de_en.DebSource("trans-de-en", "GPL-2+", "ding", ("usr/share/trans/de-en",)),
         de_en.DebSource("git", "GPL-2", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),
+        de_en.DebSource("wesnoth-1.16-httt", "GPL-2+", "story",
+                        ("usr/share/games/wesnoth/1.16/locale/de/LC_MESSAGES/*.mo",)),
     ))
     monkeypatch.setattr(de_en, "N_TEST", 6)
     monkeypatch.setattr(de_en, "N_VALID", 4)
@@ -258,19 +288,22 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     _fake_fetchers(monkeypatch, calls)
     assert get_recipe("de-en").kind == "mt"
     root = prepare("de-en", home=tmp_path)
-    assert root == tmp_path / "data" / "de-en" and calls == ["trans-de-en", "git"]
+    fetched = ["trans-de-en", "git", "wesnoth-1.16-httt"]
+    assert root == tmp_path / "data" / "de-en" and calls == fetched
     out = capsys.readouterr().out
-    # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 2 source packages x 2 descriptions x 2 pairs
-    assert "train 103 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
-    assert "unique train pairs per source: dictionary 30, catalogs 5, libreoffice_help 0, man_pages 0, gnome_help 0, manuals 0, descriptions 8" in out, out
+    # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 4 story pairs + 2 source packages x 2 descriptions
+    # x 2 pairs
+    assert "train 107 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
+    assert "unique train pairs per source: dictionary 30, catalogs 5, stories 4, libreoffice_help 0, man_pages 0, gnome_help 0, manuals 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
+    assert record["counts"]["story_pairs"] == 4
     assert record["counts"]["description_pairs"] == 16 and record["counts"]["test_docs_documents"] == 2
     assert [i["index"] for i in record["apt_indexes"]] == ["x_i18n_Translation-de", "x_i18n_Translation-en", "x_Packages"]
-    assert [p["package"] for p in record["packages"]] == ["trans-de-en", "git"]
+    assert [p["package"] for p in record["packages"]] == fetched
     assert record["packages"][1]["sha256"] == sha256_file(root / "debs" / "git_1.0-1_all.deb")
     splits = {s: read_tsv(root / f"{s}.tsv") for s in ("train", "valid", "test", "test-docs")}
-    assert {s: len(c) for s, c in splits.items()} == {"train": 103, "valid": 4, "test": 6, "test-docs": 3}
+    assert {s: len(c) for s, c in splits.items()} == {"train": 107, "valid": 4, "test": 6, "test-docs": 3}
     # test-docs: whole source packages held out; none of their sentences (or short descriptions) in train
     held_sources = {int(re.search(r"Werkzeug Nummer (\d)", d).group(1)) // 2 for d in splits["test-docs"].sources}
     assert len(held_sources) == 2
@@ -295,16 +328,16 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     # second call: cached, nothing fetched, nothing rewritten
     before = (root / "train.tsv").stat().st_mtime_ns
     assert prepare("de-en", home=tmp_path) == root
-    assert calls == ["trans-de-en", "git"] and (root / "train.tsv").stat().st_mtime_ns == before
+    assert calls == fetched and (root / "train.tsv").stat().st_mtime_ns == before
 
     # a damaged output is noticed and rebuilt from the cached .debs
     (root / "test.tsv").write_text("kaputt\tbroken\n", encoding="utf-8")
     prepare("de-en", home=tmp_path)
-    assert len(read_tsv(root / "test.tsv")) == 6 and calls == ["trans-de-en", "git"]
+    assert len(read_tsv(root / "test.tsv")) == 6 and calls == fetched
 
     # force: fetch again and rebuild
     prepare("de-en", home=tmp_path, force=True)
-    assert calls == ["trans-de-en", "git"] * 2
+    assert calls == fetched * 2
     assert {s: sha256_file(root / f"{s}.tsv") for s in digests} == digests  # deterministic: byte-identical
 
 
@@ -333,7 +366,7 @@ def test_recipe_reports_a_package_whose_layout_changed(monkeypatch, tmp_path):
 # --- the real thing ------------------------------------------------------------------------------------------------
 @pytest.mark.network
 def test_real_recipe_end_to_end(attnkit_test_home):
-    """Runs the real recipe into the test cache (downloads ~101 MB of .debs the first time, then cached)."""
+    """Runs the real recipe into the test cache (downloads ~230 MB of .debs the first time, then cached)."""
     from attnkit.data.registry import prepare
 
     root = prepare("de-en", home=attnkit_test_home)
@@ -341,7 +374,7 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     counts = record["counts"]
     assert counts["test"] == 2000 and counts["valid"] == 1000
     assert 15_000 <= counts["dictionary_sentences"] <= 25_000
-    assert 30_000 <= counts["catalog_pairs"] <= 45_000
+    assert 30_000 <= counts["catalog_pairs"] <= 45_000 and 12_000 <= counts["story_pairs"] <= 25_000
     assert 35_000 <= counts["description_pairs"] <= 60_000 and counts["test-docs"] == 2000
     assert 35_000 <= counts["help_pairs"] <= 55_000
     assert 35_000 <= counts["man_pairs"] <= 55_000
