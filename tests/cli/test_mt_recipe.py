@@ -30,9 +30,8 @@ def test_recipe_defaults_preset_schedule_bleu_and_final_summary(tmp_path, capsys
     assert cfg["best_metric"] == "valid_bleu" and cfg["best_mode"] == "max"
     cpu = get_preset("transformer-cpu")
     assert (model["d_model"], model["num_encoder_layers"], model["num_decoder_layers"], model["norm_first"],
-            model["attention_dropout"]) == (128, 2, 2, True, 0.0) == (cpu.d_model, cpu.num_encoder_layers,
-                                                                     cpu.num_decoder_layers, cpu.norm_first,
-                                                                     cpu.attention_dropout)
+            model["dropout"], model["attention_dropout"]) == (128, 2, 2, True, 0.0, 0.0) == (
+        cpu.d_model, cpu.num_encoder_layers, cpu.num_decoder_layers, cpu.norm_first, cpu.dropout, cpu.attention_dropout)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["best"]["metric"] == "valid_bleu"
     final = summary["final_valid"]
