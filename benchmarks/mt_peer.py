@@ -11,7 +11,7 @@ sqrt(d_model) plus sinusoidal positions, one embedding table shared by source, t
 the decoder on the whole prefix at each step (no cache), as the tutorial's ``greedy_decode`` does (batched
 here). ``--peer-size tutorial`` keeps the tutorial's size and optimizer (d_model 512, 8 heads, FF 512, 3+3
 layers, dropout 0.1, constant lr 1e-4); ``--peer-size recipe`` gives it attnkit's recipe size and schedule
-(d_model 128, 4 heads, FF 512, 2+2 layers, warmup 150 + cosine to the end of the budget, peak 2e-3), so that
+(d_model 128, 4 heads, FF 512, 2+2 layers, no dropout, warmup 150 + cosine to the end of the budget, peak 2e-3), so that
 only the implementation and the recipe's other choices differ.
 
 Both see the same pairs, the same joint BPE (``attnkit.data.mt_batching.train_joint_bpe``, same vocabulary size,
@@ -55,7 +55,7 @@ PEER_SIZES = {
     "tutorial": dict(d_model=512, nhead=8, dim_feedforward=512, num_encoder_layers=3, num_decoder_layers=3,
                      dropout=0.1),
     "recipe": dict(d_model=128, nhead=4, dim_feedforward=512, num_encoder_layers=2, num_decoder_layers=2,
-                   dropout=0.1),
+                   dropout=0.0),  # as the transformer-cpu preset
 }
 PEER_OPTIM = {
     "tutorial": dict(lr=1e-4, schedule="constant", warmup=0),
