@@ -11,8 +11,8 @@ sqrt(d_model) plus sinusoidal positions, one embedding table shared by source, t
 the decoder on the whole prefix at each step (no cache), as the tutorial's ``greedy_decode`` does (batched
 here). ``--peer-size tutorial`` keeps the tutorial's size and optimizer (d_model 512, 8 heads, FF 512, 3+3
 layers, dropout 0.1, constant lr 1e-4); ``--peer-size recipe`` gives it attnkit's recipe size and schedule
-(d_model 128, 4 heads, FF 512, 2+2 layers, no dropout, warmup 150 + cosine to the end of the budget, peak 2e-3), so that
-only the implementation and the recipe's other choices differ.
+(d_model 128, 4 heads, FF 512, 2+2 layers, no dropout, warmup 150 + cosine to the end of the budget, peak
+2e-3), so that only the implementation and the recipe's other choices differ.
 
 Both see the same pairs, the same joint BPE (``attnkit.data.mt_batching.train_joint_bpe``, same vocabulary size,
 deterministic), the same length limit and the same token-budget batches (``TokenBudgetBatcher``, same seed).

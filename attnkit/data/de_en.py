@@ -28,7 +28,7 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
    and the Developer's Reference -- German against English HTML, aligned by section id and block: about 8,900
    pairs (see :mod:`attnkit.data.html_manuals`).
 7. The campaigns of the game "The Battle for Wesnoth" (``wesnoth-1.16-httt``, ``-utbs`` … sixteen packages, GPL-2+):
-   their German message catalogs hold the campaigns' dialogue and narration, split into sentences: about 20,000
+   their German message catalogs hold the campaigns' dialogue and narration, split into sentences: about 16,000
    pairs of natural, everyday and literary sentences ("Let us return to the village."), the register closest
    to the dictionary's example sentences of everything here (see :func:`story_pairs`).
 
@@ -758,7 +758,7 @@ def _source_record(packages: list[dict], indexes: list[dict], counts: dict, outp
 
 
 @register("de-en", kind="mt",
-          description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, ~20k game "
+          description="German→English from Debian: ~18k dictionary sentences (Ding), ~36k UI messages, ~16k game "
                       "dialogue (Wesnoth), ~43k LibreOffice help, ~43k man-page, ~15k GNOME help and Debian manual, "
                       "~45k package-description sentences")
 def prepare_de_en(root: Path, force: bool = False) -> Path:
@@ -806,8 +806,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     random.Random(SPLIT_SEED).shuffle(splits["train"])
     # each unique train pair counted once, for the first source (in this order) that has it
     per_source = collections.Counter()
-    sources = (("catalogs", set(catalog)), ("stories", set(stories)), ("libreoffice_help", set(help_pairs)), ("man_pages", set(man_pairs)),
-               ("gnome_help", set(gnome_pairs)), ("manuals", set(manual_pairs)),
+    sources = (("catalogs", set(catalog)), ("stories", set(stories)), ("libreoffice_help", set(help_pairs)),
+               ("man_pages", set(man_pairs)), ("gnome_help", set(gnome_pairs)), ("manuals", set(manual_pairs)),
                ("descriptions", set(descriptions)))
     for pair in set(splits["train"]) - ding_set:
         per_source[next((name for name, pairs in sources if pair in pairs), "other")] += 1
@@ -833,7 +833,8 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         **{name: len(splits[name]) for name in SPLITS},
     }
     write_source_record(root, _source_record(u.packages, indexes, counts, outputs))
-    print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + {len(stories):,} story pairs + "
+    print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
+          f"{len(stories):,} story pairs + "
           f"{len(help_pairs):,} LibreOffice help pairs + {len(man_pairs):,} man-page pairs + "
           f"{len(gnome_pairs):,} GNOME help pairs + {len(manual_pairs):,} Debian manual pairs + "
           f"{counts['description_pairs']:,} description pairs ({len(docs):,} source packages) → "
