@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["LM_DEFAULTS", "MT_DEFAULTS", "FT_DEFAULTS", "LORA_LR", "MT_DEFAULT_PRESET", "MT_DEFAULT_VOCAB",
-           "MT_DEFAULT_MAX_TOKENS", "MT_DEFAULT_MAX_LEN", "MT_DEFAULT_BLEU_SENTENCES", "DEFAULT_BEAM",
+           "MT_DEFAULT_MAX_TOKENS", "MT_DEFAULT_MAX_LEN", "MT_DEFAULT_BLEU_SENTENCES", "MT_DEFAULT_ANNEAL_SHARE", "DEFAULT_BEAM",
            "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE"]
 
 # Defaults of the language-modelling recipe (tuned for the char-small preset on 2 CPU cores;
@@ -43,6 +43,9 @@ MT_DEFAULT_VOCAB = 2000
 MT_DEFAULT_MAX_TOKENS = 1024
 MT_DEFAULT_MAX_LEN = 128
 MT_DEFAULT_BLEU_SENTENCES = 150
+# With --anneal-data: the final share of the budget that trains on the in-domain pairs only (benchmarks/RESULTS.md,
+# "Annealing on the in-domain pairs").
+MT_DEFAULT_ANNEAL_SHARE = 0.2
 
 # Fine-tuning recipe: small batches of long-ish blocks, a gentle learning rate, no weight decay (it would pull
 # the pretrained weights towards zero), frequent evaluation (runs are short).

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.cli.flags import add_run_flags, is_main_process, parse_overrides, say, train_flag_values, world_size
-from attnkit.recipes import (MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_PRESET,
-                             MT_DEFAULT_VOCAB, MT_DEFAULTS)
+from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN,
+                             MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_PRESET, MT_DEFAULT_VOCAB, MT_DEFAULTS)
 
 def register(tsub: argparse._SubParsersAction) -> None:
     mt = tsub.add_parser(
@@ -73,6 +73,13 @@ def register(tsub: argparse._SubParsersAction) -> None:
                     help=f"validation sentences translated at each evaluation (default {MT_DEFAULT_BLEU_SENTENCES})")
     mt.add_argument("--word-dropout", type=float, default=None, metavar="P",
                     help="replace each source token by <unk> with probability P in training (default 0)")
+    mt.add_argument("--anneal-data", default=None, metavar="DATA",
+                    help="for the last --anneal-share of the budget, train on these pairs only (e.g. the training "
+                         "pairs of the test's domain): a recipe name (its in-domain.tsv; de-en: the dictionary "
+                         "sentences and the Wesnoth dialogue), a TSV file or SRC_FILE,TGT_FILE")
+    mt.add_argument("--anneal-share", type=float, default=None, metavar="F",
+                    help=f"final share of the budget (steps or --max-time) that trains on --anneal-data, in (0, 1) "
+                         f"(default {MT_DEFAULT_ANNEAL_SHARE})")
     mt.add_argument("--average-last", type=int, default=0, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
     add_run_flags(mt)
@@ -83,7 +90,7 @@ def _mt_options(args: argparse.Namespace, saved: dict | None) -> dict[str, Any]:
     """The translation options: each flag, else the resumed run's value, else the recipe's default.
 
     Keys: ``data, valid, preset`` and the ``mt_options`` the run saves (``vocab_size, max_tokens, max_len,
-    label_smoothing, strict, bleu, bleu_sentences, word_dropout``).
+    label_smoothing, strict, bleu, bleu_sentences, word_dropout, anneal_data, anneal_share``).
     """
     extra_saved = (saved or {}).get("extra", {})
     opts_saved = extra_saved.get("mt_options", {})
@@ -111,7 +118,21 @@ def _mt_options(args: argparse.Namespace, saved: dict | None) -> dict[str, Any]:
         "bleu": bool(opt("bleu", True)),
         "bleu_sentences": opt("bleu_sentences", MT_DEFAULT_BLEU_SENTENCES),
         "word_dropout": opt("word_dropout", 0.0),
+        "anneal_data": opt("anneal_data", None),
+        "anneal_share": _anneal_share(opt("anneal_data", None), opt("anneal_share", None)),
     }
+
+
+def _anneal_share(anneal_data: str | None, share: float | None) -> float | None:
+    """``--anneal-share`` (or its default) with ``--anneal-data``; refused without it or outside (0, 1)."""
+    if anneal_data is None:
+        if share is not None:
+            raise ValueError(f"--anneal-share {share:g} needs --anneal-data (the pairs to anneal on)")
+        return None
+    share = MT_DEFAULT_ANNEAL_SHARE if share is None else share
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"--anneal-share must be in (0, 1), got {share:g}")
+    return share
 
 
 def _mt_train_config(args: argparse.Namespace, saved: dict | None, bleu: bool):
@@ -133,11 +154,18 @@ def _mt_train_config(args: argparse.Namespace, saved: dict | None, bleu: bool):
     return cfg
 
 
-def _parallel_sources(data: str, valid: str | None) -> tuple[Any, str, Any]:
-    """``(source, description, valid source or None)`` of ``--data`` and ``--valid``."""
-    from attnkit.data.parallel import resolve_parallel_data
+def _parallel_sources(data: str, valid: str | None, anneal: str | None = None) -> tuple[Any, str, Any, Any]:
+    """``(source, description, valid source or None, anneal source or None)`` of ``--data``, ``--valid`` and
+    ``--anneal-data`` (a recipe name or folder stays a folder: its in-domain pairs are read from it)."""
+    from attnkit.data.parallel import IN_DOMAIN_FILE, resolve_parallel_data
 
     source, data_desc = resolve_parallel_data(data)
+    anneal_source = None if anneal is None else resolve_parallel_data(anneal, flag="--anneal-data")[0]
+    if isinstance(anneal_source, Path) and anneal_source.is_dir():  # a recipe / prepared folder: its in-domain pairs
+        if not (anneal_source / IN_DOMAIN_FILE).is_file():
+            raise FileNotFoundError(f"--anneal-data {anneal!r}: {anneal_source} has no {IN_DOMAIN_FILE} (the "
+                                    f"in-domain training pairs); name a TSV file or SRC_FILE,TGT_FILE instead")
+        anneal_source = anneal_source / IN_DOMAIN_FILE
     valid_source = None
     if valid is not None:
         valid_source, _ = resolve_parallel_data(valid)
@@ -145,7 +173,7 @@ def _parallel_sources(data: str, valid: str | None) -> tuple[Any, str, Any]:
             valid_source = valid_source / "valid.tsv"
             if not valid_source.is_file():
                 raise FileNotFoundError(f"--valid {valid!r}: no such file {valid_source}")
-    return source, data_desc, valid_source
+    return source, data_desc, valid_source, anneal_source
 
 
 def _mt_model_config(args: argparse.Namespace, saved: dict | None, preset: str, tokenizer: Any, max_len: int):
@@ -198,11 +226,16 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int) -> di
     say(f"data {data_desc}: {len(task.train):,} train / {len(task.valid):,} valid pairs; skipped malformed lines: "
         f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
         f"train {cut['train']}, valid {cut['valid']}")
+    if task.anneal is not None:
+        say(f"anneal: the last {task.anneal_share:.0%} of the budget trains on {len(task.anneal):,} pairs only "
+            f"({task.skipped['anneal']} malformed lines skipped, {cut['anneal']} sentences truncated, "
+            f"{task.batchers['anneal'].num_batches:,} batches per pass)")
     say(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
         f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {task.tokenizer.type} "
         f"(vocab {task.tokenizer.vocab_size:,})")
     return {"train_pairs": len(task.train), "valid_pairs": len(task.valid), "skipped": task.skipped,
-            "truncated": cut, "padding": pad, "valid_split": task.valid_split}
+            "truncated": cut, "padding": pad, "valid_split": task.valid_split,
+            **({"anneal_pairs": len(task.anneal)} if task.anneal is not None else {})}
 
 
 def run_mt(args: argparse.Namespace) -> int:
@@ -220,7 +253,7 @@ def run_mt(args: argparse.Namespace) -> int:
     o = _mt_options(args, saved)
     data, preset, max_tokens, max_len = o["data"], o["preset"], o["max_tokens"], o["max_len"]
     cfg = _mt_train_config(args, saved, o["bleu"])
-    source, data_desc, valid_source = _parallel_sources(data, o["valid"])
+    source, data_desc, valid_source, anneal_source = _parallel_sources(data, o["valid"], o["anneal_data"])
 
     if saved is not None:
         tokenizer = tokenizer_from_dict(saved["extra"]["tokenizer"])
@@ -233,7 +266,8 @@ def run_mt(args: argparse.Namespace) -> int:
     task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, vocab_size=o["vocab_size"],
                             max_len=max_len, truncate=not o["strict"], strict=o["strict"], bleu=o["bleu"],
                             max_tokens=max_tokens, seed=cfg.seed, label_smoothing=o["label_smoothing"],
-                            bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"])
+                            bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"],
+                            anneal=anneal_source, anneal_share=o["anneal_share"])
     tokenizer = task.tokenizer
     data_stats = _report_data(task, data_desc, max_len, max_tokens)
     model_config = _mt_model_config(args, saved, preset, tokenizer, max_len)
@@ -249,7 +283,7 @@ def run_mt(args: argparse.Namespace) -> int:
     valid = o["valid"]
     mt_options = {"valid": None if valid is None else str(valid),
                   **{k: o[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
-                                       "bleu_sentences", "word_dropout")}}
+                                       "bleu_sentences", "word_dropout", "anneal_data", "anneal_share")}}
     extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": tokenizer.to_dict(),
              "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,

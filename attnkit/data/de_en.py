@@ -40,9 +40,13 @@ test-docs (compared case-insensitively) is removed, so nothing of the evaluation
 
 Mixing: the dictionary sentences are the register of the Ding test; they are repeated ``DING_WEIGHT`` times in
 ``train.tsv`` instead of entering in the proportion they happen to have (recorded in ``SOURCE.json``).
+``in-domain.tsv`` holds the training pairs of that register once each (the dictionary sentences and the
+Wesnoth dialogue, about 31,000): ``attnkit train mt --anneal-data de-en`` trains on them only for the end of
+its budget (``attnkit.training.mt_task``).
 
 Output, in the recipe folder ``$ATTNKIT_HOME/data/de-en`` (default ``~/.cache/attnkit/data/de-en``):
-``train.tsv``, ``valid.tsv``, ``test.tsv``, ``test-docs.tsv`` (``german<TAB>english``, one pair a line) and
+``train.tsv``, ``valid.tsv``, ``test.tsv``, ``test-docs.tsv``, ``in-domain.tsv`` (``german<TAB>english``, one pair a
+line) and
 ``SOURCE.json`` (counts per source, package versions and licenses, sha256 of each ``.deb``, of each apt index and
 of each output). The downloaded ``.debs`` stay in ``debs/`` and the apt indexes in ``apt/``, so a rebuild needs no
 network. A second call returns the cached folder; ``force=True``
@@ -74,7 +78,7 @@ from typing import Iterable
 from attnkit.data import debian_descriptions, gnome_help, html_manuals, libreoffice_help, man_pages
 from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
 from attnkit.data.pair_filters import admit_blocks, is_full_sentence
-from attnkit.data.parallel import SPLITS, normalize_text, write_tsv
+from attnkit.data.parallel import IN_DOMAIN_FILE, SPLITS, normalize_text, write_tsv
 from attnkit.data.registry import register
 
 __all__ = [
@@ -101,7 +105,7 @@ DING_WEIGHT = 3  # times each dictionary sentence appears in train.tsv
 SPLIT_SEED = 20240611
 MAX_CHARS = 400  # longer catalog messages are help paragraphs, not sentences
 # Bump when the extraction, cleaning or split rules change: a cache built by another version is rebuilt.
-RECIPE_VERSION = 9
+RECIPE_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -595,7 +599,7 @@ def remove_overlap(train: list[Pair], held_out: Iterable[Pair]) -> tuple[list[Pa
 # ----------------------------------------------------------------------------------------------------------------
 # 4. The recipe
 # ----------------------------------------------------------------------------------------------------------------
-_OUTPUTS = tuple(f"{name}.tsv" for name in SPLITS)
+_OUTPUTS = tuple(f"{name}.tsv" for name in SPLITS) + (IN_DOMAIN_FILE,)
 
 
 def _lines(paths: Iterable[Path]) -> Iterable[str]:
@@ -723,13 +727,14 @@ def _dropped(reasons: collections.Counter) -> dict[str, int]:
     return dict(sorted((k, v) for k, v in reasons.items() if k != "ok"))
 
 
-def _write_splits(root: Path, splits: dict[str, list[Pair]]) -> dict[str, dict]:
-    """Write ``<split>.tsv`` for every split; SOURCE.json's ``outputs`` (pairs, bytes, sha256 per file)."""
+def _write_splits(root: Path, splits: dict[str, list[Pair]], in_domain: list[Pair]) -> dict[str, dict]:
+    """Write ``<split>.tsv`` for every split and ``in-domain.tsv``; SOURCE.json's ``outputs`` (pairs, bytes, sha256
+    per file)."""
     outputs = {}
-    for name in SPLITS:
+    for name, pairs in [*((name, splits[name]) for name in SPLITS), ("in-domain", in_domain)]:
         path = root / f"{name}.tsv"
-        write_tsv(path, splits[name])
-        outputs[path.name] = {"pairs": len(splits[name]), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        write_tsv(path, pairs)
+        outputs[path.name] = {"pairs": len(pairs), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
     return outputs
 
 
@@ -751,7 +756,8 @@ def _source_record(packages: list[dict], indexes: list[dict], counts: dict, outp
                   "rule": "valid/test from dictionary sentences only; test-docs: full sentences (>= 5 words, "
                           ".!?) of package descriptions held out by whole source package; no train pair shares "
                           "a German or an English string (casefolded) with valid/test/test-docs; dictionary "
-                          f"sentences repeated {DING_WEIGHT} times in train"},
+                          f"sentences repeated {DING_WEIGHT} times in train; in-domain.tsv: the train pairs of the "
+                          "dictionary and the Wesnoth campaigns, once each"},
         "counts": counts,
         "outputs": outputs,
     }
@@ -813,7 +819,10 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         per_source[next((name for name, pairs in sources if pair in pairs), "other")] += 1
     per_source = {"dictionary": len(ding_train), **{name: per_source[name] for name, _ in sources}}
 
-    outputs = _write_splits(root, splits)
+    # the register of the Ding test, once each, in train's order: what `train mt --anneal-data de-en` ends on
+    in_domain_set = ding_set | set(stories)
+    in_domain = list(dict.fromkeys(p for p in splits["train"] if p in in_domain_set))
+    outputs = _write_splits(root, splits, in_domain)
     counts = {
         "dictionary_sentences": len(ding),
         "catalog_pairs": len(catalog),
@@ -831,6 +840,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         "train_unique_per_source": per_source,
         "train_removed_overlap": removed + removed_docs,
         **{name: len(splits[name]) for name in SPLITS},
+        "in-domain": len(in_domain),
     }
     write_source_record(root, _source_record(u.packages, indexes, counts, outputs))
     print(f"de-en: {len(ding):,} dictionary sentences + {len(catalog):,} catalog pairs + "
@@ -839,7 +849,7 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
           f"{len(gnome_pairs):,} GNOME help pairs + {len(manual_pairs):,} Debian manual pairs + "
           f"{counts['description_pairs']:,} description pairs ({len(docs):,} source packages) → "
           f"train {len(splits['train']):,} (dictionary ×{DING_WEIGHT}) / valid {len(splits['valid']):,} / "
-          f"test {len(splits['test']):,} / test-docs {len(splits['test-docs']):,} "
+          f"test {len(splits['test']):,} / test-docs {len(splits['test-docs']):,} / in-domain {len(in_domain):,} "
           f"({removed + removed_docs:,} train pairs removed for overlapping the evaluation sets) "
           f"in {time.perf_counter() - start:.1f}s")
     print("de-en: unique train pairs per source: "

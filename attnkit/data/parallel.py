@@ -40,7 +40,9 @@ from attnkit.checks import check_int
 
 __all__ = [
     "SPLITS",
+    "IN_DOMAIN_FILE",
     "resolve_parallel_data",
+    "load_in_domain",
     "load_eval_pairs",
     "ParallelCorpus",
     "normalize_text",
@@ -58,6 +60,9 @@ __all__ = [
 ]
 
 SPLITS = ("train", "valid", "test", "test-docs")
+# A prepared recipe's training pairs from the domain of its valid/test sets (a subset of train.tsv): what
+# ``attnkit train mt --anneal-data <recipe>`` anneals on (attnkit.training.mt_task).
+IN_DOMAIN_FILE = "in-domain.tsv"
 
 # The validation part split off training data that comes without one (see split_off_valid).
 AUTO_VALID_FRACTION = 0.1
@@ -240,6 +245,17 @@ def load_parallel(data: str | os.PathLike | Sequence[str | os.PathLike], *, spli
     return read_tsv(p, strict=strict)
 
 
+def load_in_domain(data: str | os.PathLike | Sequence[str | os.PathLike], *, strict: bool = False) -> ParallelCorpus:
+    """The pairs to anneal on: a prepared folder's ``in-domain.tsv``, else what :func:`load_parallel` reads."""
+    if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
+        path = Path(data) / IN_DOMAIN_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{data} has no {IN_DOMAIN_FILE} (the in-domain training pairs); name a TSV "
+                                    f"file or SRC_FILE,TGT_FILE instead")
+        return read_tsv(path, strict=strict)
+    return load_parallel(data, strict=strict)
+
+
 def load_splits(folder: str | os.PathLike, *, strict: bool = False) -> dict[str, ParallelCorpus]:
     """All of ``train.tsv`` / ``valid.tsv`` / ``test.tsv`` present in ``folder`` (``train.tsv`` is required)."""
     folder = Path(folder)
@@ -308,30 +324,31 @@ def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False
     return split_off_valid(train)
 
 
-def resolve_parallel_data(data: str, *, kind: str = "mt") -> tuple[Any, str]:
+def resolve_parallel_data(data: str, *, kind: str = "mt", flag: str = "--data") -> tuple[Any, str]:
     """What ``--data`` names → ``(argument for load_parallel / MTTask.from_data, description)``.
 
     ``"SRC,TGT"`` → the two line-aligned files; an existing path → itself; anything else is a recipe name
-    (prepared on first use; an unknown name or a language-modelling recipe raise ``ValueError``).
+    (prepared on first use; an unknown name or a language-modelling recipe raise ``ValueError``). ``flag`` is
+    the option the errors name.
     """
     if "," in data:
         parts = [p.strip() for p in data.split(",")]
         if len(parts) != 2 or not all(parts):
-            raise ValueError(f"--data with a comma must name exactly two files SRC_FILE,TGT_FILE, got {data!r}")
+            raise ValueError(f"{flag} with a comma must name exactly two files SRC_FILE,TGT_FILE, got {data!r}")
         for p in parts:
             if not Path(p).is_file():
-                raise FileNotFoundError(f"--data: no such file: {p}")
+                raise FileNotFoundError(f"{flag}: no such file: {p}")
         return [Path(parts[0]), Path(parts[1])], data
     path = Path(data)
     if path.exists():
         return path, data
     if any(c in data for c in "/\\") or data.endswith((".tsv", ".txt")):
-        raise FileNotFoundError(f"--data: no such file or folder: {data}")
+        raise FileNotFoundError(f"{flag}: no such file or folder: {data}")
     from attnkit.data.registry import get_recipe, prepare
 
     recipe = get_recipe(data)  # unknown name → ValueError listing the known recipes
     if recipe.kind != kind:
-        raise ValueError(f"--data {data!r} is a {recipe.kind} recipe; translation needs a parallel corpus "
+        raise ValueError(f"{flag} {data!r} is a {recipe.kind} recipe; translation needs a parallel corpus "
                          f"(an mt recipe such as de-en, a TSV file or SRC_FILE,TGT_FILE)")
     return prepare(data), data
 

@@ -204,6 +204,14 @@ class TrainConfig:
             return None
         return elapsed_s / self.max_time_s
 
+    def budget_used(self, step: int, elapsed_s: float) -> float:
+        """The share of the run's budget used after ``step`` updates and ``elapsed_s`` seconds: ``step / steps``
+        or ``elapsed_s / max_time_s``, the larger when both are set (the run ends at whichever comes first)."""
+        parts = [step / self.steps] if self.steps is not None else []
+        if self.max_time is not None:
+            parts.append(elapsed_s / self.max_time_s)
+        return max(parts) if parts else 0.0
+
     def replace(self, **overrides: Any) -> "TrainConfig":
         """A copy with some fields changed (validated again)."""
         names = {f.name for f in dataclasses.fields(self)}

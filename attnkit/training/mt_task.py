@@ -17,6 +17,15 @@ Batch ``step`` of the training split is a pure function of (seed, step) (the bat
 batch of one fixed plan (the epoch-0 plan, shuffled once), so the first ``n_batches`` validation batches are
 the same at every evaluation *and* a fair sample of sentence lengths (not just the shortest sentences).
 
+**Annealing on in-domain data** (``anneal`` + ``anneal_share``): for the last ``anneal_share`` of the run's
+budget (its steps or its ``--max-time``, as the learning-rate schedule counts it) every training batch comes
+from a second, smaller set of pairs, e.g. the training pairs of the test's domain, while the learning rate
+decays: the model learns the language from all the data, then specialises (Luong & Manning 2015 adapt a
+trained model to a new domain by continuing its training on in-domain data; language-model pretraining
+"anneals" on its best data at the end). The trainer tells the task how much of the budget is used
+(:meth:`MTTask.on_budget`, before every update); the task switches once and records the batch index where it
+did in its state, so a resumed run continues with the same batches.
+
 From files in one call: :meth:`MTTask.from_data` reads a prepared folder (``attnkit data prepare de-en``), a
 TSV or two line-aligned files, trains a joint BPE (or takes a tokenizer), encodes with a length limit and
 builds the task (with the tokenizer, texts and references attached).
@@ -76,6 +85,9 @@ class MTTask:
         unk_id: the id that word dropout writes (``<unk>`` = 3 in the joint BPE).
         n_samples: how many of the translated validation sentences are kept in :attr:`last_samples` as
             ``(source, reference, hypothesis)`` for printing (see :meth:`eval_report`).
+        anneal: optional :class:`EncodedPairs` (same special ids as ``train``) that every training batch comes
+            from once ``anneal_share`` of the budget is left (see the module docstring).
+        anneal_share: the final share of the budget, in (0, 1), that trains on ``anneal`` (required with it).
 
     Shape:
         ``batch(split, step) -> MTBatch``: src ``(B, S)``, tgt_in / labels ``(B, T)``, masks ``(B, S)`` / ``(B, T)``.
@@ -86,8 +98,9 @@ class MTTask:
     def __init__(self, train: EncodedPairs, valid: EncodedPairs, *, max_tokens: int, seed: int = 0,
                  label_smoothing: float = 0.1, translate_fn: TranslateFn | None = None,
                  references: Sequence[str] | None = None, bleu_sentences: int = 200,
-                 word_dropout: float = 0.0, unk_id: int = 3, n_samples: int = 3):
-        for name, data in (("train", train), ("valid", valid)):
+                 word_dropout: float = 0.0, unk_id: int = 3, n_samples: int = 3,
+                 anneal: EncodedPairs | None = None, anneal_share: float | None = None):
+        for name, data in (("train", train), ("valid", valid)) + ((("anneal", anneal),) if anneal is not None else ()):
             if not isinstance(data, EncodedPairs):
                 raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.mt_batching.encode_pairs), "
                                  f"got {type(data).__name__}")
@@ -101,6 +114,16 @@ class MTTask:
             raise ValueError(f"MTTask label_smoothing must be in [0, 1), got {label_smoothing!r}")
         if not is_number(word_dropout) or not 0.0 <= word_dropout < 1.0:
             raise ValueError(f"MTTask word_dropout must be in [0, 1), got {word_dropout!r}")
+        if (anneal is None) != (anneal_share is None):
+            raise ValueError(f"MTTask anneal and anneal_share go together, got anneal "
+                             f"{'None' if anneal is None else f'of {len(anneal)} pairs'} and anneal_share {anneal_share!r}")
+        if anneal is not None:
+            if not is_number(anneal_share) or not 0.0 < anneal_share < 1.0:
+                raise ValueError(f"MTTask anneal_share must be in (0, 1), got {anneal_share!r}")
+            ids = ("pad_id", "bos_id", "eos_id")
+            if any(getattr(anneal, k) != getattr(train, k) for k in ids):
+                raise ValueError(f"MTTask anneal pairs must use the training pairs' special ids "
+                                 f"{ {k: getattr(train, k) for k in ids} }, got { {k: getattr(anneal, k) for k in ids} }")
         if translate_fn is not None:
             if not callable(translate_fn):
                 raise ValueError(f"MTTask translate_fn must be callable, got {type(translate_fn).__name__}")
@@ -128,12 +151,18 @@ class MTTask:
         self.skipped: dict[str, int] = {"train": 0, "valid": 0}
         self.valid_split: dict[str, Any] | None = None  # the counts of a validation part split off the data
         self._fingerprints = {"train": _pairs_fingerprint(train), "valid": _pairs_fingerprint(valid)}
+        self.anneal, self.anneal_share = anneal, None if anneal_share is None else float(anneal_share)
+        self.anneal_from: int | None = None  # the first training batch index drawn from ``anneal``
+        if anneal is not None:
+            self.batchers["anneal"] = TokenBudgetBatcher(anneal, max_tokens=max_tokens, seed=seed, shuffle=True)
+            self._fingerprints["anneal"] = _pairs_fingerprint(anneal)
 
     # --------------------------------------------------------------------------------------------
     @classmethod
     def from_data(cls, data: str | Path | Sequence[str | Path], *, valid: str | Path | Sequence[str | Path] | None = None,
                   tokenizer: Any = None, vocab_size: int = 8000, max_len: int = 256, truncate: bool = True,
-                  strict: bool = False, bleu: bool = False, max_tokens: int = 4096, **kwargs: Any) -> "MTTask":
+                  strict: bool = False, bleu: bool = False, max_tokens: int = 4096,
+                  anneal: str | Path | Sequence[str | Path] | None = None, **kwargs: Any) -> "MTTask":
         """Build a task from files.
 
         Args:
@@ -150,8 +179,10 @@ class MTTask:
                 refused with a ``ValueError``.
             strict: refuse malformed input lines instead of skipping and counting them (``task.skipped``).
             bleu: compute BLEU during evaluation with :func:`greedy_translator` (references = valid targets).
+            anneal: the pairs to anneal on, a TSV file or two line-aligned files (a prepared folder: its
+                ``in-domain.tsv``), encoded with the same tokenizer and length limit; needs ``anneal_share``.
             max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``,
-                ``word_dropout``, ``n_samples``); ``unk_id`` defaults to the tokenizer's.
+                ``word_dropout``, ``n_samples``, ``anneal_share``); ``unk_id`` defaults to the tokenizer's.
         """
         from attnkit.data.mt_batching import train_joint_bpe
         from attnkit.data.parallel import load_train_valid
@@ -163,8 +194,18 @@ class MTTask:
                                  f"({corpus.skipped} malformed lines skipped)")
         if tokenizer is None:
             tokenizer = train_joint_bpe(train_corpus.sources, train_corpus.targets, vocab_size)
+        corpora = {"train": train_corpus, "valid": valid_corpus}
+        if anneal is not None:
+            from attnkit.data.parallel import load_in_domain
+
+            corpora["anneal"] = load_in_domain(anneal, strict=strict)
+            if len(corpora["anneal"]) == 0:
+                raise ValueError(f"MTTask anneal data {corpora['anneal'].path!r} holds no usable pair "
+                                 f"({corpora['anneal'].skipped} malformed lines skipped)")
         enc = {name: encode_pairs(tokenizer, c.sources, c.targets, max_src_len=max_len, truncate=truncate)
-               for name, c in (("train", train_corpus), ("valid", valid_corpus))}
+               for name, c in corpora.items()}
+        if "anneal" in enc:
+            kwargs["anneal"] = enc.pop("anneal")
         if bleu:
             kwargs.setdefault("translate_fn", greedy_translator(tokenizer))
             kwargs.setdefault("references", valid_corpus.targets)
@@ -174,7 +215,7 @@ class MTTask:
         task.tokenizer = tokenizer
         task.corpora = {"train": (train_corpus.sources, train_corpus.targets),
                         "valid": (valid_corpus.sources, valid_corpus.targets)}
-        task.skipped = {"train": train_corpus.skipped, "valid": valid_corpus.skipped}
+        task.skipped = {name: c.skipped for name, c in corpora.items()}
         task.valid_split = split
         return task
 
@@ -182,7 +223,8 @@ class MTTask:
     @property
     def n_truncated(self) -> dict[str, int]:
         """Sentences cut to the length limit when encoding, per split (sources and targets together)."""
-        return {name: d.n_truncated_src + d.n_truncated_tgt for name, d in (("train", self.train), ("valid", self.valid))}
+        parts = (("train", self.train), ("valid", self.valid)) + ((("anneal", self.anneal),) if self.anneal else ())
+        return {name: d.n_truncated_src + d.n_truncated_tgt for name, d in parts}
 
     def num_batches(self, split: str) -> int:
         """Batches per epoch of ``split``."""
@@ -197,14 +239,28 @@ class MTTask:
     def batch(self, split: str, step: int) -> MTBatch:
         """Batch number ``step`` of ``split`` (see the class docstring for shapes).
 
-        Train: batch ``step % n`` of epoch ``step // n``. Valid: batch ``step % n`` of the one fixed plan.
+        Train: batch ``step % n`` of epoch ``step // n``; from ``anneal_from`` on (see :meth:`on_budget`), batch
+        ``step - anneal_from`` of the anneal pairs, in the same way. Valid: batch ``step % n`` of the one fixed plan.
         """
         check_split(split)
         check_step(step)
         batcher = self.batchers[split]
         if split == "valid":
             step %= batcher.num_batches
+        elif self.anneal_from is not None and step >= self.anneal_from:
+            return self.batchers["anneal"].batch(step - self.anneal_from)
         return batcher.batch(step)
+
+    def on_budget(self, step: int, fraction: float) -> str | None:
+        """Called by the trainer before each update: ``step`` is the update's first training batch index and
+        ``fraction`` the share of the run's budget used so far. The first time ``fraction >= 1 - anneal_share``
+        the task switches to the anneal pairs from batch ``step`` on and returns a line saying so (else None)."""
+        check_step(step)
+        if self.anneal is None or self.anneal_from is not None or fraction < 1.0 - self.anneal_share:
+            return None
+        self.anneal_from = step
+        return (f"batch {step:,} ({fraction:.0%} of the budget): the last {self.anneal_share:.0%} trains on the "
+                f"{len(self.anneal):,} anneal pairs only")
 
     def _logits(self, model: nn.Module, b: MTBatch) -> torch.Tensor:
         logits = model(b.src, b.tgt_in, src_key_padding_mask=b.src_key_padding_mask,
@@ -302,17 +358,31 @@ class MTTask:
 
     # --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """JSON-able description of the data and batching; :meth:`load_state_dict` refuses a different one."""
-        return {"kind": "mt", "seed": self.seed, "max_tokens": self.max_tokens,
-                "label_smoothing": self.label_smoothing, "pad_id": self.train.pad_id, "bos_id": self.train.bos_id,
-                "eos_id": self.train.eos_id, "n_train": len(self.train), "n_valid": len(self.valid),
-                "train_fingerprint": self._fingerprints["train"], "valid_fingerprint": self._fingerprints["valid"]}
+        """JSON-able description of the data and batching (:meth:`load_state_dict` refuses a different one) and,
+        with anneal pairs, ``anneal_from`` (where the run switched to them, None before)."""
+        state = {"kind": "mt", "seed": self.seed, "max_tokens": self.max_tokens,
+                 "label_smoothing": self.label_smoothing, "pad_id": self.train.pad_id, "bos_id": self.train.bos_id,
+                 "eos_id": self.train.eos_id, "n_train": len(self.train), "n_valid": len(self.valid),
+                 "train_fingerprint": self._fingerprints["train"], "valid_fingerprint": self._fingerprints["valid"]}
+        if self.anneal is not None:
+            state.update(n_anneal=len(self.anneal), anneal_share=self.anneal_share,
+                         anneal_fingerprint=self._fingerprints["anneal"], anneal_from=self.anneal_from)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Check that a checkpoint was trained on this very task (same pairs, special ids, seed, batching)."""
+        """Check that a checkpoint was trained on this very task (same pairs, special ids, seed, batching, anneal
+        pairs and share), then take its ``anneal_from``."""
         if not isinstance(state, dict):
             raise ValueError(f"MTTask state must be a dict, got {type(state).__name__}")
-        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {v!r})" for k, v in self.state_dict().items()
-                 if state.get(k) != v]
+        mine = self.state_dict()
+        mine.pop("anneal_from", None)
+        # a checkpoint that annealed is refused by a task that does not (and the other way round)
+        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint") if k in state and k not in mine]
+        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys if state.get(k) != mine.get(k)]
         if diffs:
             raise ValueError("cannot resume: the translation data differ from the checkpoint's in " + ", ".join(diffs))
+        if self.anneal is not None:
+            start = state.get("anneal_from")
+            if start is not None:
+                check_step(start)
+            self.anneal_from = start

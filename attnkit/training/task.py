@@ -3,7 +3,7 @@
 The trainer knows nothing about tokens, windows, source sentences or BLEU. It drives a *task*:
 
 * ``batch(split, step) -> batch``: the batch number ``step`` of ``split`` ("train" or "valid"), a pure
-  function of (task seed, split, step). Nothing else (no iterator, no epoch counter) decides which data
+  function of (task seed, split, step) and the task's state (see ``on_budget``). Nothing else (no iterator, no epoch counter) decides which data
   comes next, so a resumed run only needs the step number to continue with exactly the same data.
   With gradient accumulation the trainer asks for micro-batch ``update * grad_accum + i``.
 * ``loss(model, batch) -> (loss, n_tokens)``: a scalar loss tensor (the *mean* over the batch's
@@ -17,6 +17,11 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
   (tasks use it to check that a resumed run sees the same data).
 * optional ``eval_report() -> list[str]``: lines printed after each evaluation's metrics line (MTTask: its
   sample translations next to their references).
+* optional ``on_budget(step, fraction) -> str | None``: called before every update with the update's first
+  training batch index and the share of the run's budget used (``TrainConfig.budget_used``: steps or time,
+  the clock all processes agree on). A task whose data follow the budget (MTTask's annealing) decides here
+  and must keep the decision in ``state_dict`` so that a resumed run draws the same batches; a returned
+  line is printed.
 
 Implementations: :class:`attnkit.training.lm_task.LMTask`, :class:`attnkit.training.mt_task.MTTask`.
 

@@ -507,6 +507,11 @@ class Trainer:
         ``meter`` carries the tokens and seconds since the last metrics row and the bar's tokens/s average.
         """
         cfg = self.config
+        on_budget = getattr(self.task, "on_budget", None)  # optional: a task whose data follow the budget
+        if on_budget is not None:
+            note = on_budget(self.step * cfg.grad_accum, cfg.budget_used(self.step, self._clock))
+            if note:
+                self._progress.write(f"step {self.step}: {note}")
         lr = self.scheduler.get_lr()  # the lr this update uses
         t_step = time.perf_counter()
         loss, n_tokens, grad_norm = self._update(train_model)

@@ -293,7 +293,7 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     out = capsys.readouterr().out
     # 30 dictionary pairs x DING_WEIGHT 3 + 5 catalog pairs + 4 story pairs + 2 source packages x 2 descriptions
     # x 2 pairs
-    assert "train 107 (dictionary ×3) / valid 4 / test 6 / test-docs 3" in out, out
+    assert "train 107 (dictionary ×3) / valid 4 / test 6 / test-docs 3 / in-domain 34" in out, out
     assert "unique train pairs per source: dictionary 30, catalogs 5, stories 4, libreoffice_help 0, man_pages 0, gnome_help 0, manuals 0, descriptions 8" in out, out
     record = json.loads((root / "SOURCE.json").read_text(encoding="utf-8"))
     assert record["counts"]["dictionary_sentences"] == 40 and record["counts"]["catalog_pairs"] == 5
@@ -323,7 +323,14 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
         held = [getattr(splits[s], side) for s in ("valid", "test", "test-docs")]
         assert not set(getattr(splits["train"], side)) & set().union(*map(set, held))
         assert sum(map(len, held)) == len(set().union(*map(set, held)))
-    digests = {s: sha256_file(root / f"{s}.tsv") for s in splits}
+    # in-domain.tsv: the train pairs of the dictionary and of the story catalogs, once each, nothing else
+    in_domain = read_tsv(root / "in-domain.tsv")
+    in_pairs = list(zip(in_domain.sources, in_domain.targets))
+    assert len(in_pairs) == len(set(in_pairs)) == 34 and set(in_pairs) <= set(counts)
+    assert {p for p in counts if p[0].startswith(("Das ist Satz", "Wir müssen"))} == set(in_pairs)
+    assert record["outputs"]["in-domain.tsv"]["sha256"] == sha256_file(root / "in-domain.tsv")
+    assert record["counts"]["in-domain"] == 34
+    digests = {s: sha256_file(root / f"{s}.tsv") for s in [*splits, "in-domain"]}
 
     # second call: cached, nothing fetched, nothing rewritten
     before = (root / "train.tsv").stat().st_mtime_ns
@@ -334,6 +341,9 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     (root / "test.tsv").write_text("kaputt\tbroken\n", encoding="utf-8")
     prepare("de-en", home=tmp_path)
     assert len(read_tsv(root / "test.tsv")) == 6 and calls == fetched
+    (root / "in-domain.tsv").unlink()  # a missing one too
+    prepare("de-en", home=tmp_path)
+    assert len(read_tsv(root / "in-domain.tsv")) == 34 and calls == fetched
 
     # force: fetch again and rebuild
     prepare("de-en", home=tmp_path, force=True)
@@ -380,6 +390,7 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert 35_000 <= counts["man_pairs"] <= 55_000
     assert 5_000 <= counts["gnome_help_pairs"] <= 9_000 and 6_000 <= counts["manual_pairs"] <= 12_000
     assert counts["train"] >= 200_000
+    assert counts["in-domain"] == counts["train_unique_per_source"]["dictionary"] + counts["train_unique_per_source"]["stories"]
     assert {p["package"] for p in record["packages"]} == {s.package for s in de_en.PACKAGES}
     splits = {s: read_tsv(root / f"{s}.tsv", strict=True) for s in ("train", "valid", "test", "test-docs")}
     assert {s: len(c) for s, c in splits.items()} == {s: counts[s] for s in splits}

@@ -84,6 +84,25 @@ def test_from_a_prepared_folder_trains_a_joint_bpe(folder):
     assert task.train.src[0] == tok.encode(PAIRS[0][0]) + [tok.eos_id]
 
 
+def test_anneal_pairs_from_a_folders_in_domain_file_or_a_tsv(folder, tok):
+    write_tsv(folder / "in-domain.tsv", PAIRS[:4])
+    (folder / "other.tsv").write_text("Ja.\tYes.\nno tab\n", encoding="utf-8")
+    task = MTTask.from_data(folder, tokenizer=tok, max_len=32, max_tokens=64, anneal=folder, anneal_share=0.3)
+    assert len(task.anneal) == 4 and task.anneal_share == 0.3
+    assert task.anneal.src[1] == tok.encode(PAIRS[1][0]) + [tok.eos_id]  # the same tokenizer and special ids
+    assert task.skipped == {"train": 0, "valid": 0, "anneal": 0} and task.n_truncated["anneal"] == 0
+    task = MTTask.from_data(folder, tokenizer=tok, max_len=32, max_tokens=64, anneal=folder / "other.tsv",
+                            anneal_share=0.3)
+    assert len(task.anneal) == 1 and task.skipped["anneal"] == 1
+    (folder / "in-domain.tsv").unlink()
+    with pytest.raises(FileNotFoundError, match="has no in-domain.tsv"):
+        MTTask.from_data(folder, tokenizer=tok, max_len=32, max_tokens=64, anneal=folder, anneal_share=0.3)
+    (folder / "empty.tsv").write_text("no tab\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="anneal data .*empty.tsv' holds no usable pair"):
+        MTTask.from_data(folder, tokenizer=tok, max_len=32, max_tokens=64, anneal=folder / "empty.tsv",
+                         anneal_share=0.3)
+
+
 def test_from_a_tsv_and_two_aligned_files(folder, tok):
     (folder / "v.de").write_text("Ja.\nNein.\n", encoding="utf-8")
     (folder / "v.en").write_text("Yes.\nNo.\n", encoding="utf-8")
