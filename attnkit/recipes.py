@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["LM_DEFAULTS", "MT_DEFAULTS", "FT_DEFAULTS", "LORA_LR", "MT_DEFAULT_PRESET", "MT_DEFAULT_VOCAB",
-           "MT_DEFAULT_MAX_TOKENS", "MT_DEFAULT_MAX_LEN", "MT_DEFAULT_BLEU_SENTENCES", "MT_DEFAULT_ANNEAL_SHARE", "DEFAULT_BEAM",
-           "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE"]
+           "MT_DEFAULT_MAX_TOKENS", "MT_DEFAULT_MAX_LEN", "MT_DEFAULT_BLEU_SENTENCES", "MT_DEFAULT_ANNEAL_SHARE",
+           "DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE"]
 
 # Defaults of the language-modelling recipe (tuned for the char-small preset on 2 CPU cores;
 # see benchmarks/RESULTS.md for how they were chosen).
@@ -44,7 +44,7 @@ MT_DEFAULT_MAX_TOKENS = 1024
 MT_DEFAULT_MAX_LEN = 128
 MT_DEFAULT_BLEU_SENTENCES = 150
 # With --anneal-data: the final share of the budget that trains on the in-domain pairs only (benchmarks/RESULTS.md,
-# "Annealing on the in-domain pairs").
+# "Annealing on the in-domain pairs": at 60 minutes on de-en, +0.9 BLEU on the Ding test, -8.5 on test-docs).
 MT_DEFAULT_ANNEAL_SHARE = 0.2
 
 # Fine-tuning recipe: small batches of long-ish blocks, a gentle learning rate, no weight decay (it would pull

@@ -18,8 +18,8 @@ batch of one fixed plan (the epoch-0 plan, shuffled once), so the first ``n_batc
 the same at every evaluation *and* a fair sample of sentence lengths (not just the shortest sentences).
 
 **Annealing on in-domain data** (``anneal`` + ``anneal_share``): for the last ``anneal_share`` of the run's
-budget (its steps or its ``--max-time``, as the learning-rate schedule counts it) every training batch comes
-from a second, smaller set of pairs, e.g. the training pairs of the test's domain, while the learning rate
+budget (its steps, its ``--max-time``, or whichever ends first: ``TrainConfig.budget_used``) every training batch
+comes from a second, smaller set of pairs, e.g. the training pairs of the test's domain, while the learning rate
 decays: the model learns the language from all the data, then specialises (Luong & Manning 2015 adapt a
 trained model to a new domain by continuing its training on in-domain data; language-model pretraining
 "anneals" on its best data at the end). The trainer tells the task how much of the budget is used
