@@ -157,15 +157,12 @@ def _mt_train_config(args: argparse.Namespace, saved: dict | None, bleu: bool):
 def _parallel_sources(data: str, valid: str | None, anneal: str | None = None) -> tuple[Any, str, Any, Any]:
     """``(source, description, valid source or None, anneal source or None)`` of ``--data``, ``--valid`` and
     ``--anneal-data`` (a recipe name or folder stays a folder: its in-domain pairs are read from it)."""
-    from attnkit.data.parallel import IN_DOMAIN_FILE, resolve_parallel_data
+    from attnkit.data.parallel import in_domain_source, resolve_parallel_data
 
     source, data_desc = resolve_parallel_data(data)
-    anneal_source = None if anneal is None else resolve_parallel_data(anneal, flag="--anneal-data")[0]
-    if isinstance(anneal_source, Path) and anneal_source.is_dir():  # a recipe / prepared folder: its in-domain pairs
-        if not (anneal_source / IN_DOMAIN_FILE).is_file():
-            raise FileNotFoundError(f"--anneal-data {anneal!r}: {anneal_source} has no {IN_DOMAIN_FILE} (the "
-                                    f"in-domain training pairs); name a TSV file or SRC_FILE,TGT_FILE instead")
-        anneal_source = anneal_source / IN_DOMAIN_FILE
+    anneal_source = None  # checked here, before the BPE is trained
+    if anneal is not None:
+        anneal_source = in_domain_source(resolve_parallel_data(anneal, flag="--anneal-data")[0])
     valid_source = None
     if valid is not None:
         valid_source, _ = resolve_parallel_data(valid)

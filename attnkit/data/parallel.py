@@ -42,6 +42,7 @@ __all__ = [
     "SPLITS",
     "IN_DOMAIN_FILE",
     "resolve_parallel_data",
+    "in_domain_source",
     "load_in_domain",
     "load_eval_pairs",
     "ParallelCorpus",
@@ -245,15 +246,20 @@ def load_parallel(data: str | os.PathLike | Sequence[str | os.PathLike], *, spli
     return read_tsv(p, strict=strict)
 
 
-def load_in_domain(data: str | os.PathLike | Sequence[str | os.PathLike], *, strict: bool = False) -> ParallelCorpus:
-    """The pairs to anneal on: a prepared folder's ``in-domain.tsv``, else what :func:`load_parallel` reads."""
+def in_domain_source(data: Any) -> Any:
+    """A prepared folder → its ``in-domain.tsv`` (``FileNotFoundError`` if it has none); files stay as they are."""
     if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
         path = Path(data) / IN_DOMAIN_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{data} has no {IN_DOMAIN_FILE} (the in-domain training pairs); name a TSV "
                                     f"file or SRC_FILE,TGT_FILE instead")
-        return read_tsv(path, strict=strict)
-    return load_parallel(data, strict=strict)
+        return path
+    return data
+
+
+def load_in_domain(data: str | os.PathLike | Sequence[str | os.PathLike], *, strict: bool = False) -> ParallelCorpus:
+    """The pairs to anneal on: a prepared folder's ``in-domain.tsv``, else what :func:`load_parallel` reads."""
+    return load_parallel(in_domain_source(data), strict=strict)
 
 
 def load_splits(folder: str | os.PathLike, *, strict: bool = False) -> dict[str, ParallelCorpus]:

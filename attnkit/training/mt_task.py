@@ -115,15 +115,16 @@ class MTTask:
         if not is_number(word_dropout) or not 0.0 <= word_dropout < 1.0:
             raise ValueError(f"MTTask word_dropout must be in [0, 1), got {word_dropout!r}")
         if (anneal is None) != (anneal_share is None):
-            raise ValueError(f"MTTask anneal and anneal_share go together, got anneal "
-                             f"{'None' if anneal is None else f'of {len(anneal)} pairs'} and anneal_share {anneal_share!r}")
+            got = "None" if anneal is None else f"of {len(anneal)} pairs"
+            raise ValueError(f"MTTask anneal and anneal_share go together, got anneal {got} and anneal_share "
+                             f"{anneal_share!r}")
         if anneal is not None:
             if not is_number(anneal_share) or not 0.0 < anneal_share < 1.0:
                 raise ValueError(f"MTTask anneal_share must be in (0, 1), got {anneal_share!r}")
-            ids = ("pad_id", "bos_id", "eos_id")
-            if any(getattr(anneal, k) != getattr(train, k) for k in ids):
-                raise ValueError(f"MTTask anneal pairs must use the training pairs' special ids "
-                                 f"{ {k: getattr(train, k) for k in ids} }, got { {k: getattr(anneal, k) for k in ids} }")
+            ids = {k: getattr(train, k) for k in ("pad_id", "bos_id", "eos_id")}
+            got = {k: getattr(anneal, k) for k in ids}
+            if got != ids:
+                raise ValueError(f"MTTask anneal pairs must use the training pairs' special ids {ids}, got {got}")
         if translate_fn is not None:
             if not callable(translate_fn):
                 raise ValueError(f"MTTask translate_fn must be callable, got {type(translate_fn).__name__}")
@@ -223,7 +224,7 @@ class MTTask:
     @property
     def n_truncated(self) -> dict[str, int]:
         """Sentences cut to the length limit when encoding, per split (sources and targets together)."""
-        parts = (("train", self.train), ("valid", self.valid)) + ((("anneal", self.anneal),) if self.anneal else ())
+        parts = (("train", self.train), ("valid", self.valid)) + ((("anneal", self.anneal),) if self.anneal is not None else ())
         return {name: d.n_truncated_src + d.n_truncated_tgt for name, d in parts}
 
     def num_batches(self, split: str) -> int:
@@ -377,7 +378,8 @@ class MTTask:
         mine = self.state_dict()
         mine.pop("anneal_from", None)
         # a checkpoint that annealed is refused by a task that does not (and the other way round)
-        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint") if k in state and k not in mine]
+        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint")
+                             if k in state and k not in mine]
         diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys if state.get(k) != mine.get(k)]
         if diffs:
             raise ValueError("cannot resume: the translation data differ from the checkpoint's in " + ", ".join(diffs))

@@ -3,8 +3,9 @@
 The trainer knows nothing about tokens, windows, source sentences or BLEU. It drives a *task*:
 
 * ``batch(split, step) -> batch``: the batch number ``step`` of ``split`` ("train" or "valid"), a pure
-  function of (task seed, split, step) and the task's state (see ``on_budget``). Nothing else (no iterator, no epoch counter) decides which data
-  comes next, so a resumed run only needs the step number to continue with exactly the same data.
+  function of (task seed, split, step) and the task's state (see ``on_budget``). Nothing else (no iterator, no
+  epoch counter) decides which data comes next, so a resumed run only needs the step number and the state in
+  its checkpoint to continue with exactly the same data.
   With gradient accumulation the trainer asks for micro-batch ``update * grad_accum + i``.
 * ``loss(model, batch) -> (loss, n_tokens)``: a scalar loss tensor (the *mean* over the batch's
   predicted tokens, with autograd) and the number of tokens it averages over. The trainer weights
