@@ -107,7 +107,8 @@ def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = 
     With ``version`` exactly that version is fetched (``apt-get download package=version``); when the mirror
     no longer offers it (Debian keeps only a release's latest point release), a :class:`FetchError` names the
     package, the pinned version and what to update. With ``sha256`` the file must have that checksum.
-    If the package lists are empty, ``apt-get update`` is run when we are root; otherwise a clear
+    If the package lists do not know the package or the pinned version (empty, or older than the point release
+    pinned), ``apt-get update`` is run once when we are root and the download is tried again; otherwise a clear
     :class:`FetchError` says what to do. Returns ``(path_of_the_deb, version)``.
     """
     dest = Path(dest)
@@ -127,16 +128,22 @@ def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = 
     def _try() -> subprocess.CompletedProcess:
         return subprocess.run(["apt-get", "download", "-q", spec], cwd=dest, capture_output=True, text=True)
 
+    def _version_missing(proc: subprocess.CompletedProcess) -> bool:
+        return version is not None and ("was not found" in proc.stderr
+                                        or "find a source to download version" in proc.stderr)
+
     proc = _try()
-    if proc.returncode != 0 and ("Unable to locate package" in proc.stderr or "has no installation candidate" in proc.stderr):
+    unknown = "Unable to locate package" in proc.stderr or "has no installation candidate" in proc.stderr
+    if proc.returncode != 0 and (unknown or _version_missing(proc)):
+        # The package lists may be empty or stale (a machine image's lists predate the point release the
+        # recipe pins): refresh them once, as root, and ask again.
         if os.geteuid() == 0:
             subprocess.run(["apt-get", "update", "-q"], capture_output=True, text=True)
             proc = _try()
-        else:
+        elif unknown:
             raise FetchError(f"the Debian package lists do not know {package!r}; run `sudo apt-get update` once, "
                              "or pass a local file instead")
-    if proc.returncode != 0 and version is not None and ("was not found" in proc.stderr
-                                                        or "find a source to download version" in proc.stderr):
+    if proc.returncode != 0 and _version_missing(proc):
         raise FetchError(f"the Debian mirror no longer offers {package} {version}, the version this recipe is "
                          f"pinned to (apt-get: {proc.stderr.strip()[-300:]}); the archive moved on to a new point "
                          "release: update the pinned version and sha256, or put the pinned .deb into "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +28,43 @@ def test_a_cached_deb_of_another_version_is_not_taken_for_the_pinned_one(tmp_pat
         a[0], 100, "", "E: Version '4.9-2' for 'sed' was not found"))
     with pytest.raises(FetchError, match=r"no longer offers sed 4\.9-2"):
         apt_download("sed", tmp_path, version="4.9-2")
+
+
+def test_stale_package_lists_are_refreshed_once_before_a_pinned_version_is_declared_gone(tmp_path, monkeypatch):
+    """A machine image's lists can predate the point release the recipe pins: as root, apt-get update runs
+    and the download is asked again; only if the version is still missing is it named as gone."""
+    import attnkit.data.fetch as fetch
+
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd[:2])
+        if cmd[:2] == ["apt-get", "update"]:
+            run.updated = True
+            return fetch.subprocess.CompletedProcess(cmd, 0, "", "")
+        if not run.updated:
+            return fetch.subprocess.CompletedProcess(cmd, 100, "", "E: Version '4.9-2' for 'sed' was not found")
+        (Path(kwargs["cwd"]) / "sed_4.9-2_amd64.deb").write_bytes(b"deb")
+        return fetch.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    run.updated = False
+    monkeypatch.setattr(fetch.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(fetch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(fetch, "_deb_version", lambda deb: deb.name.split("_")[1])
+    monkeypatch.setattr(fetch.subprocess, "run", run)
+    deb, version = apt_download("sed", tmp_path, version="4.9-2")
+    assert (deb.name, version) == ("sed_4.9-2_amd64.deb", "4.9-2")
+    assert calls == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
+
+    # still missing after the refresh: named as gone, and apt-get update ran once only
+    calls.clear()
+    run.updated = True
+
+    def gone(cmd, **kwargs):
+        calls.append(cmd[:2])
+        return fetch.subprocess.CompletedProcess(cmd, 100, "", "E: Version '5.0-1' for 'sed' was not found")
+
+    monkeypatch.setattr(fetch.subprocess, "run", gone)
+    with pytest.raises(FetchError, match=r"no longer offers sed 5\.0-1"):
+        apt_download("sed", tmp_path, version="5.0-1")
+    assert calls == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
