@@ -136,7 +136,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
     t.add_argument("--compile", action="store_true", default=None, help="opt in to torch.compile")
     add_device_flags(t, training=True)
-    t.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    t.add_argument("--no-progress", action="store_true",
+                   help="no progress bar; the log lines (evaluations, sample translations) still print")
 
 
 def train_flag_values(args: argparse.Namespace) -> dict[str, Any]:

@@ -29,14 +29,16 @@ class TrainProgress:
         total_steps: the run's ``steps`` (None for a time-only run).
         max_time_s: the time budget in seconds (None if unbounded).
         initial_step / initial_elapsed: where a resumed run starts.
-        enabled: False silences the bar and :meth:`write`.
+        enabled: False hides the bar.
+        log: False silences :meth:`write` too (the lines print without the bar when only ``enabled`` is False).
     """
 
     def __init__(self, *, total_steps: int | None, max_time_s: float | None, initial_step: int = 0,
-                 initial_elapsed: float = 0.0, enabled: bool = True):
+                 initial_elapsed: float = 0.0, enabled: bool = True, log: bool = True):
         self.total_steps = total_steps
         self.max_time_s = max_time_s
         self.enabled = enabled
+        self.log = log
         if total_steps is not None:
             self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", desc="train",
                             dynamic_ncols=True, disable=not enabled)
@@ -67,8 +69,8 @@ class TrainProgress:
             self.bar.update(max(0.0, min(elapsed, float(self.bar.total)) - self.bar.n))
 
     def write(self, message: str) -> None:
-        """Print a line above the bar (unless disabled)."""
-        if self.enabled:
+        """Print a line (above the bar when it is shown); nothing when ``log`` is False."""
+        if self.log:
             tqdm.write(message)
 
     def close(self) -> None:

@@ -122,7 +122,9 @@ class Trainer:
         extra: ``{name: str | dict}`` stored with every checkpoint (e.g. the tokenizer as JSON).
         resume: continue the run in ``out_dir`` from its latest checkpoint. Only ``steps`` and ``max_time``
             may differ from the checkpoint's config; anything else raises ``ValueError`` naming the fields.
-        progress: show the tqdm bar and evaluation lines.
+        progress: show the tqdm bar.
+        log: print the evaluation lines (with sample outputs where the task has them) and the task's notes,
+            with or without the bar. Only the main process shows either.
 
     Raises ``ValueError`` for bad arguments, an existing run without ``resume``, or a changed config on
     resume; :class:`~attnkit.training.checkpoint.CheckpointError` (a ``ValueError``) when there is nothing
@@ -131,7 +133,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, task: Any, config: TrainConfig, out_dir: str | Path, *,
                  model_config: dict[str, Any] | Any, extra: dict[str, str | dict] | None = None,
-                 resume: bool = False, progress: bool = True):
+                 resume: bool = False, progress: bool = True, log: bool = True):
         if not isinstance(model, nn.Module):
             raise ValueError(f"Trainer expects an nn.Module model, got {type(model).__name__}")
         check_task(task)
@@ -165,6 +167,7 @@ class Trainer:
         self.model_config = _json_roundtrip(model_config, "model_config")
         self.extra = _json_roundtrip(dict(extra or {}), "extra")
         self.progress_enabled = progress and self.world.is_main
+        self.log_enabled = log and self.world.is_main
         self._scaler = grad_scaler(config.autocast, self.device)
 
         self.optimizer = build_optimizer(self.model, config)
@@ -486,7 +489,7 @@ class Trainer:
         self._clock = self.elapsed  # the run's clock as all ranks agree on it (rank 0's), read by the schedule
         self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=cfg.max_time_s,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
-                                       enabled=self.progress_enabled)
+                                       enabled=self.progress_enabled, log=self.log_enabled)
         return train_model
 
     def _stop_reason(self) -> str | None:

@@ -17,12 +17,13 @@ from attnkit.training.metrics import read_metrics
 from attnkit.training.optim import LRScheduler
 
 
-def test_recipe_defaults_preset_schedule_bleu_and_final_summary(tmp_path, capsys, make_copy_task):
+@pytest.mark.parametrize("bar", [[], ["--no-progress"]], ids=["bar", "no-bar"])
+def test_recipe_defaults_preset_schedule_bleu_and_final_summary(tmp_path, capsys, make_copy_task, bar):
     data = make_copy_task(tmp_path / "copy")
     run = tmp_path / "run"
-    # no --no-progress: the evaluation lines and sample translations are printed as a user sees them
+    # the evaluation lines and sample translations are printed as a user sees them, with or without the bar
     assert main(["train", "mt", "--data", str(data), "--out", str(run), "--steps", "20", "--eval-every", "10",
-                 "--eval-batches", "2"]) == 0
+                 "--eval-batches", "2", *bar]) == 0
     saved = json.loads((run / "run.json").read_text())
     cfg, model = saved["train_config"], saved["model_config"]
     assert (cfg["schedule"], cfg["lr"], cfg["min_lr"], cfg["betas"]) == ("cosine", 2e-3, 1e-5, [0.9, 0.98])

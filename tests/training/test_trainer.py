@@ -20,12 +20,13 @@ BASE = dict(steps=12, batch_size=4, block_size=8, lr=3e-3, min_lr=3e-4, warmup_s
             eval_batches=2, log_every=1, ckpt_every=4, keep_last=2, seed=3)
 
 
-def _trainer(tmp_path, tiny_lm, token_streams, name="run", resume=False, model_seed=0, dropout=0.1, **overrides):
+def _trainer(tmp_path, tiny_lm, token_streams, name="run", resume=False, model_seed=0, dropout=0.1, log=True,
+             **overrides):
     cfg = TrainConfig(**(BASE | overrides))
     task = LMTask(*token_streams, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=1)
     return Trainer(tiny_lm(model_seed, dropout=dropout), task, cfg, tmp_path / name,
                    model_config={"kind": "tiny", "dim": 16}, extra={"tokenizer": "chars"}, resume=resume,
-                   progress=False)
+                   progress=False, log=log)
 
 
 def _train_losses(out_dir):
@@ -65,6 +66,17 @@ def test_fresh_run_writes_metrics_plots_checkpoints_and_summary(tmp_path, tiny_l
     assert summary["best"]["step"] == best_eval["step"]
     last = read_checkpoint_state(out / "checkpoints" / "step_00000012")
     assert last["step"] == 12 and last["scheduler"]["step"] == 12 and last["train_config"]["lr"] == 3e-3
+
+
+def test_without_the_bar_the_evaluation_lines_still_print_and_log_false_silences_them(tmp_path, tiny_lm,
+                                                                                       token_streams, capsys):
+    _trainer(tmp_path, tiny_lm, token_streams, name="bar-off").fit()
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == ["step 5", "step 10",
+                                                                                            "step 12"], out
+    assert "valid_loss" in out
+    _trainer(tmp_path, tiny_lm, token_streams, name="quiet", log=False).fit()
+    assert "step " not in capsys.readouterr().out
 
 
 def test_existing_run_is_never_overwritten(tmp_path, tiny_lm, token_streams):
