@@ -1,8 +1,10 @@
 """Benchmark (not a test): attnkit's translation recipe next to a plain ``torch.nn.Transformer`` translator,
-same data, same time budget, one after the other on the same core; BLEU and chrF of both on the test set(s).
+same data, same time budget, one after the other on the same core (or ``--side-by-side``: at the same time, each
+pinned to its own CPU); BLEU and chrF of both on the test set(s).
 
     .venv/bin/python benchmarks/mt_peer.py --minutes 15                 # ~33 minutes in all
     .venv/bin/python benchmarks/mt_peer.py --minutes 15 --peer-size recipe
+    .venv/bin/python benchmarks/mt_peer.py --minutes 60 --side-by-side --name mt_peer60   # ~70 minutes, two CPUs
 
 The peer is built the way the PyTorch tutorial "Language Translation with nn.Transformer" builds one, with the
 changes the issue asks for: ``nn.Transformer`` with pre-norm (``norm_first=True``), token embeddings scaled by
@@ -20,9 +22,9 @@ attnkit runs as the user would run it: ``attnkit train mt --data TRAIN --valid V
 defaults (its budget includes its own periodic evaluation); the peer trains for the same wall-clock minutes
 (without evaluations). Test decoding is greedy for both.
 
-Outputs: ``benchmarks/mt_peer.json`` (figures, commands, load average samples, samples), ``benchmarks/mt_peer.md``
-(pasted into RESULTS.md) and ``benchmarks/mt_peer_loss.png`` (training loss against minutes, both runs; same
-tokenizer and label smoothing, so comparable).
+Outputs (``--name``, default ``mt_peer``): ``benchmarks/<name>.json`` (figures, commands, load average samples,
+samples), ``benchmarks/<name>.md`` (pasted into RESULTS.md) and ``benchmarks/<name>_loss.png`` (training loss
+against minutes, both runs; same tokenizer and label smoothing, so comparable).
 
 Axis legend: B batch (sentences), S source length, T target length, C d_model, V vocabulary.
 """
@@ -264,11 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-size", choices=sorted(PEER_SIZES), default="tutorial")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="work folder (default runs/bench-mt-peer-<time>)")
-    p.add_argument("--results", type=Path, default=HERE, help="where mt_peer.json/.md/_loss.png go")
+    p.add_argument("--results", type=Path, default=HERE, help="where <name>.json/.md/_loss.png go")
     p.add_argument("--smoke-steps", type=int, default=None, metavar="N",
                    help="check the logic: N updates each and 20 test sentences (not a benchmark figure)")
     p.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train mt` (space-separated)")
+    p.add_argument("--side-by-side", action="store_true",
+                   help="train the two at the same time, attnkit pinned to one CPU and the peer to another "
+                        "(needs two CPUs; the default runs them one after the other)")
+    p.add_argument("--name", default="mt_peer", help="file name stem of the outputs in --results")
     args = p.parse_args(argv)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.side_by_side and len(cpus) < 2:
+        p.error(f"--side-by-side needs two CPUs, this process may use {len(cpus)}")
     out = args.out or ROOT / "runs" / f"bench-mt-peer-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=False)
     torch.set_num_threads(args.threads)
@@ -298,7 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     run = out / "attnkit"
     train_args = ["train", "mt", "--data", str(train_path), "--valid", str(prepared / "valid.tsv"), *length,
                   "--no-progress", "--out", str(run), *args.attnkit_args.split()]
-    attnkit_cmd(train_args, env)
+    if args.side_by_side:  # attnkit on the first CPU, the peer (this process) on the second, both at once
+        print(f"$ taskset -c {cpus[0]} attnkit " + " ".join(train_args), flush=True)
+        os.sched_setaffinity(0, {cpus[1]})
+        training = subprocess.Popen(["taskset", "-c", str(cpus[0]), sys.executable, "-m", "attnkit", *train_args],
+                                    env=env, cwd=ROOT)
+        peer = run_peer(train_path, test_sets, minutes=None if smoke else args.minutes, steps=args.smoke_steps,
+                        size=args.peer_size, vocab_size=MT_DEFAULT_VOCAB, max_tokens=MT_DEFAULT_MAX_TOKENS,
+                        max_len=MT_DEFAULT_MAX_LEN, seed=MT_DEFAULTS["seed"], max_sentences=20 if smoke else None)
+        if training.wait() != 0:
+            raise subprocess.CalledProcessError(training.returncode, training.args)
+    else:
+        attnkit_cmd(train_args, env)
     ours: dict[str, Any] = {"train_command": "attnkit " + " ".join(train_args), "seconds": time.time() - t0,
                             "test": {}, "hypotheses": {}}
     for name in test_sets:
@@ -321,14 +341,15 @@ def main(argv: list[str] | None = None) -> int:
                 ours_curve.append((row["elapsed"] / 60, sum(window) / len(window)))
                 window = []
 
-    # 2. the peer, same data, same minutes
-    peer = run_peer(train_path, test_sets, minutes=None if smoke else args.minutes, steps=args.smoke_steps,
-                    size=args.peer_size, vocab_size=MT_DEFAULT_VOCAB, max_tokens=MT_DEFAULT_MAX_TOKENS,
-                    max_len=MT_DEFAULT_MAX_LEN, seed=MT_DEFAULTS["seed"], max_sentences=20 if smoke else None)
+    # 2. the peer, same data, same minutes (already trained with --side-by-side)
+    if not args.side_by_side:
+        peer = run_peer(train_path, test_sets, minutes=None if smoke else args.minutes, steps=args.smoke_steps,
+                        size=args.peer_size, vocab_size=MT_DEFAULT_VOCAB, max_tokens=MT_DEFAULT_MAX_TOKENS,
+                        max_len=MT_DEFAULT_MAX_LEN, seed=MT_DEFAULTS["seed"], max_sentences=20 if smoke else None)
     loads = sampler.stop()
 
     plot_curves({"attnkit (train mt defaults)": ours_curve,
-                 f"torch.nn.Transformer ({args.peer_size})": peer["train"]["curve"]}, args.results / "mt_peer_loss.png")
+                 f"torch.nn.Transformer ({args.peer_size})": peer["train"]["curve"]}, args.results / f"{args.name}_loss.png")
     samples = []
     if "test" in test_sets:
         from attnkit.data.parallel import load_parallel
@@ -339,11 +360,11 @@ def main(argv: list[str] | None = None) -> int:
             samples.append({"source": corpus.sources[i], "reference": corpus.targets[i],
                             "attnkit": ours["hypotheses"]["test"][i], "peer": peer["hypotheses"]["test"][i]})
     record = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "minutes": args.minutes,
-              "smoke_steps": args.smoke_steps, "threads": args.threads, "train_data": str(train_path),
+              "smoke_steps": args.smoke_steps, "threads": args.threads, "side_by_side": args.side_by_side, "train_data": str(train_path),
               "attnkit": {k: v for k, v in ours.items() if k != "hypotheses"},
               "peer": {k: v for k, v in peer.items() if k != "hypotheses"}, "samples": samples,
               "load_average_samples": loads, "command": "python benchmarks/mt_peer.py " + " ".join(argv or sys.argv[1:])}
-    (args.results / "mt_peer.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (args.results / f"{args.name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
     rows = "\n".join(
         f"| {name} | {ours['test'][name]['bleu']:.2f} / {ours['test'][name]['chrf']:.2f} | "
@@ -363,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 Load (1-min average, sampled every 30 s): min {min(loads):.1f}, median {sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f}.
 Command: `{record['command']}`; attnkit ran `{ours['train_command']}`.
 
-![training loss, attnkit and the peer](mt_peer_loss.png)
+![training loss, attnkit and the peer]({args.name}_loss.png)
 
 Ten Ding test sentences (random, seed 0):
 
@@ -371,7 +392,7 @@ Ten Ding test sentences (random, seed 0):
 |---|---|---|---|
 {sample_rows}
 """
-    (args.results / "mt_peer.md").write_text(md, encoding="utf-8")
+    (args.results / f"{args.name}.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
 

@@ -4,6 +4,7 @@ whole comparison on a tiny run."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -64,20 +65,29 @@ def test_peer_learns_and_decodes_a_tiny_task(tmp_path):
     assert s["bleu"] == pytest.approx(100.0) and s["chrf"] == pytest.approx(100.0)
 
 
-def test_comparison_on_a_tiny_run(tmp_path, capsys):
+@pytest.mark.parametrize("mode", [
+    [],
+    pytest.param(["--side-by-side", "--name", "peer_pair"], marks=pytest.mark.skipif(
+        len(os.sched_getaffinity(0)) < 2, reason="--side-by-side needs two CPUs")),
+], ids=["one-after-the-other", "side-by-side"])
+def test_comparison_on_a_tiny_run(tmp_path, capsys, mode):
     data = _prepared(tmp_path / "d")
     results = tmp_path / "results"
     results.mkdir()
     assert mt_peer.main(["--data", str(data), "--train", str(data / "train.tsv"), "--smoke-steps", "4",
-                         "--peer-size", "recipe", "--out", str(tmp_path / "work"), "--results", str(results)]) == 0
-    record = json.loads((results / "mt_peer.json").read_text())
+                         "--peer-size", "recipe", "--out", str(tmp_path / "work"), "--results", str(results),
+                         *mode]) == 0
+    stem = "peer_pair" if mode else "mt_peer"
+    assert sorted(p.name for p in results.iterdir()) == [f"{stem}.json", f"{stem}.md", f"{stem}_loss.png"]
+    record = json.loads((results / f"{stem}.json").read_text())
+    assert record["side_by_side"] == bool(mode)
     assert record["attnkit"]["steps"] == 4 and record["peer"]["train"]["steps"] == 4
     for side in (record["attnkit"]["test"]["test"], record["peer"]["test"]["test"]):
         assert side["sentences"] == 20 and 0.0 <= side["bleu"] <= 100.0 and 0.0 <= side["chrf"] <= 100.0
     assert len(record["samples"]) == 10 and set(record["samples"][0]) == {"source", "reference", "attnkit", "peer"}
-    assert (results / "mt_peer_loss.png").stat().st_size > 0
-    md = (results / "mt_peer.md").read_text()
-    assert "| test |" in md and "torch.nn.Transformer peer (recipe)" in md
+    assert (results / f"{stem}_loss.png").stat().st_size > 0
+    md = (results / f"{stem}.md").read_text()
+    assert "| test |" in md and "torch.nn.Transformer peer (recipe)" in md and f"]({stem}_loss.png)" in md
 
 
 def test_peer_starts_near_the_uniform_loss():
