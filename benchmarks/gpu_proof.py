@@ -135,7 +135,8 @@ def steady_tokens_per_s(metrics_jsonl: Path, skip_rows: int = 2) -> float:
 def _run(cmd: list[str]) -> None:
     print("$ " + shlex.join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env)
+    # the command's log lines (evaluations) go to our stderr: our stdout carries only the JSON results
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=sys.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"the command failed with exit status {proc.returncode}: {shlex.join(cmd)}")
 
