@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from attnkit.data.de_en import _DING_ANNOTATION, _is_sentence, remove_overlap  # noqa: E402
+from attnkit.data.de_en import _DING_ANNOTATION, _is_sentence, ding_entries, ding_part, remove_overlap  # noqa: E402
 from attnkit.data.parallel import normalize_text, read_tsv, write_tsv  # noqa: E402
 
 Pair = tuple[str, str]
@@ -50,17 +50,8 @@ def ding_phrases(lines, held_out=()) -> list[Pair]:
     held = set(held_out)
     seen: set[Pair] = set()
     out: list[Pair] = []
-    for line in lines:
-        line = line.rstrip("\n")
-        if not line or line.startswith("#") or line.count(" :: ") != 1:
-            continue
-        de_side, en_side = line.split(" :: ")
-        de_parts, en_parts = de_side.split(" | "), en_side.split(" | ")
-        if len(de_parts) != len(en_parts):  # not aligned
-            continue
-        parts = list(zip(de_parts, en_parts))
-        plain = [(normalize_text(_DING_ANNOTATION.sub("", de)), normalize_text(_DING_ANNOTATION.sub("", en)))
-                 for de, en in parts]
+    for parts in ding_entries(lines):
+        plain = [(ding_part(de), ding_part(en)) for de, en in parts]
         if any(p in held for p in plain):
             continue
         for (de, en), (raw_de, raw_en) in zip(plain, parts):

@@ -88,6 +88,8 @@ __all__ = [
     "KNOWN_DEBS",
     "KNOWN_INDEXES",
     "ding_pairs",
+    "ding_entries",
+    "ding_part",
     "read_mo",
     "clean_catalog_pair",
     "catalog_pairs",
@@ -313,26 +315,41 @@ def _is_sentence(text: str) -> bool:
     return text[-1:] in (".", "!", "?") and len(text.split()) >= 3 and ";" not in text
 
 
-def ding_pairs(lines: Iterable[str]) -> list[Pair]:
-    """Sentence pairs from the lines of the Ding ``de-en`` file (``#`` comments and malformed lines are ignored).
+def ding_entries(lines: Iterable[str]) -> list[list[Pair]]:
+    """The entries of the Ding ``de-en`` file, each the list of its aligned ``(german, english)`` parts, raw.
 
-    Each entry ``de_1 | de_2 | … :: en_1 | en_2 | …`` is split into its aligned parts; annotations in ``{}``
-    and ``[]`` are dropped; a part is kept when both sides are full sentences (:func:`_is_sentence`).
-    Returns ``(german, english)`` pairs in file order, duplicates removed.
+    An entry ``de_1 | de_2 | … :: en_1 | en_2 | …`` gives ``[(de_1, en_1), (de_2, en_2), …]`` with its
+    annotations still in; ``#`` comments, malformed lines and entries whose sides have different numbers of
+    parts (no way to tell which part translates which) are left out.
     """
-    seen: set[Pair] = set()
-    out: list[Pair] = []
+    entries = []
     for line in lines:
         line = line.rstrip("\n")
         if not line or line.startswith("#") or line.count(" :: ") != 1:
             continue
         de_side, en_side = line.split(" :: ")
         de_parts, en_parts = de_side.split(" | "), en_side.split(" | ")
-        if len(de_parts) != len(en_parts):  # not aligned: cannot tell which part translates which
-            continue
-        for de, en in zip(de_parts, en_parts):
-            de = normalize_text(_DING_ANNOTATION.sub("", de))
-            en = normalize_text(_DING_ANNOTATION.sub("", en))
+        if len(de_parts) == len(en_parts):
+            entries.append(list(zip(de_parts, en_parts)))
+    return entries
+
+
+def ding_part(text: str) -> str:
+    """One part of a Ding entry without its ``{}``/``[]`` annotations, normalised."""
+    return normalize_text(_DING_ANNOTATION.sub("", text))
+
+
+def ding_pairs(lines: Iterable[str]) -> list[Pair]:
+    """Sentence pairs from the lines of the Ding ``de-en`` file (:func:`ding_entries`).
+
+    Annotations in ``{}`` and ``[]`` are dropped; a part is kept when both sides are full sentences
+    (:func:`_is_sentence`). Returns ``(german, english)`` pairs in file order, duplicates removed.
+    """
+    seen: set[Pair] = set()
+    out: list[Pair] = []
+    for entry in ding_entries(lines):
+        for de, en in entry:
+            de, en = ding_part(de), ding_part(en)
             if _is_sentence(de) and _is_sentence(en) and (de, en) not in seen:
                 seen.add((de, en))
                 out.append((de, en))
