@@ -302,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     length = ["--steps", str(args.smoke_steps)] if smoke else ["--max-time", f"{args.minutes:g}"]
     limit = ["--max-sentences", "20"] if smoke else []
 
+    def train_and_decode_peer() -> dict[str, Any]:
+        return run_peer(train_path, test_sets, minutes=None if smoke else args.minutes, steps=args.smoke_steps,
+                        size=args.peer_size, vocab_size=MT_DEFAULT_VOCAB, max_tokens=MT_DEFAULT_MAX_TOKENS,
+                        max_len=MT_DEFAULT_MAX_LEN, seed=MT_DEFAULTS["seed"], max_sentences=20 if smoke else None)
+
     # 1. attnkit, with the defaults of `attnkit train mt`
     t0 = time.time()
     run = out / "attnkit"
@@ -312,9 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {cpus[1]})
         training = subprocess.Popen(["taskset", "-c", str(cpus[0]), sys.executable, "-m", "attnkit", *train_args],
                                     env=env, cwd=ROOT)
-        peer = run_peer(train_path, test_sets, minutes=None if smoke else args.minutes, steps=args.smoke_steps,
-                        size=args.peer_size, vocab_size=MT_DEFAULT_VOCAB, max_tokens=MT_DEFAULT_MAX_TOKENS,
-                        max_len=MT_DEFAULT_MAX_LEN, seed=MT_DEFAULTS["seed"], max_sentences=20 if smoke else None)
+        peer = train_and_decode_peer()
         if training.wait() != 0:
             raise subprocess.CalledProcessError(training.returncode, training.args)
     else:
@@ -343,9 +346,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. the peer, same data, same minutes (already trained with --side-by-side)
     if not args.side_by_side:
-        peer = run_peer(train_path, test_sets, minutes=None if smoke else args.minutes, steps=args.smoke_steps,
-                        size=args.peer_size, vocab_size=MT_DEFAULT_VOCAB, max_tokens=MT_DEFAULT_MAX_TOKENS,
-                        max_len=MT_DEFAULT_MAX_LEN, seed=MT_DEFAULTS["seed"], max_sentences=20 if smoke else None)
+        peer = train_and_decode_peer()
     loads = sampler.stop()
 
     plot_curves({"attnkit (train mt defaults)": ours_curve,
