@@ -47,6 +47,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # run as a script: ``benchmarks.harness`` (machine_description) needs the root
+    sys.path.insert(0, str(ROOT))
 
 # The configuration chosen by the short tuning runs (see RESULTS.md, "Translation"): at this compute budget a
 # 1.4M-parameter model beats transformer-small (6.6M) at equal wall-clock time, and the inverse-sqrt schedule
@@ -121,10 +123,24 @@ class LoadSampler(threading.Thread):
         return self.samples
 
 
-def attnkit(args: list[str], env: dict[str, str]) -> None:
+def machine_description(device: str | None) -> str:
+    """What ran the benchmark, for the record: the GPU (name, torch and CUDA versions) when ``device`` is a CUDA
+    one or ``None`` with CUDA present (``auto``), else the CPU's model name and core count."""
+    import torch
+
+    if (device or "auto").startswith(("cuda", "auto")) and torch.cuda.is_available():
+        index = int(device.split(":")[1]) if device and ":" in device else 0
+        return f"{torch.cuda.get_device_name(index)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    from benchmarks.harness import machine_info
+
+    info = machine_info()
+    return f"{info.get('cpu_model', 'unknown CPU')}, {info['cpu_count']} cores (torch {torch.__version__})"
+
+
+def attnkit(args: list[str], env: dict[str, str], check: bool = True) -> int:
     cmd = [sys.executable, "-m", "attnkit", *args]
     print("$ attnkit " + " ".join(args), flush=True)
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    return subprocess.run(cmd, check=check, env=env, cwd=ROOT).returncode
 
 
 def main() -> int:
@@ -144,6 +160,10 @@ def main() -> int:
                    help="train with bf16 autocast (fast on CPUs with AMX/AVX512-BF16; off by default)")
     p.add_argument("--train-args", default="", metavar="FLAGS",
                    help="extra flags for `attnkit train mt` (space-separated), e.g. \"--set dropout=0 --lr 3e-3\"")
+    p.add_argument("--device", default=None,
+                   help="--device of every train/eval command, e.g. cuda (default: theirs, auto = CUDA if present)")
+    p.add_argument("--eval-batch-size", type=int, default=None, metavar="N",
+                   help="sentences per decoding batch of `attnkit eval mt` (default: its own, 32)")
     p.add_argument("--skip-train", action="store_true", help="evaluate the existing run in --out")
     p.add_argument("--smoke", type=int, default=None, metavar="N",
                    help="check the evaluation part on the first N sentences only (not a benchmark figure)")
@@ -172,12 +192,25 @@ def main() -> int:
                   "--out", str(out)]
     if args.autocast:
         train_args += ["--autocast", args.autocast]
+    if args.device:
+        train_args += ["--device", args.device]
     train_args += args.train_args.split()
+    train_note = None
     if not args.skip_train:
-        attnkit(train_args, env)
+        rc = attnkit(train_args, env, check=False)
+        if rc and (out / "summary.json").is_file() and (out / "checkpoints" / "best").is_dir():
+            # trained, but what follows failed (e.g. --average-last N when the budget ended with fewer step
+            # checkpoints): evaluate what there is, and say so in the record
+            train_note = f"`attnkit train mt` exited {rc} after training (see its last line); evaluated as is"
+            print("note: " + train_note, flush=True)
+        elif rc:
+            raise subprocess.CalledProcessError(rc, ["attnkit", *train_args])
     train_seconds = time.time() - t0
 
     limit = [] if args.smoke is None else ["--max-sentences", str(args.smoke)]
+    # flags every `attnkit eval mt` takes (the device and the decoding batch), after the limit
+    limit += (["--device", args.device] if args.device else []) + \
+        (["--batch-size", str(args.eval_batch_size)] if args.eval_batch_size else [])
     # choose the checkpoint on the validation set
     valid = {}
     for name in ("best", "averaged"):
@@ -230,8 +263,9 @@ def main() -> int:
     summary = json.loads((out / "summary.json").read_text())
     shutil.copyfile(out / "loss.png", HERE / f"{args.name}_loss.png")
 
+    machine = machine_description(args.device)
     record = {"train_command": "attnkit " + " ".join(train_args), "eval_command": "attnkit " + " ".join(eval_args),
-              "threads": args.threads, "upsample_dictionary": args.upsample_dictionary,
+              "machine": machine, "train_note": train_note, "threads": args.threads, "upsample_dictionary": args.upsample_dictionary,
               "upsampling": upsampling, "train_summary": summary, "valid_greedy": valid, "chosen": chosen,
               "valid_decoding": decoding, "decoding": {"beam": beam_size, "length_penalty": length_penalty},
               "test": test, "extra_tests": extra_tests, "samples": samples, "load_average_samples": loads,
@@ -251,7 +285,8 @@ def main() -> int:
         ", ".join(f"{k} {v['bleu']:.2f}" for k, v in valid.items()) + "; decoding chosen by valid BLEU: " + \
         ", ".join(f"{k} {v['bleu']:.2f}" for k, v in decoding.items()) + f""") |
 | training | {summary['steps']} steps, {summary['tokens']:,} target tokens, {summary['elapsed'] / 60:.1f} min, stopped by {summary['stopped_by']}; final valid loss {summary.get('valid_loss', float('nan')):.3f}, valid greedy BLEU (150 sent.) {summary.get('valid_bleu', float('nan')):.2f} |
-| threads / load | {args.threads} thread; 1-min load average min {min(loads):.1f}, median {sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f} ({len(loads)} samples) |
+| machine | {machine} |
+{f'| note | {train_note} |' + chr(10) if train_note else ''}| threads / load | {args.threads} thread{'s' if args.threads > 1 else ''}; 1-min load average min {min(loads):.1f}, median {sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f} ({len(loads)} samples) |
 
 Command: `{record['train_command']}`
 

@@ -8,8 +8,10 @@ a float mask is *added* to the attention scores (``-inf`` forbids, ``0`` allows)
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
+import numpy as np
 import torch
 
 
@@ -84,11 +86,18 @@ def pad_right(sequences: Sequence[Sequence[int]], pad_id: int, *, length: int | 
     S = max(lengths) if length is None else length
     if S < max(lengths):
         raise ValueError(f"pad_right length must be >= the longest sequence ({max(lengths)}), got {S}")
-    ids = torch.full((len(lengths), S), pad_id, dtype=torch.long)
-    for b, seq in enumerate(sequences):
-        if lengths[b]:
-            ids[b, :lengths[b]] = torch.as_tensor(seq, dtype=torch.long)
-    return ids, padding_mask(lengths, max_len=S)
+    mask = padding_mask(lengths, max_len=S)  # (B, S) True = padding
+    # One vectorised fill (a copy per row costs ~30 us, i.e. ~50 ms for a GPU-sized batch of 500 pairs x 3):
+    # the concatenated ids go, in row-major order, exactly to the positions that are not padding.
+    flat = np.fromiter(itertools.chain.from_iterable(map(_as_ids, sequences)), dtype=np.int64, count=sum(lengths))
+    ids = np.full((len(lengths), S), pad_id, dtype=np.int64)
+    ids[~mask.numpy()] = flat
+    return torch.from_numpy(ids), mask
+
+
+def _as_ids(seq: Sequence[int] | torch.Tensor) -> Sequence[int]:
+    """A tensor of ids as a list of Python ints (np.fromiter takes ints, not 0-dim tensors); lists pass as they are."""
+    return seq.tolist() if isinstance(seq, torch.Tensor) else seq
 
 
 def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:

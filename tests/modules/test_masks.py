@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.modules import causal_mask, combine_masks, generate_mask_mat, pad_right, padding_mask, to_additive
 from helpers import assert_close
@@ -60,6 +62,19 @@ def test_pad_right_gives_ids_and_their_padding_mask():
         pad_right([], pad_id=0)
     with pytest.raises(ValueError, match=r"length must be >= the longest sequence \(3\), got 2"):
         pad_right([[1, 2, 3]], pad_id=0, length=2)
+
+
+@given(st.lists(st.lists(st.integers(0, 2**40), max_size=7), min_size=1, max_size=9), st.integers(-100, 5),
+       st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_pad_right_puts_each_sequence_in_its_row(sequences, pad_id, as_tensors):
+    # the vectorised fill against the plain definition: row b is sequence b, then pad_id
+    rows = [torch.tensor(s, dtype=torch.long) for s in sequences] if as_tensors else sequences
+    ids, mask = pad_right(rows, pad_id)
+    S = max(map(len, sequences))
+    assert ids.shape == (len(sequences), S) and ids.dtype == torch.long
+    assert ids.tolist() == [list(s) + [pad_id] * (S - len(s)) for s in sequences]
+    assert torch.equal(mask, padding_mask([len(s) for s in sequences], max_len=S))
 
 
 def test_padding_mask_needs_exactly_one_source():
