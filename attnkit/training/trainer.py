@@ -344,8 +344,12 @@ class Trainer:
         if cfg.grad_clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip)
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-            if not math.isfinite(grad_norm) and self._scaler is None:  # fp16: the scaler skips this step
-                raise FloatingPointError(f"gradient norm is {grad_norm} at step {self.step + 1}: the run diverged")
+            if not math.isfinite(grad_norm):
+                if self._scaler is None:
+                    raise FloatingPointError(f"gradient norm is {grad_norm} at step {self.step + 1}: the run diverged")
+                # fp16: inf/nan gradients are how the scaler finds its scale; it skips this update and lowers the
+                # scale, so there is no gradient norm to log (the first steps of every fp16 run do this)
+                grad_norm = None
         if self._scaler is not None:
             self._scaler.step(self.optimizer)
             self._scaler.update()

@@ -6,6 +6,9 @@ that asking for a missing device is one clear ``ValueError``.
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 import torch
 
@@ -108,6 +111,26 @@ def test_checkpoints_are_device_free(tmp_path, tiny_lm, fixed_task):
     resumed = Trainer(tiny_lm(), fixed_task(4), cfg, tmp_path / "run", model_config={"d_model": 16},
                       resume=True, progress=False).fit()
     assert resumed["steps"] == 6
+
+
+def test_an_update_the_grad_scaler_skips_logs_no_grad_norm(tmp_path, tiny_lm, fixed_task):
+    # fp16's first updates overflow by design (the scaler starts at 2**16 and halves until the gradients are
+    # finite): such an update is skipped and must not stop the run. A scale of 2**127 on the CPU makes the
+    # first update overflow the same way (fp16 autocast itself needs a GPU); the back-off then brings it to 2**27.
+    torch.manual_seed(0)
+    cfg = TrainConfig(steps=4, batch_size=4, lr=1e-2, warmup_steps=0, eval_every=4, eval_batches=1, log_every=1,
+                      ckpt_every=4, grad_clip=1.0)
+    trainer = Trainer(tiny_lm(), fixed_task(4), cfg, tmp_path / "scaled", model_config={"d_model": 16},
+                      progress=False)
+    trainer._scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127, backoff_factor=2.0 ** -100)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    assert trainer.fit()["steps"] == 4
+    rows = [json.loads(line) for line in (tmp_path / "scaled" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "loss" in r]
+    assert [("grad_norm" in r) for r in train_rows] == [False, True, True, True]  # the skipped update: no norm
+    assert all(math.isfinite(r["grad_norm"]) for r in train_rows[1:])
+    assert trainer._scaler.get_scale() == 2.0 ** 27
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
 
 @needs_cuda
