@@ -10,6 +10,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from attnkit.training.task import model_device, move_to_device
 
 
 class TinyLM(nn.Module):
@@ -54,9 +55,11 @@ class FixedTask:
         return loss, y.numel()
 
     def evaluate(self, model, n_batches):
+        # the trainer moves training batches to the device; a task's evaluate moves its own, as the real tasks do
+        device = model_device(model)
         total = 0.0
         for i in range(n_batches):
-            loss, _ = self.loss(model, self.batch("valid", i))
+            loss, _ = self.loss(model, move_to_device(self.batch("valid", i), device))
             total += float(loss)
         return {"loss": total / n_batches}
 

@@ -1,0 +1,160 @@
+"""How fast the real ``train mt`` update runs at several batch sizes (benchmark, not a test).
+
+    python benchmarks/mt_step_scaling.py --device cuda --autocast bf16 --preset transformer-base \\
+        --set norm_first=true --tokens 8192,16384,32768,65536 --json benchmarks/mt_step_scaling_h200.json
+
+On one process, for each token budget ``--tokens`` (``--max-tokens`` of ``attnkit train mt``: ``B * max(S, T)``
+padded positions per batch), a fresh model of ``--preset`` trains ``--steps`` updates through the ordinary
+:class:`attnkit.training.Trainer` on the real pairs (``--data``, default the de-en recipe, encoded once with a
+joint BPE of ``--vocab-size`` or ``--tokenizer``). From the run's metrics (the timed updates only: fetching and
+padding the batch, forward, backward, clipping, optimizer step; the first logged interval is warm-up and is
+left out) it reports updates/s and target tokens/s, and on CUDA the share of the time the GPU was busy
+(``torch.cuda.utilization``, NVML's "a kernel was running" ratio, sampled every 0.1 s during the updates).
+
+What it answers: whether the update is bound by the GPU's arithmetic (updates/s fall as the batch grows) or
+by the per-update work on the CPU (Python, kernel launches, host syncs, batch building: updates/s stay flat,
+so a larger batch is nearly free tokens). The translation recipe's batch size and model size for a GPU
+budget follow from it (benchmarks/RESULTS.md).
+
+There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+class UtilizationSampler(threading.Thread):
+    """Samples ``torch.cuda.utilization(device)`` (percent) every ``every`` seconds while running."""
+
+    def __init__(self, device, every: float = 0.1):
+        super().__init__(daemon=True)
+        self.device, self.every, self.samples, self._done = device, every, [], threading.Event()
+
+    def run(self) -> None:
+        import torch
+
+        while not self._done.is_set():
+            try:
+                self.samples.append(float(torch.cuda.utilization(self.device)))
+            except Exception:  # no NVML (pynvml) here: no samples, the report says so
+                return
+            self._done.wait(self.every)
+
+    def stop(self) -> list[float]:
+        self._done.set()
+        self.join()
+        return self.samples
+
+
+def update_rates(rows: list[dict], log_every: int) -> dict[str, float]:
+    """Updates/s and target tokens/s of the logged intervals after the first (warm-up) one.
+
+    ``rows``: the run's ``metrics.jsonl`` rows; those with ``tokens_per_s`` are the training logs, one every
+    ``log_every`` updates, each holding the running ``tokens`` and the interval's tokens/s of timed updates.
+    """
+    logs = [r for r in rows if "tokens_per_s" in r]
+    if len(logs) < 2:
+        raise ValueError(f"need at least two logged intervals (one is warm-up), got {len(logs)}: raise --steps")
+    seconds = tokens = 0.0
+    for prev, row in zip(logs, logs[1:]):
+        interval = row["tokens"] - prev["tokens"]
+        tokens += interval
+        seconds += interval / row["tokens_per_s"]
+    updates = (logs[-1]["step"] - logs[0]["step"])
+    return {"updates_per_s": updates / seconds, "target_tokens_per_s": tokens / seconds,
+            "timed_updates": updates, "timed_seconds": seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default="de-en", help="recipe name, prepared folder, TSV or SRC,TGT (default de-en)")
+    p.add_argument("--valid", default=None, help="validation pairs (default: the recipe's / a split-off part)")
+    p.add_argument("--tokenizer", type=Path, default=None, help="tokenizer JSON (default: train a joint BPE)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-len", type=int, default=128)
+    p.add_argument("--preset", default="transformer-base")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="model config override")
+    p.add_argument("--tokens", default="8192,16384,32768", help="comma-separated token budgets per batch")
+    p.add_argument("--steps", type=int, default=150, help="updates per budget")
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--autocast", choices=("bf16", "fp16"), default=None)
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from attnkit.cli.flags import parse_overrides
+    from attnkit.data.parallel import resolve_parallel_data
+    from attnkit.data.tokenizer import load_tokenizer
+    from attnkit.models.builders import build_model
+    from attnkit.models.presets import get_preset
+    from attnkit.training import TrainConfig, Trainer
+    from attnkit.training.device import resolve_device
+    from attnkit.training.mt_task import MTTask
+
+    budgets = [int(t) for t in args.tokens.split(",")]
+    device = resolve_device(args.device)
+    source, _ = resolve_parallel_data(args.data)
+    valid = None if args.valid is None else resolve_parallel_data(args.valid, flag="--valid")[0]
+    t0 = time.perf_counter()
+    tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
+    base = MTTask.from_data(source, valid=valid, tokenizer=tokenizer, vocab_size=args.vocab_size,
+                            max_len=args.max_len, max_tokens=max(budgets))
+    print(f"data encoded in {time.perf_counter() - t0:.0f} s: {len(base.train):,} train pairs", flush=True)
+    V = base.tokenizer.vocab_size
+    config = get_preset(args.preset, src_vocab_size=V, tgt_vocab_size=V, max_len=args.max_len,
+                        pad_id=base.tokenizer.pad_id, **parse_overrides(args.set))
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU") + f", torch {torch.__version__}"
+    results = []
+    for budget in budgets:
+        task = MTTask(base.train, base.valid, max_tokens=budget, seed=0)
+        torch.manual_seed(0)
+        model = build_model(config)
+        cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup_steps=min(50, args.steps // 5),
+                          eval_every=args.steps, eval_batches=1, log_every=args.log_every, ckpt_every=args.steps,
+                          keep_last=1, device=args.device, autocast=args.autocast)
+        with tempfile.TemporaryDirectory() as out:
+            sampler = UtilizationSampler(device) if device.type == "cuda" else None
+            if sampler is not None:
+                sampler.start()
+            Trainer(model, task, cfg, Path(out) / "run", model_config=config.to_dict(), progress=False,
+                    log=False).fit()
+            busy = sampler.stop() if sampler is not None else []
+            rows = [json.loads(line) for line in (Path(out) / "run" / "metrics.jsonl").read_text().splitlines()]
+        rates = update_rates(rows, args.log_every)
+        n_batches = task.num_batches("train")
+        row = {"max_tokens": budget, "pairs_per_batch": len(task.train) / n_batches, **rates,
+               "gpu_busy_percent": (sum(busy) / len(busy)) if busy else None,
+               "peak_memory_gib": (torch.cuda.max_memory_allocated(device) / 2**30) if device.type == "cuda" else None}
+        results.append(row)
+        print(f"max_tokens {budget:>6}: {row['pairs_per_batch']:6.0f} pairs/batch, {rates['updates_per_s']:6.2f} "
+              f"updates/s, {rates['target_tokens_per_s']:10,.0f} target tokens/s"
+              + (f", GPU busy {row['gpu_busy_percent']:.0f}%" if busy else ""), flush=True)
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+    record = {"command": "python benchmarks/mt_step_scaling.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine,
+              "preset": args.preset, "set": args.set, "autocast": args.autocast, "steps": args.steps,
+              "parameters": sum(p.numel() for p in build_model(config).parameters()), "results": results}
+    if args.json is not None:
+        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
