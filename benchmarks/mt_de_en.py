@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -107,19 +108,26 @@ def upsample_dictionary(prepared: Path, dest: Path, times: int) -> dict[str, int
 
 
 class LoadSampler(threading.Thread):
-    """Samples the 1-minute load average every ``every`` seconds (the machine is shared)."""
+    """Samples a figure of the machine every ``every`` seconds until :meth:`stop`: by default the 1-minute load
+    average (the machine is shared); ``read`` gives another (e.g. the GPU's busy percent). A ``read`` that
+    raises ends the sampling (the figure is not available here); the samples so far are kept."""
 
-    def __init__(self, every: float = 30.0):
+    def __init__(self, every: float = 30.0, read: Callable[[], float] | None = None):
         super().__init__(daemon=True)
-        self.every, self.samples, self._stop = every, [], threading.Event()
+        self.every, self.samples, self._done = every, [], threading.Event()  # (Thread has a _stop of its own)
+        self.read = read or (lambda: round(os.getloadavg()[0], 2))
 
     def run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(round(os.getloadavg()[0], 2))
-            self._stop.wait(self.every)
+        while not self._done.is_set():
+            try:
+                self.samples.append(self.read())
+            except Exception:
+                return
+            self._done.wait(self.every)
 
     def stop(self) -> list[float]:
-        self._stop.set()
+        self._done.set()
+        self.join()
         return self.samples
 
 
@@ -207,9 +215,9 @@ def main() -> int:
             raise subprocess.CalledProcessError(rc, ["attnkit", *train_args])
     train_seconds = time.time() - t0
 
-    limit = [] if args.smoke is None else ["--max-sentences", str(args.smoke)]
-    # flags every `attnkit eval mt` takes (the device and the decoding batch), after the limit
-    limit += (["--device", args.device] if args.device else []) + \
+    # flags every `attnkit eval mt` takes: the smoke limit, the device and the decoding batch
+    eval_flags = [] if args.smoke is None else ["--max-sentences", str(args.smoke)]
+    eval_flags += (["--device", args.device] if args.device else []) + \
         (["--batch-size", str(args.eval_batch_size)] if args.eval_batch_size else [])
     # choose the checkpoint on the validation set
     valid = {}
@@ -219,7 +227,7 @@ def main() -> int:
             continue
         j = out / f"valid_{name}.json"
         attnkit(["eval", "mt", "--ckpt", str(ckpt), "--data", "de-en", "--split", "valid", "--beam", "1",
-                 "--json", str(j), *limit], env)
+                 "--json", str(j), *eval_flags], env)
         valid[name] = json.loads(j.read_text())
     chosen = max(valid, key=lambda k: valid[k]["bleu"])
 
@@ -231,7 +239,7 @@ def main() -> int:
             decoding["greedy"] = {"beam": 1, "length_penalty": alpha, "bleu": valid[chosen]["bleu"]}
             continue
         attnkit(["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", "de-en", "--split", "valid",
-                 "--beam", str(beam), "--length-penalty", str(alpha), "--json", str(j), *limit], env)
+                 "--beam", str(beam), "--length-penalty", str(alpha), "--json", str(j), *eval_flags], env)
         decoding[f"beam {beam}, lp {alpha:g}"] = {"beam": beam, "length_penalty": alpha,
                                                    "bleu": json.loads(j.read_text())["bleu"]}
     best_decoding = max(decoding.values(), key=lambda d: d["bleu"])
@@ -240,7 +248,7 @@ def main() -> int:
     test_json, hyps = out / "test.json", out / "test_hyps.txt"
     eval_args = ["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", "de-en", "--split", "test",
                  "--beam", str(beam_size), "--length-penalty", str(length_penalty), "--json", str(test_json),
-                 "--hyps", str(hyps), *limit]
+                 "--hyps", str(hyps), *eval_flags]
     attnkit(eval_args, env)
     test = json.loads(test_json.read_text())
     extra_tests = {}
@@ -249,7 +257,7 @@ def main() -> int:
             j = out / f"{name}.json"
             attnkit(["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", str(prepared / f"{name}.tsv"),
                      "--beam", str(beam_size), "--length-penalty", str(length_penalty), "--json", str(j),
-                     "--hyps", str(out / f"{name}_hyps.txt"), *limit], env)
+                     "--hyps", str(out / f"{name}_hyps.txt"), *eval_flags], env)
             extra_tests[name] = json.loads(j.read_text())
     loads = sampler.stop()
 

@@ -25,7 +25,6 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -33,35 +32,24 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.mt_de_en import LoadSampler  # noqa: E402
 
-class UtilizationSampler(threading.Thread):
-    """Samples ``torch.cuda.utilization(device)`` (percent) every ``every`` seconds while running."""
+
+class UtilizationSampler(LoadSampler):
+    """Samples ``torch.cuda.utilization(device)`` (percent) every ``every`` seconds while running; none where
+    NVML (pynvml) is missing."""
 
     def __init__(self, device, every: float = 0.1):
-        super().__init__(daemon=True)
-        self.device, self.every, self.samples, self._done = device, every, [], threading.Event()
-
-    def run(self) -> None:
         import torch
 
-        while not self._done.is_set():
-            try:
-                self.samples.append(float(torch.cuda.utilization(self.device)))
-            except Exception:  # no NVML (pynvml) here: no samples, the report says so
-                return
-            self._done.wait(self.every)
-
-    def stop(self) -> list[float]:
-        self._done.set()
-        self.join()
-        return self.samples
+        super().__init__(every, read=lambda: float(torch.cuda.utilization(device)))
 
 
-def update_rates(rows: list[dict], log_every: int) -> dict[str, float]:
+def update_rates(rows: list[dict]) -> dict[str, float]:
     """Updates/s and target tokens/s of the logged intervals after the first (warm-up) one.
 
-    ``rows``: the run's ``metrics.jsonl`` rows; those with ``tokens_per_s`` are the training logs, one every
-    ``log_every`` updates, each holding the running ``tokens`` and the interval's tokens/s of timed updates.
+    ``rows``: the run's ``metrics.jsonl`` rows; those with ``tokens_per_s`` are the training logs (one every
+    ``--log-every`` updates), each holding the running ``tokens`` and the interval's tokens/s of timed updates.
     """
     logs = [r for r in rows if "tokens_per_s" in r]
     if len(logs) < 2:
@@ -123,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         task = MTTask(base.train, base.valid, max_tokens=budget, seed=0)
         torch.manual_seed(0)
         model = build_model(config)
+        n_params = sum(p.numel() for p in model.parameters())
         cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup_steps=min(50, args.steps // 5),
                           eval_every=args.steps, eval_batches=1, log_every=args.log_every, ckpt_every=args.steps,
                           keep_last=1, device=args.device, autocast=args.autocast)
@@ -134,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                     log=False).fit()
             busy = sampler.stop() if sampler is not None else []
             rows = [json.loads(line) for line in (Path(out) / "run" / "metrics.jsonl").read_text().splitlines()]
-        rates = update_rates(rows, args.log_every)
+        rates = update_rates(rows)
         n_batches = task.num_batches("train")
         row = {"max_tokens": budget, "pairs_per_batch": len(task.train) / n_batches, **rates,
                "gpu_busy_percent": (sum(busy) / len(busy)) if busy else None,
@@ -150,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"command": "python benchmarks/mt_step_scaling.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine,
               "preset": args.preset, "set": args.set, "autocast": args.autocast, "steps": args.steps,
-              "parameters": sum(p.numel() for p in build_model(config).parameters()), "results": results}
+              "parameters": n_params, "results": results}
     if args.json is not None:
         args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return 0

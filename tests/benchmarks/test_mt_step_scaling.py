@@ -15,11 +15,11 @@ def test_update_rates_leave_out_the_warm_up_interval():
             {"step": 10, "valid_loss": 3.0},                       # an evaluation row: ignored
             {"step": 20, "tokens": 3000, "tokens_per_s": 1000.0},  # 2000 tokens in 2 s
             {"step": 30, "tokens": 5000, "tokens_per_s": 500.0}]   # 2000 tokens in 4 s
-    rates = mt_step_scaling.update_rates(rows, log_every=10)
+    rates = mt_step_scaling.update_rates(rows)
     assert rates["timed_updates"] == 20 and rates["timed_seconds"] == pytest.approx(6.0)
     assert rates["updates_per_s"] == pytest.approx(20 / 6) and rates["target_tokens_per_s"] == pytest.approx(4000 / 6)
     with pytest.raises(ValueError, match="at least two logged intervals"):
-        mt_step_scaling.update_rates(rows[:2], log_every=10)
+        mt_step_scaling.update_rates(rows[:2])
 
 
 def test_a_tiny_run_reports_each_budget(tmp_path):
