@@ -8,17 +8,49 @@ range of its own); the decoders check single ids with :func:`check_id`, the mode
 
 This module imports torch only inside the tensor checks, so that configs import without torch.
 
+**Checks that would wait for a GPU.** A check of tensor *values* (ids in range, masks that pad something) reads
+them back to the host, and on a GPU that read waits for every queued kernel. Where that must not happen, under
+``torch.compile`` (a graph break) and inside :func:`checks_on_device` (the trainer's updates on an accelerator),
+:func:`no_host_reads` is True and such checks run on the device instead (``torch._assert_async``: a bad value
+stops the program with the device's assert rather than a ``ValueError``) or are skipped where they only choose a
+faster path.
+
 Axis legend: B batch, L sequence length (``T`` for a decoder-only model's tokens).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 __all__ = ["is_int", "is_number", "check_int", "check_float", "check_bool", "check_choice",
            "check_id", "check_index_tensor", "check_padding_mask",
-           "check_token_ids"]
+           "check_token_ids", "checks_on_device", "no_host_reads"]
+
+_on_device = threading.local()  # .depth: how many checks_on_device() blocks this thread is inside
+
+
+@contextlib.contextmanager
+def checks_on_device(enabled: bool = True) -> Iterator[None]:
+    """Inside this block (on this thread) value checks do not read tensors back to the host: see the module
+    docstring. ``enabled=False`` makes it a no-op (e.g. on the CPU, where a read costs nothing)."""
+    if not enabled:
+        yield
+        return
+    _on_device.depth = getattr(_on_device, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _on_device.depth -= 1
+
+
+def no_host_reads() -> bool:
+    """True under ``torch.compile`` or inside :func:`checks_on_device`: a check must not read tensor values."""
+    import torch
+
+    return getattr(_on_device, "depth", 0) > 0 or torch.compiler.is_compiling()
 
 
 def is_int(value: Any) -> bool:
@@ -121,7 +153,7 @@ def check_token_ids(ids: Any, *, name: str, vocab_size: int, length_axis: str = 
 
     ``name`` is the argument's name in messages (``idx``, ``src``); ``length_axis`` names the second axis
     (``T`` or ``L``); ``range_label`` starts the out-of-range message (default ``"<name> token ids"``). Under
-    ``torch.compile`` the range check runs on the device (no host sync) instead.
+    ``torch.compile`` or :func:`checks_on_device` the range check runs on the device (no host sync) instead.
 
     Shape: ids ``(B, L)``.
     """
@@ -137,7 +169,7 @@ def check_token_ids(ids: Any, *, name: str, vocab_size: int, length_axis: str = 
     if ids.shape[0] == 0 or ids.shape[1] == 0:
         raise ValueError(f"{name} must have B >= 1 and {length_axis} >= 1, got shape {tuple(ids.shape)}")
     label = range_label if range_label is not None else f"{name} token ids"
-    if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
+    if no_host_reads():  # no host sync (a graph break under torch.compile, a wait on a GPU): check on the device
         torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(),
                             f"{label} must be in [0, {vocab_name}) = [0, {vocab_size})")
         return

@@ -22,6 +22,26 @@ def test_bad_token_ids_are_named(ids, message):
         check_token_ids(ids, name="src", vocab_size=10, vocab_name="src_vocab_size")
 
 
+def test_checks_on_device_check_ids_without_reading_them_back():
+    from attnkit.checks import checks_on_device, no_host_reads
+
+    bad = torch.tensor([[1, 12]])
+    assert not no_host_reads()
+    with checks_on_device():
+        assert no_host_reads()
+        with checks_on_device(False):  # a no-op: still inside the outer block
+            assert no_host_reads()
+        check_token_ids(torch.tensor([[0, 9]]), name="src", vocab_size=10)
+        # on the CPU the device-side assert fails at once; on a GPU it stops the program with CUDA's assert
+        with pytest.raises(RuntimeError, match=r"src token ids must be in \[0, vocab_size\) = \[0, 10\)"):
+            check_token_ids(bad, name="src", vocab_size=10)
+    assert not no_host_reads()
+    with checks_on_device(False):
+        assert not no_host_reads()
+    with pytest.raises(ValueError, match="got id 12"):
+        check_token_ids(bad, name="src", vocab_size=10)
+
+
 def test_good_ids_pass_and_the_decoder_only_wording():
     check_token_ids(torch.tensor([[0, 9]], dtype=torch.int32), name="idx", vocab_size=10)
     with pytest.raises(ValueError, match=r"^token ids must be in \[0, vocab_size\) = \[0, 4\), got id 7$"):

@@ -112,7 +112,7 @@ TRAIN_FLAGS = [
     ("--grad-clip", "grad_clip", float, "max global gradient norm (0 = off)"),
     ("--eval-every", "eval_every", int, "evaluate every N steps"),
     ("--eval-batches", "eval_batches", int, "validation batches per evaluation"),
-    ("--log-every", "log_every", int, "log training metrics every N steps"),
+    ("--log-every", "log_every", int, "log training metrics every N steps (also how often a GPU's numbers are read back)"),
     ("--ckpt-every", "ckpt_every", int, "checkpoint every N steps"),
     ("--keep-last", "keep_last", int, "keep the last K step checkpoints (plus best/)"),
     ("--seed", "seed", int, "random seed (init, dropout, data order)"),

@@ -184,6 +184,10 @@ class MTBatch(NamedTuple):
         src ``(B, S)`` long; tgt_in, labels ``(B, T)`` long; src_key_padding_mask ``(B, S)`` bool;
         tgt_key_padding_mask ``(B, T)`` bool (True = padding); index ``(B,)`` long, the pairs' positions in
         the corpus (to fetch reference sentences).
+
+    ``n_tokens`` (the number of labels that are not padding) and ``max_label`` (the largest label id) are plain
+    ints counted on the host when the batch is made, so that the loss can weight and check the batch without
+    reading anything back from a GPU (each read waits for the device to finish its queue).
     """
 
     src: torch.Tensor
@@ -192,14 +196,23 @@ class MTBatch(NamedTuple):
     src_key_padding_mask: torch.Tensor
     tgt_key_padding_mask: torch.Tensor
     index: torch.Tensor
+    n_tokens: int
+    max_label: int
 
-    @property
-    def n_tokens(self) -> int:
-        """Number of target tokens predicted (non-padding labels)."""
-        return int((self.labels != IGNORE_INDEX).sum())
+    @staticmethod
+    def from_tensors(src: torch.Tensor, tgt_in: torch.Tensor, labels: torch.Tensor, src_key_padding_mask: torch.Tensor,
+                     tgt_key_padding_mask: torch.Tensor, index: torch.Tensor) -> "MTBatch":
+        """An MTBatch whose counts are taken from ``labels`` (read once, on the host: pass CPU tensors)."""
+        real = labels[labels != IGNORE_INDEX]
+        return MTBatch(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask, index,
+                       int(real.numel()), int(real.max()) if real.numel() else IGNORE_INDEX)
 
     def to(self, device: torch.device | str) -> "MTBatch":
-        return MTBatch(*(t.to(device) for t in self))
+        return self._replace(**{k: v.to(device) for k, v in self._asdict().items() if isinstance(v, torch.Tensor)})
+
+    def take_rows(self, start: int, stop: int) -> "MTBatch":
+        """Rows ``start:stop`` of every tensor, with the counts of those rows (one process's share of the batch)."""
+        return MTBatch.from_tensors(*(t[start:stop] for t in self[:6]))
 
 
 def collate(data: EncodedPairs, indices: Sequence[int]) -> MTBatch:
@@ -219,8 +232,8 @@ def collate(data: EncodedPairs, indices: Sequence[int]) -> MTBatch:
     # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each
     tgt_in, tgt_key_padding_mask = pad_right([[data.bos_id, *t] for t in tgts], data.pad_id)  # (B, T), (B, T)
     labels, _ = pad_right([[*t, data.eos_id] for t in tgts], IGNORE_INDEX)  # (B, T)
-    return MTBatch(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask,
-                   torch.tensor(indices, dtype=torch.long))
+    return MTBatch.from_tensors(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask,
+                                torch.tensor(indices, dtype=torch.long))
 
 
 # ---------------------------------------------------------------------------------------------------------------

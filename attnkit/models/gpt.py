@@ -40,7 +40,7 @@ import math
 import torch
 from torch import nn
 
-from attnkit.checks import check_index_tensor, check_int, check_padding_mask, check_token_ids
+from attnkit.checks import check_index_tensor, check_int, check_padding_mask, check_token_ids, no_host_reads
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
@@ -281,7 +281,7 @@ class GPT(nn.Module):
                     f"position_ids must have shape (B, T) = ({B}, {T}) or (T,) = ({T},), "
                     f"got {tuple(position_ids.shape)}"
                 )
-            if torch.compiler.is_compiling():
+            if no_host_reads():
                 torch._assert_async((position_ids >= 0).all(), "position_ids must be >= 0")
             elif position_ids.numel() and int(position_ids.min()) < 0:
                 raise ValueError(f"position_ids must be >= 0, got {int(position_ids.min())}")
@@ -304,7 +304,7 @@ class GPT(nn.Module):
             got = (f"{cache_position.dtype} {tuple(cache_position.shape)}" if isinstance(cache_position, torch.Tensor)
                    else type(cache_position).__name__)
             raise ValueError(f"cache_position must be an int64 tensor of shape (T,) = ({T},), got {got}")
-        if torch.compiler.is_compiling():  # no host sync inside a compiled graph
+        if no_host_reads():  # no host sync inside a compiled graph
             torch._assert_async(((cache_position >= 0) & (cache_position < max_len)).all(),
                                 f"cache_position must be in [0, cache.max_len) = [0, {max_len})")
         elif int(cache_position.min()) < 0 or int(cache_position.max()) >= max_len:
@@ -344,7 +344,7 @@ class GPT(nn.Module):
             if S > block_size:
                 raise ValueError(f"sequence length must be <= block_size = {block_size} with learned positions, "
                                  f"got {S} (cached {past} + new {T})")
-        elif torch.compiler.is_compiling():
+        elif no_host_reads():
             torch._assert_async((pos < block_size).all(),
                                 f"position ids must be < block_size = {block_size} with learned positions")
         elif int(pos.max()) >= block_size:

@@ -35,6 +35,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attnkit.checks import no_host_reads
+
 from .masks import causal_mask
 
 
@@ -163,8 +165,8 @@ def _build_mask(
         dead = mask.all(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
     else:
         dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
-    # (Under torch.compile the host-side test would break the graph: the dead rows are handled always.)
-    if not torch.compiler.is_compiling() and not bool(dead.any()):
+    # (Under no_host_reads() the host-side test would break the graph or wait for the GPU: dead rows are always handled.)
+    if not no_host_reads() and not bool(dead.any()):
         return mask, None
     # Unmask the dead rows so the softmax sees finite numbers; their result is zeroed afterwards.
     if mask.dtype == torch.bool:

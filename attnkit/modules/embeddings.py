@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import no_host_reads
+
 from .dropout import Dropout
 from .learned_positions import LearnedPositionalEmbedding
 from .sinusoidal import SinusoidalPositionalEncoding
@@ -57,7 +59,7 @@ class TokenEmbedding(nn.Module):
         """
         if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
             raise ValueError(f"token ids must be an integer tensor, got {ids.dtype}")
-        if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
+        if no_host_reads():  # torch.compile / a GPU's updates: check on the device (no host sync)
             torch._assert_async(((ids >= 0) & (ids < self.vocab_size)).all(), "token ids must be in [0, vocab_size)")
         elif ids.numel():
             lo, hi = int(ids.min()), int(ids.max())

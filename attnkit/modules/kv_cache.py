@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.checks import is_int
+from attnkit.checks import is_int, no_host_reads
 
 
 class KVCache(nn.Module):
@@ -103,7 +103,7 @@ class KVCache(nn.Module):
         if not isinstance(slots, torch.Tensor) or slots.dtype != torch.int64 or tuple(slots.shape) != (T,):
             got = f"{slots.dtype} {tuple(slots.shape)}" if isinstance(slots, torch.Tensor) else type(slots).__name__
             raise ValueError(f"KVCache.update_at: slots must be an int64 tensor of shape (T,) = ({T},), got {got}")
-        if torch.compiler.is_compiling():  # no host sync inside a compiled graph: checked when it runs
+        if no_host_reads():  # no host sync inside a compiled graph: checked when it runs
             torch._assert_async(((slots >= 0) & (slots < self.max_len)).all(),
                                 f"KVCache.update_at: slots must be in [0, max_len) = [0, {self.max_len})")
         elif T and (int(slots.min()) < 0 or int(slots.max()) >= self.max_len):

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import no_host_reads
+
 
 class LearnedPositionalEmbedding(nn.Module):
     """A ``(max_len, dim)`` trainable table indexed by position.
@@ -41,7 +43,7 @@ class LearnedPositionalEmbedding(nn.Module):
         """
         if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
             raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
-        if torch.compiler.is_compiling():  # no host sync (a graph break) under torch.compile: check on the fly
+        if no_host_reads():  # torch.compile / a GPU's updates: check on the device (no host sync)
             torch._assert_async(((position_ids >= 0) & (position_ids < self.max_len)).all(), "position ids must be in [0, max_len)")
         elif position_ids.numel():
             lo, hi = int(position_ids.min()), int(position_ids.max())

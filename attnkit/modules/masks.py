@@ -14,6 +14,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from attnkit.checks import no_host_reads
+
 
 def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
     """Look-ahead mask, aligned to the bottom-right corner.
@@ -125,8 +127,8 @@ def drop_if_unpadded(key_padding_mask: torch.Tensor | None) -> torch.Tensor | No
     Shape:
         key_padding_mask ``(B, S)`` bool or None -> the same, or None.
     """
-    if key_padding_mask is None or torch.compiler.is_compiling() or bool(key_padding_mask.any()):
-        return key_padding_mask  # (under torch.compile the mask is kept: testing it would sync the host)
+    if key_padding_mask is None or no_host_reads() or bool(key_padding_mask.any()):
+        return key_padding_mask  # (under no_host_reads() the mask is kept: testing it would sync the host)
     return None
 
 

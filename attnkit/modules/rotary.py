@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import no_host_reads
+
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``[a, b] -> [-b, a]`` on the last axis split in two halves.
@@ -81,7 +83,7 @@ class RotaryEmbedding(nn.Module):
         """
         if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
             raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
-        if torch.compiler.is_compiling():  # no host sync under torch.compile: the table cannot grow here
+        if no_host_reads():  # torch.compile / a GPU's updates: no host sync, so the table cannot grow here
             n = self.cos_cached.shape[0]
             torch._assert_async(((position_ids >= 0) & (position_ids < n)).all(),
                                 f"under torch.compile position ids must be in [0, {n}) (the precomputed table)")

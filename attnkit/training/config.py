@@ -72,7 +72,8 @@ class TrainConfig:
         the cosine and constant schedules; None = off): the warmup also ends once this share of the time budget has
         passed, whichever comes first (the ramp is the larger of the two, see ``optim.lr_at``);
         :func:`resolve_train_config` sets it to a tenth for a time-limited run whose warmup was left to the recipe.
-    Cadence: eval_every / log_every / ckpt_every in steps, eval_batches per evaluation, keep_last K
+    Cadence: eval_every / log_every / ckpt_every in steps (log_every is also how often the updates' losses are
+        read back from the device and checked), eval_batches per evaluation, keep_last K
         step checkpoints (plus ``best/``, judged by ``best_metric`` (a key of the logged evaluation row,
         e.g. "valid_loss" or "valid_bleu") in ``best_mode`` "min" or "max").
     Misc: seed (python, numpy and torch RNGs at the start of ``fit``), device ("auto", "cpu", "cuda",

@@ -145,7 +145,9 @@ def _take(batch: Any, start: int, stop: int) -> Any:
         return batch[start:stop] if batch.ndim else batch
     if isinstance(batch, dict):
         return {k: _take(v, start, stop) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple (MTBatch)
+    if callable(getattr(batch, "take_rows", None)):  # a batch that knows its share (MTBatch: recounts its labels)
+        return batch.take_rows(start, stop)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # other namedtuples
         return type(batch)(*(_take(v, start, stop) for v in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(_take(v, start, stop) for v in batch)
@@ -156,7 +158,8 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     """Rank ``rank``'s contiguous share of the rows of every tensor in ``batch`` (``(B, ...)`` -> ``(B_r, ...)``).
 
     Rows are split as evenly as possible (the first ``B % N`` ranks get one more), so the shares are
-    disjoint and concatenate back to ``batch``. Raises ``ValueError`` if there are fewer rows than ranks
+    disjoint and concatenate back to ``batch``. A batch with a ``take_rows(start, stop)`` method cuts itself
+    (:class:`~attnkit.data.mt_batching.MTBatch` recounts the labels of its share). Raises ``ValueError`` if there are fewer rows than ranks
     (a rank would have nothing to learn from) or if tensors disagree on ``B``.
     """
     if world_size == 1:

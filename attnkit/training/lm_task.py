@@ -72,6 +72,7 @@ class LMTask:
                        "valid": _as_token_stream("valid_tokens", valid_tokens, block_size)}
         # Computed once: the checkpoint stores them so a resume with different data is refused.
         self._fingerprints = {split: tensor_fingerprint(t) for split, t in self.tokens.items()}
+        self._max_id = max(int(t.max()) for t in self.tokens.values())  # bounds every batch's ids (see loss)
 
     # --------------------------------------------------------------------------------------------
     def batch(self, split: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,8 +92,14 @@ class LMTask:
 
     def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
         """Mean next-token cross-entropy over all positions, and the number of positions
-        (:func:`next_token_loss`)."""
-        return next_token_loss(model, batch)
+        (:func:`next_token_loss`).
+
+        The target ids are checked against the model's vocabulary: on the CPU the batch's own largest id; on
+        an accelerator the largest id of the task's token streams (computed once), because reading the batch's
+        back would make every training step wait for the device.
+        """
+        on_cpu = batch[1].device.type == "cpu"
+        return next_token_loss(model, batch, max_id=None if on_cpu else self._max_id)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
@@ -136,18 +143,22 @@ def mean_token_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torc
     Shape: each batch ``(x (B, T), y (B, T))``.
     """
     device = model_device(model)
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
     for x, y in batches:
         loss, n = loss_fn(model, (x.to(device), y.to(device)))
-        total += float(loss) * n
+        total += loss.double() * n  # summed on the device, read once below
         count += n
     if count == 0:
         raise ValueError("mean_token_loss got no batch to evaluate")
-    return total / count, count
+    return float(total) / count, count
 
 
-def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
+def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *,
+                    max_id: int | None = None) -> tuple[torch.Tensor, int]:
     """Mean next-token cross-entropy over all positions, and the number of positions.
+
+    ``max_id``: a bound on the target ids known on the host, checked against the vocabulary instead of the
+    batch's largest id (None: read ``y.max()``, which waits for the device when the batch is on a GPU).
 
     Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss.
     """
@@ -157,7 +168,7 @@ def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) 
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
     V = logits.shape[-1]
-    y_max = int(y.max())
+    y_max = int(y.max()) if max_id is None else max_id
     if y_max >= V:
         raise ValueError(f"target token id {y_max} is outside the model's vocabulary [0, {V})")
     # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.

@@ -273,14 +273,17 @@ class MTTask:
         return logits
 
     @staticmethod
-    def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, int]:
+    def _cross_entropy(logits: torch.Tensor, b: MTBatch, smoothing: float) -> tuple[torch.Tensor, int]:
+        """Mean cross-entropy of ``logits`` ``(B, T, V)`` against ``b.labels`` and the number of labels.
+
+        The label-id check and the count use the batch's host-side counts: nothing is read back from the device.
+        """
         V = logits.shape[-1]
-        y_max = int(labels.max())
-        if y_max >= V:
-            raise ValueError(f"MTTask: label id {y_max} is outside the model's target vocabulary [0, {V})")
-        loss = F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1),  # (B*T, V) vs (B*T,)
+        if b.max_label >= V:
+            raise ValueError(f"MTTask: label id {b.max_label} is outside the model's target vocabulary [0, {V})")
+        loss = F.cross_entropy(logits.float().reshape(-1, V), b.labels.reshape(-1),  # (B*T, V) vs (B*T,)
                                ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
-        return loss, int((labels != IGNORE_INDEX).sum())
+        return loss, b.n_tokens
 
     def loss(self, model: nn.Module, batch: MTBatch) -> tuple[torch.Tensor, int]:
         """Label-smoothed cross-entropy over non-padding labels, and their number.
@@ -289,7 +292,7 @@ class MTTask:
         """
         if self.word_dropout > 0 and model.training:
             batch = self._drop_words(batch)
-        return self._cross_entropy(self._logits(model, batch), batch.labels, self.label_smoothing)
+        return self._cross_entropy(self._logits(model, batch), batch, self.label_smoothing)
 
     def _drop_words(self, b: MTBatch) -> MTBatch:
         """``b`` with each real source token except ``<eos>`` replaced by ``unk_id`` with probability
@@ -304,13 +307,13 @@ class MTTask:
         one pass), plus ``"bleu"`` (sacrebleu corpus BLEU, 0-100) when ``translate_fn`` is set."""
         check_int("n_batches", n_batches, minimum=1)
         device = model_device(model)
-        total, count = 0.0, 0
+        total, count = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(min(n_batches, self.batchers["valid"].num_batches)):
             b = move_to_device(self.batch("valid", i), device)
-            loss, n = self._cross_entropy(self._logits(model, b), b.labels, 0.0)
-            total += float(loss) * n
+            loss, n = self._cross_entropy(self._logits(model, b), b, 0.0)
+            total += loss.double() * n  # summed on the device, read once below
             count += n
-        mean = total / count
+        mean = float(total) / count
         out = {"loss": mean, "ppl": math.exp(min(mean, 700.0))}  # exp overflows a float past ~709
         if self.translate_fn is not None:
             scores = self.translation_scores(model, self.bleu_sentences)

@@ -17,6 +17,12 @@ One optimizer update ("step") is::
 
 so accumulation equals one big batch even when micro-batches carry different numbers of tokens.
 
+Nothing in an update waits for the device: the loss and the gradient norm stay where they were computed, and
+every ``log_every`` updates (and before each evaluation, checkpoint and the end of the run) ``_read_updates``
+reads the pending ones in one go, checks them (the first non-finite loss is named with its update) and logs
+them. On a GPU the host thus queues the next update while the last one runs. The model's value checks run on
+the device inside an update (:func:`attnkit.checks.checks_on_device`, on accelerators only).
+
 Run folder layout (``out_dir``)::
 
     run.json                       train config + model config (marks the folder as a run)
@@ -39,12 +45,12 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from attnkit.checks import is_int, is_number
+from attnkit.checks import checks_on_device, is_int, is_number
 from . import distributed as D
 from .atomic import write_text_atomic
 from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint, prune_checkpoints,
@@ -106,6 +112,25 @@ class _NoMetrics:
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's shard of an FSDP (DTensor) parameter, the tensor itself otherwise."""
     return t.to_local() if hasattr(t, "to_local") else t
+
+
+class _Update(NamedTuple):
+    """What one optimizer update leaves for :meth:`Trainer._read_updates`, read back from the device later.
+
+    ``losses``: each micro-batch's 0-dim loss tensor (empty when ``mean`` was already read: a distributed run
+    sums the loss over processes at once); ``counts``: their token counts; ``tokens``: the update's tokens over
+    all processes; ``grad_norm``: the norm before clipping (0-dim tensor) or None; ``lr`` / ``elapsed``: filled in
+    by the loop.
+    """
+
+    step: int
+    tokens: int
+    losses: list[torch.Tensor]
+    counts: list[int]
+    mean: float | None
+    grad_norm: torch.Tensor | None
+    lr: float = 0.0
+    elapsed: float = 0.0
 
 
 class Trainer:
@@ -291,24 +316,21 @@ class Trainer:
     def _autocast(self):
         return autocast_context(self.config.autocast, self.device)
 
-    def _check_loss(self, loss: Any, n_tokens: Any, micro: int) -> tuple[float, int]:
+    def _check_loss(self, loss: Any, n_tokens: Any) -> int:
+        """The loss's form and its token count (an int >= 1); the loss's *value* is checked when it is read."""
         if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
             got = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise ValueError(f"task.loss must return a 0-dim loss tensor, got {got}")
         if not loss.requires_grad:
             raise ValueError("task.loss returned a loss without grad (computed under no_grad or detached?)")
         if isinstance(n_tokens, torch.Tensor) and n_tokens.numel() == 1:
-            n_tokens = int(n_tokens.item())
+            n_tokens = int(n_tokens.item())  # a task that counts on the device makes every update wait here
         if not is_int(n_tokens) or n_tokens < 1:
             raise ValueError(f"task.loss must return n_tokens as an int >= 1, got {n_tokens!r}")
-        value = loss.item()
-        if not math.isfinite(value) and not self.world.distributed:  # distributed: checked on the global sum
-            raise FloatingPointError(f"training loss is {value} at step {self.step + 1} (micro-batch {micro}): "
-                                     f"the run diverged; lower lr, raise warmup_steps or set grad_clip")
-        return value, n_tokens
+        return n_tokens
 
-    def _update(self, train_model: nn.Module) -> tuple[float, int, float | None]:
-        """One optimizer update; returns (token-weighted mean loss, tokens, grad norm before clipping).
+    def _update(self, train_model: nn.Module) -> _Update:
+        """One optimizer update; returns its statistics, still on the device (see :class:`_Update`).
 
         Loss and tokens are over all processes (this rank computes its share of every micro-batch, see
         ``distributed.py``).
@@ -316,23 +338,27 @@ class Trainer:
         cfg = self.config
         world = self.world
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, total = 0.0, 0
+        losses: list[torch.Tensor] = []
+        counts: list[int] = []
         for micro in range(cfg.grad_accum):
             batch = self.task.batch("train", self.step * cfg.grad_accum + micro)  # the global batch
             batch = move_to_device(D.shard_batch(batch, world.rank, world.size), self.device)
             with D.no_sync(train_model, skip=micro < cfg.grad_accum - 1):  # all-reduce once, after the last
-                with self._autocast():
+                with self._autocast(), checks_on_device(self.device.type != "cpu"):
                     loss, n_tokens = self.task.loss(train_model, batch)
-                value, n_tokens = self._check_loss(loss, n_tokens, micro)
+                n_tokens = self._check_loss(loss, n_tokens)
                 scaled = loss * n_tokens  # gradient of the token sum; normalised below
                 (self._scaler.scale(scaled) if self._scaler is not None else scaled).backward()
-            loss_sum += value * n_tokens  # python float64: exact for one micro-batch
-            total += n_tokens
+            losses.append(loss.detach())
+            counts.append(n_tokens)
+        total = sum(counts)
+        mean = None
         if world.distributed:  # DDP/FSDP averaged the gradients over ranks: undo the 1/N, divide by all tokens
-            loss_sum, global_total = D.all_sum([loss_sum, float(total)])
+            loss_sum, global_total = D.all_sum([sum(float(v) * n for v, n in zip(losses, counts)), float(total)])
             total = int(global_total)
-            if not math.isfinite(loss_sum):
-                raise FloatingPointError(f"training loss is {loss_sum / total} at step {self.step + 1}: the run "
+            mean = loss_sum / total
+            if not math.isfinite(mean):
+                raise FloatingPointError(f"training loss is {mean} at step {self.step + 1}: the run "
                                          f"diverged; lower lr, raise warmup_steps or set grad_clip")
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
@@ -343,19 +369,61 @@ class Trainer:
         grad_norm = None
         if cfg.grad_clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip)
-            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-            if not math.isfinite(grad_norm):
-                if self._scaler is None:
-                    raise FloatingPointError(f"gradient norm is {grad_norm} at step {self.step + 1}: the run diverged")
-                # fp16: inf/nan gradients are how the scaler finds its scale; it skips this update and lowers the
-                # scale, so there is no gradient norm to log (the first steps of every fp16 run do this)
-                grad_norm = None
+            grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         if self._scaler is not None:
             self._scaler.step(self.optimizer)
             self._scaler.update()
         else:
             self.optimizer.step()
-        return loss_sum / total, total, grad_norm
+        return _Update(step=self.step + 1, tokens=total, losses=[] if world.distributed else losses,
+                       counts=counts, mean=mean, grad_norm=grad_norm)
+
+    def _read_updates(self) -> None:
+        """Read the statistics of the updates made since the last read (one wait for the device), check them and
+        book them: tokens, the last loss, a metrics row at every ``log_every`` step, the bar's tokens/s.
+
+        Raises ``FloatingPointError`` naming the first update whose loss (or, without a grad scaler, gradient
+        norm) is not finite. Called after every ``log_every``-th update and before every evaluation, checkpoint
+        and the end of the run, so nothing is saved or reported that was not checked.
+        """
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        meter = self._meter
+        t0 = time.perf_counter()
+        tensors = [t for u in pending
+                   for t in (*u.losses, *([u.grad_norm] if isinstance(u.grad_norm, torch.Tensor) else []))]
+        values = iter(torch.stack([t.reshape(()).float() for t in tensors]).tolist() if tensors else [])
+        waited = time.perf_counter() - t0
+        meter["time"] += waited
+        for u in pending:
+            micro = [next(values) for _ in u.losses]
+            grad_norm = next(values) if isinstance(u.grad_norm, torch.Tensor) else u.grad_norm
+            for i, value in enumerate(micro):
+                if not math.isfinite(value):
+                    raise FloatingPointError(f"training loss is {value} at step {u.step} (micro-batch {i}): the run "
+                                             f"diverged; lower lr, raise warmup_steps or set grad_clip")
+            loss = u.mean if u.mean is not None else sum(v * n for v, n in zip(micro, u.counts)) / u.tokens
+            if grad_norm is not None and not math.isfinite(grad_norm):
+                if self._scaler is None:
+                    raise FloatingPointError(f"gradient norm is {grad_norm} at step {u.step}: the run diverged")
+                # fp16: inf/nan gradients are how the scaler finds its scale; it skipped this update and lowered
+                # the scale, so there is no gradient norm to log (the first steps of every fp16 run do this)
+                grad_norm = None
+            self.tokens += u.tokens
+            self.last_loss = loss
+            meter["tokens"] += u.tokens
+            meter["bar_tokens"] += u.tokens
+            if u.step % self.config.log_every == 0:
+                row = {"step": u.step, "loss": loss, "lr": u.lr, "tokens": self.tokens,
+                       "tokens_per_s": meter["tokens"] / max(meter["time"], 1e-9), "elapsed": u.elapsed}
+                if grad_norm is not None:
+                    row["grad_norm"] = grad_norm
+                self.metrics.log(row)
+                meter["tokens"], meter["time"] = 0, 0.0
+        meter["bar_time"] += waited
+        meter["tps"] = meter["bar_tokens"] / max(meter["bar_time"], 1e-9)
+        meter["bar_tokens"], meter["bar_time"] = 0, 0.0
 
     def _evaluate(self, train_model: nn.Module) -> dict[str, Any]:
         """Evaluate, log ``valid_*``, refresh CSV/PNG, update ``best/``. Training RNG is left untouched."""
@@ -451,7 +519,6 @@ class Trainer:
             raise RuntimeError("Trainer.fit() can run once; build a new Trainer (resume=True) to continue")
         self._fitted = True
         train_model = self._start_fit()
-        meter: dict[str, Any] = {"tokens": 0, "time": 0.0, "tps_ema": None}  # since the last metrics row
         stopped_by = "steps"
         try:
             while True:
@@ -459,7 +526,7 @@ class Trainer:
                 if reason is not None:
                     stopped_by = reason
                     break
-                self._train_step(train_model, meter)
+                self._train_step(train_model)
             self._finish_fit(train_model)
         except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
             kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
@@ -491,6 +558,9 @@ class Trainer:
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         self._now = lambda: start_elapsed + (time.perf_counter() - t0)
         self._clock = self.elapsed  # the run's clock as all ranks agree on it (rank 0's), read by the schedule
+        self._pending: list[_Update] = []  # updates whose numbers are still on the device
+        # tokens and seconds since the last metrics row, since the last read (the bar), and the bar's tokens/s
+        self._meter: dict[str, Any] = {"tokens": 0, "time": 0.0, "bar_tokens": 0, "bar_time": 0.0, "tps": None}
         self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=cfg.max_time_s,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
                                        enabled=self.progress_enabled, log=self.log_enabled)
@@ -508,10 +578,12 @@ class Trainer:
             return "max_time"
         return None
 
-    def _train_step(self, train_model: nn.Module, meter: dict[str, Any]) -> None:
-        """One update, then what is due after it: a metrics row, the bar, an evaluation, a checkpoint.
+    def _train_step(self, train_model: nn.Module) -> None:
+        """One update, then what is due after it: reading its numbers back, the bar, an evaluation, a checkpoint.
 
-        ``meter`` carries the tokens and seconds since the last metrics row and the bar's tokens/s average.
+        The update's loss and gradient norm stay on the device until :meth:`_read_updates` (every ``log_every``
+        updates and before an evaluation or checkpoint): a GPU then runs ahead of the Python that feeds it
+        instead of waiting for every update's numbers.
         """
         cfg = self.config
         on_budget = getattr(self.task, "on_budget", None)  # optional: a task whose data follow the budget
@@ -521,33 +593,26 @@ class Trainer:
                 self._progress.write(f"step {self.step}: {note}")
         lr = self.scheduler.get_lr()  # the lr this update uses
         t_step = time.perf_counter()
-        loss, n_tokens, grad_norm = self._update(train_model)
+        update = self._update(train_model)
         dt = time.perf_counter() - t_step
         self.scheduler.step()
         self.step += 1
-        self.tokens += n_tokens
-        self.last_loss = loss
         self.elapsed = self._now()
-        meter["tokens"] += n_tokens
-        meter["time"] += dt
-        tps = n_tokens / max(dt, 1e-9)
-        meter["tps_ema"] = tps if meter["tps_ema"] is None else 0.9 * meter["tps_ema"] + 0.1 * tps
-
-        if self.step % cfg.log_every == 0:
-            row = {"step": self.step, "loss": loss, "lr": lr, "tokens": self.tokens,
-                   "tokens_per_s": meter["tokens"] / max(meter["time"], 1e-9), "elapsed": self.elapsed}
-            if grad_norm is not None:
-                row["grad_norm"] = grad_norm
-            self.metrics.log(row)
-            meter["tokens"], meter["time"] = 0, 0.0
-        self._progress.update(self.step, self.elapsed, loss=loss, lr=lr, **{"tok/s": meter["tps_ema"]})
-        if self.step % cfg.eval_every == 0:
+        self._pending.append(update._replace(lr=lr, elapsed=self.elapsed))
+        self._meter["time"] += dt
+        self._meter["bar_time"] += dt
+        evaluate, save = self.step % cfg.eval_every == 0, self.step % cfg.ckpt_every == 0
+        if self.step % cfg.log_every == 0 or evaluate or save:
+            self._read_updates()
+        self._progress.update(self.step, self.elapsed, loss=self.last_loss, lr=lr, **{"tok/s": self._meter["tps"]})
+        if evaluate:
             self._evaluate(train_model)
-        if self.step % cfg.ckpt_every == 0:
+        if save:
             self._save()
 
     def _finish_fit(self, train_model: nn.Module) -> None:
         """The end of the run always has an evaluation and a checkpoint (and the metrics tables, ``best/``)."""
+        self._read_updates()
         if self.last_eval is None or self.last_eval["step"] != self.step:
             self._evaluate(train_model)
         if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.data.mt_batching import (IGNORE_INDEX, MT_SPECIAL_TOKENS, EncodedPairs, TokenBudgetBatcher, collate,
-                                      encode_pairs, plan_batches, train_joint_bpe)
+from attnkit.data.mt_batching import (IGNORE_INDEX, MT_SPECIAL_TOKENS, EncodedPairs, MTBatch, TokenBudgetBatcher,
+                                      collate, encode_pairs, plan_batches, train_joint_bpe)
 
 SOURCES = [
     "Er lobte ihre Kochkunst.", "Ist heute Post gekommen?", "Das Prinzip ist sehr einfach.",
@@ -126,6 +126,7 @@ def test_collate_frames_and_pads_both_sides(tok, enc):
     real = ~b.tgt_key_padding_mask[:, 1:]
     assert torch.equal(b.tgt_in[:, 1:][real], b.labels[:, :-1][real])
     assert b.n_tokens == int((~b.tgt_key_padding_mask).sum()) == sum(len(enc.tgt[i]) + 1 for i in idx)
+    assert b.max_label == max(max(enc.tgt[i] + [tok.eos_id]) for i in idx)  # host-side counts of the labels
 
 
 def test_collate_refuses_empty_or_out_of_range_indices(enc):
@@ -212,7 +213,8 @@ def test_batcher_steps_are_deterministic_and_walk_epochs(enc):
     assert n >= 2
     for step in (n + 1, 0, 2 * n - 1, 1):  # any order: batch(step) depends on (seed, step) only
         x, y = a.batch(step), b.batch(step)
-        assert all(torch.equal(u, v) for u, v in zip(x, y))
+        assert all(torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v
+                   for u, v in zip(x, y))
     epoch0 = sorted(i for k in range(n) for i in a.batch(k).index.tolist())
     epoch1 = sorted(i for k in range(n, 2 * n) for i in a.batch(k).index.tolist())
     assert epoch0 == epoch1 == list(range(len(enc)))
@@ -239,9 +241,24 @@ def test_batcher_refuses_a_negative_step_and_an_empty_corpus(enc):
         TokenBudgetBatcher(empty, max_tokens=40)
 
 
+def test_each_process_share_of_a_batch_carries_its_own_counts(enc):
+    from attnkit.training import distributed as D
+
+    b = collate(enc, list(range(7)))
+    shares = [D.shard_batch(b, r, 3) for r in range(3)]
+    assert [s.src.shape[0] for s in shares] == [3, 2, 2]
+    assert sum(s.n_tokens for s in shares) == b.n_tokens
+    for s in shares:
+        real = s.labels[s.labels != IGNORE_INDEX]
+        assert s.n_tokens == real.numel() and s.max_label == int(real.max())
+        moved = s.to("cpu")
+        assert type(s) is MTBatch and (moved.n_tokens, moved.max_label) == (s.n_tokens, s.max_label)
+
+
 def test_batch_moves_with_the_trainers_move_to_device(enc):
     from attnkit.training.task import move_to_device
 
     b = collate(enc, [1, 2])
     moved = move_to_device(b, torch.device("cpu"))
-    assert type(moved) is type(b) and all(torch.equal(u, v) for u, v in zip(moved, b))
+    assert type(moved) is type(b)
+    assert all(torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v for u, v in zip(moved, b))

@@ -178,6 +178,28 @@ def test_fully_masked_rows_give_zeros_and_finite_grads_on_both_paths(case, K):
         assert torch.all(q.grad[dead] == 0)  # dead queries receive no gradient
 
 
+@pytest.mark.parametrize("case", list(DEAD_ROW_CASES) + ["no_dead_row"])
+def test_attention_that_must_not_read_the_mask_back_gives_the_same_result(case):
+    """Inside checks_on_device (a GPU's training updates) the dead rows are handled without testing on the host
+    whether there are any: the same outputs and gradients, with and without dead rows."""
+    from attnkit.checks import checks_on_device
+
+    T, S = (6, 4) if case == "causal_S_lt_T" else (4, 5)
+    kwargs = ({"attn_mask": torch.rand(T, S) < 0.3} if case == "no_dead_row" else DEAD_ROW_CASES[case](T, S))
+    if case == "no_dead_row":
+        kwargs["attn_mask"][:, 0] = False
+    results = []
+    for on_device in (False, True):
+        torch.manual_seed(0)
+        q, k, v = qkv(T, S, grad=True)
+        with checks_on_device(on_device):
+            out, _ = scaled_dot_product_attention(q, k, v, need_weights=False, **kwargs)
+        out.sum().backward()
+        results.append((out.detach(), q.grad, k.grad, v.grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, **TOL)
+
+
 def test_fully_masked_paths_agree_on_live_rows():
     T, S = 4, 5
     q, k, v = qkv(T, S)

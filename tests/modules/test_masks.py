@@ -128,3 +128,8 @@ def test_drop_if_unpadded():
     assert drop_if_unpadded(torch.zeros(2, 5, dtype=torch.bool)) is None
     padded = torch.tensor([[False, False, True], [False, False, False]])
     assert drop_if_unpadded(padded) is padded
+    from attnkit.checks import checks_on_device
+
+    unpadded = torch.zeros(2, 5, dtype=torch.bool)
+    with checks_on_device():  # testing the mask would read it back from the device: it is kept
+        assert drop_if_unpadded(unpadded) is unpadded

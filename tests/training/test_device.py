@@ -137,3 +137,77 @@ def test_an_update_the_grad_scaler_skips_logs_no_grad_norm(tmp_path, tiny_lm, fi
 def test_fp16_training_with_a_grad_scaler_on_cuda(tmp_path, tiny_lm, fixed_task):
     summary = _train(tmp_path, "fp16", tiny_lm, fixed_task, autocast="fp16", device="cuda")
     assert summary["steps"] == 4
+
+
+def _sync_sites(fn) -> list[str]:
+    """Run ``fn`` with CUDA's sync debug mode on "warn": where each call that made the host wait for the GPU was."""
+    import warnings
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
+def _mt_trainer(tmp_path, **overrides):
+    from attnkit.data.mt_batching import EncodedPairs
+    from attnkit.models.builders import build_model
+    from attnkit.models.presets import get_preset
+    from attnkit.training.mt_task import MTTask
+
+    g = torch.Generator().manual_seed(0)
+
+    def pairs(n):
+        def ids(extra):
+            return torch.randint(4, 60, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist() + extra
+        return EncodedPairs([ids([2]) for _ in range(n)], [ids([]) for _ in range(n)], pad_id=0, bos_id=1, eos_id=2)
+
+    cfg = get_preset("transformer-small", src_vocab_size=64, tgt_vocab_size=64, d_model=32, num_heads=4,
+                     dim_feedforward=64, num_encoder_layers=2, num_decoder_layers=2, norm_first=True)
+    torch.manual_seed(0)
+    task = MTTask(pairs(64), pairs(8), max_tokens=64, word_dropout=0.1)
+    tc = TrainConfig(**({"steps": 4, "lr": 1e-3, "warmup_steps": 1, "eval_every": 2, "eval_batches": 1,
+                         "log_every": 2, "ckpt_every": 100, "grad_clip": 1.0, "device": "cuda"} | overrides))
+    return Trainer(build_model(cfg), task, tc, tmp_path / "mt", model_config=cfg, progress=False)
+
+
+@needs_cuda
+@pytest.mark.parametrize("autocast", [None, "bf16"])
+def test_a_training_update_never_waits_for_the_gpu(tmp_path, autocast):
+    """Between two reads of its numbers the trainer only queues work: no update (batch copy, forward with its
+    id and mask checks, loss, backward, clipping, AdamW) makes the host wait for the GPU."""
+    trainer = _mt_trainer(tmp_path, autocast=autocast)
+    trainer._update(trainer.model)  # the first update allocates the optimizer state
+    sites = _sync_sites(lambda: [trainer._update(trainer.model) for _ in range(2)])
+    assert sites == [], f"the update waited for the GPU at {sites}"
+
+
+@needs_cuda
+def test_lm_update_never_waits_for_the_gpu(tmp_path, token_streams):
+    from attnkit.models.builders import build_model
+    from attnkit.models.presets import get_preset
+    from attnkit.training.lm_task import LMTask
+
+    cfg = get_preset("llama-tiny").replace(vocab_size=32, n_layer=2)
+    tc = TrainConfig(steps=4, batch_size=4, block_size=16, lr=1e-3, warmup_steps=1, eval_every=100, log_every=10,
+                     ckpt_every=100, grad_clip=1.0, device="cuda")
+    trainer = Trainer(build_model(cfg), LMTask(*token_streams, block_size=16, batch_size=4), tc, tmp_path / "lm",
+                      model_config=cfg, progress=False)
+    trainer._update(trainer.model)
+    sites = _sync_sites(lambda: [trainer._update(trainer.model) for _ in range(2)])
+    assert sites == [], f"the update waited for the GPU at {sites}"
+
+
+@needs_cuda
+def test_mt_training_on_cuda_reads_its_numbers_back_and_learns(tmp_path):
+    trainer = _mt_trainer(tmp_path, steps=30, lr=3e-3)
+    summary = trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "mt" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert summary["steps"] == 30 and len(losses) == 15 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0] and summary["tokens"] > 0

@@ -275,6 +275,33 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoin
     assert state["step"] == 6 and state["last_loss"] == pytest.approx(_train_losses(out)[6])
 
 
+def test_numbers_read_every_few_updates_still_name_the_update_that_diverged(tmp_path, tiny_lm, token_streams):
+    # log_every=5: the losses of updates 1-4 stay on the device until the checkpoint due after update 4 reads
+    # them; the NaN of update 3 is named and that checkpoint is never written
+    cfg = TrainConfig(**(BASE | dict(steps=12, log_every=5, ckpt_every=2, eval_every=100)))
+    task = _NaNAfter(*token_streams, block_size=8, batch_size=4)
+    out = tmp_path / "nan"
+    with pytest.raises(FloatingPointError, match=r"training loss is nan at step 3 \(micro-batch 0\).*the last good "
+                                                  r"checkpoint is .*step_00000002"):
+        Trainer(tiny_lm(), task, cfg, out, model_config={}, progress=False).fit()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
+
+
+def test_reading_the_numbers_later_changes_no_number(tmp_path, tiny_lm, token_streams):
+    """The rows logged when every update is read at once equal those of a run that reads in threes."""
+    rows = {}
+    for log_every in (1, 3):
+        out = f"log{log_every}"
+        summary = _trainer(tmp_path, tiny_lm, token_streams, name=out, log_every=log_every, grad_accum=2,
+                           grad_clip=1.0).fit()
+        rows[log_every] = {r["step"]: r for r in read_metrics(tmp_path / out) if "loss" in r}
+        assert summary["tokens"] == 12 * 2 * 4 * 8 and summary["train_loss"] == rows[log_every][12]["loss"]
+    assert sorted(rows[3]) == [3, 6, 9, 12]
+    for step, row in rows[3].items():
+        for key in ("loss", "lr", "tokens", "grad_norm"):
+            assert row[key] == rows[1][step][key], (step, key)
+
+
 def test_diverged_weights_are_never_saved(tmp_path, tiny_lm, token_streams):
     trainer = _trainer(tmp_path, tiny_lm, token_streams, steps=4, ckpt_every=2, grad_clip=None)
     original = trainer.optimizer.step
