@@ -80,6 +80,9 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.add_argument("--anneal-share", type=float, default=None, metavar="F",
                     help=f"final share of the budget (steps or --max-time) that trains on --anneal-data, in (0, 1) "
                          f"(default {MT_DEFAULT_ANNEAL_SHARE})")
+    mt.add_argument("--anneal-replay", type=float, default=None, metavar="R",
+                    help="with --anneal-data: the anneal phase also replays R training pairs per anneal pair (a fixed "
+                         "random sample), so that the model keeps the other domains (default 0: anneal pairs only)")
     mt.add_argument("--average-last", type=int, default=0, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
     add_run_flags(mt)
@@ -90,7 +93,7 @@ def _mt_options(args: argparse.Namespace, saved: dict | None) -> dict[str, Any]:
     """The translation options: each flag, else the resumed run's value, else the recipe's default.
 
     Keys: ``data, valid, preset`` and the ``mt_options`` the run saves (``vocab_size, max_tokens, max_len,
-    label_smoothing, strict, bleu, bleu_sentences, word_dropout, anneal_data, anneal_share``).
+    label_smoothing, strict, bleu, bleu_sentences, word_dropout, anneal_data, anneal_share, anneal_replay``).
     """
     extra_saved = (saved or {}).get("extra", {})
     opts_saved = extra_saved.get("mt_options", {})
@@ -120,6 +123,7 @@ def _mt_options(args: argparse.Namespace, saved: dict | None) -> dict[str, Any]:
         "word_dropout": opt("word_dropout", 0.0),
         "anneal_data": opt("anneal_data", None),
         "anneal_share": _anneal_share(opt("anneal_data", None), opt("anneal_share", None)),
+        "anneal_replay": _anneal_replay(opt("anneal_data", None), opt("anneal_replay", None)),
     }
 
 
@@ -133,6 +137,17 @@ def _anneal_share(anneal_data: str | None, share: float | None) -> float | None:
     if not 0.0 < share < 1.0:
         raise ValueError(f"--anneal-share must be in (0, 1), got {share:g}")
     return share
+
+
+def _anneal_replay(anneal_data: str | None, replay: float | None) -> float:
+    """``--anneal-replay`` (default 0) with ``--anneal-data``; refused without it or below 0."""
+    if replay is None:
+        return 0.0
+    if anneal_data is None:
+        raise ValueError(f"--anneal-replay {replay:g} needs --anneal-data (the pairs to anneal on)")
+    if not replay >= 0.0 or replay == float("inf"):
+        raise ValueError(f"--anneal-replay must be a number >= 0, got {replay:g}")
+    return replay
 
 
 def _mt_train_config(args: argparse.Namespace, saved: dict | None, bleu: bool):
@@ -224,7 +239,9 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int) -> di
         f"train {task.skipped['train']}, valid {task.skipped['valid']}; truncated to {max_len} tokens: "
         f"train {cut['train']}, valid {cut['valid']}")
     if task.anneal is not None:
-        say(f"anneal: the last {task.anneal_share:.0%} of the budget trains on {len(task.anneal):,} pairs only "
+        pairs = (f"{len(task.anneal):,} pairs and {task.n_replayed:,} replayed training pairs" if task.n_replayed
+                 else f"{len(task.anneal):,} pairs only")
+        say(f"anneal: the last {task.anneal_share:.0%} of the budget trains on {pairs} "
             f"({task.skipped['anneal']} malformed lines skipped, {cut['anneal']} sentences truncated, "
             f"{task.batchers['anneal'].num_batches:,} batches per pass)")
     say(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
@@ -232,7 +249,8 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int) -> di
         f"(vocab {task.tokenizer.vocab_size:,})")
     return {"train_pairs": len(task.train), "valid_pairs": len(task.valid), "skipped": task.skipped,
             "truncated": cut, "padding": pad, "valid_split": task.valid_split,
-            **({"anneal_pairs": len(task.anneal)} if task.anneal is not None else {})}
+            **({"anneal_pairs": len(task.anneal), "anneal_replayed": task.n_replayed} if task.anneal is not None
+               else {})}
 
 
 def run_mt(args: argparse.Namespace) -> int:
@@ -264,7 +282,7 @@ def run_mt(args: argparse.Namespace) -> int:
                             max_len=max_len, truncate=not o["strict"], strict=o["strict"], bleu=o["bleu"],
                             max_tokens=max_tokens, seed=cfg.seed, label_smoothing=o["label_smoothing"],
                             bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"],
-                            anneal=anneal_source, anneal_share=o["anneal_share"])
+                            anneal=anneal_source, anneal_share=o["anneal_share"], anneal_replay=o["anneal_replay"])
     tokenizer = task.tokenizer
     data_stats = _report_data(task, data_desc, max_len, max_tokens)
     model_config = _mt_model_config(args, saved, preset, tokenizer, max_len)
@@ -280,7 +298,8 @@ def run_mt(args: argparse.Namespace) -> int:
     valid = o["valid"]
     mt_options = {"valid": None if valid is None else str(valid),
                   **{k: o[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
-                                       "bleu_sentences", "word_dropout", "anneal_data", "anneal_share")}}
+                                       "bleu_sentences", "word_dropout", "anneal_data", "anneal_share")},
+                  **({"anneal_replay": o["anneal_replay"]} if o["anneal_replay"] else {})}
     extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": tokenizer.to_dict(),
              "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=args.resume,

@@ -24,7 +24,9 @@ decays: the model learns the language from all the data, then specialises (Luong
 trained model to a new domain by continuing its training on in-domain data; language-model pretraining
 "anneals" on its best data at the end). The trainer tells the task how much of the budget is used
 (:meth:`MTTask.on_budget`, before every update); the task switches once and records the batch index where it
-did in its state, so a resumed run continues with the same batches.
+did in its state, so a resumed run continues with the same batches. With ``anneal_replay`` R > 0 the anneal
+phase also *replays* R training pairs per anneal pair (a fixed random sample): fine-tuning on one domain
+alone makes a model forget the others, and mixing some of the old data back in is the usual remedy.
 
 From files in one call: :meth:`MTTask.from_data` reads a prepared folder (``attnkit data prepare de-en``), a
 TSV or two line-aligned files, trains a joint BPE (or takes a tokenizer), encodes with a length limit and
@@ -88,6 +90,9 @@ class MTTask:
         anneal: optional :class:`EncodedPairs` (same special ids as ``train``) that every training batch comes
             from once ``anneal_share`` of the budget is left (see the module docstring).
         anneal_share: the final share of the budget, in (0, 1), that trains on ``anneal`` (required with it).
+        anneal_replay: with ``anneal``, how many training pairs per anneal pair join the anneal phase (>= 0; a
+            fixed random sample of ``train``, at most all of it): *replay*, so that the model keeps what it knew of
+            the other domains while it specialises. 0 (the default) anneals on ``anneal`` alone.
 
     Shape:
         ``batch(split, step) -> MTBatch``: src ``(B, S)``, tgt_in / labels ``(B, T)``, masks ``(B, S)`` / ``(B, T)``.
@@ -99,7 +104,8 @@ class MTTask:
                  label_smoothing: float = 0.1, translate_fn: TranslateFn | None = None,
                  references: Sequence[str] | None = None, bleu_sentences: int = 200,
                  word_dropout: float = 0.0, unk_id: int = 3, n_samples: int = 3,
-                 anneal: EncodedPairs | None = None, anneal_share: float | None = None):
+                 anneal: EncodedPairs | None = None, anneal_share: float | None = None,
+                 anneal_replay: float = 0.0):
         for name, data in (("train", train), ("valid", valid)) + ((("anneal", anneal),) if anneal is not None else ()):
             if not isinstance(data, EncodedPairs):
                 raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.mt_batching.encode_pairs), "
@@ -125,6 +131,10 @@ class MTTask:
             got = {k: getattr(anneal, k) for k in ids}
             if got != ids:
                 raise ValueError(f"MTTask anneal pairs must use the training pairs' special ids {ids}, got {got}")
+        if not is_number(anneal_replay) or not 0.0 <= anneal_replay < math.inf:
+            raise ValueError(f"MTTask anneal_replay must be a number >= 0, got {anneal_replay!r}")
+        if anneal_replay > 0 and anneal is None:
+            raise ValueError(f"MTTask anneal_replay {anneal_replay:g} needs anneal pairs (the pairs to anneal on)")
         if translate_fn is not None:
             if not callable(translate_fn):
                 raise ValueError(f"MTTask translate_fn must be callable, got {type(translate_fn).__name__}")
@@ -154,9 +164,27 @@ class MTTask:
         self._fingerprints = {"train": _pairs_fingerprint(train), "valid": _pairs_fingerprint(valid)}
         self.anneal, self.anneal_share = anneal, None if anneal_share is None else float(anneal_share)
         self.anneal_from: int | None = None  # the first training batch index drawn from ``anneal``
+        self.anneal_replay = float(anneal_replay)
+        self.n_replayed = 0  # training pairs that join the anneal phase (see anneal_replay)
         if anneal is not None:
-            self.batchers["anneal"] = TokenBudgetBatcher(anneal, max_tokens=max_tokens, seed=seed, shuffle=True)
+            mixed = self._with_replay(anneal)
+            self.n_replayed = len(mixed) - len(anneal)
+            self.batchers["anneal"] = TokenBudgetBatcher(mixed, max_tokens=max_tokens, seed=seed, shuffle=True)
             self._fingerprints["anneal"] = _pairs_fingerprint(anneal)
+
+    def _with_replay(self, anneal: EncodedPairs) -> EncodedPairs:
+        """The anneal pairs followed by ``round(anneal_replay * len(anneal))`` training pairs (at most all), drawn
+        without replacement from a generator seeded with the task's seed: the same pairs in every run and resume."""
+        k = min(len(self.train), round(self.anneal_replay * len(anneal)))
+        if k == 0:
+            return anneal
+        import numpy as np
+
+        picked = np.sort(np.random.default_rng([self.seed, 7]).choice(len(self.train), size=k, replace=False))
+        return EncodedPairs(anneal.src + [self.train.src[i] for i in picked],
+                            anneal.tgt + [self.train.tgt[i] for i in picked],
+                            pad_id=anneal.pad_id, bos_id=anneal.bos_id, eos_id=anneal.eos_id,
+                            n_truncated_src=anneal.n_truncated_src, n_truncated_tgt=anneal.n_truncated_tgt)
 
     # --------------------------------------------------------------------------------------------
     @classmethod
@@ -183,7 +211,8 @@ class MTTask:
             anneal: the pairs to anneal on, a TSV file or two line-aligned files (a prepared folder: its
                 ``in-domain.tsv``), encoded with the same tokenizer and length limit; needs ``anneal_share``.
             max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``,
-                ``word_dropout``, ``n_samples``, ``anneal_share``); ``unk_id`` defaults to the tokenizer's.
+                ``word_dropout``, ``n_samples``, ``anneal_share``, ``anneal_replay``); ``unk_id`` defaults to the
+                tokenizer's.
         """
         from attnkit.data.mt_batching import train_joint_bpe
         from attnkit.data.parallel import load_train_valid
@@ -260,8 +289,9 @@ class MTTask:
         if self.anneal is None or self.anneal_from is not None or fraction < 1.0 - self.anneal_share:
             return None
         self.anneal_from = step
-        return (f"batch {step:,} ({fraction:.0%} of the budget): the last {self.anneal_share:.0%} trains on the "
-                f"{len(self.anneal):,} anneal pairs only")
+        pairs = (f"{len(self.anneal):,} anneal pairs and {self.n_replayed:,} replayed training pairs" if self.n_replayed
+                 else f"{len(self.anneal):,} anneal pairs only")
+        return f"batch {step:,} ({fraction:.0%} of the budget): the last {self.anneal_share:.0%} trains on the {pairs}"
 
     def _logits(self, model: nn.Module, b: MTBatch) -> torch.Tensor:
         logits = model(b.src, b.tgt_in, src_key_padding_mask=b.src_key_padding_mask,
@@ -371,6 +401,8 @@ class MTTask:
         if self.anneal is not None:
             state.update(n_anneal=len(self.anneal), anneal_share=self.anneal_share,
                          anneal_fingerprint=self._fingerprints["anneal"], anneal_from=self.anneal_from)
+            if self.anneal_replay > 0:  # absent at 0, so that runs from before the option resume as they were
+                state["anneal_replay"] = self.anneal_replay
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -381,7 +413,7 @@ class MTTask:
         mine = self.state_dict()
         mine.pop("anneal_from", None)
         # a checkpoint that annealed is refused by a task that does not (and the other way round)
-        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint")
+        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint", "anneal_replay")
                              if k in state and k not in mine]
         diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys if state.get(k) != mine.get(k)]
         if diffs:

@@ -55,8 +55,23 @@ def test_a_tsv_file_and_the_default_share(data, tmp_path, capsys):
     assert _state(run)["task"]["anneal_from"] == 4  # 4/5 = 80% of the steps used
 
 
+def test_replay_travels_with_the_run(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train(data, run, "--anneal-data", str(data), "--anneal-share", "0.5", "--anneal-replay", "0.5",
+                  "--steps", "4") == 0
+    assert "anneal: the last 50% of the budget trains on 30 pairs and 15 replayed training pairs" in \
+        capsys.readouterr().err
+    state = _state(run)
+    assert state["extra"]["mt_options"]["anneal_replay"] == 0.5 and state["task"]["anneal_replay"] == 0.5
+    assert state["extra"]["data_stats"]["anneal_replayed"] == 15
+    assert main(["train", "mt", "--out", str(run), "--resume", "--steps", "6", "--no-progress"]) == 0
+    assert _state(run)["task"]["anneal_replay"] == 0.5
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--anneal-share", "0.3"], "--anneal-share 0.3 needs --anneal-data"),
+    (["--anneal-replay", "1"], "--anneal-replay 1 needs --anneal-data"),
+    (["--anneal-data", "DATA", "--anneal-replay", "-1"], "--anneal-replay must be a number >= 0, got -1"),
     (["--anneal-data", "DATA", "--anneal-share", "1"], r"--anneal-share must be in \(0, 1\), got 1"),
     (["--anneal-data", "DATA", "--anneal-share", "0"], r"--anneal-share must be in \(0, 1\), got 0"),
     (["--anneal-data", "missing.tsv"], "--anneal-data: no such file or folder: missing.tsv"),

@@ -163,3 +163,53 @@ def test_the_trainer_anneals_the_last_steps_and_a_resumed_run_continues_identica
     assert seen[:2] == [True, True]
     for k, v in resumed.model.state_dict().items():
         torch.testing.assert_close(v, full.model.state_dict()[k], rtol=0, atol=0)
+
+
+# --- replay: some training pairs join the anneal phase ---------------------------------------------------------------
+def _words(pairs) -> list[tuple[int, ...]]:
+    return [tuple(s) for s in pairs.src]
+
+
+def test_replay_mixes_a_fixed_sample_of_training_pairs_into_the_anneal_phase():
+    task = _task(0.25, anneal_replay=0.5)
+    assert task.n_replayed == 12  # 0.5 x 24 anneal pairs
+    mixed = task.batchers["anneal"].data
+    assert len(mixed) == 36 and _words(mixed)[:24] == _words(task.anneal)  # the anneal pairs, all of them
+    replayed = _words(mixed)[24:]
+    train = _words(task.train)
+    assert len(set(replayed)) == 12 and all(s in train for s in replayed)  # without replacement, from train
+    assert _words(_task(0.25, anneal_replay=0.5).batchers["anneal"].data) == _words(mixed)  # the same sample
+    other = MTTask(task.train, task.valid, max_tokens=30, seed=1, anneal=task.anneal, anneal_share=0.25,
+                   anneal_replay=0.5)
+    assert _words(other.batchers["anneal"].data)[24:] != replayed  # another seed, another sample
+    task.on_budget(9, 0.75)
+    seen = [s for step in range(9, 9 + 3 * task.batchers["anneal"].num_batches)
+            for s in task.batch("train", step).src.tolist()]
+    assert any(min(w for w in s if w not in (PAD, EOS)) < 10 for s in seen)  # general pairs in the anneal phase
+    assert any(min(w for w in s if w not in (PAD, EOS)) >= 10 for s in seen)  # and anneal pairs
+
+
+def test_replay_is_capped_by_the_training_pairs_and_zero_is_plain_annealing():
+    assert _task(0.25, anneal_replay=10.0).n_replayed == 64  # all 64 training pairs, not 240
+    plain = _task(0.25, anneal_replay=0.0)
+    assert plain.n_replayed == 0 and len(plain.batchers["anneal"].data) == 24
+    assert "anneal_replay" not in plain.state_dict()  # runs from before the option resume as they were
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(share=0.25, anneal_replay=-0.5), "anneal_replay must be a number >= 0, got -0.5"),
+    (dict(share=0.25, anneal_replay=float("inf")), "anneal_replay must be a number >= 0, got inf"),
+    (dict(share=None, anneal_replay=1.0), "anneal_replay 1 needs anneal pairs"),
+])
+def test_bad_replay(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _task(**kwargs)
+
+
+def test_a_run_with_replay_resumes_only_with_the_same_replay():
+    state = _task(0.25, anneal_replay=0.5).state_dict()
+    assert state["anneal_replay"] == 0.5
+    _task(0.25, anneal_replay=0.5).load_state_dict(state)
+    for other in (0.0, 1.0):
+        with pytest.raises(ValueError, match="anneal_replay"):
+            _task(0.25, anneal_replay=other).load_state_dict(state)
