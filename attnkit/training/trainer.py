@@ -604,7 +604,8 @@ class Trainer:
         evaluate, save = self.step % cfg.eval_every == 0, self.step % cfg.ckpt_every == 0
         if self.step % cfg.log_every == 0 or evaluate or save:
             self._read_updates()
-        self._progress.update(self.step, self.elapsed, loss=self.last_loss, lr=lr, **{"tok/s": self._meter["tps"]})
+        shown = {"loss": self.last_loss, "lr": lr, "tok/s": self._meter["tps"]}  # loss, tok/s: as last read
+        self._progress.update(self.step, self.elapsed, **{k: v for k, v in shown.items() if v is not None})
         if evaluate:
             self._evaluate(train_model)
         if save:
