@@ -7,8 +7,9 @@ On one process, for each token budget ``--tokens`` (``--max-tokens`` of ``attnki
 padded positions per batch), a fresh model of ``--preset`` trains ``--steps`` updates through the ordinary
 :class:`attnkit.training.Trainer` on the real pairs (``--data``, default the de-en recipe, encoded once with a
 joint BPE of ``--vocab-size`` or ``--tokenizer``). From the run's metrics (the timed updates only: fetching and
-padding the batch, forward, backward, clipping, optimizer step; the first logged interval is warm-up and is
-left out) it reports updates/s and target tokens/s, and on CUDA the share of the time the GPU was busy
+padding the batch, forward, backward, clipping, optimizer step; on a GPU, whose updates are queued, also the
+wait for them when the trainer reads their numbers back at each logged step; the first logged interval is
+warm-up and is left out) it reports updates/s and target tokens/s, and on CUDA the share of the time the GPU was busy
 (``torch.cuda.utilization``, NVML's "a kernel was running" ratio, sampled every 0.1 s during the updates).
 
 What it answers: whether the update is bound by the GPU's arithmetic (updates/s fall as the batch grows) or
