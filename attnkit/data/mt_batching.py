@@ -212,7 +212,7 @@ class MTBatch(NamedTuple):
 
     def take_rows(self, start: int, stop: int) -> "MTBatch":
         """Rows ``start:stop`` of every tensor, with the counts of those rows (one process's share of the batch)."""
-        return MTBatch.from_tensors(*(t[start:stop] for t in self[:6]))
+        return MTBatch.from_tensors(*(t[start:stop] for t in self if isinstance(t, torch.Tensor)))
 
 
 def collate(data: EncodedPairs, indices: Sequence[int]) -> MTBatch:

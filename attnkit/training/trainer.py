@@ -119,8 +119,8 @@ class _Update(NamedTuple):
 
     ``losses``: each micro-batch's 0-dim loss tensor (empty when ``mean`` was already read: a distributed run
     sums the loss over processes at once); ``counts``: their token counts; ``tokens``: the update's tokens over
-    all processes; ``grad_norm``: the norm before clipping (0-dim tensor) or None; ``lr`` / ``elapsed``: filled in
-    by the loop.
+    all processes; ``grad_norm``: the norm before clipping (0-dim tensor) or None; ``lr`` / ``elapsed`` / ``dt``
+    (the host's seconds in the update): filled in by the loop.
     """
 
     step: int
@@ -131,6 +131,7 @@ class _Update(NamedTuple):
     grad_norm: torch.Tensor | None
     lr: float = 0.0
     elapsed: float = 0.0
+    dt: float = 0.0
 
 
 class Trainer:
@@ -396,6 +397,7 @@ class Trainer:
         values = iter(torch.stack([t.reshape(()).float() for t in tensors]).tolist() if tensors else [])
         waited = time.perf_counter() - t0
         meter["time"] += waited
+        read_tokens = 0
         for u in pending:
             micro = [next(values) for _ in u.losses]
             grad_norm = next(values) if isinstance(u.grad_norm, torch.Tensor) else u.grad_norm
@@ -412,8 +414,9 @@ class Trainer:
                 grad_norm = None
             self.tokens += u.tokens
             self.last_loss = loss
+            read_tokens += u.tokens
             meter["tokens"] += u.tokens
-            meter["bar_tokens"] += u.tokens
+            meter["time"] += u.dt
             if u.step % self.config.log_every == 0:
                 row = {"step": u.step, "loss": loss, "lr": u.lr, "tokens": self.tokens,
                        "tokens_per_s": meter["tokens"] / max(meter["time"], 1e-9), "elapsed": u.elapsed}
@@ -421,9 +424,7 @@ class Trainer:
                     row["grad_norm"] = grad_norm
                 self.metrics.log(row)
                 meter["tokens"], meter["time"] = 0, 0.0
-        meter["bar_time"] += waited
-        meter["tps"] = meter["bar_tokens"] / max(meter["bar_time"], 1e-9)
-        meter["bar_tokens"], meter["bar_time"] = 0, 0.0
+        meter["tps"] = read_tokens / max(waited + sum(u.dt for u in pending), 1e-9)  # shown by the bar
 
     def _evaluate(self, train_model: nn.Module) -> dict[str, Any]:
         """Evaluate, log ``valid_*``, refresh CSV/PNG, update ``best/``. Training RNG is left untouched."""
@@ -559,8 +560,8 @@ class Trainer:
         self._now = lambda: start_elapsed + (time.perf_counter() - t0)
         self._clock = self.elapsed  # the run's clock as all ranks agree on it (rank 0's), read by the schedule
         self._pending: list[_Update] = []  # updates whose numbers are still on the device
-        # tokens and seconds since the last metrics row, since the last read (the bar), and the bar's tokens/s
-        self._meter: dict[str, Any] = {"tokens": 0, "time": 0.0, "bar_tokens": 0, "bar_time": 0.0, "tps": None}
+        # tokens and seconds since the last metrics row, and the tokens/s of the updates of the last read (the bar)
+        self._meter: dict[str, Any] = {"tokens": 0, "time": 0.0, "tps": None}
         self._progress = TrainProgress(total_steps=cfg.steps, max_time_s=cfg.max_time_s,
                                        initial_step=self.step, initial_elapsed=self.elapsed,
                                        enabled=self.progress_enabled, log=self.log_enabled)
@@ -598,9 +599,7 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         self.elapsed = self._now()
-        self._pending.append(update._replace(lr=lr, elapsed=self.elapsed))
-        self._meter["time"] += dt
-        self._meter["bar_time"] += dt
+        self._pending.append(update._replace(lr=lr, elapsed=self.elapsed, dt=dt))
         evaluate, save = self.step % cfg.eval_every == 0, self.step % cfg.ckpt_every == 0
         if self.step % cfg.log_every == 0 or evaluate or save:
             self._read_updates()
