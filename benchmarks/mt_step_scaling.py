@@ -77,9 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", default="8192,16384,32768", help="comma-separated token budgets per batch")
     p.add_argument("--steps", type=int, default=150, help="updates per budget")
     p.add_argument("--log-every", type=int, default=25)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=5e-4,
+                   help="peak lr (default 5e-4; 1e-3, the default until 2026-11-26, diverged on an H200 past about "
+                        "110 updates of transformer-base at 16k tokens, eager and graphed alike)")
     p.add_argument("--device", default="auto")
     p.add_argument("--autocast", choices=("bf16", "fp16"), default=None)
+    p.add_argument("--modes", default="eager",
+                   help="comma-separated ways to run the update, each over every --tokens: eager (train mt's "
+                        "default), fixed (eager on fixed-shape batches, widths rounded to 8: the padding that "
+                        "--cuda-graphs costs), graphs (train mt --cuda-graphs), compile (train mt --compile)")
+    p.add_argument("--adamw-impl", choices=("auto", "fused", "foreach", "for_loop"), default="auto")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
 
@@ -93,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.training import TrainConfig, Trainer
     from attnkit.training.device import resolve_device
     from attnkit.training.mt_task import MTTask
+    from attnkit.cli.train_mt import GRAPH_SHAPE_MULTIPLE
 
     budgets = [int(t) for t in args.tokens.split(",")]
+    modes = args.modes.split(",")
+    unknown = sorted(set(modes) - {"eager", "fixed", "graphs", "compile"})
+    if unknown:
+        p.error(f"--modes: unknown {unknown}; choose from eager, fixed, graphs, compile")
     device = resolve_device(args.device)
     source, _ = resolve_parallel_data(args.data)
     valid = None if args.valid is None else resolve_parallel_data(args.valid, flag="--valid")[0]
@@ -108,38 +120,52 @@ def main(argv: list[str] | None = None) -> int:
                         pad_id=base.tokenizer.pad_id, **parse_overrides(args.set))
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU") + f", torch {torch.__version__}"
     results = []
-    for budget in budgets:
-        task = MTTask(base.train, base.valid, max_tokens=budget, seed=0)
+    for mode, budget in [(m, b) for m in modes for b in budgets]:
+        task = MTTask(base.train, base.valid, max_tokens=budget, seed=0,
+                      shape_multiple=GRAPH_SHAPE_MULTIPLE if mode in ("fixed", "graphs") else 1)
         torch.manual_seed(0)
         model = build_model(config)
         n_params = sum(p.numel() for p in model.parameters())
         cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup_steps=min(50, args.steps // 5),
                           eval_every=args.steps, eval_batches=1, log_every=args.log_every, ckpt_every=args.steps,
-                          keep_last=1, device=args.device, autocast=args.autocast)
+                          keep_last=1, device=args.device, autocast=args.autocast,
+                          compile=mode == "compile", cuda_graphs=mode == "graphs", adamw_impl=args.adamw_impl)
         with tempfile.TemporaryDirectory() as out:
             sampler = UtilizationSampler(device) if device.type == "cuda" else None
             if sampler is not None:
                 sampler.start()
-            Trainer(model, task, cfg, Path(out) / "run", model_config=config.to_dict(), progress=False,
-                    log=False).fit()
+            diverged = None
+            try:
+                Trainer(model, task, cfg, Path(out) / "run", model_config=config.to_dict(), progress=False,
+                        log=False).fit()
+            except FloatingPointError as err:  # recorded with the losses up to there; the other runs go on
+                diverged = str(err)
             busy = sampler.stop() if sampler is not None else []
             rows = [json.loads(line) for line in (Path(out) / "run" / "metrics.jsonl").read_text().splitlines()]
+        if diverged is not None:
+            losses = {r["step"]: round(r["loss"], 4) for r in rows if "tokens_per_s" in r}
+            results.append({"mode": mode, "max_tokens": budget, "diverged": diverged, "losses": losses})
+            print(f"{mode:>7} max_tokens {budget:>6}: {diverged}; losses {losses}", flush=True)
+            continue
         rates = update_rates(rows)
         n_batches = task.num_batches("train")
-        row = {"max_tokens": budget, "pairs_per_batch": len(task.train) / n_batches, **rates,
+        row = {"mode": mode, "max_tokens": budget, "padding": task.padding_ratio("train")["total"],
+               "pairs_per_batch": len(task.train) / n_batches, **rates,
                "gpu_busy_percent": (sum(busy) / len(busy)) if busy else None,
                "peak_memory_gib": (torch.cuda.max_memory_allocated(device) / 2**30) if device.type == "cuda" else None}
+        row["losses"] = {r["step"]: round(r["loss"], 4) for r in rows if "tokens_per_s" in r}
         results.append(row)
-        print(f"max_tokens {budget:>6}: {row['pairs_per_batch']:6.0f} pairs/batch, {rates['updates_per_s']:6.2f} "
+        print(f"{mode:>7} max_tokens {budget:>6}: {row['pairs_per_batch']:6.0f} pairs/batch, padding "
+              f"{row['padding']:.0%}, {rates['updates_per_s']:6.2f} "
               f"updates/s, {rates['target_tokens_per_s']:10,.0f} target tokens/s"
-              + (f", GPU busy {row['gpu_busy_percent']:.0f}%" if busy else ""), flush=True)
+              + (f", GPU busy {row['gpu_busy_percent']:.0f}%" if busy else "") + f"; losses {row['losses']}", flush=True)
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
     record = {"command": "python benchmarks/mt_step_scaling.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine,
-              "preset": args.preset, "set": args.set, "autocast": args.autocast, "steps": args.steps,
+              "preset": args.preset, "set": args.set, "autocast": args.autocast, "adamw_impl": args.adamw_impl, "steps": args.steps,
               "parameters": n_params, "results": results}
     if args.json is not None:
         args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

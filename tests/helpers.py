@@ -8,6 +8,7 @@
   comparison instead of literal ``atol``/``rtol`` numbers scattered over the files.
 * :func:`without_key_biases` -- a state dict without the attention key biases, which training does not determine
   (see there), for comparing two trainings' weights.
+* :func:`sync_sites` -- where a function made the host wait for the GPU (CUDA's sync debug mode).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from attnkit.models.configs import GPTConfig, TransformerConfig
 
 __all__ = ["spread_weights", "tiny_gpt_config", "tiny_transformer_config", "TOLERANCES", "assert_close",
-           "without_key_biases"]
+           "without_key_biases", "sync_sites"]
 
 
 def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
@@ -101,3 +102,18 @@ def without_key_biases(state: dict[str, torch.Tensor], kv_width: int) -> dict[st
         else:
             out[name] = t
     return out
+
+
+def sync_sites(fn) -> list[str]:
+    """Run ``fn`` with CUDA's sync debug mode on "warn": where each call that made the host wait for the GPU was."""
+    import warnings
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]

@@ -135,6 +135,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     for flag, field, typ, help_ in TRAIN_FLAGS:
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
     t.add_argument("--compile", action="store_true", default=None, help="opt in to torch.compile")
+    t.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="replay each batch shape's forward and backward as a recorded CUDA graph (one CUDA process; "
+                        "train mt then pads batches to a few fixed shapes): far fewer host launches per update")
     add_device_flags(t, training=True)
     t.add_argument("--no-progress", action="store_true",
                    help="no progress bar; the log lines (evaluations, sample translations) still print")
@@ -151,7 +154,9 @@ def train_flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
     device = resolve_device_flag(args)
     check_autocast(autocast_value(args), device)
-    fields = [field for _, field, _, _ in TRAIN_FLAGS] + ["steps", "max_time", "block_size", "compile"]
+    if getattr(args, "cuda_graphs", None) and device.type != "cuda":
+        raise ValueError(f"--cuda-graphs needs a CUDA device (--device cuda), got {device}")
+    fields = [field for _, field, _, _ in TRAIN_FLAGS] + ["steps", "max_time", "block_size", "compile", "cuda_graphs"]
     given = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
     if "batch_size" in given:
         given["batch_size"] = given["batch_size"] * world_size()

@@ -253,6 +253,9 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int) -> di
                else {})}
 
 
+GRAPH_SHAPE_MULTIPLE = 8  # --cuda-graphs: batch widths rounded up to a multiple of 8 (MTTask shape_multiple)
+
+
 def run_mt(args: argparse.Namespace) -> int:
     import torch
 
@@ -282,8 +285,13 @@ def run_mt(args: argparse.Namespace) -> int:
                             max_len=max_len, truncate=not o["strict"], strict=o["strict"], bleu=o["bleu"],
                             max_tokens=max_tokens, seed=cfg.seed, label_smoothing=o["label_smoothing"],
                             bleu_sentences=o["bleu_sentences"], word_dropout=o["word_dropout"],
-                            anneal=anneal_source, anneal_share=o["anneal_share"], anneal_replay=o["anneal_replay"])
+                            anneal=anneal_source, anneal_share=o["anneal_share"], anneal_replay=o["anneal_replay"],
+                            shape_multiple=GRAPH_SHAPE_MULTIPLE if cfg.cuda_graphs else 1)
     tokenizer = task.tokenizer
+    if cfg.cuda_graphs:
+        shapes = task.batchers["train"].shapes
+        say(f"CUDA graphs: training batches padded to {len(shapes)} fixed shapes (rows x width) "
+            + ", ".join(f"{b}x{w}" for b, w in shapes))
     data_stats = _report_data(task, data_desc, max_len, max_tokens)
     model_config = _mt_model_config(args, saved, preset, tokenizer, max_len)
     out = args.out or default_run_folder("mt", data, preset)

@@ -29,6 +29,12 @@ Pairs are sorted by length, so a batch holds pairs of similar lengths
 and little padding, and consecutive pairs are packed greedily while ``B × max(S, T) <= max_tokens``.
 Short sentences thus make wide batches and long ones narrow batches of about the same cost.
 
+**Fixed shapes** (``multiple > 1``, for CUDA graphs, which replay one recorded shape). Each pair's width
+``max(S, T)`` is rounded up to a multiple of ``multiple`` (at most the corpus's longest width) and pairs are
+packed by that rounded width ``W``; :func:`collate` then pads both sides to ``W`` and the rows to
+``max_tokens // W`` (rows of padding only: no labels, ``index`` -1). Every batch thus has one of about
+``longest / multiple`` shapes ``(max_tokens // W, W)``, at the price of more padding.
+
 **Determinism.** The plan for epoch ``e`` is a pure function of ``(seed, e)``: pairs of equal lengths are
 shuffled before the (stable) length sort, and the batch order is shuffled. The sequence of sorted lengths
 does not depend on the shuffle, so every epoch has the same number of batches with the same shapes (and the
@@ -58,6 +64,7 @@ __all__ = [
     "MTBatch",
     "collate",
     "plan_batches",
+    "rounded_widths",
     "TokenBudgetBatcher",
 ]
 
@@ -215,11 +222,15 @@ class MTBatch(NamedTuple):
         return MTBatch.from_tensors(*(t[start:stop] for t in self if isinstance(t, torch.Tensor)))
 
 
-def collate(data: EncodedPairs, indices: Sequence[int]) -> MTBatch:
+def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int] | None = None) -> MTBatch:
     """Pad the pairs ``indices`` of ``data`` into an :class:`MTBatch`.
 
+    ``shape``: ``(rows, width)`` to pad to instead (fixed shapes, see the module docstring): both sides get
+    ``width`` positions and ``rows - len(indices)`` rows of padding only are appended (no labels, ``index`` -1).
+
     Shape:
-        ``B = len(indices)``; ``S`` = longest source (with ``<eos>``), ``T`` = longest target + 1.
+        ``B = len(indices)``; ``S`` = longest source (with ``<eos>``), ``T`` = longest target + 1; with ``shape``,
+        ``B = rows`` and ``S = T = width``.
     """
     indices = [int(i) for i in indices]
     if not indices:
@@ -228,24 +239,46 @@ def collate(data: EncodedPairs, indices: Sequence[int]) -> MTBatch:
         raise ValueError(f"pair indices must be in [0, {len(data)}), got min {min(indices)} max {max(indices)}")
     srcs = [data.src[i] for i in indices]
     tgts = [data.tgt[i] for i in indices]
-    src, src_key_padding_mask = pad_right(srcs, data.pad_id)  # (B, S), (B, S) True = padding
-    # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each
-    tgt_in, tgt_key_padding_mask = pad_right([[data.bos_id, *t] for t in tgts], data.pad_id)  # (B, T), (B, T)
-    labels, _ = pad_right([[*t, data.eos_id] for t in tgts], IGNORE_INDEX)  # (B, T)
+    width = None
+    if shape is not None:
+        rows, width = shape
+        if rows < len(indices):
+            raise ValueError(f"collate shape rows must be >= the {len(indices)} pairs, got {rows}")
+        extra: list[list[int]] = [[] for _ in range(rows - len(indices))]
+        srcs, indices = srcs + extra, indices + [-1] * len(extra)
+    src, src_key_padding_mask = pad_right(srcs, data.pad_id, length=width)  # (B, S), (B, S) True = padding
+    # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each; padding rows: none
+    framed_in = [[data.bos_id, *t] for t in tgts] + [[] for _ in range(len(srcs) - len(tgts))]
+    framed_out = [[*t, data.eos_id] for t in tgts] + [[] for _ in range(len(srcs) - len(tgts))]
+    tgt_in, tgt_key_padding_mask = pad_right(framed_in, data.pad_id, length=width)  # (B, T), (B, T)
+    labels, _ = pad_right(framed_out, IGNORE_INDEX, length=width)  # (B, T)
     return MTBatch.from_tensors(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask,
                                 torch.tensor(indices, dtype=torch.long))
+
+
+def rounded_widths(src_lens: np.ndarray, tgt_lens: np.ndarray, multiple: int) -> np.ndarray:
+    """Each pair's batch width ``max(S, T)`` rounded up to a multiple of ``multiple``, capped at the longest width
+    (so that no batch is wider than the corpus's longest pair). ``multiple`` 1 leaves the widths as they are.
+
+    Shape: ``(N,), (N,) -> (N,)``.
+    """
+    width = np.maximum(np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64))
+    if multiple == 1 or width.size == 0:
+        return width
+    return np.minimum(-(-width // multiple) * multiple, width.max())
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # bucketing to a token budget
 # ---------------------------------------------------------------------------------------------------------------
 def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] | np.ndarray, max_tokens: int, *,
-                 seed: int = 0, epoch: int = 0, shuffle: bool = True) -> list[np.ndarray]:
+                 seed: int = 0, epoch: int = 0, shuffle: bool = True, multiple: int = 1) -> list[np.ndarray]:
     """Group pair indices into batches of similar lengths whose padded size ``B × max(S, T)`` <= ``max_tokens``.
 
     Pairs are sorted by (max(S, T), target length, source length); with ``shuffle`` pairs of equal lengths are first
     permuted and the batch order is permuted, both from ``numpy.random.default_rng([seed, epoch])``.
-    Without ``shuffle`` the plan is the plain length-sorted one (for evaluation).
+    Without ``shuffle`` the plan is the plain length-sorted one (for evaluation). With ``multiple`` > 1 the width
+    ``max(S, T)`` is :func:`rounded_widths`' (fixed shapes, see the module docstring).
 
     Shape:
         src_lens, tgt_lens ``(N,)`` -> a list of index arrays ``(B_i,)`` covering ``0..N-1`` exactly once.
@@ -260,6 +293,7 @@ def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] |
     check_int("max_tokens", max_tokens, minimum=1)
     for name, v in (("seed", seed), ("epoch", epoch)):
         check_int(f"{name}", v, minimum=0)
+    check_int("multiple", multiple, minimum=1)
     n = len(src_lens)
     if n == 0:
         return []
@@ -274,16 +308,16 @@ def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] |
     # Sort by the batch cost's own measure, max(S, T), then target, then source length. (np.lexsort is stable
     # and sorts by its *last* key first.) On de-en this packs ~10% fewer batches than sorting by source
     # length alone, with about 4-6% padding instead of 6-10%.
-    width_of = np.maximum(src_lens, tgt_lens)  # (N,)
+    width_of = rounded_widths(src_lens, tgt_lens, multiple)  # (N,)
     order = perm[np.lexsort((src_lens[perm], tgt_lens[perm], width_of[perm]))]  # (N,)
 
     batches: list[np.ndarray] = []
     start, width = 0, 0  # current batch = order[start:i]; width = its max(S, T) so far
     for i, j in enumerate(order.tolist()):
-        w = max(width, int(src_lens[j]), int(tgt_lens[j]))
+        w = max(width, int(width_of[j]))
         if (i - start + 1) * w > max_tokens:  # adding pair j would exceed the budget: close the batch
             batches.append(order[start:i])
-            start, w = i, max(int(src_lens[j]), int(tgt_lens[j]))
+            start, w = i, int(width_of[j])
         width = w
     batches.append(order[start:])
     if shuffle:
@@ -299,21 +333,34 @@ class TokenBudgetBatcher:
         max_tokens: budget per batch, ``B × max(S, T)`` (see the module docstring).
         seed: data-order seed.
         shuffle: ``True`` for training (a new plan per epoch); ``False`` gives one length-sorted plan.
+        multiple: 1, or fixed shapes: widths rounded up to this multiple and every batch padded to
+            ``(max_tokens // W, W)`` (see the module docstring; :attr:`shapes` lists them).
 
     Shape:
         ``batch(step)`` -> :class:`MTBatch` with ``B × max(S, T) <= max_tokens``.
     """
 
-    def __init__(self, data: EncodedPairs, *, max_tokens: int, seed: int = 0, shuffle: bool = True):
+    def __init__(self, data: EncodedPairs, *, max_tokens: int, seed: int = 0, shuffle: bool = True,
+                 multiple: int = 1):
         if len(data) == 0:
             raise ValueError("TokenBudgetBatcher needs at least one pair, got an empty corpus")
         self.data = data
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
+        self.multiple = multiple
         self._src_lens, self._tgt_lens = data.src_lens, data.tgt_lens
+        self._widths = rounded_widths(self._src_lens, self._tgt_lens, multiple) if multiple > 1 else None
         self._epoch = 0
-        self._plan = plan_batches(self._src_lens, self._tgt_lens, max_tokens, seed=seed, epoch=0, shuffle=shuffle)
+        self._plan = plan_batches(self._src_lens, self._tgt_lens, max_tokens, seed=seed, epoch=0, shuffle=shuffle,
+                                  multiple=multiple)
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The distinct ``(rows, width)`` of the fixed-shape batches (empty without ``multiple``)."""
+        if self._widths is None:
+            return []
+        return sorted({(self.max_tokens // w, w) for w in np.unique(self._widths).tolist()})
 
     @property
     def num_batches(self) -> int:
@@ -326,7 +373,8 @@ class TokenBudgetBatcher:
     def plan(self, epoch: int) -> list[np.ndarray]:
         """The index arrays of every batch of ``epoch`` (the last plan is cached)."""
         if epoch != self._epoch and self.shuffle:
-            self._plan = plan_batches(self._src_lens, self._tgt_lens, self.max_tokens, seed=self.seed, epoch=epoch)
+            self._plan = plan_batches(self._src_lens, self._tgt_lens, self.max_tokens, seed=self.seed, epoch=epoch,
+                                      multiple=self.multiple)
             self._epoch = epoch
         return self._plan
 
@@ -334,7 +382,11 @@ class TokenBudgetBatcher:
         """Batch ``step % num_batches`` of epoch ``step // num_batches``."""
         check_int("batch step", step, minimum=0)
         epoch, k = divmod(step, self.num_batches)
-        return collate(self.data, self.plan(epoch)[k])
+        indices = self.plan(epoch)[k]
+        if self._widths is None:
+            return collate(self.data, indices)
+        width = int(self._widths[indices].max())
+        return collate(self.data, indices, shape=(self.max_tokens // width, width))
 
     def padding_ratio(self) -> dict[str, float]:
         """Fraction of padding positions in the padded tensors of one epoch: ``src``, ``tgt`` and ``total``.
@@ -345,8 +397,13 @@ class TokenBudgetBatcher:
         size = {"src": 0, "tgt": 0}
         for idx in self._plan:
             for side, lens in (("src", self._src_lens[idx]), ("tgt", self._tgt_lens[idx])):
-                size[side] += len(idx) * int(lens.max())
-                pad[side] += len(idx) * int(lens.max()) - int(lens.sum())
+                if self._widths is None:
+                    padded = len(idx) * int(lens.max())
+                else:  # fixed shapes: (max_tokens // W) rows of W positions
+                    width = int(self._widths[idx].max())
+                    padded = (self.max_tokens // width) * width
+                size[side] += padded
+                pad[side] += padded - int(lens.sum())
         out = {side: pad[side] / size[side] for side in pad}
         out["total"] = (pad["src"] + pad["tgt"]) / (size["src"] + size["tgt"])
         return out

@@ -79,7 +79,9 @@ class TrainConfig:
     Misc: seed (python, numpy and torch RNGs at the start of ``fit``), device ("auto", "cpu", "cuda",
         "cuda:N", "mps"; see ``device.py``), compile (opt-in ``torch.compile``), autocast (None, "bf16", or
         "fp16" with a gradient scaler, GPUs only), fsdp (shard parameters, gradients and optimizer state
-        over the torchrun processes with FSDP2 instead of replicating them with DDP).
+        over the torchrun processes with FSDP2 instead of replicating them with DDP), cuda_graphs (record each
+        batch shape's forward and backward as a CUDA graph and replay it: one CUDA process, no compile, no fp16,
+        a task with ``count_tokens`` and batches of a few fixed shapes; see ``cuda_graphs.py``).
     """
 
     steps: int | None = DEFAULT_STEPS
@@ -110,6 +112,7 @@ class TrainConfig:
     compile: bool = False
     autocast: str | None = None
     fsdp: bool = False
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         self.steps = _int("steps", self.steps, minimum=1, allow_none=True)
@@ -158,6 +161,11 @@ class TrainConfig:
         check_bool("TrainConfig.compile", self.compile)
         _choice("autocast", self.autocast, AUTOCAST_DTYPES)
         check_bool("TrainConfig.fsdp", self.fsdp)
+        check_bool("TrainConfig.cuda_graphs", self.cuda_graphs)
+        if self.cuda_graphs and (self.compile or self.fsdp or self.autocast == "fp16"):
+            got = [name for name, on in (("compile", self.compile), ("fsdp", self.fsdp),
+                                         ("autocast fp16", self.autocast == "fp16")) if on]
+            raise ValueError(f"TrainConfig.cuda_graphs runs without compile, fsdp and autocast fp16, got {got}")
 
     # ---------------------------------------------------------------------------------------------
     # dict / JSON round-trip

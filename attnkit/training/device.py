@@ -82,12 +82,16 @@ def check_autocast(autocast: str | None, device: torch.device) -> None:
                          f"use --autocast fp16")
 
 
-def autocast_context(autocast: str | None, device: torch.device):
-    """The context manager that runs the forward pass in ``autocast`` precision on ``device`` (or does nothing)."""
+def autocast_context(autocast: str | None, device: torch.device, *, cache: bool = True):
+    """The context manager that runs the forward pass in ``autocast`` precision on ``device`` (or does nothing).
+
+    ``cache=False`` recasts the weights at every use instead of caching the cast copies for the duration of the
+    context: what a CUDA graph capture needs (the cache would be freed under the recorded graph).
+    """
     if autocast is None:
         return contextlib.nullcontext()
     check_autocast(autocast, device)
-    return torch.autocast(device_type=device.type, dtype=_DTYPES[autocast])
+    return torch.autocast(device_type=device.type, dtype=_DTYPES[autocast], cache_enabled=cache)
 
 
 def grad_scaler(autocast: str | None, device: torch.device) -> torch.amp.GradScaler | None:

@@ -90,6 +90,11 @@ class LMTask:
         window = data[idx]  # (B, T + 1)
         return window[:, :-1].contiguous(), window[:, 1:].contiguous()  # (B, T), (B, T)
 
+    @staticmethod
+    def count_tokens(batch: tuple[torch.Tensor, torch.Tensor]) -> int:
+        """The number of positions ``loss`` averages over (``B * T``), from the shape alone."""
+        return batch[1].numel()
+
     def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
         """Mean next-token cross-entropy over all positions, and the number of positions
         (:func:`next_token_loss`).

@@ -93,6 +93,10 @@ class MTTask:
         anneal_replay: with ``anneal``, how many training pairs per anneal pair join the anneal phase (>= 0; a
             fixed random sample of ``train``, at most all of it): *replay*, so that the model keeps what it knew of
             the other domains while it specialises. 0 (the default) anneals on ``anneal`` alone.
+        shape_multiple: 1 (the default), or *fixed shapes* for the training (and anneal) batches: widths rounded up
+            to this multiple and every batch padded to ``(max_tokens // W, W, W)``, one of about
+            ``longest / shape_multiple`` shapes (``attnkit.data.mt_batching``). CUDA graphs need it
+            (``TrainConfig.cuda_graphs``); validation batches keep their own shapes.
 
     Shape:
         ``batch(split, step) -> MTBatch``: src ``(B, S)``, tgt_in / labels ``(B, T)``, masks ``(B, S)`` / ``(B, T)``.
@@ -105,7 +109,7 @@ class MTTask:
                  references: Sequence[str] | None = None, bleu_sentences: int = 200,
                  word_dropout: float = 0.0, unk_id: int = 3, n_samples: int = 3,
                  anneal: EncodedPairs | None = None, anneal_share: float | None = None,
-                 anneal_replay: float = 0.0):
+                 anneal_replay: float = 0.0, shape_multiple: int = 1):
         for name, data in (("train", train), ("valid", valid)) + ((("anneal", anneal),) if anneal is not None else ()):
             if not isinstance(data, EncodedPairs):
                 raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.mt_batching.encode_pairs), "
@@ -113,7 +117,8 @@ class MTTask:
             if len(data) == 0:
                 raise ValueError(f"MTTask {name} must hold at least one pair, got 0")
         for name, value, low in (("max_tokens", max_tokens, 1), ("seed", seed, 0), ("bleu_sentences", bleu_sentences, 1),
-                                 ("unk_id", unk_id, 0), ("n_samples", n_samples, 0)):
+                                 ("unk_id", unk_id, 0), ("n_samples", n_samples, 0),
+                                 ("shape_multiple", shape_multiple, 1)):
             check_int(f"MTTask {name}", value, minimum=low)
         if not is_number(label_smoothing) \
                 or not 0.0 <= label_smoothing < 1.0:
@@ -154,7 +159,9 @@ class MTTask:
         # The batchers validate max_tokens against the longest pair (ValueError naming both).
         # Validation always uses the batcher's epoch-0 plan (see batch()): fixed, and shuffled once so that a
         # prefix of it is a representative sample.
-        self.batchers = {"train": TokenBudgetBatcher(train, max_tokens=max_tokens, seed=seed, shuffle=True),
+        self.shape_multiple = shape_multiple
+        self.batchers = {"train": TokenBudgetBatcher(train, max_tokens=max_tokens, seed=seed, shuffle=True,
+                                                     multiple=shape_multiple),
                          "valid": TokenBudgetBatcher(valid, max_tokens=max_tokens, seed=seed, shuffle=True)}
         # Filled by from_data (None / 0 when the task is built from EncodedPairs directly).
         self.tokenizer: Any = None
@@ -169,7 +176,8 @@ class MTTask:
         if anneal is not None:
             mixed = self._with_replay(anneal)
             self.n_replayed = len(mixed) - len(anneal)
-            self.batchers["anneal"] = TokenBudgetBatcher(mixed, max_tokens=max_tokens, seed=seed, shuffle=True)
+            self.batchers["anneal"] = TokenBudgetBatcher(mixed, max_tokens=max_tokens, seed=seed, shuffle=True,
+                                                         multiple=shape_multiple)
             self._fingerprints["anneal"] = _pairs_fingerprint(anneal)
 
     def _with_replay(self, anneal: EncodedPairs) -> EncodedPairs:
@@ -324,6 +332,11 @@ class MTTask:
             batch = self._drop_words(batch)
         return self._cross_entropy(self._logits(model, batch), batch, self.label_smoothing)
 
+    @staticmethod
+    def count_tokens(batch: MTBatch) -> int:
+        """The number of labels ``loss`` averages over, counted on the host (no device read)."""
+        return batch.n_tokens
+
     def _drop_words(self, b: MTBatch) -> MTBatch:
         """``b`` with each real source token except ``<eos>`` replaced by ``unk_id`` with probability
         ``word_dropout`` (src ``(B, S)``; the masks and the target side are unchanged)."""
@@ -403,6 +416,8 @@ class MTTask:
                          anneal_fingerprint=self._fingerprints["anneal"], anneal_from=self.anneal_from)
             if self.anneal_replay > 0:  # absent at 0, so that runs from before the option resume as they were
                 state["anneal_replay"] = self.anneal_replay
+        if self.shape_multiple > 1:  # absent at 1 (as anneal_replay at 0): other batches, so resume must match
+            state["shape_multiple"] = self.shape_multiple
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -413,7 +428,8 @@ class MTTask:
         mine = self.state_dict()
         mine.pop("anneal_from", None)
         # a checkpoint that annealed is refused by a task that does not (and the other way round)
-        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint", "anneal_replay")
+        keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint", "anneal_replay",
+                                         "shape_multiple")
                              if k in state and k not in mine]
         diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys if state.get(k) != mine.get(k)]
         if diffs:

@@ -18,6 +18,9 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
   (tasks use it to check that a resumed run sees the same data).
 * optional ``eval_report() -> list[str]``: lines printed after each evaluation's metrics line (MTTask: its
   sample translations next to their references).
+* optional ``count_tokens(batch) -> int``: the ``n_tokens`` that ``loss`` will return for ``batch``, counted on
+  the host without running the model. Needed for CUDA graphs (``TrainConfig.cuda_graphs``), whose replayed
+  updates do not call ``loss``; the batches' tensors must then come in a few fixed shapes.
 * optional ``on_budget(step, fraction) -> str | None``: called before every update with the update's first
   training batch index and the share of the run's budget used (``TrainConfig.budget_used``: steps or time,
   the clock all processes agree on). A task whose data follow the budget (MTTask's annealing) decides here

@@ -56,6 +56,7 @@ from .atomic import write_text_atomic
 from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint, prune_checkpoints,
                          read_checkpoint_state, save_checkpoint, step_dir_name)
 from .config import RESUMABLE_CHANGES, TrainConfig
+from .cuda_graphs import GraphedMicroBatch
 from .device import autocast_context, check_autocast, grad_scaler, resolve_device
 from .metrics import MetricsLogger
 from .optim import LRScheduler, build_optimizer
@@ -201,6 +202,9 @@ class Trainer:
         self._clock = 0.0  # the run's clock (seconds) as all ranks agree on it, read by the schedule
         self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model, clock=lambda: self._clock)
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self._graphs: GraphedMicroBatch | None = None
+        if config.cuda_graphs:
+            self._graphs = self._graphed(task)
 
         # run state (all of it goes into every checkpoint)
         self.step = 0                       # completed optimizer updates
@@ -330,6 +334,20 @@ class Trainer:
             raise ValueError(f"task.loss must return n_tokens as an int >= 1, got {n_tokens!r}")
         return n_tokens
 
+    def _graphed(self, task: Any) -> GraphedMicroBatch:
+        """The recorder of ``cuda_graphs=True``, after checking that this run can use it."""
+        cfg = self.config
+        problems = [why for bad, why in (
+            (self.device.type != "cuda", f"a CUDA device (got {self.device})"),
+            (self.world.distributed, f"one process (got {self.world.size} under torchrun)"),
+            (cfg.compile, "no torch.compile (got compile=True)"),
+            (cfg.autocast == "fp16", "full precision or autocast bf16 (got fp16, whose scaler reads on the host)"),
+            (not callable(getattr(task, "count_tokens", None)),
+             f"a task with count_tokens(batch) ({type(task).__name__} has none)")) if bad]
+        if problems:
+            raise ValueError("cuda_graphs needs " + "; ".join(problems))
+        return GraphedMicroBatch(self.model, task.loss, self.device, cfg.autocast)
+
     def _update(self, train_model: nn.Module) -> _Update:
         """One optimizer update; returns its statistics, still on the device (see :class:`_Update`).
 
@@ -337,6 +355,8 @@ class Trainer:
         ``distributed.py``).
         """
         cfg = self.config
+        if self._graphs is not None:
+            return self._graphed_update()
         world = self.world
         self.optimizer.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
@@ -367,6 +387,28 @@ class Trainer:
         for p in self._params:
             if p.grad is not None:
                 p.grad.mul_(factor) if world.distributed else p.grad.div_(total)
+        return _Update(step=self.step + 1, tokens=total, losses=[] if world.distributed else losses,
+                       counts=counts, mean=mean, grad_norm=self._clip_and_step())
+
+    def _graphed_update(self) -> _Update:
+        """:meth:`_update` through CUDA graphs (``cuda_graphs=True``, one process): the micro-batches' token counts
+        come from the task first, so each replayed backward pass is already weighted by ``n_tokens / total``."""
+        cfg = self.config
+        batches = [self.task.batch("train", self.step * cfg.grad_accum + micro) for micro in range(cfg.grad_accum)]
+        counts = [self.task.count_tokens(b) for b in batches]
+        for n in counts:
+            if not is_int(n) or n < 1:
+                raise ValueError(f"task.count_tokens must return an int >= 1, got {n!r}")
+        total = sum(counts)
+        self.optimizer.zero_grad(set_to_none=False)  # in place: the graphs write into these very tensors
+        losses = [self._graphs.run(b, n / total) for b, n in zip(batches, counts)]
+        return _Update(step=self.step + 1, tokens=total, losses=losses, counts=counts, mean=None,
+                       grad_norm=self._clip_and_step())
+
+    def _clip_and_step(self) -> torch.Tensor | None:
+        """Clip the (averaged) gradients to ``grad_clip`` and step the optimizer; return the norm before clipping
+        (0-dim, on the device), None without clipping."""
+        cfg = self.config
         grad_norm = None
         if cfg.grad_clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip)
@@ -376,8 +418,7 @@ class Trainer:
             self._scaler.update()
         else:
             self.optimizer.step()
-        return _Update(step=self.step + 1, tokens=total, losses=[] if world.distributed else losses,
-                       counts=counts, mean=mean, grad_norm=grad_norm)
+        return grad_norm
 
     def _read_updates(self) -> None:
         """Read the statistics of the updates made since the last read (one wait for the device), check them and

@@ -2,7 +2,8 @@
 
 * every command with ``--device`` refuses a device this machine lacks in one line, before it reads
   anything (on a machine without CUDA: ``--device cuda``);
-* ``--autocast bf16`` trains, samples and evaluates on the CPU; ``--autocast fp16`` on the CPU is refused;
+* ``--autocast bf16`` trains, samples and evaluates on the CPU; ``--autocast fp16`` on the CPU is refused, and so
+  is ``--cuda-graphs``;
 * ``torchrun --nproc_per_node=2 -m attnkit train lm --batch-size 4`` trains like one process with
   ``--batch-size 8`` and says so once ("global batch 8 = 4 per process x 2 processes");
 * an ``--fsdp`` run's sharded checkpoint becomes an ordinary one with ``attnkit convert``, which ``sample``
@@ -81,6 +82,15 @@ def test_cuda_on_a_machine_without_it_is_one_line(command, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "CUDA is not available here" in err and "--device cpu" in err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("command", [["train", "lm", "--steps", "2"],
+                                     ["train", "mt", "--data", "nowhere.tsv", "--steps", "2"]])
+def test_cuda_graphs_on_the_cpu_are_one_line_before_reading_anything(command, tmp_path, capsys):
+    assert main([*command, "--out", str(tmp_path / "run"), "--device", "cpu", "--cuda-graphs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == ["attnkit train: error: --cuda-graphs needs a CUDA device (--device cuda), got cpu"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_fp16_on_the_cpu_is_refused_and_bf16_works(corpus, tmp_path, capsys):

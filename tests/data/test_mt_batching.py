@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.data.mt_batching import (IGNORE_INDEX, MT_SPECIAL_TOKENS, EncodedPairs, MTBatch, TokenBudgetBatcher,
-                                      collate, encode_pairs, plan_batches, train_joint_bpe)
+                                      collate, encode_pairs, plan_batches, rounded_widths, train_joint_bpe)
 
 SOURCES = [
     "Er lobte ihre Kochkunst.", "Ist heute Post gekommen?", "Das Prinzip ist sehr einfach.",
@@ -187,6 +187,64 @@ def test_plan_invariants_hold_for_any_lengths(lengths, max_tokens, epoch):
     plan = plan_batches(src, tgt, max_tokens, seed=7, epoch=epoch)
     assert sorted(np.concatenate(plan).tolist()) == list(range(len(lengths)))
     assert all(len(i) * max(src[i].max(), tgt[i].max()) <= max_tokens for i in plan)
+
+
+# --- fixed shapes (CUDA graphs) -----------------------------------------------------------------------------
+def test_rounded_widths_round_up_and_stop_at_the_longest():
+    src, tgt = np.array([3, 9, 17, 30]), np.array([5, 2, 20, 7])
+    assert rounded_widths(src, tgt, 1).tolist() == [5, 9, 20, 30]
+    assert rounded_widths(src, tgt, 8).tolist() == [8, 16, 24, 30]  # 32 would pass the longest pair (30)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), min_size=1, max_size=80),
+       st.integers(40, 400), st.sampled_from([2, 4, 8]), st.integers(0, 3))
+def test_fixed_shape_plans_cover_every_pair_once_in_few_shapes(lengths, max_tokens, multiple, epoch):
+    src = np.array([s for s, _ in lengths])
+    tgt = np.array([t for _, t in lengths])
+    plan = plan_batches(src, tgt, max_tokens, seed=3, epoch=epoch, multiple=multiple)
+    assert sorted(np.concatenate(plan).tolist()) == list(range(len(lengths)))
+    widths = rounded_widths(src, tgt, multiple)
+    for idx in plan:  # every batch fits (max_tokens // W) rows of its rounded width W
+        assert len(idx) <= max_tokens // int(widths[idx].max())
+
+
+def test_fixed_shape_batches_pad_to_their_shape_with_empty_rows():
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 50, size=int(rng.integers(1, 20))).tolist() + [2] for _ in range(60)]
+    tgt = [rng.integers(4, 50, size=int(rng.integers(1, 24))).tolist() for _ in range(60)]
+    data = EncodedPairs(src, tgt, pad_id=0, bos_id=1, eos_id=2)
+    batcher = TokenBudgetBatcher(data, max_tokens=96, seed=0, multiple=8)
+    shapes = batcher.shapes
+    assert sorted(shapes) == sorted((96 // w, w) for w in set(rounded_widths(data.src_lens, data.tgt_lens, 8).tolist()))
+    assert {w for _, w in shapes} <= {8, 16, 24}
+    seen, padded_rows = [], 0
+    for k in range(batcher.num_batches):
+        b = batcher.batch(k)
+        rows, width = b.src.shape
+        assert (rows, width) in shapes and b.tgt_in.shape == b.labels.shape == (rows, width)
+        real = b.index >= 0
+        seen += b.index[real].tolist()
+        padded_rows += int((~real).sum())
+        # rows of padding only: all positions masked, no labels
+        assert b.src_key_padding_mask[~real].all() and b.tgt_key_padding_mask[~real].all()
+        assert (b.labels[~real] == IGNORE_INDEX).all() and (b.src[~real] == 0).all()
+        # the real rows are the plain collation of the same pairs, padded further
+        plain = collate(data, b.index[real].tolist())
+        S, T = plain.src.shape[1], plain.tgt_in.shape[1]
+        assert torch.equal(b.src[real][:, :S], plain.src) and (b.src[real][:, S:] == 0).all()
+        assert torch.equal(b.labels[real][:, :T], plain.labels) and (b.labels[real][:, T:] == IGNORE_INDEX).all()
+        assert b.n_tokens == plain.n_tokens and b.max_label == plain.max_label
+    assert sorted(seen) == list(range(60)) and padded_rows > 0
+    ratio = batcher.padding_ratio()
+    masks = [batcher.batch(k) for k in range(batcher.num_batches)]
+    src_pad = sum(int(b.src_key_padding_mask.sum()) for b in masks) / sum(b.src.numel() for b in masks)
+    assert ratio["src"] == pytest.approx(src_pad)
+
+
+def test_collate_refuses_a_shape_with_too_few_rows(enc):
+    with pytest.raises(ValueError, match="collate shape rows must be >= the 3 pairs, got 2"):
+        collate(enc, [0, 1, 2], shape=(2, 40))
 
 
 def test_plan_refuses_a_pair_longer_than_the_budget():

@@ -15,6 +15,7 @@ import torch
 from attnkit.training import TrainConfig, Trainer
 from attnkit.training.checkpoint import load_checkpoint
 from attnkit.training.device import autocast_context, check_autocast, grad_scaler, resolve_device
+from helpers import sync_sites as _sync_sites
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
@@ -137,21 +138,6 @@ def test_an_update_the_grad_scaler_skips_logs_no_grad_norm(tmp_path, tiny_lm, fi
 def test_fp16_training_with_a_grad_scaler_on_cuda(tmp_path, tiny_lm, fixed_task):
     summary = _train(tmp_path, "fp16", tiny_lm, fixed_task, autocast="fp16", device="cuda")
     assert summary["steps"] == 4
-
-
-def _sync_sites(fn) -> list[str]:
-    """Run ``fn`` with CUDA's sync debug mode on "warn": where each call that made the host wait for the GPU was."""
-    import warnings
-
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
 
 
 def _mt_trainer(tmp_path, **overrides):
