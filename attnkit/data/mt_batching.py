@@ -44,6 +44,7 @@ same padding ratio); only which pairs and which order change. Batch ``step`` of 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -53,7 +54,6 @@ import torch
 
 from attnkit.checks import check_int, is_int
 from attnkit.data.tokenizer import Tokenizer
-from attnkit.modules.masks import pad_right
 
 __all__ = [
     "MT_SPECIAL_TOKENS",
@@ -129,6 +129,36 @@ class EncodedPairs:
     def tgt_lens(self) -> np.ndarray:
         """``(N,)`` decoder input / label lengths (target + one special token)."""
         return np.fromiter((len(t) + 1 for t in self.tgt), dtype=np.int64, count=len(self.tgt))
+
+    @functools.cached_property
+    def _ragged(self) -> "tuple[_Ragged, _Ragged]":
+        """Both sides as flat id arrays (built on first use; the pairs are not meant to change afterwards)."""
+        return _Ragged.of(self.src, self.pad_id), _Ragged.of(self.tgt, self.pad_id)
+
+
+class _Ragged(NamedTuple):
+    """One side of a corpus as a flat id array: sequence ``i`` is ``flat[offsets[i] : offsets[i] + lengths[i]]``;
+    ``flat`` ends with one extra padding id, which out-of-range reads are clipped to."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+    @staticmethod
+    def of(sequences: Sequence[Sequence[int]], pad_id: int) -> "_Ragged":
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        flat = np.fromiter(itertools.chain(itertools.chain.from_iterable(sequences), (pad_id,)), dtype=np.int64,
+                           count=int(lengths.sum()) + 1)
+        offsets = np.zeros(len(sequences), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        return _Ragged(flat, offsets, lengths)
+
+    def gather(self, rows: np.ndarray, width: int, shift: int = 0) -> np.ndarray:
+        """``(B, width)``: position ``j`` of row ``b`` holds id ``j - shift`` of sequence ``rows[b]``, or whatever
+        lies there in ``flat`` past the sequence's end (the caller masks those positions)."""
+        pos = self.offsets[np.maximum(rows, 0)][:, None] + (np.arange(width) - shift)[None, :]  # (B, width)
+        inside = (pos >= 0) & (pos < len(self.flat))
+        return np.where(inside, self.flat[np.clip(pos, 0, len(self.flat) - 1)], self.flat[-1])
 
 
 def _check_limit(name: str, value: int) -> None:
@@ -228,6 +258,10 @@ def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int
     ``shape``: ``(rows, width)`` to pad to instead (fixed shapes, see the module docstring): both sides get
     ``width`` positions and ``rows - len(indices)`` rows of padding only are appended (no labels, ``index`` -1).
 
+    The ids are gathered from each side's flat id array (``EncodedPairs._ragged``, built on first use) with one
+    vectorised index per tensor, and the masks come from the lengths: no Python loop per pair (a GPU's host must
+    build each batch within one update; ``benchmarks/mt_batch_build.py``).
+
     Shape:
         ``B = len(indices)``; ``S`` = longest source (with ``<eos>``), ``T`` = longest target + 1; with ``shape``,
         ``B = rows`` and ``S = T = width``.
@@ -237,21 +271,33 @@ def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int
         raise ValueError("collate needs at least one pair index, got an empty list")
     if min(indices) < 0 or max(indices) >= len(data):
         raise ValueError(f"pair indices must be in [0, {len(data)}), got min {min(indices)} max {max(indices)}")
-    srcs = [data.src[i] for i in indices]
-    tgts = [data.tgt[i] for i in indices]
-    width = None
+    n_pairs = len(indices)
     if shape is not None:
-        rows, width = shape
-        if rows < len(indices):
-            raise ValueError(f"collate shape rows must be >= the {len(indices)} pairs, got {rows}")
-        extra: list[list[int]] = [[] for _ in range(rows - len(indices))]
-        srcs, indices = srcs + extra, indices + [-1] * len(extra)
-    src, src_key_padding_mask = pad_right(srcs, data.pad_id, length=width)  # (B, S), (B, S) True = padding
+        rows_wanted, width = shape
+        if rows_wanted < n_pairs:
+            raise ValueError(f"collate shape rows must be >= the {n_pairs} pairs, got {rows_wanted}")
+        indices = indices + [-1] * (rows_wanted - n_pairs)
+    rows = np.asarray(indices, dtype=np.int64)  # (B,) -1 = a row of padding only
+    real = rows >= 0
+    sides = data._ragged
+    src_len = np.where(real, sides[0].lengths[np.maximum(rows, 0)], 0)  # (B,) with <eos>
+    tgt_len = np.where(real, sides[1].lengths[np.maximum(rows, 0)], 0)  # (B,) without specials
+    S = int(src_len.max()) if shape is None else width
+    T = int(tgt_len.max()) + 1 if shape is None else width
+    longest = max(int(src_len.max()), int(tgt_len.max()) + 1)
+    if shape is not None and width < longest:
+        raise ValueError(f"collate shape width must be >= the longest side of these pairs ({longest}), got {width}")
+    js, jt = np.arange(S)[None, :], np.arange(T)[None, :]  # (1, S), (1, T)
+    src_pad = js >= src_len[:, None]  # (B, S) True = padding
+    src = np.where(src_pad, data.pad_id, sides[0].gather(rows, S))
     # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each; padding rows: none
-    framed_in = [[data.bos_id, *t] for t in tgts] + [[] for _ in range(len(srcs) - len(tgts))]
-    framed_out = [[*t, data.eos_id] for t in tgts] + [[] for _ in range(len(srcs) - len(tgts))]
-    tgt_in, tgt_key_padding_mask = pad_right(framed_in, data.pad_id, length=width)  # (B, T), (B, T)
-    labels, _ = pad_right(framed_out, IGNORE_INDEX, length=width)  # (B, T)
+    ids = sides[1].gather(rows, T, shift=1)  # (B, T): target id j - 1 at position j
+    tgt_pad = jt >= np.where(real, tgt_len + 1, 0)[:, None]  # (B, T)
+    tgt_in = np.where(tgt_pad, data.pad_id, np.where(jt == 0, data.bos_id, ids))
+    labels = np.where(jt < tgt_len[:, None], sides[1].gather(rows, T),
+                      np.where((jt == tgt_len[:, None]) & real[:, None], data.eos_id, IGNORE_INDEX))
+    src, tgt_in, labels = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (src, tgt_in, labels))
+    src_key_padding_mask, tgt_key_padding_mask = torch.from_numpy(src_pad), torch.from_numpy(tgt_pad)
     return MTBatch.from_tensors(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask,
                                 torch.tensor(indices, dtype=torch.long))
 

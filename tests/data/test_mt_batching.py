@@ -242,9 +242,50 @@ def test_fixed_shape_batches_pad_to_their_shape_with_empty_rows():
     assert ratio["src"] == pytest.approx(src_pad)
 
 
+def _collate_by_hand(data, indices, rows, width):
+    """The batch :func:`collate` must make, position by position (the test's reference)."""
+    B = rows or len(indices)
+    S = width or max(len(data.src[i]) for i in indices)
+    T = width or max(len(data.tgt[i]) + 1 for i in indices)
+    src = torch.full((B, S), data.pad_id)
+    tgt_in = torch.full((B, T), data.pad_id)
+    labels = torch.full((B, T), IGNORE_INDEX)
+    src_mask, tgt_mask = torch.ones(B, S, dtype=torch.bool), torch.ones(B, T, dtype=torch.bool)
+    for b, i in enumerate(indices):
+        s, t = data.src[i], data.tgt[i]
+        src[b, :len(s)] = torch.tensor(s)
+        src_mask[b, :len(s)] = False
+        tgt_in[b, :len(t) + 1] = torch.tensor([data.bos_id, *t])
+        labels[b, :len(t) + 1] = torch.tensor([*t, data.eos_id])
+        tgt_mask[b, :len(t) + 1] = False
+    return src, tgt_in, labels, src_mask, tgt_mask
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(0, 12)), min_size=1, max_size=20),
+       st.integers(0, 3), st.integers(0, 3), st.booleans())
+def test_collate_matches_the_batch_made_by_hand(lengths, extra_rows, extra_width, fixed):
+    rng = np.random.default_rng(len(lengths))
+    data = EncodedPairs([rng.integers(4, 30, size=s - 1).tolist() + [2] for s, _ in lengths],
+                        [rng.integers(4, 30, size=t).tolist() for _, t in lengths], pad_id=0, bos_id=1, eos_id=2)
+    indices = rng.permutation(len(lengths))[: max(1, len(lengths) // 2 + 1)].tolist()
+    rows = width = None
+    if fixed:
+        rows = len(indices) + extra_rows
+        width = max(max(len(data.src[i]) for i in indices), max(len(data.tgt[i]) + 1 for i in indices)) + extra_width
+    batch = collate(data, indices, shape=None if rows is None else (rows, width))
+    for got, want in zip(batch[:5], _collate_by_hand(data, indices, rows, width)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert batch.index.tolist() == indices + [-1] * ((rows or len(indices)) - len(indices))
+    assert batch.n_tokens == sum(len(data.tgt[i]) + 1 for i in indices)
+
+
 def test_collate_refuses_a_shape_with_too_few_rows(enc):
     with pytest.raises(ValueError, match="collate shape rows must be >= the 3 pairs, got 2"):
         collate(enc, [0, 1, 2], shape=(2, 40))
+    longest = max(max(len(enc.src[i]) for i in range(3)), max(len(enc.tgt[i]) + 1 for i in range(3)))
+    with pytest.raises(ValueError, match=rf"shape width must be >= the longest side of these pairs \({longest}\), got 3"):
+        collate(enc, [0, 1, 2], shape=(3, 3))
 
 
 def test_plan_refuses_a_pair_longer_than_the_budget():
