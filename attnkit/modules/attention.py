@@ -24,6 +24,10 @@ kernel drops them); in a model a NaN key comes with the NaN query and value of i
 caught. All-masked rows stay zero whatever their inputs. A NaN only in *masked* keys/values may still
 reach a row through ``0 * NaN`` (it does in torch too): nothing is promised there.
 
+Dropout on the weights (training): both paths keep each weight with probability ``1 - p`` and scale it by
+``1 / (1 - p)``. On the CPU a call with dropout takes the reference path (torch has no fused CPU kernel with
+dropout, and its math fallback is slower than the reference path with attnkit's cheaper mask, ``dropout.py``).
+
 Grouped-query attention (Ainslie et al., 2023): with ``K < H`` key/value head ``g`` serves query heads
 ``g * (H // K) ... (g + 1) * (H // K) - 1`` (query head ``h`` uses kv head ``h // (H // K)``, as Llama).
 """
@@ -37,6 +41,7 @@ import torch.nn.functional as F
 
 from attnkit.checks import no_host_reads
 
+from .dropout import dropout
 from .masks import causal_mask
 
 
@@ -218,7 +223,7 @@ def reference_attention(
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)  # rows with no allowed key attend nothing
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p, training=True)
+        weights = dropout(weights, dropout_p)  # attnkit's cheaper mask (dropout.py), unbiased like F.dropout
     out = torch.matmul(weights, v)  # (B, H, T, Dv)
     if dead is not None:
         out = out.masked_fill(dead, 0.0)  # a NaN value times a zero weight must not revive a dead row
@@ -266,6 +271,12 @@ def scaled_dot_product_attention(
     """
     if need_weights:
         return reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
+    if dropout_p > 0.0 and q.device.type == "cpu":
+        # torch has no fused CPU kernel with dropout: its math fallback draws the mask with bernoulli_ and scales
+        # q and k separately; the reference path with attnkit's dropout made a translation training step ~5%
+        # faster on an AMD EPYC (benchmarks/RESULTS.md, "Attention dropout on the CPU").
+        out, _ = reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
+        return out, None
     B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
