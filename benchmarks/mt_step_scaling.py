@@ -47,7 +47,8 @@ class UtilizationSampler(LoadSampler):
 
 
 def update_rates(rows: list[dict]) -> dict[str, float]:
-    """Updates/s and target tokens/s of the logged intervals after the first (warm-up) one.
+    """Updates/s and target tokens/s of the logged intervals after the first (warm-up) one, leaving out those in which
+    a CUDA graph was recorded (their rows' ``cuda_graphs`` count grew).
 
     ``rows``: the run's ``metrics.jsonl`` rows; those with ``tokens_per_s`` are the training logs (one every
     ``--log-every`` updates), each holding the running ``tokens`` and the interval's tokens/s of timed updates.
@@ -56,11 +57,16 @@ def update_rates(rows: list[dict]) -> dict[str, float]:
     if len(logs) < 2:
         raise ValueError(f"need at least two logged intervals (one is warm-up), got {len(logs)}: raise --steps")
     seconds = tokens = 0.0
+    updates = 0
     for prev, row in zip(logs, logs[1:]):
+        if row.get("cuda_graphs") != prev.get("cuda_graphs"):
+            continue  # a new batch shape was recorded in this interval: not the steady state
+        updates += row["step"] - prev["step"]
         interval = row["tokens"] - prev["tokens"]
         tokens += interval
         seconds += interval / row["tokens_per_s"]
-    updates = (logs[-1]["step"] - logs[0]["step"])
+    if updates == 0:
+        raise ValueError("every logged interval recorded a CUDA graph: raise --steps")
     return {"updates_per_s": updates / seconds, "target_tokens_per_s": tokens / seconds,
             "timed_updates": updates, "timed_seconds": seconds}
 

@@ -121,7 +121,8 @@ class _Update(NamedTuple):
     ``losses``: each micro-batch's 0-dim loss tensor (empty when ``mean`` was already read: a distributed run
     sums the loss over processes at once); ``counts``: their token counts; ``tokens``: the update's tokens over
     all processes; ``grad_norm``: the norm before clipping (0-dim tensor) or None; ``lr`` / ``elapsed`` / ``dt``
-    (the host's seconds in the update): filled in by the loop.
+    (the host's seconds in the update): filled in by the loop; ``graphs``: the CUDA graphs recorded so far (None
+    without them).
     """
 
     step: int
@@ -133,6 +134,7 @@ class _Update(NamedTuple):
     lr: float = 0.0
     elapsed: float = 0.0
     dt: float = 0.0
+    graphs: int | None = None  # with cuda_graphs: the shapes recorded so far (logged as "cuda_graphs")
 
 
 class Trainer:
@@ -403,7 +405,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=False)  # in place: the graphs write into these very tensors
         losses = [self._graphs.run(b, n / total) for b, n in zip(batches, counts)]
         return _Update(step=self.step + 1, tokens=total, losses=losses, counts=counts, mean=None,
-                       grad_norm=self._clip_and_step())
+                       grad_norm=self._clip_and_step(), graphs=self._graphs.shapes)
 
     def _clip_and_step(self) -> torch.Tensor | None:
         """Clip the (averaged) gradients to ``grad_clip`` and step the optimizer; return the norm before clipping
@@ -463,6 +465,8 @@ class Trainer:
                        "tokens_per_s": meter["tokens"] / max(meter["time"], 1e-9), "elapsed": u.elapsed}
                 if grad_norm is not None:
                     row["grad_norm"] = grad_norm
+                if u.graphs is not None:  # an interval whose count grew spent time recording
+                    row["cuda_graphs"] = u.graphs
                 self.metrics.log(row)
                 meter["tokens"], meter["time"] = 0, 0.0
         meter["tps"] = read_tokens / max(waited + sum(u.dt for u in pending), 1e-9)  # shown by the bar

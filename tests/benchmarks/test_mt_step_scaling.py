@@ -22,6 +22,17 @@ def test_update_rates_leave_out_the_warm_up_interval():
         mt_step_scaling.update_rates(rows[:2])
 
 
+def test_update_rates_leave_out_the_intervals_that_recorded_a_cuda_graph():
+    rows = [{"step": 10, "tokens": 1000, "tokens_per_s": 10.0, "cuda_graphs": 3},
+            {"step": 20, "tokens": 3000, "tokens_per_s": 100.0, "cuda_graphs": 4},   # recorded one: left out
+            {"step": 30, "tokens": 5000, "tokens_per_s": 1000.0, "cuda_graphs": 4},  # 2000 tokens in 2 s
+            {"step": 40, "tokens": 7000, "tokens_per_s": 500.0, "cuda_graphs": 4}]   # 2000 tokens in 4 s
+    rates = mt_step_scaling.update_rates(rows)
+    assert rates["timed_updates"] == 20 and rates["timed_seconds"] == pytest.approx(6.0)
+    with pytest.raises(ValueError, match="every logged interval recorded a CUDA graph"):
+        mt_step_scaling.update_rates(rows[:2])
+
+
 def test_a_tiny_run_reports_each_budget(tmp_path):
     rng = random.Random(0)
     lines = []
@@ -35,13 +46,17 @@ def test_a_tiny_run_reports_each_budget(tmp_path):
                                  "--set", "d_model=32", "--set", "dim_feedforward=64", "--set", "num_heads=2",
                                  "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1",
                                  "--tokens", "64,128", "--steps", "6", "--log-every", "2", "--device", "cpu",
-                                 "--json", str(out)]) == 0
+                                 "--modes", "eager,fixed", "--json", str(out)]) == 0
     record = json.loads(out.read_text())
-    assert [r["max_tokens"] for r in record["results"]] == [64, 128]
+    assert [(r["mode"], r["max_tokens"]) for r in record["results"]] == [("eager", 64), ("eager", 128),
+                                                                           ("fixed", 64), ("fixed", 128)]
+    # fixed shapes pad more and so pack fewer pairs into a batch of the same budget
+    assert record["results"][2]["padding"] > record["results"][0]["padding"]
     for r in record["results"]:
         assert r["timed_updates"] == 4 and r["updates_per_s"] > 0 and r["gpu_busy_percent"] is None
     # a larger budget packs more pairs into each batch
     assert record["results"][1]["pairs_per_batch"] > record["results"][0]["pairs_per_batch"]
+    assert all(len(r["losses"]) == 3 for r in record["results"])
     assert record["machine"].startswith("CPU") and record["parameters"] > 0
 
 

@@ -110,6 +110,10 @@ def test_a_graphed_mt_run_follows_the_eager_run(tmp_path, grad_accum):
     a, b = _losses(tmp_path / "eager"), _losses(tmp_path / "graphed")
     assert len(a) == len(b) == 6
     assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
+    rows = [json.loads(line) for line in (tmp_path / "graphed" / "metrics.jsonl").read_text().splitlines()]
+    counts = [r["cuda_graphs"] for r in rows if "loss" in r and "step" in r]  # the shapes recorded so far
+    assert counts == sorted(counts) and counts[-1] == graphed._graphs.shapes
+    assert all("cuda_graphs" not in json.loads(line) for line in (tmp_path / "eager" / "metrics.jsonl").open())
     # (The weights are not compared: Adam turns the rounding noise of near-zero gradients into steps of about the
     # learning rate, see helpers.without_key_biases. The test below compares gradients.)
 
