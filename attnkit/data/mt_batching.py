@@ -123,12 +123,12 @@ class EncodedPairs:
     @property
     def src_lens(self) -> np.ndarray:
         """``(N,)`` encoder input lengths (with ``<eos>``)."""
-        return np.fromiter((len(s) for s in self.src), dtype=np.int64, count=len(self.src))
+        return self._ragged[0].lengths.copy()
 
     @property
     def tgt_lens(self) -> np.ndarray:
         """``(N,)`` decoder input / label lengths (target + one special token)."""
-        return np.fromiter((len(t) + 1 for t in self.tgt), dtype=np.int64, count=len(self.tgt))
+        return self._ragged[1].lengths + 1
 
     @functools.cached_property
     def _ragged(self) -> "tuple[_Ragged, _Ragged]":
@@ -153,12 +153,11 @@ class _Ragged(NamedTuple):
         np.cumsum(lengths[:-1], out=offsets[1:])
         return _Ragged(flat, offsets, lengths)
 
-    def gather(self, rows: np.ndarray, width: int, shift: int = 0) -> np.ndarray:
-        """``(B, width)``: position ``j`` of row ``b`` holds id ``j - shift`` of sequence ``rows[b]``, or whatever
-        lies there in ``flat`` past the sequence's end (the caller masks those positions)."""
-        pos = self.offsets[np.maximum(rows, 0)][:, None] + (np.arange(width) - shift)[None, :]  # (B, width)
-        inside = (pos >= 0) & (pos < len(self.flat))
-        return np.where(inside, self.flat[np.clip(pos, 0, len(self.flat) - 1)], self.flat[-1])
+    def gather(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """``(B, width)``: position ``j`` of row ``b`` holds id ``j`` of sequence ``rows[b]``, or whatever lies there
+        in ``flat`` past the sequence's end (the caller masks those positions)."""
+        pos = self.offsets[np.maximum(rows, 0)][:, None] + np.arange(width)[None, :]  # (B, width)
+        return self.flat[np.minimum(pos, len(self.flat) - 1)]
 
 
 def _check_limit(name: str, value: int) -> None:
@@ -291,10 +290,12 @@ def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int
     src_pad = js >= src_len[:, None]  # (B, S) True = padding
     src = np.where(src_pad, data.pad_id, sides[0].gather(rows, S))
     # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each; padding rows: none
-    ids = sides[1].gather(rows, T, shift=1)  # (B, T): target id j - 1 at position j
+    ids = sides[1].gather(rows, T)  # (B, T): target id j at position j
+    shifted = np.empty_like(ids)  # (B, T): <bos>, then target id j - 1 at position j
+    shifted[:, 0], shifted[:, 1:] = data.bos_id, ids[:, :-1]
     tgt_pad = jt >= np.where(real, tgt_len + 1, 0)[:, None]  # (B, T)
-    tgt_in = np.where(tgt_pad, data.pad_id, np.where(jt == 0, data.bos_id, ids))
-    labels = np.where(jt < tgt_len[:, None], sides[1].gather(rows, T),
+    tgt_in = np.where(tgt_pad, data.pad_id, shifted)
+    labels = np.where(jt < tgt_len[:, None], ids,
                       np.where((jt == tgt_len[:, None]) & real[:, None], data.eos_id, IGNORE_INDEX))
     src, tgt_in, labels = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (src, tgt_in, labels))
     src_key_padding_mask, tgt_key_padding_mask = torch.from_numpy(src_pad), torch.from_numpy(tgt_pad)

@@ -61,10 +61,6 @@ def batch_tensors(batch: Any) -> list[torch.Tensor]:
     return []
 
 
-def _shape_key(batch: Any) -> tuple:
-    return tuple((tuple(t.shape), t.dtype) for t in batch_tensors(batch))
-
-
 class _Recorded(NamedTuple):
     graph: torch.cuda.CUDAGraph
     inputs: list[torch.Tensor]   # the static device tensors the graph reads
@@ -134,11 +130,12 @@ class GraphedMicroBatch:
     def run(self, batch: Any, weight: float) -> torch.Tensor:
         """Copy ``batch`` (CPU tensors) into its shape's graph (recorded on first sight), replay it with ``weight``;
         return the loss (a copy, 0-dim, on the device)."""
-        key = _shape_key(batch)
+        tensors = batch_tensors(batch)
+        key = tuple((tuple(t.shape), t.dtype) for t in tensors)  # a graph per shape
         recorded = self._graphs.get(key)
         if recorded is None:
             recorded = self._graphs[key] = self._record(batch, key)
-        for static, new in zip(recorded.inputs, batch_tensors(batch)):
+        for static, new in zip(recorded.inputs, tensors):
             static.copy_(new.pin_memory() if new.device.type == "cpu" else new, non_blocking=True)
         recorded.weight.fill_(weight)
         recorded.graph.replay()

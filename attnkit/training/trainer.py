@@ -115,6 +115,13 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def _check_count(n: Any, what: str) -> int:
+    """A task's token count, which must be an int >= 1 (``what`` starts the error message)."""
+    if not is_int(n) or n < 1:
+        raise ValueError(f"{what} an int >= 1, got {n!r}")
+    return n
+
+
 class _Update(NamedTuple):
     """What one optimizer update leaves for :meth:`Trainer._read_updates`, read back from the device later.
 
@@ -332,9 +339,7 @@ class Trainer:
             raise ValueError("task.loss returned a loss without grad (computed under no_grad or detached?)")
         if isinstance(n_tokens, torch.Tensor) and n_tokens.numel() == 1:
             n_tokens = int(n_tokens.item())  # a task that counts on the device makes every update wait here
-        if not is_int(n_tokens) or n_tokens < 1:
-            raise ValueError(f"task.loss must return n_tokens as an int >= 1, got {n_tokens!r}")
-        return n_tokens
+        return _check_count(n_tokens, "task.loss must return n_tokens as")
 
     def _graphed(self, task: Any) -> GraphedMicroBatch:
         """The recorder of ``cuda_graphs=True``, after checking that this run can use it."""
@@ -397,10 +402,7 @@ class Trainer:
         come from the task first, so each replayed backward pass is already weighted by ``n_tokens / total``."""
         cfg = self.config
         batches = [self.task.batch("train", self.step * cfg.grad_accum + micro) for micro in range(cfg.grad_accum)]
-        counts = [self.task.count_tokens(b) for b in batches]
-        for n in counts:
-            if not is_int(n) or n < 1:
-                raise ValueError(f"task.count_tokens must return an int >= 1, got {n!r}")
+        counts = [_check_count(self.task.count_tokens(b), "task.count_tokens must return") for b in batches]
         total = sum(counts)
         self.optimizer.zero_grad(set_to_none=False)  # in place: the graphs write into these very tensors
         losses = [self._graphs.run(b, n / total) for b, n in zip(batches, counts)]
