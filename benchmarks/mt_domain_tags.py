@@ -28,8 +28,9 @@ There are no tensor axes in this file.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -48,14 +49,9 @@ def write_tagged(prepared: Path, dest: Path) -> dict[str, dict[str, int]]:
 
     natural = set(read_tsv(prepared / "in-domain.tsv", strict=True).pairs())
     dest.mkdir(parents=True, exist_ok=True)
-    counts: dict[str, dict[str, int]] = {}
-    train = []
-    for src, tgt in read_tsv(prepared / "train.tsv", strict=True).pairs():
-        domain = "natural" if (src, tgt) in natural else "docs"
-        train.append((f"{TAGS[domain]} {src}", tgt))
-        counts.setdefault("train", {}).setdefault(domain, 0)
-        counts["train"][domain] += 1
-    write_tsv(dest / "train_tag.tsv", train)
+    train = [("natural" if pair in natural else "docs", pair) for pair in read_tsv(prepared / "train.tsv", strict=True).pairs()]
+    write_tsv(dest / "train_tag.tsv", [(f"{TAGS[domain]} {src}", tgt) for domain, (src, tgt) in train])
+    counts = {"train": dict(collections.Counter(domain for domain, _ in train))}
     for split, domain in EVAL_SPLITS.items():
         pairs = [(f"{TAGS[domain]} {s}", t) for s, t in read_tsv(prepared / f"{split}.tsv", strict=True).pairs()]
         write_tsv(dest / f"{split}_tag.tsv", pairs)
@@ -64,10 +60,10 @@ def write_tagged(prepared: Path, dest: Path) -> dict[str, dict[str, int]]:
 
 
 def _eval(run: Path, ckpt: str, data: str, beam: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "attnkit", "eval", "mt", "--ckpt", str(run / "checkpoints" / ckpt), "--data", data,
-           "--beam", str(beam), "--length-penalty", "1.0", "--json", str(out)]
-    print("$ attnkit " + " ".join(cmd[3:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    from benchmarks.mt_de_en import attnkit
+
+    attnkit(["eval", "mt", "--ckpt", str(run / "checkpoints" / ckpt), "--data", data, "--beam", str(beam),
+             "--length-penalty", "1.0", "--json", str(out)], dict(os.environ))
     return json.loads(out.read_text())
 
 
