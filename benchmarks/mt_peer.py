@@ -13,8 +13,9 @@ sqrt(d_model) plus sinusoidal positions, one embedding table shared by source, t
 the decoder on the whole prefix at each step (no cache), as the tutorial's ``greedy_decode`` does (batched
 here). ``--peer-size tutorial`` keeps the tutorial's size and optimizer (d_model 512, 8 heads, FF 512, 3+3
 layers, dropout 0.1, constant lr 1e-4); ``--peer-size recipe`` gives it attnkit's recipe size and schedule
-(d_model 128, 4 heads, FF 512, 2+2 layers, no dropout, warmup 150 + cosine to the end of the budget, peak
-2e-3), so that only the implementation and the recipe's other choices differ.
+(d_model 128, 4 heads, 2+2 layers, no dropout, warmup 150 + cosine to the end of the budget, the recipe's peak
+learning rate), so that only the implementation and the recipe's other choices differ; its feed-forward block is
+``nn.Transformer``'s ReLU block of 512, which has the parameters and products of the recipe's SwiGLU block of 344.
 
 Both see the same pairs, the same joint BPE (``attnkit.data.mt_batching.train_joint_bpe``, same vocabulary size,
 deterministic), the same length limit and the same token-budget batches (``TokenBudgetBatcher``, same seed).
@@ -51,17 +52,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.mt_de_en import LoadSampler, upsample_dictionary  # noqa: E402
+from attnkit.recipes import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS  # noqa: E402
 
 # (d_model, heads, FF, encoder layers, decoder layers, dropout); optimizer settings below.
 PEER_SIZES = {
     "tutorial": dict(d_model=512, nhead=8, dim_feedforward=512, num_encoder_layers=3, num_decoder_layers=3,
                      dropout=0.1),
     "recipe": dict(d_model=128, nhead=4, dim_feedforward=512, num_encoder_layers=2, num_decoder_layers=2,
-                   dropout=0.0),  # as the transformer-cpu preset
+                   dropout=0.0),  # as the transformer-cpu preset, with a ReLU block of the same parameter count
 }
 PEER_OPTIM = {
     "tutorial": dict(lr=1e-4, schedule="constant", warmup=0),
-    "recipe": dict(lr=2e-3, schedule="cosine", warmup=150),
+    "recipe": dict(lr=MT_DEFAULTS["lr"], schedule="cosine", warmup=150),
 }
 
 
@@ -284,8 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     sampler = LoadSampler()
     sampler.start()
-
-    from attnkit.recipes import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS
 
     if args.data is None:
         from attnkit.data.registry import prepare

@@ -26,13 +26,15 @@ def test_recipe_defaults_preset_schedule_bleu_and_final_summary(tmp_path, capsys
                  "--eval-batches", "2", *bar]) == 0
     saved = json.loads((run / "run.json").read_text())
     cfg, model = saved["train_config"], saved["model_config"]
-    assert (cfg["schedule"], cfg["lr"], cfg["min_lr"], cfg["betas"]) == ("cosine", 2e-3, 1e-5, [0.9, 0.98])
+    assert (cfg["schedule"], cfg["lr"], cfg["min_lr"], cfg["betas"]) == ("cosine", 1.4e-3, 1e-5, [0.9, 0.98])
     assert cfg["warmup_steps"] == 2  # a 20-step run warms up for its first tenth (150 for a timed run)
     assert cfg["best_metric"] == "valid_bleu" and cfg["best_mode"] == "max"
     cpu = get_preset("transformer-cpu")
     assert (model["d_model"], model["num_encoder_layers"], model["num_decoder_layers"], model["norm_first"],
-            model["dropout"], model["attention_dropout"]) == (128, 2, 2, True, 0.0, 0.0) == (
-        cpu.d_model, cpu.num_encoder_layers, cpu.num_decoder_layers, cpu.norm_first, cpu.dropout, cpu.attention_dropout)
+            model["dropout"], model["attention_dropout"], model["activation"], model["dim_feedforward"]) == (
+        128, 2, 2, True, 0.0, 0.0, "swiglu", 344) == (
+        cpu.d_model, cpu.num_encoder_layers, cpu.num_decoder_layers, cpu.norm_first, cpu.dropout, cpu.attention_dropout,
+        cpu.activation, cpu.dim_feedforward)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["best"]["metric"] == "valid_bleu"
     final = summary["final_valid"]
@@ -46,7 +48,7 @@ def test_recipe_defaults_preset_schedule_bleu_and_final_summary(tmp_path, capsys
     assert text.count(f"  src: {first_src}\n  ref: {first_ref}\n  out: ") == 2, text
     assert text.count("  ref: ") == 6
     opts = json.loads((run / "checkpoints" / "best" / "state.json").read_text())["extra"]["mt_options"]
-    assert (opts["vocab_size"], opts["max_tokens"], opts["bleu"], opts["word_dropout"]) == (2000, 1024, True, 0.0)
+    assert (opts["vocab_size"], opts["max_tokens"], opts["bleu"], opts["word_dropout"]) == (2000, 512, True, 0.0)
 
 
 def test_schedule_runs_over_the_time_budget(tmp_path, monkeypatch, make_copy_task):
@@ -70,14 +72,14 @@ def test_schedule_runs_over_the_time_budget(tmp_path, monkeypatch, make_copy_tas
     lrs = [r["lr"] for r in rows]
     assert json.loads((run / "summary.json").read_text())["stopped_by"] == "max_time"
     assert 15 < len(lrs) < 100  # a 180-"second" budget, a few clock readings per update
-    assert lrs[0] < lrs[1] < lrs[2] <= 2e-3  # warmup
+    assert lrs[0] < lrs[1] < lrs[2] <= 1.4e-3  # warmup
     after = lrs[3:]
     assert all(a >= b for a, b in zip(after, after[1:]))  # cosine decay over the budget ...
-    assert after[-1] < 0.05 * 2e-3  # ... down to (almost) min_lr at its end
+    assert after[-1] < 0.05 * 1.4e-3  # ... down to (almost) min_lr at its end
     for r in rows[3:]:
         frac = r["elapsed"] / 180
         assert r["lr"] >= 1e-5 - 1e-12
-        expected = 1e-5 + (2e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi * frac))
+        expected = 1e-5 + (1.4e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi * frac))
         assert r["lr"] == pytest.approx(expected, abs=2.5e-4)
 
 
@@ -92,7 +94,7 @@ def test_recipe_defaults_make_a_valid_timed_config():
     for frac in (0.0, 0.5, 1.0):
         clock["s"] = frac * 15 * 60
         lrs[frac] = sched.lr_at(10_000)
-    assert lrs[0.0] == pytest.approx(2e-3) and lrs[0.5] == pytest.approx((2e-3 + 1e-5) / 2)
+    assert lrs[0.0] == pytest.approx(1.4e-3) and lrs[0.5] == pytest.approx((1.4e-3 + 1e-5) / 2)
     assert lrs[1.0] == pytest.approx(1e-5)
 
 
