@@ -19,15 +19,17 @@ Steps, each one an ordinary ``attnkit`` command (printed, and recorded in ``mt_d
    test set is never used to choose);
 3. ``attnkit eval mt --split test --beam B --length-penalty A`` on the kept checkpoint, writing the
    translations; ten of them are sampled (fixed seed) for the report. When the prepared data has a
-   ``test-docs.tsv`` (natural sentences from documentation), it is scored the same way.
+   ``test-docs.tsv`` (natural sentences from documentation), it is scored the same way. Steps 2 and 3 are
+   :func:`choose_and_score` (``benchmarks/mt_domain_tags.py evaluate`` runs it on its own files).
 
 Outputs (``--name``, default ``mt_de_en``): ``benchmarks/<name>.json`` (figures, commands, load average samples),
 ``benchmarks/<name>.md`` (the section pasted into RESULTS.md) and ``benchmarks/<name>_loss.png`` (the run's curves).
 
-Threads: the runs use ONE thread (``OMP_NUM_THREADS=1``). On this shared 2-core machine two threads were
-3-4x *slower* than one under load: OpenMP's threads wait for each other at every parallel region, and with
-more runnable processes than cores one of them is usually descheduled (see RESULTS.md). The recorded run was
-also pinned to one core (``taskset -c 1``) that no other job used.
+Threads: by default the runs use ONE thread (``OMP_NUM_THREADS=1``). On this shared 2-core machine two threads
+were 3-4x *slower* than one under load: OpenMP's threads wait for each other at every parallel region, and with
+more runnable processes than cores one of them is usually descheduled (see RESULTS.md). One-thread runs were
+pinned to a core (``taskset -c N``) that no other job used, two of them side by side. ``--threads 2`` is for a
+run that has the whole idle machine (1.5x the tokens of one thread in the same time).
 
 There are no tensor axes in this file.
 """
@@ -151,6 +153,61 @@ def attnkit(args: list[str], env: dict[str, str], check: bool = True) -> int:
     return subprocess.run(cmd, check=check, env=env, cwd=ROOT).returncode
 
 
+def choose_and_score(run: Path, *, valid: list[str], tests: dict[str, list[str]], grid: list[tuple[int, float]],
+                     run_attnkit: Callable[[list[str]], object], eval_flags: list[str] = (),
+                     prefix: str = "") -> dict:
+    """Choose a trained run's checkpoint and decoding on the validation set, then score the test sets with them.
+
+    ``run``: a ``train mt`` run folder; of ``checkpoints/best`` and ``checkpoints/averaged`` (those present), the
+    one with the higher greedy BLEU on ``valid`` is kept (the first on a tie). Then each (beam, length penalty) of
+    ``grid`` decodes ``valid`` with it, and the best is kept (the first on a tie; a beam of 1 reuses the greedy
+    score). Each test set ``tests[name]`` is decoded once with that checkpoint and decoding; its translations go to
+    ``run/<prefix><name>_hyps.txt``. The test sets are never used to choose. ``valid`` and each ``tests[name]``
+    are the data flags of ``attnkit eval mt`` (``["--data", "de-en", "--split", "valid"]`` or ``["--data",
+    FILE]``); ``run_attnkit(args)`` runs one ``attnkit`` command (it must raise if the command fails);
+    ``eval_flags`` go to every evaluation. Every result is also written to ``run/<prefix>...json``.
+
+    Returns ``{"valid_greedy": {checkpoint: eval json}, "chosen": checkpoint, "valid_decoding": {label: {beam,
+    length_penalty, bleu}}, "decoding": {beam, length_penalty}, "tests": {name: eval json}, "commands": {name: the
+    test's eval mt arguments}}``.
+    """
+    def command(ckpt: str, data: list[str], beam: int, alpha: float, json_file: Path, *extra: str) -> list[str]:
+        return ["eval", "mt", "--ckpt", str(run / "checkpoints" / ckpt), *data, "--beam", str(beam),
+                "--length-penalty", f"{alpha:g}", "--json", str(json_file), *extra, *eval_flags]
+
+    def evaluate(ckpt: str, data: list[str], beam: int, alpha: float, json_file: Path, *extra: str) -> dict:
+        run_attnkit(command(ckpt, data, beam, alpha, json_file, *extra))
+        return json.loads(json_file.read_text())
+
+    if not grid:
+        raise ValueError("grid must hold at least one (beam, length penalty) pair, got none")
+    valid_greedy = {name: evaluate(name, valid, 1, 1.0, run / f"{prefix}valid_{name}.json")
+                    for name in ("best", "averaged") if (run / "checkpoints" / name).is_dir()}
+    if not valid_greedy:
+        raise ValueError(f"expected checkpoints/best or checkpoints/averaged in {run}, found neither")
+    chosen = max(valid_greedy, key=lambda k: valid_greedy[k]["bleu"])
+
+    decoding = {}
+    for beam, alpha in grid:
+        if beam == 1:  # greedy on valid is already known (the length penalty plays no part in greedy search)
+            decoding["greedy"] = {"beam": 1, "length_penalty": alpha, "bleu": valid_greedy[chosen]["bleu"]}
+            continue
+        j = run / f"{prefix}valid_{chosen}_beam{beam}_lp{alpha:g}.json"
+        decoding[f"beam {beam}, lp {alpha:g}"] = {"beam": beam, "length_penalty": alpha,
+                                                   "bleu": evaluate(chosen, valid, beam, alpha, j)["bleu"]}
+    best = max(decoding.values(), key=lambda d: d["bleu"])
+    beam, alpha = best["beam"], best["length_penalty"]
+
+    scores, commands = {}, {}
+    for name, data in tests.items():
+        json_file, hyps = run / f"{prefix}{name}.json", run / f"{prefix}{name}_hyps.txt"
+        commands[name] = command(chosen, data, beam, alpha, json_file, "--hyps", str(hyps))
+        run_attnkit(commands[name])
+        scores[name] = json.loads(json_file.read_text())
+    return {"valid_greedy": valid_greedy, "chosen": chosen, "valid_decoding": decoding,
+            "decoding": {"beam": beam, "length_penalty": alpha}, "tests": scores, "commands": commands}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0, help="training budget (--max-time)")
@@ -219,46 +276,17 @@ def main() -> int:
     eval_flags = [] if args.smoke is None else ["--max-sentences", str(args.smoke)]
     eval_flags += (["--device", args.device] if args.device else []) + \
         (["--batch-size", str(args.eval_batch_size)] if args.eval_batch_size else [])
-    # choose the checkpoint on the validation set
-    valid = {}
-    for name in ("best", "averaged"):
-        ckpt = out / "checkpoints" / name
-        if not ckpt.is_dir():
-            continue
-        j = out / f"valid_{name}.json"
-        attnkit(["eval", "mt", "--ckpt", str(ckpt), "--data", "de-en", "--split", "valid", "--beam", "1",
-                 "--json", str(j), *eval_flags], env)
-        valid[name] = json.loads(j.read_text())
-    chosen = max(valid, key=lambda k: valid[k]["bleu"])
-
-    # choose the decoding (beam size, length penalty) on the validation set too
-    decoding = {}
-    for beam, alpha in (DECODING_GRID if args.grid == "full" else QUICK_GRID):
-        j = out / f"valid_{chosen}_beam{beam}_lp{alpha:g}.json"
-        if beam == 1:  # greedy on valid is already known (the length penalty plays no part in greedy search)
-            decoding["greedy"] = {"beam": 1, "length_penalty": alpha, "bleu": valid[chosen]["bleu"]}
-            continue
-        attnkit(["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", "de-en", "--split", "valid",
-                 "--beam", str(beam), "--length-penalty", str(alpha), "--json", str(j), *eval_flags], env)
-        decoding[f"beam {beam}, lp {alpha:g}"] = {"beam": beam, "length_penalty": alpha,
-                                                   "bleu": json.loads(j.read_text())["bleu"]}
-    best_decoding = max(decoding.values(), key=lambda d: d["bleu"])
-    beam_size, length_penalty = best_decoding["beam"], best_decoding["length_penalty"]
-
-    test_json, hyps = out / "test.json", out / "test_hyps.txt"
-    eval_args = ["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", "de-en", "--split", "test",
-                 "--beam", str(beam_size), "--length-penalty", str(length_penalty), "--json", str(test_json),
-                 "--hyps", str(hyps), *eval_flags]
-    attnkit(eval_args, env)
-    test = json.loads(test_json.read_text())
-    extra_tests = {}
+    tests = {"test": ["--data", "de-en", "--split", "test"]}
     for name in ("test-docs",):  # further test sets of the prepared data, same checkpoint and decoding
         if (prepared / f"{name}.tsv").is_file():
-            j = out / f"{name}.json"
-            attnkit(["eval", "mt", "--ckpt", str(out / "checkpoints" / chosen), "--data", str(prepared / f"{name}.tsv"),
-                     "--beam", str(beam_size), "--length-penalty", str(length_penalty), "--json", str(j),
-                     "--hyps", str(out / f"{name}_hyps.txt"), *eval_flags], env)
-            extra_tests[name] = json.loads(j.read_text())
+            tests[name] = ["--data", str(prepared / f"{name}.tsv")]
+    scored = choose_and_score(out, valid=["--data", "de-en", "--split", "valid"], tests=tests,
+                              grid=DECODING_GRID if args.grid == "full" else QUICK_GRID,
+                              run_attnkit=lambda a: attnkit(a, env), eval_flags=eval_flags)
+    valid, chosen, decoding = scored["valid_greedy"], scored["chosen"], scored["valid_decoding"]
+    beam_size, length_penalty = scored["decoding"]["beam"], scored["decoding"]["length_penalty"]
+    test, hyps, eval_args = scored["tests"]["test"], out / "test_hyps.txt", scored["commands"]["test"]
+    extra_tests = {k: v for k, v in scored["tests"].items() if k != "test"}
     loads = sampler.stop()
 
     from attnkit.data.parallel import load_parallel

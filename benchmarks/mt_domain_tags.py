@@ -16,9 +16,10 @@ becomes a token of its own (it occurs tens of thousands of times).
     OMP_NUM_THREADS=1 taskset -c 1 .venv/bin/python benchmarks/mt_domain_tags.py evaluate runs/tag/tag \\
         runs/tag/valid_tag.tsv runs/tag/test_tag.tsv runs/tag/test-docs_tag.tsv
 
-``evaluate`` follows ``benchmarks/mt_de_en.py``'s protocol on the given files: ``checkpoints/best`` or
+``evaluate`` runs ``benchmarks/mt_de_en.py``'s ``choose_and_score`` on the given files: ``checkpoints/best`` or
 ``checkpoints/averaged``, whichever has the higher greedy BLEU on valid, then greedy or beam 4 (length penalty 1),
-whichever is better on valid, for the test set and test-docs; it prints and writes ``RUN/probe.json``. The untagged
+whichever is better on valid, for the test set and test-docs; it prints and writes ``RUN/probe.json`` (and the
+``RUN/probe_*.json`` of each evaluation, the translations in ``RUN/probe_*_hyps.txt``). The untagged
 control is the same two commands with ``--data de-en`` and the prepared folder's own ``valid.tsv``, ``test.tsv`` and
 ``test-docs.tsv``. RESULTS.md ("Domain tags, ...") has what it did.
 
@@ -59,28 +60,21 @@ def write_tagged(prepared: Path, dest: Path) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _eval(run: Path, ckpt: str, data: str, beam: int, out: Path) -> dict:
-    from benchmarks.mt_de_en import attnkit
-
-    attnkit(["eval", "mt", "--ckpt", str(run / "checkpoints" / ckpt), "--data", data, "--beam", str(beam),
-             "--length-penalty", "1.0", "--json", str(out)], dict(os.environ))
-    return json.loads(out.read_text())
-
-
 def evaluate(run: Path, valid: str, test: str, test_docs: str) -> dict:
-    """mt_de_en.py's choice of checkpoint and decoding on ``valid``, then ``test`` and ``test_docs``."""
-    greedy = {c: _eval(run, c, valid, 1, run / f"probe_valid_{c}.json")["bleu"] for c in ("best", "averaged")
-              if (run / "checkpoints" / c).is_dir()}
-    chosen = max(greedy, key=greedy.get)
-    beam4 = _eval(run, chosen, valid, 4, run / f"probe_valid_{chosen}_beam4.json")["bleu"]
-    beam = 4 if beam4 > greedy[chosen] else 1
-    t = _eval(run, chosen, test, beam, run / "probe_test.json")
-    d = _eval(run, chosen, test_docs, beam, run / "probe_test_docs.json")
+    """mt_de_en.py's choice of checkpoint and decoding on ``valid`` (its quick grid), then ``test``, ``test_docs``."""
+    from benchmarks.mt_de_en import QUICK_GRID, attnkit, choose_and_score
+
+    env = dict(os.environ)
+    tests = {"test": ["--data", test], "test_docs": ["--data", test_docs]}
+    scored = choose_and_score(run, valid=["--data", valid], tests=tests, grid=QUICK_GRID,
+                              run_attnkit=lambda a: attnkit(a, env), prefix="probe_")
+    t, d = scored["tests"]["test"], scored["tests"]["test_docs"]
     summary = json.loads((run / "summary.json").read_text())
     record = {"run": str(run), "steps": summary["steps"], "tokens": summary["tokens"],
-              "valid_loss": summary.get("valid_loss"), "valid_greedy": greedy, "chosen": chosen,
-              "valid_beam4": beam4, "beam": beam, "test": {"bleu": t["bleu"], "chrf": t["chrf"]},
-              "test_docs": {"bleu": d["bleu"], "chrf": d["chrf"]}}
+              "valid_loss": summary.get("valid_loss"),
+              "valid_greedy": {k: v["bleu"] for k, v in scored["valid_greedy"].items()}, "chosen": scored["chosen"],
+              "valid_decoding": scored["valid_decoding"], "beam": scored["decoding"]["beam"],
+              "test": {"bleu": t["bleu"], "chrf": t["chrf"]}, "test_docs": {"bleu": d["bleu"], "chrf": d["chrf"]}}
     (run / "probe.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
