@@ -29,7 +29,7 @@ Threads: by default the runs use ONE thread (``OMP_NUM_THREADS=1``). On this sha
 were 3-4x *slower* than one under load: OpenMP's threads wait for each other at every parallel region, and with
 more runnable processes than cores one of them is usually descheduled (see RESULTS.md). One-thread runs were
 pinned to a core (``taskset -c N``) that no other job used, two of them side by side. ``--threads 2`` is for a
-run that has the whole idle machine (1.5x the tokens of one thread in the same time).
+run that has the whole idle machine (1.5-1.7x the tokens of one thread in the same time).
 
 There are no tensor axes in this file.
 """
