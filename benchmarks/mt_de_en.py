@@ -168,8 +168,8 @@ def choose_and_score(run: Path, *, valid: list[str], tests: dict[str, list[str]]
     ``eval_flags`` go to every evaluation. Every result is also written to ``run/<prefix>...json``.
 
     Returns ``{"valid_greedy": {checkpoint: eval json}, "chosen": checkpoint, "valid_decoding": {label: {beam,
-    length_penalty, bleu}}, "decoding": {beam, length_penalty}, "tests": {name: eval json}, "commands": {name: the
-    test's eval mt arguments}}``.
+    length_penalty, bleu}}, "decoding": {beam, length_penalty}, "tests": {name: eval json}, "hyps": {name: the
+    file of its translations}, "commands": {name: the test's eval mt arguments}}``.
     """
     def command(ckpt: str, data: list[str], beam: int, alpha: float, json_file: Path, *extra: str) -> list[str]:
         return ["eval", "mt", "--ckpt", str(run / "checkpoints" / ckpt), *data, "--beam", str(beam),
@@ -198,14 +198,15 @@ def choose_and_score(run: Path, *, valid: list[str], tests: dict[str, list[str]]
     best = max(decoding.values(), key=lambda d: d["bleu"])
     beam, alpha = best["beam"], best["length_penalty"]
 
-    scores, commands = {}, {}
+    scores, hyps, commands = {}, {}, {}
     for name, data in tests.items():
-        json_file, hyps = run / f"{prefix}{name}.json", run / f"{prefix}{name}_hyps.txt"
-        commands[name] = command(chosen, data, beam, alpha, json_file, "--hyps", str(hyps))
+        json_file, hyps[name] = run / f"{prefix}{name}.json", run / f"{prefix}{name}_hyps.txt"
+        commands[name] = command(chosen, data, beam, alpha, json_file, "--hyps", str(hyps[name]))
         run_attnkit(commands[name])
         scores[name] = json.loads(json_file.read_text())
     return {"valid_greedy": valid_greedy, "chosen": chosen, "valid_decoding": decoding,
-            "decoding": {"beam": beam, "length_penalty": alpha}, "tests": scores, "commands": commands}
+            "decoding": {"beam": beam, "length_penalty": alpha}, "tests": scores, "hyps": hyps,
+            "commands": commands}
 
 
 def main() -> int:
@@ -285,7 +286,7 @@ def main() -> int:
                               run_attnkit=lambda a: attnkit(a, env), eval_flags=eval_flags)
     valid, chosen, decoding = scored["valid_greedy"], scored["chosen"], scored["valid_decoding"]
     beam_size, length_penalty = scored["decoding"]["beam"], scored["decoding"]["length_penalty"]
-    test, hyps, eval_args = scored["tests"]["test"], out / "test_hyps.txt", scored["commands"]["test"]
+    test, hyps, eval_args = scored["tests"]["test"], scored["hyps"]["test"], scored["commands"]["test"]
     extra_tests = {k: v for k, v in scored["tests"].items() if k != "test"}
     loads = sampler.stop()
 

@@ -89,7 +89,8 @@ def test_the_checkpoint_and_the_decoding_are_chosen_on_valid_and_then_score_ever
         result = scored["tests"][name]
         assert result == json.loads((run / f"p_{name}.json").read_text())
         assert (result["ckpt"], result["beam"], result["sentences"]) == (chosen_dir, best["beam"], n)
-        assert len((run / f"p_{name}_hyps.txt").read_text().splitlines()) == n
+        assert scored["hyps"][name] == run / f"p_{name}_hyps.txt"
+        assert len(scored["hyps"][name].read_text().splitlines()) == n
         assert scored["commands"][name][:4] == ["eval", "mt", "--ckpt", chosen_dir]
     assert not list(run.glob("p_test*_beam*"))  # the test sets never took part in a choice
 
