@@ -204,6 +204,11 @@ class GPT(nn.Module):
             self.lm_head.weight = self.wte.weight  # one tensor, used for input and output (weight tying)
         self.reset_parameters()
 
+    def output_layer(self) -> nn.Linear:
+        """The layer that turns hidden states into vocabulary logits (``lm_head``). Optimizers treat it like an
+        embedding, not like a hidden matrix (:func:`attnkit.training.optim.param_groups`)."""
+        return self.lm_head
+
     # ------------------------------------------------------------------------------------------------
     # initialisation
     # ------------------------------------------------------------------------------------------------

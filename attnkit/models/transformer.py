@@ -64,6 +64,11 @@ class Transformer(nn.Module):
             self.generator.weight = self.tgt_embed.tok.weight  # (V, C) used both ways
         self.reset_parameters()
 
+    def output_layer(self) -> nn.Linear:
+        """The layer that turns decoder states into target-vocabulary logits (``generator``). Optimizers treat it
+        like an embedding, not like a hidden matrix (:func:`attnkit.training.optim.param_groups`)."""
+        return self.generator
+
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Xavier-uniform for every matrix (embeddings included, as the Annotated Transformer), biases 0.

@@ -23,6 +23,7 @@ from attnkit.checks import check_bool, check_choice, check_float, check_int
 SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
 AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16", "fp16")
 ADAMW_IMPLS: tuple[str, ...] = ("auto", "fused", "foreach", "for_loop")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
 BEST_MODES: tuple[str, ...] = ("min", "max")
 
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
@@ -61,9 +62,12 @@ class TrainConfig:
             builder, e.g. ``LMTask``; the loop itself does not use it). grad_accum: micro-batches per update
             (gradients are averaged over all tokens of all micro-batches, so ``grad_accum=2, batch_size=b``
             equals ``batch_size=2b``).
-    Optimizer (AdamW, decay on matrices only, see ``optim.py``):
-        lr, weight_decay, betas, eps, adamw_impl ("auto" lets torch choose, or force "fused" / "foreach" /
-        "for_loop"), grad_clip (max global L2 norm; None = no clipping).
+    Optimizer (see ``optim.py``):
+        optimizer: "adamw" (AdamW, decay on matrices only) or "muon" (Muon on the hidden matrices, AdamW on
+        embeddings, output layer, biases and norms; ``muon.py``). lr, weight_decay, betas, eps (of AdamW, and lr
+        and weight_decay of Muon too), adamw_impl ("auto" lets torch choose, or force "fused" / "foreach" /
+        "for_loop"; with "muon" it applies to the AdamW half), muon_ns_steps (Newton-Schulz steps per Muon update), grad_clip (max
+        global L2 norm; None = no clipping).
     Schedule (see ``optim.lr_at``): schedule "cosine" (linear warmup to lr, cosine decay to min_lr at
         ``steps``; needs ``steps``), "inverse_sqrt" (the paper's ``lr * d_model**-0.5 *
         min(n**-0.5, n * warmup**-1.5)``, lr is the scale factor, 1.0 reproduces the paper; needs
@@ -99,6 +103,8 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     adamw_impl: str = "auto"
+    optimizer: str = "adamw"
+    muon_ns_steps: int = 5
     grad_clip: float | None = 1.0
     eval_every: int = 250
     eval_batches: int = 20
@@ -148,6 +154,8 @@ class TrainConfig:
                       _float("betas[1]", self.betas[1], low=0.0, high=1.0, high_inclusive=False))
         self.eps = _float("eps", self.eps, low=0.0, low_inclusive=False)
         _choice("adamw_impl", self.adamw_impl, ADAMW_IMPLS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        self.muon_ns_steps = _int("muon_ns_steps", self.muon_ns_steps, minimum=1)
         self.grad_clip = _float("grad_clip", self.grad_clip, low=0.0, low_inclusive=False, allow_none=True)
 
         for name in ("eval_every", "eval_batches", "log_every", "ckpt_every", "keep_last"):
@@ -166,6 +174,9 @@ class TrainConfig:
             got = [name for name, on in (("compile", self.compile), ("fsdp", self.fsdp),
                                          ("autocast fp16", self.autocast == "fp16")) if on]
             raise ValueError(f"TrainConfig.cuda_graphs runs without compile, fsdp and autocast fp16, got {got}")
+        if self.optimizer == "muon" and self.fsdp:
+            raise ValueError("TrainConfig.optimizer 'muon' orthogonalizes whole matrices, which fsdp shards over the "
+                             "processes: use DDP (fsdp False) with muon, got fsdp True")
 
     # ---------------------------------------------------------------------------------------------
     # dict / JSON round-trip

@@ -1,9 +1,10 @@
-"""AdamW with decoupled weight decay on matrices only, and the learning-rate schedules.
+"""The optimizer (AdamW with decoupled weight decay on matrices only, or Muon + AdamW) and the learning-rate schedules.
 
 Weight decay pulls weights towards zero. It makes sense for the big matrices that do the work (linear
 layers, embeddings: every parameter with ``ndim >= 2``), but not for biases, norm gains and other 1-D
 parameters: decaying a LayerNorm gain towards 0 would fight the normalisation itself. So the optimizer gets
-two parameter groups, "decay" and "no_decay" (the nanoGPT recipe; embeddings decay too).
+two parameter groups, "decay" and "no_decay" (the nanoGPT recipe; embeddings decay too). With
+``optimizer="muon"`` a third group, "muon", comes first: the hidden matrices, updated by Muon (``muon.py``).
 
 Schedules are written as a function of ``n``, the 1-based number of the update about to happen
 (``n = step + 1`` where ``step`` counts completed updates), with ``W = warmup_steps``, ``N = steps``:
@@ -31,42 +32,68 @@ from torch import nn
 
 from attnkit.checks import check_int, is_int
 from .config import SCHEDULES, TrainConfig
+from .muon import MuonWithAdamW
 
 
 # -------------------------------------------------------------------------------------------------
 # parameter groups + optimizer
 # -------------------------------------------------------------------------------------------------
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Split the trainable parameters into ``[decay group, no_decay group]``.
+def _hidden_matrices(model: nn.Module) -> set[int]:
+    """ids of the weights of the ``nn.Linear`` modules inside ``model``, except its output layer (the model's
+    ``output_layer()``, when it has one) and any weight shared with an ``nn.Embedding`` (tied)."""
+    head = model.output_layer() if callable(getattr(model, "output_layer", None)) else None
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    return {id(m.weight) for m in model.modules()
+            if isinstance(m, nn.Linear) and m is not head and id(m.weight) not in embedded}
 
-    Each group is a dict for ``torch.optim.AdamW`` with ``"params"``, ``"weight_decay"`` and two extra
-    keys the optimizer carries along untouched: ``"name"`` ("decay" / "no_decay") and ``"param_names"``
-    (the parameter names, in order; checkpoints use them to store optimizer state under stable names).
+
+def param_groups(model: nn.Module, weight_decay: float, *, muon: bool = False) -> list[dict[str, Any]]:
+    """Split the trainable parameters into ``[decay group, no_decay group]``, or with ``muon=True`` into
+    ``[muon group, decay group, no_decay group]``.
+
+    Each group is a dict for the optimizer with ``"params"``, ``"weight_decay"`` and two extra keys the optimizer
+    carries along untouched: ``"name"`` ("muon" / "decay" / "no_decay") and ``"param_names"`` (the parameter names,
+    in order; checkpoints use them to store optimizer state under stable names). With ``muon=True`` every group
+    also has ``"muon"`` (True for the first only, see :class:`attnkit.training.muon.MuonWithAdamW`): the hidden
+    matrices (``nn.Linear`` weights other than the output layer and tied embeddings) go to Muon, the embeddings
+    and the output layer to "decay", vectors to "no_decay".
     Tied parameters (e.g. ``lm_head.weight`` is ``wte.weight``) appear once, under their first name.
     Frozen parameters (``requires_grad=False``) are left out.
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"param_groups expects an nn.Module, got {type(model).__name__}")
-    decay, no_decay = [], []
+    hidden = _hidden_matrices(model) if muon else set()
+    orthogonal, decay, no_decay = [], [], []
     for name, p in model.named_parameters():  # named_parameters() already removes tied duplicates
         if not p.requires_grad:
             continue
-        (decay if p.ndim >= 2 else no_decay).append((name, p))
-    if not decay and not no_decay:
+        (orthogonal if id(p) in hidden else decay if p.ndim >= 2 else no_decay).append((name, p))
+    if not orthogonal and not decay and not no_decay:
         raise ValueError(f"{type(model).__name__} has no trainable parameters")
-    return [
+    groups = [
         {"params": [p for _, p in decay], "param_names": [n for n, _ in decay],
          "weight_decay": float(weight_decay), "name": "decay"},
         {"params": [p for _, p in no_decay], "param_names": [n for n, _ in no_decay],
          "weight_decay": 0.0, "name": "no_decay"},
     ]
+    if not muon:
+        return groups
+    for g in groups:
+        g["muon"] = False
+    return [{"params": [p for _, p in orthogonal], "param_names": [n for n, _ in orthogonal],
+             "weight_decay": float(weight_decay), "name": "muon", "muon": True}] + groups
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups` with the config's lr, betas, eps and implementation choice."""
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer of ``config.optimizer``: AdamW over :func:`param_groups` with the config's lr, betas, eps and
+    implementation choice, or :class:`attnkit.training.muon.MuonWithAdamW` (Muon on the hidden matrices with
+    ``config.muon_ns_steps`` Newton-Schulz steps, AdamW with the same settings on the rest)."""
     impl = {"auto": {}, "fused": {"fused": True}, "foreach": {"foreach": True},
             "for_loop": {"foreach": False}}[config.adamw_impl]
+    if config.optimizer == "muon":
+        return MuonWithAdamW(param_groups(model, config.weight_decay, muon=True), lr=config.lr, betas=config.betas,
+                             eps=config.eps, weight_decay=config.weight_decay, ns_steps=config.muon_ns_steps, **impl)
     # An empty group is legal for torch but useless; keep the two-group layout anyway so the checkpoint
     # layout of every attnkit optimizer is the same ("decay", "no_decay").
     return torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,

@@ -196,3 +196,21 @@ def test_eval_mt_counts_or_refuses_malformed_reference_lines(trained, tmp_path, 
 def test_translate_missing_input_file(trained, tmp_path, capsys):
     assert main(["translate", "--ckpt", str(trained), "--input", str(tmp_path / "nope.txt")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_unknown_optimizer_is_one_line_and_writes_nothing(tmp_path, copy_data, capsys):
+    assert _train(str(copy_data), tmp_path / "run", "--optimizer", "sgd") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "TrainConfig.optimizer must be one of ['adamw', 'muon'], got 'sgd'" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_muon_run_trains_and_keeps_its_optimizer_state(tmp_path, copy_data):
+    from attnkit.training.checkpoint import read_checkpoint_state
+
+    assert _train(str(copy_data), tmp_path / "run", "--optimizer", "muon", "--muon-ns-steps", "2") == 0
+    step = next((tmp_path / "run" / "checkpoints").glob("step_*"))
+    state = read_checkpoint_state(step)
+    assert state["train_config"]["optimizer"] == "muon" and state["train_config"]["muon_ns_steps"] == 2
+    names = [g["name"] for g in state["optimizer"]["param_groups"]]
+    assert names == ["muon", "decay", "no_decay"], names
