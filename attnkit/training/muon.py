@@ -16,8 +16,8 @@ update, so that one learning rate and one schedule serve both halves of the opti
 ``orthogonalize`` is the quintic Newton-Schulz iteration of Jordan et al.: after scaling ``X = U / ||U||_F`` (all
 singular values in ``[0, 1]``) each step maps every singular value ``s`` to ``a s + b s^3 + c s^5`` with
 ``(a, b, c) = (3.4445, -4.7750, 2.0315)``, which raises small values steeply and leaves all of them near 1 after a
-few steps (not exactly 1: the iteration trades exactness for speed). It needs only matrix products. Its cost does
-not depend on the batch: about ``ns_steps * (4 R^2 C + 2 R^3)`` flops per matrix (R <= C) per update, which for a
+few steps (not exactly 1: the iteration trades exactness for speed). It needs only matrix products, and the
+matrices of one shape go through it together as one stack. Its cost does not depend on the batch: about ``ns_steps * (4 R^2 C + 2 R^3)`` flops per matrix (R <= C) per update, which for a
 small model trained on small batches on a CPU is a real share of the step (``benchmarks/RESULTS.md``), hence
 ``ns_steps``.
 
@@ -27,7 +27,8 @@ Muon is meant for the matrices inside the network. Embeddings, the output layer,
 iteration in bfloat16 (slow on CPUs without bfloat16 units), so attnkit writes the few lines itself, in the
 parameters' dtype; a test checks it against torch's.
 
-Shapes: ``R`` rows and ``C`` columns of one weight matrix (an ``nn.Linear`` weight is ``(out, in)``).
+Shapes: ``R`` rows and ``C`` columns of one weight matrix (an ``nn.Linear`` weight is ``(out, in)``), ``N``
+matrices of one shape stacked.
 """
 
 from __future__ import annotations
@@ -46,22 +47,26 @@ RMS_MATCH = 0.2  # Liu et al.: 0.2 * sqrt(max(R, C)) gives the update AdamW's ro
 
 
 def orthogonalize(update: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """The quintic Newton-Schulz approximation of ``P Q^T`` for ``update = P S Q^T`` (see the module doc).
+    """The quintic Newton-Schulz approximation of ``P Q^T`` for ``update = P S Q^T`` (see the module doc), of one
+    matrix or of each matrix of a stack (one batched product per step for the whole stack).
 
-    Shape: update ``(R, C)`` -> ``(R, C)``, same dtype.
+    Shape: update ``(R, C)`` or ``(N, R, C)`` -> the same shape and dtype.
     """
-    if update.dim() != 2:
-        raise ValueError(f"orthogonalize expects a matrix (R, C), got shape {tuple(update.shape)}")
+    if update.dim() not in (2, 3):
+        raise ValueError(f"orthogonalize expects a matrix (R, C) or a stack (N, R, C), got shape {tuple(update.shape)}")
     steps = check_int("orthogonalize steps", steps, minimum=1)
     a, b, c = NS_COEFFICIENTS
-    tall = update.shape[0] > update.shape[1]
-    x = update.T if tall else update  # (r, c) with r <= c: the Gram matrices below are the small r x r ones
-    x = x / (x.norm() + eps)  # Frobenius norm >= spectral norm: every singular value now in [0, 1]
+    tall = update.shape[-2] > update.shape[-1]
+    x = update.mT if tall else update  # (.., r, c) with r <= c: the Gram matrices below are the small r x r ones
+    x = x.unsqueeze(0) if x.dim() == 2 else x  # (N, r, c)
+    # Frobenius norm >= spectral norm: every singular value now in [0, 1]
+    x = x / (torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True) + eps)
     for _ in range(steps):
-        gram = x @ x.T  # (r, r)
-        poly = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
-        x = torch.addmm(x, poly, x, beta=a)  # a X + (b X X^T + c (X X^T)^2) X
-    return x.T if tall else x
+        gram = torch.bmm(x, x.mT)  # (N, r, r)
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b X X^T + c (X X^T)^2
+        x = torch.baddbmm(x, poly, x, beta=a)  # a X + (b X X^T + c (X X^T)^2) X
+    x = x.squeeze(0) if update.dim() == 2 else x
+    return x.mT if tall else x
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
@@ -117,6 +122,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     def _muon_step(self, group: dict[str, Any]) -> None:
         lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+        by_shape: dict[tuple, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -125,10 +131,16 @@ class MuonWithAdamW(torch.optim.Optimizer):
                 state["momentum_buffer"] = torch.zeros_like(p)
             buf = state["momentum_buffer"]  # (R, C)
             buf.mul_(mu).add_(p.grad)
-            update = orthogonalize(p.grad.add(buf, alpha=mu), group["ns_steps"])  # Nesterov, then orthogonalized
-            if wd:
-                p.mul_(1.0 - lr * wd)
-            p.add_(update, alpha=-lr * RMS_MATCH * math.sqrt(max(p.shape)))
+            key = (tuple(p.shape), p.dtype, p.device)
+            by_shape.setdefault(key, []).append((p, p.grad.add(buf, alpha=mu)))  # the Nesterov look-ahead U
+        # Matrices of one shape are orthogonalized as one stack (N, R, C): a few large products instead of many
+        # small ones, which uses the cores of a CPU (and a GPU) far better for small models.
+        for ((rows, cols), _, _), items in by_shape.items():
+            updates = orthogonalize(torch.stack([u for _, u in items]), group["ns_steps"])  # (N, R, C)
+            for (p, _), update in zip(items, updates):
+                if wd:
+                    p.mul_(1.0 - lr * wd)
+                p.add_(update, alpha=-lr * RMS_MATCH * math.sqrt(max(rows, cols)))
 
     def _adamw_step(self, group: dict[str, Any]) -> None:
         params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
