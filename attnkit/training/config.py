@@ -66,8 +66,8 @@ class TrainConfig:
         optimizer: "adamw" (AdamW, decay on matrices only) or "muon" (Muon on the hidden matrices, AdamW on
         embeddings, output layer, biases and norms; ``muon.py``). lr, weight_decay, betas, eps (of AdamW, and lr
         and weight_decay of Muon too), adamw_impl ("auto" lets torch choose, or force "fused" / "foreach" /
-        "for_loop"; with "muon" it applies to the AdamW half), muon_ns_steps (Newton-Schulz steps per Muon update), grad_clip (max
-        global L2 norm; None = no clipping).
+        "for_loop"; with "muon" it applies to the AdamW half), muon_ns_steps (Newton-Schulz steps per Muon
+        update), grad_clip (max global L2 norm; None = no clipping).
     Schedule (see ``optim.lr_at``): schedule "cosine" (linear warmup to lr, cosine decay to min_lr at
         ``steps``; needs ``steps``), "inverse_sqrt" (the paper's ``lr * d_model**-0.5 *
         min(n**-0.5, n * warmup**-1.5)``, lr is the scale factor, 1.0 reproduces the paper; needs

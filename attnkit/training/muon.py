@@ -17,8 +17,9 @@ update, so that one learning rate and one schedule serve both halves of the opti
 singular values in ``[0, 1]``) each step maps every singular value ``s`` to ``a s + b s^3 + c s^5`` with
 ``(a, b, c) = (3.4445, -4.7750, 2.0315)``, which raises small values steeply and leaves all of them near 1 after a
 few steps (not exactly 1: the iteration trades exactness for speed). It needs only matrix products, and the
-matrices of one shape go through it together as one stack. Its cost does not depend on the batch: about ``ns_steps * (4 R^2 C + 2 R^3)`` flops per matrix (R <= C) per update, which for a
-small model trained on small batches on a CPU is a real share of the step (``benchmarks/RESULTS.md``), hence
+matrices of one shape go through it together as one stack. Its cost does not depend on the batch: about
+``ns_steps * (4 R^2 C + 2 R^3)`` flops per matrix (R <= C) per update, which for a small model trained on small
+batches on a CPU is a real share of the step (``benchmarks/RESULTS.md``, "Muon for the hidden matrices"), hence
 ``ns_steps``.
 
 Muon is meant for the matrices inside the network. Embeddings, the output layer, biases and norm gains keep AdamW
@@ -53,7 +54,8 @@ def orthogonalize(update: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> to
     Shape: update ``(R, C)`` or ``(N, R, C)`` -> the same shape and dtype.
     """
     if update.dim() not in (2, 3):
-        raise ValueError(f"orthogonalize expects a matrix (R, C) or a stack (N, R, C), got shape {tuple(update.shape)}")
+        raise ValueError(f"orthogonalize expects a matrix (R, C) or a stack (N, R, C), "
+                         f"got shape {tuple(update.shape)}")
     steps = check_int("orthogonalize steps", steps, minimum=1)
     a, b, c = NS_COEFFICIENTS
     tall = update.shape[-2] > update.shape[-1]

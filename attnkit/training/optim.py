@@ -1,4 +1,4 @@
-"""The optimizer (AdamW with decoupled weight decay on matrices only, or Muon + AdamW) and the learning-rate schedules.
+"""The optimizer (AdamW, decoupled weight decay on matrices only; or Muon + AdamW) and the learning-rate schedules.
 
 Weight decay pulls weights towards zero. It makes sense for the big matrices that do the work (linear
 layers, embeddings: every parameter with ``ndim >= 2``), but not for biases, norm gains and other 1-D

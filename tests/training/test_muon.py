@@ -70,7 +70,8 @@ def test_a_stack_is_orthogonalized_matrix_by_matrix():
             assert_close(one, orthogonalize(alone, 3), "float32")
 
 
-@pytest.mark.parametrize("bad,message", [(torch.ones(3), "expects a matrix"), (torch.ones(2, 2, 2, 2), "expects a matrix")])
+@pytest.mark.parametrize("bad,message", [(torch.ones(3), "expects a matrix"),
+                                         (torch.ones(2, 2, 2, 2), "expects a matrix")])
 def test_orthogonalize_refuses_non_matrices(bad, message):
     with pytest.raises(ValueError, match=message):
         orthogonalize(bad)
