@@ -163,11 +163,11 @@ def _mt_trainer(tmp_path, **overrides):
 
 
 @needs_cuda
-@pytest.mark.parametrize("autocast", [None, "bf16"])
-def test_a_training_update_never_waits_for_the_gpu(tmp_path, autocast):
+@pytest.mark.parametrize("autocast,optimizer", [(None, "adamw"), ("bf16", "adamw"), ("bf16", "muon")])
+def test_a_training_update_never_waits_for_the_gpu(tmp_path, autocast, optimizer):
     """Between two reads of its numbers the trainer only queues work: no update (batch copy, forward with its
-    id and mask checks, loss, backward, clipping, AdamW) makes the host wait for the GPU."""
-    trainer = _mt_trainer(tmp_path, autocast=autocast)
+    id and mask checks, loss, backward, clipping, AdamW or Muon) makes the host wait for the GPU."""
+    trainer = _mt_trainer(tmp_path, autocast=autocast, optimizer=optimizer)
     trainer._update(trainer.model)  # the first update allocates the optimizer state
     sites = _sync_sites(lambda: [trainer._update(trainer.model) for _ in range(2)])
     assert sites == [], f"the update waited for the GPU at {sites}"

@@ -44,7 +44,9 @@ def test_orthogonalize_pushes_every_singular_value_near_one_and_keeps_the_singul
 def test_orthogonalize_of_a_tall_matrix_is_the_transpose_of_its_transpose():
     torch.manual_seed(0)
     u = torch.randn(40, 12)
-    assert_close(orthogonalize(u, 3), orthogonalize(u.T.contiguous(), 3).T, "exact")
+    # not bit for bit: the products see a transposed view in one call and a contiguous matrix in the other, and
+    # some BLAS builds (torch 2.11's on an Intel Xeon) take other kernels for the two layouts
+    assert_close(orthogonalize(u, 3), orthogonalize(u.T.contiguous(), 3).T, "float32")
 
 
 def test_orthogonalize_agrees_with_torchs_muon_iteration():
@@ -90,7 +92,7 @@ def _two_group_model():
 def _grads(model, seed):
     g = torch.Generator().manual_seed(seed)
     for p in model.parameters():
-        p.grad = torch.randn(p.shape, generator=g)
+        p.grad = torch.randn(p.shape, generator=g).to(p.device)
 
 
 def test_muon_update_is_the_written_formula_over_three_steps():
@@ -112,6 +114,25 @@ def test_muon_update_is_the_written_formula_over_three_steps():
         for w, e in zip(mats, expect):
             assert_close(w, e, "float32")
     assert all(set(opt.state[w]) == {"momentum_buffer"} for w in mats)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("impl", [{}, {"foreach": True}, {"fused": True}])
+def test_a_step_on_cuda_equals_the_step_on_the_cpu(impl):
+    """Both halves on the GPU (the stacked Newton-Schulz products in fp32, AdamW as ``impl``) take the CPU's steps."""
+    model, groups = _two_group_model()
+    twin, twin_groups = _two_group_model()  # the same weights and groups, then moved to the GPU in place
+    twin.cuda()
+    opt = MuonWithAdamW(groups, lr=0.01, ns_steps=5, **impl)
+    cuda_opt = MuonWithAdamW(twin_groups, lr=0.01, ns_steps=5, **impl)
+    for step in range(3):
+        _grads(model, step)
+        _grads(twin, step)
+        opt.step()
+        cuda_opt.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert q.is_cuda
+        assert_close(q.cpu(), p, "float32", msg=name)
 
 
 @pytest.mark.parametrize("impl", [{}, {"foreach": True}, {"fused": True}])
