@@ -223,7 +223,8 @@ def main() -> int:
                    help="decodings tried on valid: full (beam 4/8, length penalty 0.6/1) or quick (greedy, beam 4)")
     p.add_argument("--name", default="mt_de_en", help="file name stem of the outputs in benchmarks/")
     p.add_argument("--autocast", choices=("bf16",), default=None,
-                   help="train with bf16 autocast (fast on CPUs with AMX/AVX512-BF16; off by default)")
+                   help="train with bf16 autocast (off by default; faster for larger models on CPUs with AMX, "
+                        "2x slower for the recipe's model on AMX and on AVX512-BF16 alone)")
     p.add_argument("--train-args", default="", metavar="FLAGS",
                    help="extra flags for `attnkit train mt` (space-separated), e.g. \"--set dropout=0 --lr 3e-3\"")
     p.add_argument("--device", default=None,
