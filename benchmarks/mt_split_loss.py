@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         specs = [parse_pairs_spec(s) for s in args.pairs]
     except ValueError as e:
         p.error(str(e))
+    for name, path, *_ in specs:
+        if not path.is_file():
+            p.error(f"--pairs {name}: no such file {path}")
 
     import torch
 
@@ -73,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     max_len = state["model_config"]["max_len"]
     rows = []
     for name, path, mode, start, count in specs:
-        if not path.is_file():
-            p.error(f"--pairs {name}: no such file {path}")
         corpus = read_tsv(path)
         pairs = list(zip(corpus.sources, corpus.targets))
         if mode == "slice":

@@ -5,7 +5,6 @@ mt_domain_tags.py), on a tiny run of a letter-copy task trained here."""
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
@@ -33,28 +32,6 @@ def test_a_cuda_run_records_the_gpu(monkeypatch):
 def test_auto_without_cuda_records_the_cpu(monkeypatch, device):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert "cores" in mt_de_en.machine_description(device)
-
-
-def _copy_task(folder, n_train=600, n_eval=24):
-    rng = random.Random(0)
-    folder.mkdir()
-    for name, n in (("train", n_train), ("valid", n_eval), ("test", n_eval), ("test-docs", n_eval // 2)):
-        words = [[rng.choice("abcdefgh") for _ in range(rng.randint(3, 6))] for _ in range(n)]
-        (folder / f"{name}.tsv").write_text("".join(" ".join(w) + "\t" + " ".join(w).upper() + "\n" for w in words))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A trained run folder with checkpoints/best and checkpoints/averaged, and its data folder."""
-    tmp = tmp_path_factory.mktemp("choose")
-    data, run = _copy_task(tmp / "copy"), tmp / "run"
-    assert main(["train", "mt", "--data", str(data), "--out", str(run), "--preset", "transformer-cpu",
-                 "--set", "d_model=32", "--set", "dim_feedforward=64", "--set", "num_encoder_layers=1",
-                 "--set", "num_decoder_layers=1", "--vocab-size", "300", "--max-tokens", "256", "--steps", "60",
-                 "--lr", "3e-3", "--warmup-steps", "10", "--eval-every", "30", "--eval-batches", "2",
-                 "--ckpt-every", "20", "--average-last", "2", "--no-progress"]) == 0
-    return data, run
 
 
 def _run_attnkit(args):

@@ -1,6 +1,6 @@
 """benchmarks/mt_split_loss.py: which pairs a ``--pairs`` spec selects, and that the loss it reports is the mean
 cross-entropy per target token of the model, checked against a pair-by-pair forward pass of a tiny run trained
-here."""
+by the ``tiny_run`` fixture (conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import torch.nn.functional as F
 
 from benchmarks import mt_split_loss
 
-from attnkit.cli.main import main
 from attnkit.data.mt_batching import encode_pairs
 from attnkit.data.parallel import read_tsv
 from attnkit.training.runs import load_trained
@@ -30,27 +29,7 @@ def test_a_spec_names_a_file_and_optionally_a_slice_or_a_sample():
             mt_split_loss.parse_pairs_spec(bad)
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("split_loss")
-    rng = random.Random(0)
-    lines = []
-    for _ in range(300):
-        words = " ".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 6)))
-        lines.append(f"{words}\t{words.upper()}\n")
-    data = tmp / "pairs.tsv"
-    data.write_text("".join(lines))
-    run = tmp / "run"
-    assert main(["train", "mt", "--data", str(data), "--out", str(run), "--preset", "transformer-cpu",
-                 "--set", "d_model=32", "--set", "dim_feedforward=64", "--set", "num_encoder_layers=1",
-                 "--set", "num_decoder_layers=1", "--vocab-size", "300", "--max-tokens", "256", "--steps", "30",
-                 "--lr", "3e-3", "--warmup-steps", "5", "--eval-every", "30", "--eval-batches", "1",
-                 "--no-bleu", "--no-progress"]) == 0
-    return data, run
-
-
-def _loss_pair_by_pair(run, pairs):
-    model, tokenizer, state = load_trained(run, expect_kind="mt")
+def _loss_pair_by_pair(model, tokenizer, state, pairs):
     enc = encode_pairs(tokenizer, [s for s, _ in pairs], [t for _, t in pairs],
                        max_src_len=state["model_config"]["max_len"])
     total, count = 0.0, 0
@@ -66,6 +45,7 @@ def _loss_pair_by_pair(run, pairs):
 
 def test_the_loss_is_the_mean_per_target_token_over_the_chosen_pairs(tiny_run, tmp_path):
     data, run = tiny_run
+    data = data / "train.tsv"
     out = tmp_path / "loss.json"
     assert mt_split_loss.main(["--ckpt", str(run), "--threads", "1", "--max-tokens", "64", "--json", str(out),
                                "--pairs", f"head={data}:0:40", "--pairs", f"drawn={data}:sample:25",
@@ -73,9 +53,10 @@ def test_the_loss_is_the_mean_per_target_token_over_the_chosen_pairs(tiny_run, t
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     corpus = read_tsv(data)
     pairs = list(zip(corpus.sources, corpus.targets))
+    model, tokenizer, state = load_trained(run, expect_kind="mt")
     chosen = {"head": pairs[:40], "drawn": random.Random(0).sample(pairs, 25), "all": pairs}
     for name, part in chosen.items():
-        expected, tokens = _loss_pair_by_pair(run, part)
+        expected, tokens = _loss_pair_by_pair(model, tokenizer, state, part)
         assert rows[name]["pairs"] == len(part)
         assert rows[name]["target_tokens"] == tokens
         assert rows[name]["loss"] == pytest.approx(expected, rel=1e-5)
@@ -83,6 +64,7 @@ def test_the_loss_is_the_mean_per_target_token_over_the_chosen_pairs(tiny_run, t
 
 def test_a_bad_spec_or_an_empty_selection_is_a_usage_error(tiny_run, capsys):
     data, run = tiny_run
+    data = data / "train.tsv"
     with pytest.raises(SystemExit) as e:
         mt_split_loss.main(["--ckpt", str(run), "--pairs", "nofile"])
     assert e.value.code == 2 and "NAME=TSV" in capsys.readouterr().err
