@@ -216,6 +216,8 @@ class TransformerConfig(_ConfigMixin):
     ``share_embeddings`` uses one token table for source and target (needs equal vocabularies);
     ``tie_output`` shares the output projection with the target token table.
     ``pad_id`` (or None) is used to derive key padding masks when none are passed.
+    ``layer_drop`` is LayerDrop (Fan et al. 2019): in training, each encoder and each decoder layer is skipped
+    with this probability, for the whole batch (:mod:`attnkit.modules.layer_drop`); 0 = off.
     """
 
     model_type: ClassVar[str] = "transformer"
@@ -229,6 +231,7 @@ class TransformerConfig(_ConfigMixin):
     dim_feedforward: int = 2048
     dropout: float = 0.1
     attention_dropout: float | None = None  # on the attention weights; None = same as ``dropout`` (torch.nn)
+    layer_drop: float = 0.0  # LayerDrop: the probability of skipping a whole layer in training
     activation: str = "relu"
     norm: str = "layernorm"
     norm_eps: float = 1e-5
@@ -257,6 +260,7 @@ class TransformerConfig(_ConfigMixin):
         if self.attention_dropout is not None:
             self.attention_dropout = _check_float(o, "attention_dropout", self.attention_dropout, low=0.0, high=1.0,
                                                   low_inclusive=True)
+        self.layer_drop = _check_float(o, "layer_drop", self.layer_drop, low=0.0, high=1.0, low_inclusive=True)
         _check_choice(o, "activation", self.activation, ACTIVATIONS)
         _check_choice(o, "norm", self.norm, NORMS)
         self.norm_eps = _check_float(o, "norm_eps", self.norm_eps, low=0.0)

@@ -35,6 +35,7 @@ from attnkit.checks import check_int, check_padding_mask
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.layer_drop import check_layer_drop, kept_layers
 from attnkit.modules.multi_head_attention import MultiHeadAttention
 from attnkit.modules.norms import build_norm
 
@@ -295,14 +296,19 @@ class DecoderLayer(_ResidualSublayers):
 class Encoder(nn.Module):
     """``num_layers`` :class:`EncoderLayer` s, each fed the previous one's output, then an optional norm.
 
+    ``layer_drop`` (LayerDrop, :mod:`attnkit.modules.layer_drop`): in training, each layer is skipped with this
+    probability, for the whole batch.
+
     Shape:
         src: ``(B, S, C)`` -> memory ``(B, S, C)``.
     """
 
     def __init__(self, num_layers: int, d_model: int, nhead: int, *, final_norm: bool = False,
-                 norm: str = "layernorm", norm_eps: float = 1e-5, bias: bool = True, **layer_kwargs):
+                 norm: str = "layernorm", norm_eps: float = 1e-5, bias: bool = True, layer_drop: float = 0.0,
+                 **layer_kwargs):
         super().__init__()
         self.d_model = d_model
+        self.layer_drop = check_layer_drop("Encoder layer_drop", layer_drop)
         self.layers = nn.ModuleList([
             EncoderLayer(d_model, nhead, norm=norm, norm_eps=norm_eps, bias=bias, **layer_kwargs)
             for _ in range(num_layers)
@@ -321,22 +327,29 @@ class Encoder(nn.Module):
         """
         _check_width("src", src, self.d_model)
         x = src
-        for layer in self.layers:
-            x = layer(x, mask, src_key_padding_mask, is_causal)
+        for layer, runs in zip(self.layers, kept_layers(len(self.layers), self.layer_drop, self.training)):
+            if runs:
+                x = layer(x, mask, src_key_padding_mask, is_causal)
         return x if self.norm is None else self.norm(x)
 
 
 class Decoder(nn.Module):
     """``num_layers`` :class:`DecoderLayer` s, each fed the previous one's output, then an optional norm.
 
+    ``layer_drop`` (LayerDrop, :mod:`attnkit.modules.layer_drop`): in training and without a cache, each layer is
+    skipped with this probability, for the whole batch. Decoding with a cache runs every layer (every layer's
+    cache must grow at every step).
+
     Shape:
         tgt: ``(B, T, C)``, memory: ``(B, S, C)`` -> ``(B, T, C)``.
     """
 
     def __init__(self, num_layers: int, d_model: int, nhead: int, *, final_norm: bool = False,
-                 norm: str = "layernorm", norm_eps: float = 1e-5, bias: bool = True, **layer_kwargs):
+                 norm: str = "layernorm", norm_eps: float = 1e-5, bias: bool = True, layer_drop: float = 0.0,
+                 **layer_kwargs):
         super().__init__()
         self.d_model = d_model
+        self.layer_drop = check_layer_drop("Decoder layer_drop", layer_drop)
         self.nhead = nhead
         self.layers = nn.ModuleList([
             DecoderLayer(d_model, nhead, norm=norm, norm_eps=norm_eps, bias=bias, **layer_kwargs)
@@ -392,7 +405,10 @@ class Decoder(nn.Module):
             else:
                 cache.memory_key_padding_mask = memory_key_padding_mask
         x = tgt
+        runs = kept_layers(len(self.layers), self.layer_drop, self.training and cache is None)
         for i, layer in enumerate(self.layers):
+            if not runs[i]:
+                continue
             x = layer(
                 x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
                 self_cache=None if cache is None else cache.self_attn[i],
@@ -444,8 +460,9 @@ class EncoderDecoder(nn.Module):
     """The embedding-level encoder-decoder (the counterpart of ``torch.nn.Transformer``, batch first).
 
     Args (keyword-only): as ``torch.nn.Transformer`` plus ``norm`` (``"layernorm"``/``"rmsnorm"``),
-    ``norm_eps`` and ``encoder_final_norm``/``decoder_final_norm`` (``None`` = ``norm_first``; torch always
-    has both final norms, so set them True when copying a ``nn.Transformer``).
+    ``norm_eps``, ``encoder_final_norm``/``decoder_final_norm`` (``None`` = ``norm_first``; torch always
+    has both final norms, so set them True when copying a ``nn.Transformer``) and ``layer_drop`` (LayerDrop in
+    both stacks, :mod:`attnkit.modules.layer_drop`; 0 = off).
 
     Parameters are initialised like ``nn.Transformer``: Xavier-uniform for every matrix.
 
@@ -470,6 +487,7 @@ class EncoderDecoder(nn.Module):
         bias: bool = True,
         encoder_final_norm: bool | None = None,
         decoder_final_norm: bool | None = None,
+        layer_drop: float = 0.0,
     ):
         super().__init__()
         for name, value in (("d_model", d_model), ("nhead", nhead), ("num_encoder_layers", num_encoder_layers),
@@ -484,10 +502,10 @@ class EncoderDecoder(nn.Module):
                             activation=activation, norm_first=norm_first, norm=norm, norm_eps=norm_eps, bias=bias)
         self.encoder = Encoder(num_encoder_layers, d_model, nhead,
                                final_norm=norm_first if encoder_final_norm is None else encoder_final_norm,
-                               **layer_kwargs)
+                               layer_drop=layer_drop, **layer_kwargs)
         self.decoder = Decoder(num_decoder_layers, d_model, nhead,
                                final_norm=norm_first if decoder_final_norm is None else decoder_final_norm,
-                               **layer_kwargs)
+                               layer_drop=layer_drop, **layer_kwargs)
         self.reset_parameters()
 
     @torch.no_grad()

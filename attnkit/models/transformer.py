@@ -58,6 +58,7 @@ class Transformer(nn.Module):
             num_decoder_layers=c.num_decoder_layers, dim_feedforward=c.dim_feedforward, dropout=c.dropout,
             attention_dropout=c.attention_dropout, activation=c.activation, norm_first=c.norm_first, norm=c.norm, norm_eps=c.norm_eps, bias=c.bias,
             encoder_final_norm=c.use_encoder_final_norm, decoder_final_norm=c.use_decoder_final_norm,
+            layer_drop=c.layer_drop,
         )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.bias)
         if c.tie_output:

@@ -238,13 +238,14 @@ def barrier() -> None:
 # wrapping the model
 # -------------------------------------------------------------------------------------------------
 
-def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
+def wrap_ddp(model: nn.Module, device: torch.device, *, find_unused_parameters: bool = False) -> nn.Module:
     """``DistributedDataParallel(model)`` for the training forward/backward (the bare model stays the one
-    that is evaluated and saved)."""
+    that is evaluated and saved). ``find_unused_parameters`` is for models whose forward pass may leave some
+    parameters out (LayerDrop): DDP then marks those ready after each backward pass instead of waiting for them."""
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
 
 
 def shard_fsdp(model: nn.Module) -> nn.Module:

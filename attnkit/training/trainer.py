@@ -192,7 +192,12 @@ class Trainer:
         # Under torchrun: join the job (gloo on the CPU, nccl on CUDA). One process: a world of size 1.
         self.world = D.init_from_env(self.device)
         self.model = model.to(self.device)
+        # LayerDrop (model_config.layer_drop): each forward pass may leave whole layers out, on each rank its own
+        self._layer_drop = float(model_config.get("layer_drop") or 0.0)
         if config.fsdp:
+            if self._layer_drop > 0:
+                raise ValueError(f"fsdp=True needs layer_drop = 0 (got {self._layer_drop}): the ranks would skip "
+                                 f"different layers and wait for each other's shards; use DDP (no fsdp) instead")
             if not self.world.distributed:
                 raise ValueError("fsdp=True needs several processes: launch with torchrun --nproc_per_node=N")
             D.shard_fsdp(self.model)  # in place; parameters become DTensor shards, names unchanged
@@ -349,6 +354,8 @@ class Trainer:
             (self.world.distributed, f"one process (got {self.world.size} under torchrun)"),
             (cfg.compile, "no torch.compile (got compile=True)"),
             (cfg.autocast == "fp16", "full precision or autocast bf16 (got fp16, whose scaler reads on the host)"),
+            (self._layer_drop > 0, f"layer_drop = 0 (got {self._layer_drop}: a graph would replay the layers it "
+                                   f"skipped when recorded)"),
             (not callable(getattr(task, "count_tokens", None)),
              f"a task with count_tokens(batch) ({type(task).__name__} has none)")) if bad]
         if problems:
@@ -599,7 +606,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + 7919 * self.world.rank + self.step)
         train_model = self.model
         if self.world.distributed and not cfg.fsdp:
-            train_model = D.wrap_ddp(self.model, self.device)
+            train_model = D.wrap_ddp(self.model, self.device, find_unused_parameters=self._layer_drop > 0)
         train_model = torch.compile(train_model) if cfg.compile else train_model
         self.model.train()
 

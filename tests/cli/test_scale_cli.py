@@ -140,22 +140,30 @@ def test_fsdp_run_then_convert_then_sample_in_one_process(corpus, tmp_path):
         _attnkit("convert", str(run), str(tmp_path / "single"))
 
 
-def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
-    """Translation: 2 processes x --max-tokens 64 see the batches of 1 process x --max-tokens 128."""
+def _reversal_data(folder: Path) -> Path:
+    """train.tsv (120 pairs) and valid.tsv (10): short strings of a-f and their reversals."""
     rng = random.Random(3)
-    data = tmp_path / "data"
-    data.mkdir()
+    folder.mkdir()
     for split, n in (("train", 120), ("valid", 10)):
         rows = []
         for _ in range(n):
             words = [rng.choice("abcdef") for _ in range(rng.randint(2, 6))]
             rows.append(" ".join(words) + "\t" + " ".join(reversed(words)))
-        (data / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    tiny = ["--data", str(data), "--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",
-            "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=64",
-            "--set", "dropout=0.0", "--vocab-size", "300", "--max-len", "24", "--no-bleu", "--steps", "6",
-            "--warmup-steps", "2", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3", "--eval-batches", "2",
-            "--no-progress", "--device", "cpu"]
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def _tiny_mt(data: Path, layers: int = 1) -> list[str]:
+    return ["--data", str(data), "--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",
+            "--set", f"num_encoder_layers={layers}", "--set", f"num_decoder_layers={layers}", "--set",
+            "dim_feedforward=64", "--set", "dropout=0.0", "--vocab-size", "300", "--max-len", "24", "--no-bleu",
+            "--steps", "6", "--warmup-steps", "2", "--log-every", "1", "--ckpt-every", "3", "--eval-every", "3",
+            "--eval-batches", "2", "--no-progress", "--device", "cpu"]
+
+
+def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
+    """Translation: 2 processes x --max-tokens 64 see the batches of 1 process x --max-tokens 128."""
+    tiny = _tiny_mt(_reversal_data(tmp_path / "data"))
     one, two = tmp_path / "one", tmp_path / "two"
     _attnkit("train", "mt", "--out", str(one), *tiny, "--max-tokens", "128")
     proc = _attnkit("train", "mt", "--out", str(two), *tiny, "--max-tokens", "64", nproc=2)
@@ -175,3 +183,20 @@ def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
     tgt = torch.randint(4, config.tgt_vocab_size, (3, 5), generator=g)  # (B, T)
     with torch.no_grad():
         assert_close(models[1](src, tgt), models[0](src, tgt), "trained_float32")
+
+
+def test_torchrun_train_mt_with_layer_drop(tmp_path, capsys):
+    """LayerDrop leaves layers out of some forward passes, a different set on each rank: DDP must not wait for
+    their gradients (find_unused_parameters); FSDP, whose ranks gather each layer together, refuses it in one line."""
+    tiny = _tiny_mt(_reversal_data(tmp_path / "data"), layers=3) + ["--set", "layer_drop=0.5", "--max-tokens", "64"]
+    _attnkit("train", "mt", "--out", str(tmp_path / "two"), *tiny, nproc=2)
+    rows = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("step", 0) for r in rows) == 6 and any("valid_loss" in r for r in rows)
+    state = json.loads((latest_checkpoint(tmp_path / "two" / "checkpoints") / "state.json").read_text())
+    assert state["model_config"]["layer_drop"] == 0.5
+    assert main(["train", "mt", "--out", str(tmp_path / "fsdp"), *tiny, "--fsdp"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("attnkit train: error: fsdp=True needs layer_drop = 0 (got 0.5): the ranks would "
+                                            "skip different layers and wait for each other's shards; use DDP (no fsdp) "
+                                            "instead")
+    assert "Traceback" not in err and not (tmp_path / "fsdp" / "checkpoints").exists()

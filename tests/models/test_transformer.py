@@ -341,3 +341,76 @@ def test_attention_dropout_is_separate_from_residual_dropout():
     default = _T(_TC(src_vocab_size=20, tgt_vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1,
                      num_decoder_layers=1, dim_feedforward=32, dropout=0.3))
     assert all(m.dropout == 0.3 for m in default.modules() if isinstance(m, MultiHeadAttention))  # as torch.nn
+
+
+# --------------------------------------------------------------------------- LayerDrop
+def _kept_only(model, src, tgt, enc_runs, dec_runs):
+    """The model's forward pass with only the given encoder/decoder layers (the reference for LayerDrop)."""
+    core = model.core
+    x, pad = model.src_embed(src), model.padding_mask(src)
+    for layer, runs in zip(core.encoder.layers, enc_runs):
+        x = layer(x, None, pad) if runs else x
+    memory = core.encoder.norm(x) if core.encoder.norm is not None else x
+    y = model.tgt_embed(tgt)
+    for layer, runs in zip(core.decoder.layers, dec_runs):
+        y = layer(y, memory, None, None, model.padding_mask(tgt), pad) if runs else y
+    y = core.decoder.norm(y) if core.decoder.norm is not None else y
+    return model.generator(y)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_layer_drop_skips_whole_layers_in_training(norm_first, tiny_transformer_config, spread):
+    cfg = tiny_transformer_config(norm_first=norm_first, num_encoder_layers=3, num_decoder_layers=3, layer_drop=0.5)
+    model = spread(build_model(cfg)).train()  # dropout 0: the layer draws are the only randomness
+    src, tgt = _ids(2, 7, 23), _ids(2, 6, 19)
+    seen = set()
+    for seed in range(12):
+        torch.manual_seed(seed)
+        enc_runs, dec_runs = (torch.rand(3) >= 0.5).tolist(), (torch.rand(3) >= 0.5).tolist()  # the model's draws
+        torch.manual_seed(seed)
+        out = model(src, tgt)
+        with torch.no_grad():
+            assert_close(out, _kept_only(model, src, tgt, enc_runs, dec_runs), "exact")
+        seen.add((tuple(enc_runs), tuple(dec_runs)))
+        model.zero_grad(set_to_none=True)
+        out.square().mean().backward()
+        # A skipped layer costs no backward pass: it has no gradient. (With no decoder layer the memory is not
+        # read at all, and no encoder layer has one.)
+        enc_used = [kept and any(dec_runs) for kept in enc_runs]
+        for layers, runs in ((model.core.encoder.layers, enc_used), (model.core.decoder.layers, dec_runs)):
+            for layer, used in zip(layers, runs):
+                assert all((p.grad is not None) == used for p in layer.parameters())
+    assert len(seen) > 3
+    model.eval()  # evaluation runs every layer, unscaled: the same function as the model without LayerDrop
+    plain = build_model(cfg.replace(layer_drop=0.0))
+    plain.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert_close(model(src, tgt), plain.eval()(src, tgt), "exact")
+        assert_close(model(src, tgt), _kept_only(model, src, tgt, [True] * 3, [True] * 3), "exact")
+
+
+def test_cached_decoding_runs_every_layer_even_in_training_mode(tiny_transformer_config, spread):
+    model = spread(build_model(tiny_transformer_config(layer_drop=0.9))).train()
+    src, tgt = _ids(2, 5, 23), _ids(2, 4, 19)
+    with torch.no_grad():
+        model.eval()
+        memory, full = model.encode(src), model(src, tgt)
+        model.train()
+        cache = model.new_cache(2, 4)
+        steps = [model.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(4)]
+    assert_close(torch.cat(steps, dim=1), full, "float32")
+    assert all(c.length == 4 for c in cache.self_attn)  # every layer's cache grew at every step
+
+
+def test_layer_drop_is_validated_and_round_trips(tiny_transformer_config):
+    from attnkit.models.configs import TransformerConfig
+
+    cfg = tiny_transformer_config(layer_drop=0.2)
+    assert TransformerConfig.from_json(cfg.to_json()) == cfg and cfg.layer_drop == 0.2
+    assert tiny_transformer_config().layer_drop == 0.0
+    for bad in (1.0, -0.5, "0.1"):
+        with pytest.raises(ValueError, match="TransformerConfig.layer_drop must be a"):
+            tiny_transformer_config(layer_drop=bad)
+    with pytest.raises(ValueError, match=r"Encoder layer_drop must be a finite number in \[0.0, 1.0\), got 1.0"):
+        EncoderDecoder(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=8,
+                       layer_drop=1.0)

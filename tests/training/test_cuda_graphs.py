@@ -81,6 +81,21 @@ def test_graphs_on_the_cpu_are_one_clear_error(tmp_path, tiny_lm, fixed_task):
         GraphedMicroBatch(tiny_lm(), lambda m, b: (None, 1), torch.device("cpu"))
 
 
+def test_graphs_refuse_layer_drop(tmp_path):
+    """A recorded graph would replay the layers its recording skipped: LayerDrop is refused by name."""
+    from attnkit.models.builders import build_model
+    from attnkit.models.presets import get_preset
+    from attnkit.training.mt_task import MTTask
+
+    cfg = get_preset("transformer-small", src_vocab_size=64, tgt_vocab_size=64, d_model=16, num_heads=2,
+                     dim_feedforward=32, num_encoder_layers=2, num_decoder_layers=2, layer_drop=0.5)
+    task = MTTask(_pairs(16, 0), _pairs(4, 1), max_tokens=64, shape_multiple=4)
+    tc = TrainConfig(steps=1, warmup_steps=0, device="cpu", cuda_graphs=True)
+    with pytest.raises(ValueError, match=r"; layer_drop = 0 \(got 0.5: a graph would replay the layers it skipped"):
+        Trainer(build_model(cfg), task, tc, tmp_path / "run", model_config=cfg, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 def test_count_tokens_is_what_the_loss_averages_over(token_streams):
     from attnkit.data.mt_batching import collate
     from attnkit.training.lm_task import LMTask
