@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from attnkit.checks import check_index_tensor, check_int, check_padding_mask, check_token_ids, no_host_reads
+from attnkit.modules.dropout import Dropout
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache
@@ -135,7 +136,7 @@ class Block(nn.Module):
         self.ln_2 = build_norm(config.norm, C, eps=config.norm_eps, bias=config.bias)
         # GPT-2 has no dropout inside the MLP; the residual dropout below plays that role.
         self.mlp = FeedForward(C, config.ffn_size, activation=config.activation, dropout=0.0, bias=config.bias)
-        self.resid_drop = nn.Dropout(config.dropout)  # on each residual branch (GPT-2's resid_pdrop)
+        self.resid_drop = Dropout(config.dropout)  # on each residual branch (GPT-2's resid_pdrop)
 
     def forward(
         self,
@@ -196,7 +197,7 @@ class GPT(nn.Module):
             RotaryEmbedding(config.head_size, max_len=config.block_size, theta=config.rope_theta)
             if config.position == "rope" else None
         )
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config, self.rotary) for _ in range(config.n_layer)])
         self.ln_f = build_norm(config.norm, C, eps=config.norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(C, config.vocab_size, bias=False)

@@ -40,6 +40,8 @@ from torch import nn
 
 from attnkit.checks import check_int, is_number
 
+from .dropout import Dropout
+
 __all__ = [
     "DEFAULT_TARGETS",
     "LoRALinear",
@@ -95,7 +97,7 @@ class LoRALinear(nn.Module):
         self.lora_A = nn.Parameter(torch.empty(self.rank, self.in_features, dtype=w.dtype, device=w.device))
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, self.rank, dtype=w.dtype, device=w.device))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # the same init nn.Linear gives its weight
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def delta_weight(self) -> torch.Tensor:
         """The update ``(alpha / r) · B A`` as a full matrix.
