@@ -73,13 +73,15 @@ def run_lm(args: argparse.Namespace) -> int:
     else:
         tokenizer = args.tokenizer or "char"
         model_config = None
+        # a bad --preset or --set fails now, before the corpus is read and a tokenizer trained
+        if not isinstance(get_preset(preset), GPTConfig):
+            raise ValueError(f"train lm needs a decoder-only (GPT) preset, {preset!r} is an encoder-decoder")
+        get_preset(preset, block_size=cfg.block_size, **parse_overrides(args.set))
     lm = prepare_lm_data(data, tokenizer, block_size=cfg.block_size, vocab_size=args.vocab_size)
     if model_config is None:
         overrides = {"vocab_size": lm.tokenizer.vocab_size, "block_size": cfg.block_size}
         overrides.update(parse_overrides(args.set))
         model_config = get_preset(preset, **overrides)
-        if not isinstance(model_config, GPTConfig):
-            raise ValueError(f"train lm needs a decoder-only (GPT) preset, {preset!r} is an encoder-decoder")
     out = args.out or default_run_folder("lm", data, preset)
 
     seed_everything(cfg.seed)  # reproducible initialisation

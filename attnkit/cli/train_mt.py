@@ -2,7 +2,8 @@
 
     attnkit train mt --data de-en --max-time 15 --out runs/de-en
 
-What happens, in order:
+What happens, in order (``--preset`` and ``--set`` are checked first, so that a typo fails at once and not after
+the minutes that reading the data and training a BPE take on the CPU):
 
 1. ``--data`` is resolved (:func:`attnkit.data.parallel.resolve_parallel_data`): a recipe name (``de-en``; prepared on first use, like
    ``attnkit data prepare de-en``), a TSV file (``source<TAB>target``), or two
@@ -189,7 +190,11 @@ def _parallel_sources(data: str, valid: str | None, anneal: str | None = None) -
 
 
 def _mt_model_config(args: argparse.Namespace, saved: dict | None, preset: str, tokenizer: Any, max_len: int):
-    """The resumed run's model config (with ``--set``), or the preset sized to the tokenizer and ``--max-len``."""
+    """The resumed run's model config (with ``--set``), or the preset sized to the tokenizer and ``--max-len``.
+
+    With ``tokenizer=None`` a new run's preset keeps its own vocabulary: that call checks ``--preset`` and ``--set``
+    before the data is read and a BPE trained, which takes minutes on the CPU.
+    """
     from attnkit.models.configs import TransformerConfig, config_from_dict
     from attnkit.models.presets import get_preset
 
@@ -199,13 +204,17 @@ def _mt_model_config(args: argparse.Namespace, saved: dict | None, preset: str, 
         if overrides:
             model_config = model_config.replace(**overrides)  # the trainer refuses real changes by name
     else:
-        V = tokenizer.vocab_size
-        overrides = {"src_vocab_size": V, "tgt_vocab_size": V, "max_len": max_len, "pad_id": tokenizer.pad_id}
+        overrides: dict[str, Any] = {"max_len": max_len}
+        if tokenizer is not None:
+            V = tokenizer.vocab_size
+            overrides.update(src_vocab_size=V, tgt_vocab_size=V, pad_id=tokenizer.pad_id)
         overrides.update(parse_overrides(args.set))
+        if not isinstance(get_preset(preset), TransformerConfig):  # before its fields meet the overrides
+            raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
+                             f"{preset!r} is a decoder-only GPT")
         model_config = get_preset(preset, **overrides)
     if not isinstance(model_config, TransformerConfig):
-        raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
-                         f"{preset!r} is a decoder-only GPT")
+        raise ValueError(f"train mt resumes encoder-decoder runs; {args.out} holds a {type(model_config).__name__}")
     return model_config
 
 
@@ -271,6 +280,7 @@ def run_mt(args: argparse.Namespace) -> int:
     o = _mt_options(args, saved)
     data, preset, max_tokens, max_len = o["data"], o["preset"], o["max_tokens"], o["max_len"]
     cfg = _mt_train_config(args, saved, o["bleu"])
+    _mt_model_config(args, saved, preset, None, max_len)  # a bad --preset or --set fails now, not after the BPE
     source, data_desc, valid_source, anneal_source = _parallel_sources(data, o["valid"], o["anneal_data"])
 
     if saved is not None:

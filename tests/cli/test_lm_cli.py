@@ -250,3 +250,21 @@ def test_train_with_gpt2_tokenizer(corpus, tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "3", "--seed", "0"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--preset", "nope"], "unknown preset 'nope'; expected one of"),
+    (["--preset", "transformer-small"], "train lm needs a decoder-only (GPT) preset"),
+    (["--set", "no_such_field=1"], "no_such_field"),
+])
+def test_a_bad_model_choice_fails_before_the_corpus_is_read(corpus, tmp_path, capsys, monkeypatch, flags, message):
+    import attnkit.data.lm_dataset as lm_dataset
+
+    def read(*args, **kwargs):
+        raise AssertionError("the corpus was read before the model flags were checked")
+
+    monkeypatch.setattr(lm_dataset, "prepare_lm_data", read)
+    assert _train(corpus, tmp_path / "run", "--steps", "2", *flags) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()

@@ -214,3 +214,22 @@ def test_muon_run_trains_and_keeps_its_optimizer_state(tmp_path, copy_data):
     assert state["train_config"]["optimizer"] == "muon" and state["train_config"]["muon_ns_steps"] == 2
     names = [g["name"] for g in state["optimizer"]["param_groups"]]
     assert names == ["muon", "decay", "no_decay"], names
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--preset", "nope"], "unknown preset 'nope'; expected one of"),
+    (["--preset", "gpt2"], "train mt needs an encoder-decoder preset"),
+    (["--set", "no_such_field=1"], "no_such_field"),
+    (["--set", "dropout=2"], "dropout"),
+])
+def test_a_bad_model_choice_fails_before_the_data_is_read(tmp_path, copy_data, capsys, monkeypatch, flags, message):
+    from attnkit.training import MTTask
+
+    def read(*args, **kwargs):
+        raise AssertionError("the data was read before the model flags were checked")
+
+    monkeypatch.setattr(MTTask, "from_data", read)
+    assert _train(str(copy_data), tmp_path / "run", *flags) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
