@@ -343,5 +343,16 @@ Ten test sentences (random, seed 0):
     return 0
 
 
+def run_script(main: Callable[[], int], prog: str) -> None:
+    """Exit with ``main()``'s code; when an ``attnkit`` child fails, end with one line (it printed its own error)."""
+    try:
+        code = main()
+    except subprocess.CalledProcessError as e:
+        command = " ".join(map(str, e.cmd))
+        command = command if len(command) <= 100 else command[:97] + "..."
+        sys.exit(f"{prog}: `{command}` exited with {e.returncode} (its message is above)")
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "mt_de_en.py")

@@ -51,7 +51,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.mt_de_en import LoadSampler, upsample_dictionary  # noqa: E402
+from benchmarks.mt_de_en import LoadSampler, run_script, upsample_dictionary  # noqa: E402
 from attnkit.recipes import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS  # noqa: E402
 
 # (d_model, heads, FF, encoder layers, decoder layers, dropout); optimizer settings below.
@@ -399,4 +399,4 @@ Ten Ding test sentences (random, seed 0):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "mt_peer.py")

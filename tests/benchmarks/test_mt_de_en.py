@@ -78,3 +78,19 @@ def test_a_run_without_best_or_averaged_checkpoints_is_refused(tmp_path):
                                   run_attnkit=_run_attnkit)
     with pytest.raises(ValueError, match="grid must hold"):
         mt_de_en.choose_and_score(tmp_path, valid=["--data", "x"], tests={}, grid=[], run_attnkit=_run_attnkit)
+
+
+def test_a_failed_attnkit_child_ends_the_script_with_one_line():
+    import subprocess
+
+    from benchmarks.mt_de_en import run_script
+
+    def fails() -> int:
+        raise subprocess.CalledProcessError(2, ["attnkit", "train", "mt", "--preset", "nope"])
+
+    with pytest.raises(SystemExit) as exit_:
+        run_script(fails, "mt_de_en.py")
+    assert exit_.value.code == "mt_de_en.py: `attnkit train mt --preset nope` exited with 2 (its message is above)"
+    with pytest.raises(SystemExit) as exit_:
+        run_script(lambda: 0, "mt_de_en.py")
+    assert exit_.value.code == 0
