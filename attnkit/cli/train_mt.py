@@ -192,8 +192,8 @@ def _parallel_sources(data: str, valid: str | None, anneal: str | None = None) -
 def _mt_model_config(args: argparse.Namespace, saved: dict | None, preset: str, tokenizer: Any, max_len: int):
     """The resumed run's model config (with ``--set``), or the preset sized to the tokenizer and ``--max-len``.
 
-    With ``tokenizer=None`` a new run's preset keeps its own vocabulary: that call checks ``--preset`` and ``--set``
-    before the data is read and a BPE trained, which takes minutes on the CPU.
+    With ``tokenizer=None`` a new run's preset keeps its own vocabulary and length: that call checks ``--preset`` and
+    ``--set`` before the data is read and a BPE trained, which takes minutes on the CPU.
     """
     from attnkit.models.configs import TransformerConfig, config_from_dict
     from attnkit.models.presets import get_preset
@@ -204,10 +204,10 @@ def _mt_model_config(args: argparse.Namespace, saved: dict | None, preset: str, 
         if overrides:
             model_config = model_config.replace(**overrides)  # the trainer refuses real changes by name
     else:
-        overrides: dict[str, Any] = {"max_len": max_len}
-        if tokenizer is not None:
+        overrides: dict[str, Any] = {}
+        if tokenizer is not None:  # (--max-len is checked by the data reader, with its own message)
             V = tokenizer.vocab_size
-            overrides.update(src_vocab_size=V, tgt_vocab_size=V, pad_id=tokenizer.pad_id)
+            overrides.update(src_vocab_size=V, tgt_vocab_size=V, max_len=max_len, pad_id=tokenizer.pad_id)
         overrides.update(parse_overrides(args.set))
         if not isinstance(get_preset(preset), TransformerConfig):  # before its fields meet the overrides
             raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
