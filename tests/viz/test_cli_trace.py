@@ -28,6 +28,12 @@ def test_seed000_preset(capsys):
     assert out.splitlines()[0] == "Transformer: 1,279,616 parameters; axes B=3 S=12 T=7 C=128 H=4 D=32 F=512 V=256"
     assert "heads: q (B, T, C) -> (B, H, T, D)  B=3 T=7 C=128 H=4 D=32; k, v (B, S, C) -> (B, H, S, D)  S=12" in out
     assert out.count("(DecoderLayer)") == 3 and out.count("(EncoderLayer)") == 2
+    lines = out.splitlines()
+    pos = next(line for line in lines if "src_embed.pos (SinusoidalPositionalEncoding.forward_len)" in line)
+    assert pos.split()[2:4] == ["S=12", "S=12"] and "C=128" in pos  # the (S, C) table
+    assert any(line.startswith("  (S, C), (T, C): position tables") for line in lines)
+    assert lines[-9] == "Total params:            1,279,616" and lines[-7] == "Frozen params:           0"
+    assert lines[-6].startswith("Total mult-adds:") and lines[-1].startswith("Estimated total size:")
 
 
 def test_gpt_preset_depth_and_json(capsys):
@@ -36,6 +42,19 @@ def test_gpt_preset_depth_and_json(capsys):
     data = json.loads(out)
     assert data["axes"]["T"] == 5 and max(r["depth"] for r in data["rows"]) == 1
     assert [r["name"] for r in data["rows"]][:3] == ["", "wte", "blocks.0"]
+    assert data["totals"]["params"] == data["total_params"] == 1_082_496
+    assert data["totals"]["mult_adds"] == data["rows"][0]["mult_adds"] > 0
+    assert data["legend"][0].startswith("B batch; T text / target positions")
+
+
+def test_table_and_json_agree(capsys):
+    _, table, _ = _run(capsys, "--preset", "char-small", "--len", "5")
+    _, text, _ = _run(capsys, "--preset", "char-small", "--len", "5", "--json")
+    data = json.loads(text)
+    assert "3C = 384: q | k | v packed" in table and any(x.startswith("3C = 384") for x in data["legend"])
+    qkv = next(r for r in data["rows"] if r["name"] == "blocks.0.attn.qkv_proj")
+    assert qkv["output"] == "B=2 T=5 3C=384" and qkv["mult_adds"] == 2 * 5 * 128 * 384
+    assert f"Total mult-adds:         {data['totals']['mult_adds'] / 1e6:.2f} M" in table
 
 
 def test_language_model_checkpoint(lm_checkpoint, capsys):

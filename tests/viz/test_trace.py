@@ -9,6 +9,7 @@ import torch
 
 from attnkit.models import build_model, count_parameters, get_preset
 from attnkit.viz.trace import trace
+from attnkit.viz.trace_axes import shape_text
 
 
 def _row(t, name):
@@ -115,6 +116,22 @@ def test_json(make_gpt):
     assert data["rows"][0]["output_shape"] == [2, 3, 41]
 
 
+def test_json_in_step_with_the_table(make_gpt):
+    t = trace(make_gpt("gpt2"), torch.randint(0, 41, (2, 3)))
+    for depth in (1, 3):
+        data, table = json.loads(t.to_json(depth)), t.format(depth)
+        lines = table.splitlines()
+        assert data["legend"] == t.legend_lines(t.visible(depth))
+        assert all(" ".join(text.split()[:4]) in " ".join(table.split()) for text in data["legend"])
+        assert ("3C = 96" in table) == (depth == 3) == any(text.startswith("3C") for text in data["legend"])
+        assert data["totals"] == t.totals.to_dict() and f"{data['totals']['mult_adds']:,}" in table
+        for r in data["rows"]:
+            line = next(x for x in lines if x.strip().startswith(f"{r['name'] or '(model)'} ({r['kind']}"))
+            assert r["output"] in line and " | ".join(r["inputs"]) in line
+            assert (f"{r['mult_adds']:,}" if r["mult_adds"] else "--") in line
+            assert shape_text(r["output_shape"], r["output_axes"]) == r["output"]
+
+
 def test_model_is_unchanged(make_gpt):
     model = make_gpt("gpt2").train()
     ids = torch.randint(0, 41, (2, 7))
@@ -142,3 +159,187 @@ def test_bad_inputs(make_gpt):
         trace(make_gpt("gpt2"), [])
     with pytest.raises(ValueError, match="tensor, a tuple/list or a dict"):
         trace(make_gpt("gpt2"), 3)
+
+
+# --------------------------------------------------------------------------------------------------
+# named axes: packed and derived widths, position tables, no guesses on arbitrary modules
+# --------------------------------------------------------------------------------------------------
+
+def test_packed_widths_are_named_with_a_legend(make_gpt, make_transformer):
+    gpt = trace(make_gpt("gpt2"), torch.randint(0, 41, (2, 11)))  # C = 32, H = 4, D = 8
+    qkv = _row(gpt, "blocks.0.attn.qkv_proj")
+    assert qkv.output == "B=2 T=11 3C=96" and qkv.output_axes == ["B", "T", "3C"]
+    assert _row(gpt, "blocks.0.attn.out_proj").inputs == ["B=2 T=11 C=32"]
+    assert "3C = 96: q | k | v packed side by side in qkv_proj's output (each H·D = C)" in gpt.format()
+
+    llama = trace(make_gpt("llama"), torch.randint(0, 41, (1, 6)))  # H = 4, K = 2, D = 8: (4 + 2·2)·8 = 64
+    assert _row(llama, "blocks.0.attn.qkv_proj").output == "B=1 T=6 (H+2K)·D=64"
+    assert "(H+2K)·D = 64: q (H·D) | k (K·D) | v (K·D)" in llama.format()
+    assert "3C" not in llama.format()
+
+    seq = trace(make_transformer(), (torch.randint(1, 37, (2, 9)), torch.randint(1, 29, (2, 5))))
+    assert _row(seq, "core.decoder.layers.0.cross_attn.q_proj").output == "B=2 T=5 C=32"
+    assert _row(seq, "core.decoder.layers.0.cross_attn.kv_proj").output == "B=2 S=9 2C=64"
+    assert _row(seq, "core.encoder.layers.0.self_attn.qkv_proj").output == "B=2 S=9 3C=96"
+    lines = seq.legend_lines(seq.rows)
+    assert any(line.startswith("2C = 64: k | v packed") for line in lines)
+    assert not any(line.startswith("3C") for line in seq.legend_lines(seq.visible(2)))  # folded: not shown
+
+
+def test_learned_position_table_is_T_by_C_even_when_B_equals_T(make_gpt):
+    t = trace(make_gpt("gpt2"), torch.randint(0, 41, (4, 4)))  # B = T = 4: the (T, C) table has no batch axis
+    wpe = _row(t, "wpe")
+    assert wpe.inputs == ["T=4"] and wpe.output == "T=4 C=32" and wpe.output_axes == ["T", "C"]
+    assert _row(t, "wte").output == "B=4 T=4 C=32"
+    assert any(line.startswith("(T, C): position tables") for line in t.legend_lines(t.rows))
+
+
+def test_seed000_sinusoidal_positions_appear_as_rows():
+    model = build_model(get_preset("transformer-seed000"))
+    t = trace(model, (torch.randint(0, 256, (3, 12)), torch.randint(0, 256, (3, 7))))
+    names = [r.name for r in t.rows]
+    assert names.index("src_embed.tok") < names.index("src_embed.pos") < names.index("core.encoder")
+    assert names.index("tgt_embed.tok") < names.index("tgt_embed.pos") < names.index("core.decoder")
+    src_pos, tgt_pos = _row(t, "src_embed.pos"), _row(t, "tgt_embed.pos")
+    assert src_pos.call == tgt_pos.call == "forward_len" and src_pos.depth == 2
+    assert src_pos.inputs == ["S=12"] and src_pos.output == "S=12 C=128" and src_pos.output_bytes == 12 * 128 * 4
+    assert tgt_pos.inputs == ["T=7"] and tgt_pos.output == "T=7 C=128"
+    table = t.format()
+    assert "src_embed.pos (SinusoidalPositionalEncoding.forward_len)" in table
+    assert "(S, C), (T, C): position tables" in table
+    # the wrapper is gone afterwards: the class's method again, and the model computes as before
+    assert "forward_len" not in vars(model.src_embed.pos) and "forward_len" not in vars(model.tgt_embed.pos)
+
+
+def test_rotary_steps_are_rows(make_gpt):
+    t = trace(make_gpt("llama"), torch.randint(0, 41, (2, 6)))
+    rot = [r for r in t.rows if r.name == "blocks.1.attn.rotary"]
+    assert [r.inputs for r in rot] == [["B=2 H=4 T=6 D=8", "T=6"], ["B=2 K=2 T=6 D=8", "T=6"]]
+    assert [r.output for r in rot] == ["B=2 H=4 T=6 D=8", "B=2 K=2 T=6 D=8"]
+
+
+def test_sequential_gets_plain_sizes_never_guessed_names():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    t = trace(model, torch.randn(2, 8))
+    assert t.axes == {} and t.legend == {}
+    assert [(r.inputs, r.output) for r in t.rows] == [
+        (["(2, 8)"], "(2, 4)"), (["(2, 8)"], "(2, 16)"), (["(2, 16)"], "(2, 16)"), (["(2, 16)"], "(2, 4)")]
+    assert all(n is None for r in t.rows for n in r.output_axes)
+    table = t.format()
+    assert table.splitlines()[0].startswith("Sequential: 212 parameters; no axis is known")
+    for guess in ("B=", "T=", "L=", "C=", "S="):
+        assert guess not in table
+    with pytest.raises(ValueError, match="lengths names the length axes of an attnkit model"):
+        trace(model, torch.randn(2, 8), lengths={"T": 8})
+
+
+def test_encoder_decoder_of_equal_lengths_names_source_and_target(make_transformer):
+    t = trace(make_transformer(), (torch.randint(1, 37, (2, 6)), torch.randint(1, 29, (2, 6))))  # S = T = 6
+    assert _row(t, "").inputs == ["B=2 S=6", "B=2 T=6"]
+    assert _row(t, "core.decoder.layers.1.cross_attn").inputs == ["B=2 T=6 C=32", "B=2 S=6 C=32"]
+    assert _row(t, "core.encoder.layers.0.ff.w_in").output == "B=2 S=6 F=48"
+
+
+# --------------------------------------------------------------------------------------------------
+# mult-adds, memory, totals
+# --------------------------------------------------------------------------------------------------
+
+def test_linear_mult_adds_by_hand():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    t = trace(model, torch.randn(3, 5, 8))  # 15 rows
+    first, relu, last = t.rows[1:]
+    assert first.mult_adds == first.own_mult_adds == 15 * 8 * 16  # one per weight per row; the bias is no product
+    assert relu.mult_adds == 0 and last.mult_adds == 15 * 16 * 4
+    assert t.rows[0].mult_adds == 15 * 8 * 16 + 15 * 16 * 4 and t.rows[0].own_mult_adds == 0
+    assert first.output_bytes == 15 * 16 * 4 and relu.output_bytes == 15 * 16 * 4
+
+
+def test_attention_mult_adds_by_hand():
+    from attnkit.modules.multi_head_attention import MultiHeadAttention
+
+    B, T, C, H, K, D = 2, 5, 32, 4, 2, 8
+    layer = MultiHeadAttention(C, H, num_kv_heads=K).eval()
+    x = torch.randn(B, T, C)
+    qkv = B * T * C * (H + 2 * K) * D  # 20,480
+    scores_and_sum = B * H * T * T * (D + D)  # q·kᵀ and weights·v: 3,200
+    out = B * T * (H * D) * C  # 10,240
+    for inputs in (x, {"query": x, "need_weights": True}):  # fused kernel, then the explicit softmax
+        t = trace(layer, inputs)
+        row = t.rows[0]
+        assert row.own_mult_adds == scores_and_sum
+        assert row.mult_adds == qkv + scores_and_sum + out == 33_920
+        assert _row(t, "qkv_proj").mult_adds == qkv and _row(t, "out_proj").mult_adds == out
+        assert row.attention["products"].startswith("scores q·kᵀ and weighted sum of v: 3,200 mult-adds")
+
+
+def test_cross_attention_mult_adds_by_hand(make_transformer):
+    B, S, T, C, H, D = 2, 9, 5, 32, 4, 8
+    t = trace(make_transformer(), (torch.randint(1, 37, (B, S)), torch.randint(1, 29, (B, T))))
+    cross = _row(t, "core.decoder.layers.0.cross_attn")
+    assert cross.own_mult_adds == B * H * T * S * 2 * D
+    assert cross.mult_adds == B * T * C * C + B * S * C * 2 * C + B * H * T * S * 2 * D + B * T * C * C
+
+
+def test_footer_totals(make_gpt):
+    model = make_gpt("llama")  # untied, no buffers shared with parameters
+    ids = torch.randint(0, 41, (2, 7))
+    t = trace(model, ids)
+    total = count_parameters(model)
+    tot = t.totals
+    assert tot.params == total == tot.trainable_params and tot.frozen_params == 0
+    assert tot.param_bytes == 4 * total and tot.input_bytes == ids.numel() * 8
+    assert tot.buffer_bytes == sum(b.numel() * b.element_size() for b in model.buffers()) > 0
+    assert tot.mult_adds == t.rows[0].mult_adds == sum(r.own_mult_adds for r in t.rows)
+    assert tot.total_bytes == tot.input_bytes + tot.activation_bytes + tot.param_bytes + tot.buffer_bytes
+    # every row's mult-adds: its own plus those of the calls nested directly inside it
+    for i, r in enumerate(t.rows):
+        inside = []
+        for s in t.rows[i + 1:]:
+            if s.depth <= r.depth:
+                break
+            inside.append(s)
+        assert r.mult_adds == r.own_mult_adds + sum(s.mult_adds for s in inside if s.depth == r.depth + 1)
+    footer = t.format().splitlines()[-9:]
+    assert footer[0] == f"Total params:            {total:,}"
+    assert footer[2] == "Frozen params:           0"
+    assert footer[3].startswith("Total mult-adds:") and f"{tot.mult_adds:,}" in footer[3]
+    assert footer[8].startswith("Estimated total size:")
+
+
+def test_forward_activation_size_counts_each_returned_tensor_once():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    t = trace(model, torch.randn(3, 8))
+    # Linear, ReLU and Linear return new tensors; the Sequential returns the last one again
+    assert t.totals.activation_bytes == (3 * 16 + 3 * 16 + 3 * 4) * 4
+    assert t.totals.buffer_bytes == 0 and t.totals.input_bytes == 3 * 8 * 4
+
+
+def test_lora_trainable_and_frozen_split(make_gpt):
+    from attnkit.modules.lora import apply_lora, mark_only_lora_trainable
+
+    model = make_gpt("gpt2")  # C = 32, 2 layers
+    base = count_parameters(model)
+    apply_lora(model, rank=4, targets=("qkv_proj", "out_proj"))
+    mark_only_lora_trainable(model)
+    t = trace(model, torch.randint(0, 41, (1, 5)))
+    per_layer = 4 * (32 + 96) + 4 * (32 + 32)  # r · (in + out) for qkv_proj and out_proj
+    assert t.totals.trainable_params == 2 * per_layer and t.totals.frozen_params == base
+    qkv = _row(t, "blocks.0.attn.qkv_proj")
+    assert qkv.kind == "LoRALinear" and qkv.trainable == 4 * (32 + 96) and qkv.params == 32 * 96 + 96 + 4 * (32 + 96)
+    assert qkv.output == "B=1 T=5 3C=96"
+    assert qkv.mult_adds == 5 * 32 * 96 + 5 * 32 * 4 + 5 * 4 * 96  # the frozen product plus A and B
+    assert _row(t, "wte").trainable == 0
+    table = t.format()
+    header = next(line for line in table.splitlines() if line.startswith("module"))
+    assert "trainable" in header.split()
+    assert f"Trainable params:        {2 * per_layer:,}" in table and f"Frozen params:           {base:,}" in table
+
+
+def test_products_without_a_formula_are_reported():
+    layer = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    t = trace(layer, (x, x, x))
+    # torch's fused inference kernel has no formula: the total is never silently short
+    assert t.totals.mult_adds > 0 or any("attention" in name for name in t.uncounted)
+    if t.uncounted:
+        assert t.format().splitlines()[-1].startswith("Not counted (no formula): ")
