@@ -46,9 +46,13 @@ def _attention_mult_adds(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     return math.prod(query.shape[:-1]) * int(key.shape[-2]) * (int(query.shape[-1]) + int(value.shape[-1]))
 
 
+def _is_packing(name: str) -> bool:
+    """Weight packing for the quantized kernels (``quantized.linear_prepack``): no product."""
+    return "prepack" in name or "unpack" in name
+
+
 def _is_int8_product(name: str) -> bool:
-    return name in _INT8_PRODUCTS or (name.startswith("quantized.") and "linear" in name
-                                      and "prepack" not in name and "unpack" not in name)
+    return name in _INT8_PRODUCTS or (name.startswith("quantized.") and "linear" in name and not _is_packing(name))
 
 
 def _is_fused_attention(name: str) -> bool:
@@ -78,7 +82,7 @@ class MultAddCounter(TorchDispatchMode):
             self.on_count(int(flop_registry[packet](*args, **kwargs, out_val=out)) // 2)
         elif _is_int8_product(name) and isinstance(out, torch.Tensor):
             self.on_count(args[0].numel() * int(out.shape[-1]))  # rows · in · out
-        elif any(word in name for word in _PRODUCT_WORDS) and "upsample" not in name:
+        elif any(word in name for word in _PRODUCT_WORDS) and "upsample" not in name and not _is_packing(name):
             self.uncounted[name] += 1
         return out
 

@@ -343,3 +343,15 @@ def test_products_without_a_formula_are_reported():
     assert t.totals.mult_adds > 0 or any("attention" in name for name in t.uncounted)
     if t.uncounted:
         assert t.format().splitlines()[-1].startswith("Not counted (no formula): ")
+
+
+@pytest.mark.parametrize("mode", ["reference", "weight_only", "dynamic"])
+def test_quantized_linear_products_are_counted(make_gpt, mode):
+    from attnkit.modules.quantized_linear import quantize_linear_layers
+
+    model = make_gpt("gpt2")  # C = 32, F = 128
+    quantize_linear_layers(model, mode=mode)
+    t = trace(model, torch.randint(0, 41, (2, 5)))
+    w_in = _row(t, "blocks.0.mlp.w_in")
+    assert w_in.kind == "QuantizedLinear" and w_in.mult_adds == 2 * 5 * 32 * 128  # rows · in · out, as the Linear
+    assert t.uncounted == {}  # weight packing is no product
