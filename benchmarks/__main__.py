@@ -7,9 +7,10 @@ Benchmarks (``--only`` picks some, comma-separated):
 * ``generate``  greedy generation tokens/s and peak memory vs HF generate (with/without KV cache, int8);
 * ``attention`` attention forward+backward time and memory for T = 512 ... 8192;
 * ``quality``   int8 vs fp32 on a real model (SmolLM2-135M): greedy tokens and perplexity;
-* ``levers``    one-at-a-time optimisation levers (see benchmarks/NOTES.md).
+* ``levers``    one-at-a-time optimisation levers (see docs/experiments/cpu_speed.md).
 
-Results go to ``benchmarks/RESULTS.md`` (the "Speed" section) and ``benchmarks/results.json``.
+Results go to ``benchmarks/records/cpu_speed/speed.md`` (the "Speed" section, between its markers) and
+``benchmarks/records/cpu_speed/results.json``; the current figures are summed up in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-gen-no-cache", action="store_true", help="skip the (slow) no-KV-cache generation runs")
     p.add_argument("--attn-lengths", default=None, help="comma-separated T values (default 512,1024,2048,4096,8192)")
     p.add_argument("--attn-ref-max", type=int, default=None, help="largest T for the reference attention (default 4096)")
-    p.add_argument("--out-md", default=str(HERE / "RESULTS.md"), help="markdown file whose Speed section is (re)written")
-    p.add_argument("--out-json", default=str(HERE / "results.json"), help="JSON file with every measurement")
+    p.add_argument("--out-md", default=str(HERE / "records" / "cpu_speed" / "speed.md"),
+                   help="markdown file whose Speed section is (re)written")
+    p.add_argument("--out-json", default=str(HERE / "records" / "cpu_speed" / "results.json"),
+                   help="JSON file with every measurement")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
     return p
 

@@ -42,7 +42,7 @@ from .harness import Impl
 
 MEMORY_BANDWIDTH_GBS = 22.8  # the measured memory bandwidth for this machine
 # The int8 mode timed by run_generate and checked first by int8_quality. "dynamic" (one 8-bit scale for the
-# whole activation tensor) is faster but fails the quality check: see benchmarks/NOTES.md, "int8 modes".
+# whole activation tensor) is faster but fails the quality check: see docs/experiments/int8.md, "int8 modes".
 INT8_MODE = "two_digit"
 
 

@@ -1,4 +1,4 @@
-"""One-at-a-time optimisation levers (predictions and results: ``benchmarks/NOTES.md``).
+"""One-at-a-time optimisation levers (predictions and results: ``docs/experiments/cpu_speed.md``).
 
 Axis legend: ``B`` batch, ``T`` length, ``C`` width, ``H`` heads, ``D`` head dim, ``V`` vocabulary, ``L`` cache length.
 

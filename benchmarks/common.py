@@ -1,7 +1,7 @@
 """Helpers shared by the benchmark modules: result records, seeding, optional peers.
 
 Every ``run_*`` function of a benchmark module returns a :class:`BenchResult`; ``__main__`` collects
-them into ``results.json`` and the "Speed" section of ``RESULTS.md``.
+them into ``records/cpu_speed/results.json`` and the "Speed" section of ``records/cpu_speed/speed.md``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@
 3. runs ``attnkit finetune`` in-process for ``--minutes`` of wall-clock time (LoRA by default),
 4. takes the trainer's final validation loss (same windows), draws five samples from the fine-tuned model and
    five from the pretrained one (same seeds; each starts right after an end-of-sequence token, i.e. "a new
-   fortune"), and writes the "Fine-tuning" section of ``benchmarks/RESULTS.md`` (between its own markers;
-   other sections are left alone) plus ``<out>/benchmark.json``.
+   fortune"), and writes the "Fine-tuning" section of ``benchmarks/records/finetune/finetune_fortunes.md`` (between its own
+   markers; other sections are left alone) plus ``<out>/benchmark.json``.
 
 The machine's load average is recorded before and after: on a shared CPU the number of steps done in the
 time budget depends on it. This is a benchmark, not a test (it takes ~30 minutes).
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=256)
     p.add_argument("--eval-batches", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=80)
-    p.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    p.add_argument("--results", type=Path, default=HERE / "records" / "finetune" / "finetune_fortunes.md")
     args = p.parse_args(argv)
 
     import torch

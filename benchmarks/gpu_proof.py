@@ -16,7 +16,7 @@ The data is the Tiny Shakespeare file at ``--data`` (default ``shared/data/tinys
 the checkout, copied to the GPU machine with the worktree: nothing is downloaded). ``--dry-run`` prints the commands;
 ``--smoke`` shrinks everything so that the whole path runs on a CPU in seconds (what the tests do).
 ``--record`` writes the figures, with command, date, GPU and load, between the ``gpu-proof`` markers of
-``benchmarks/RESULTS.md`` and to ``benchmarks/gpu_proof.json``.
+``benchmarks/records/gpu/gpu_proof.md`` and to ``benchmarks/records/gpu/gpu_proof.json``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _DATA_PLACES = (ROOT / "shared", ROOT.parent / "shared", Path("/work/shared"))
 DEFAULT_DATA = next((d / "data" / "tinyshakespeare.txt" for d in _DATA_PLACES
                      if (d / "data" / "tinyshakespeare.txt").is_file()), _DATA_PLACES[0] / "data" / "tinyshakespeare.txt")
-RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
-RESULTS_JSON = ROOT / "benchmarks" / "gpu_proof.json"
+RESULTS_MD = ROOT / "benchmarks" / "records" / "gpu" / "gpu_proof.md"
+RESULTS_JSON = ROOT / "benchmarks" / "records" / "gpu" / "gpu_proof.json"
 BEGIN, END = "<!-- gpu-proof:begin (written by `python -m benchmarks.gpu_proof`) -->", "<!-- gpu-proof:end -->"
 GOAL_LOSS, GOAL_MINUTES = 1.47, 2.0
 # Dense (no sparsity) bf16 tensor-core peaks from the vendor data sheets, TFLOP/s; matched on the device name.
@@ -185,7 +185,7 @@ def run_mfu(args: argparse.Namespace, work: Path) -> dict:
 
 
 def markdown(results: dict) -> str:
-    """The RESULTS.md section for ``results`` (``{"date", "device", "load", "runs": [...]}``)."""
+    """The gpu-proof section of ``RESULTS_MD`` for ``results`` (``{"date", "device", "load", "runs": [...]}``)."""
     lines = [BEGIN, "## GPU proof (issue #16)", "",
              f"Date: {results['date']}. Device: {results['device']}. Load (1/5/15 min) before: {results['load']}.", ""]
     for r in results["runs"]:
@@ -226,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: looked up from the device name)")
     p.add_argument("--smoke", action="store_true", help="tiny models: check the whole path on a CPU in seconds")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    p.add_argument("--record", action="store_true", help="write benchmarks/RESULTS.md (gpu-proof section) and "
-                   "benchmarks/gpu_proof.json")
+    p.add_argument("--record", action="store_true", help="write benchmarks/records/gpu/gpu_proof.md "
+                   "(gpu-proof section) and benchmarks/records/gpu/gpu_proof.json")
     p.add_argument("--work", type=Path, default=None, help="folder for the runs (default: a temporary folder)")
     return p
 

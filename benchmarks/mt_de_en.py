@@ -22,12 +22,13 @@ Steps, each one an ordinary ``attnkit`` command (printed, and recorded in ``mt_d
    ``test-docs.tsv`` (natural sentences from documentation), it is scored the same way. Steps 2 and 3 are
    :func:`choose_and_score` (``benchmarks/mt_domain_tags.py evaluate`` runs it on its own files).
 
-Outputs (``--name``, default ``mt_de_en``): ``benchmarks/<name>.json`` (figures, commands, load average samples),
-``benchmarks/<name>.md`` (the section pasted into RESULTS.md) and ``benchmarks/<name>_loss.png`` (the run's curves).
+Outputs (``--name``, default ``mt_de_en``), in ``benchmarks/records/mt/``: ``<name>.json`` (figures, commands, load
+average samples), ``<name>.md`` (the run's record, linked from docs/experiments/mt.md) and ``<name>_loss.png`` (the
+run's curves).
 
 Threads: by default the runs use ONE thread (``OMP_NUM_THREADS=1``). On this shared 2-core machine two threads
 were 3-4x *slower* than one under load: OpenMP's threads wait for each other at every parallel region, and with
-more runnable processes than cores one of them is usually descheduled (see RESULTS.md). One-thread runs were
+more runnable processes than cores one of them is usually descheduled (see docs/scaling.md). One-thread runs were
 pinned to a core (``taskset -c N``) that no other job used, two of them side by side. ``--threads 2`` is for a
 run that has the whole idle machine (1.5-1.7x the tokens of one thread in the same time).
 
@@ -50,15 +51,16 @@ from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+RECORDS = HERE / "records" / "mt"  # where a run's <name>.json, .md and _loss.png go
 if str(ROOT) not in sys.path:  # run as a script: ``benchmarks.harness`` (machine_description) needs the root
     sys.path.insert(0, str(ROOT))
 
-# The configuration chosen by the short tuning runs (see RESULTS.md, "Translation"): at this compute budget a
-# 1.4M-parameter model beats transformer-small (6.6M) at equal wall-clock time, and the inverse-sqrt schedule
-# beats a time-based cosine one. Evaluations are sparse (each costs ~15 s of the training budget).
+# The configuration chosen by the short tuning runs (docs/experiments/mt.md, "Tuning runs"): at this compute
+# budget a 1.4M-parameter model beats transformer-small (6.6M) at equal wall-clock time, and the inverse-sqrt
+# schedule beats a time-based cosine one. Evaluations are sparse (each costs ~15 s of the training budget).
 # "small" is the transformer-small preset itself (6.0M parameters), pre-norm. Even with ``--autocast bf16`` (1.34x
-# its fp32 speed at one thread on a CPU with AMX/AVX512-BF16) it ends a 60-minute run behind "tiny" (RESULTS.md,
-# the 2026-11-23 run), so "tiny" stays the default.
+# its fp32 speed at one thread on a CPU with AMX/AVX512-BF16) it ends a 60-minute run behind "tiny"
+# (docs/experiments/mt.md, the 2026-11-23 run), so "tiny" stays the default.
 MODELS = {
     "recipe": [],  # the defaults of `attnkit train mt` (preset transformer-cpu, BPE 2000, cosine over the budget)
     "tiny": ["--preset", "transformer-small", "--set", "d_model=128", "--set", "dim_feedforward=512",
@@ -221,7 +223,7 @@ def main() -> int:
                         "inverse-sqrt) or small (the transformer-small preset, pre-norm)")
     p.add_argument("--grid", choices=("full", "quick"), default="quick",
                    help="decodings tried on valid: full (beam 4/8, length penalty 0.6/1) or quick (greedy, beam 4)")
-    p.add_argument("--name", default="mt_de_en", help="file name stem of the outputs in benchmarks/")
+    p.add_argument("--name", default="mt_de_en", help="file name stem of the outputs in benchmarks/records/mt/")
     p.add_argument("--autocast", choices=("bf16",), default=None,
                    help="train with bf16 autocast (off by default; faster for larger models on CPUs with AMX, "
                         "2x slower for the recipe's model on AMX and on AVX512-BF16 alone)")
@@ -299,7 +301,8 @@ def main() -> int:
     samples = [{"source": corpus.sources[i], "reference": corpus.targets[i], "hypothesis": hyp_lines[i]}
                for i in picks]
     summary = json.loads((out / "summary.json").read_text())
-    shutil.copyfile(out / "loss.png", HERE / f"{args.name}_loss.png")
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / "loss.png", RECORDS / f"{args.name}_loss.png")
 
     machine = machine_description(args.device)
     record = {"train_command": "attnkit " + " ".join(train_args), "eval_command": "attnkit " + " ".join(eval_args),
@@ -308,7 +311,8 @@ def main() -> int:
               "valid_decoding": decoding, "decoding": {"beam": beam_size, "length_penalty": length_penalty},
               "test": test, "extra_tests": extra_tests, "samples": samples, "load_average_samples": loads,
               "wall_seconds": {"train": train_seconds, "total": time.time() - t0}}
-    (HERE / f"{args.name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (RECORDS / f"{args.name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
+                                               encoding="utf-8")
 
     rows = "\n".join(f"| {s['source']} | {s['reference']} | {s['hypothesis']} |" for s in samples)
     extra_rows = "".join(f"| {k} BLEU / chrF | **{v['bleu']:.2f}** / {v['chrf']:.2f} ({v['sentences']} sentences) |\n"
@@ -338,7 +342,7 @@ Ten test sentences (random, seed 0):
 |---|---|---|
 {rows}
 """
-    (HERE / f"{args.name}.md").write_text(md, encoding="utf-8")
+    (RECORDS / f"{args.name}.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
 

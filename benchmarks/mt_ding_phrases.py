@@ -14,7 +14,7 @@ Rules (:func:`ding_phrases`): every part of an entry that is not a sentence pair
 alternatives paired in order when both sides have as many, else the first with the first; annotations
 (``{}``, ``[]``, ``<>``, ``()``, ``/ABBR/``) dropped; an alternative still holding a ``/`` skipped; an entry that
 holds a valid or test sentence skipped whole; pairs sharing a string with valid/test/test-docs removed; pairs
-already in train not added again. RESULTS.md ("Dictionary phrases") has what it did: it lost at 15 minutes.
+already in train not added again. docs/experiments/mt.md ("Dictionary phrases") has what it did: it lost at 15 minutes.
 
 There are no tensor axes in this file.
 """

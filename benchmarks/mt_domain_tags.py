@@ -21,7 +21,7 @@ becomes a token of its own (it occurs tens of thousands of times).
 whichever is better on valid, for the test set and test-docs; it prints and writes ``RUN/probe.json`` (and the
 ``RUN/probe_*.json`` of each evaluation, the translations in ``RUN/probe_*_hyps.txt``). The untagged
 control is the same two commands with ``--data de-en`` and the prepared folder's own ``valid.tsv``, ``test.tsv`` and
-``test-docs.tsv``. RESULTS.md ("Domain tags, ...") has what it did.
+``test-docs.tsv``. docs/experiments/mt.md ("Domain tags, ...") has what it did.
 
 There are no tensor axes in this file.
 """

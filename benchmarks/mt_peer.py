@@ -23,9 +23,10 @@ attnkit runs as the user would run it: ``attnkit train mt --data TRAIN --valid V
 defaults (its budget includes its own periodic evaluation); the peer trains for the same wall-clock minutes
 (without evaluations). Test decoding is greedy for both.
 
-Outputs (``--name``, default ``mt_peer``): ``benchmarks/<name>.json`` (figures, commands, load average samples,
-samples), ``benchmarks/<name>.md`` (pasted into RESULTS.md) and ``benchmarks/<name>_loss.png`` (training loss
-against minutes, both runs; same tokenizer and label smoothing, so comparable).
+Outputs (``--name``, default ``mt_peer``), in ``--results`` (default ``benchmarks/records/mt/``): ``<name>.json``
+(figures, commands, load average samples, samples), ``<name>.md`` (the run's record, linked from
+docs/experiments/mt.md) and ``<name>_loss.png`` (training loss against minutes, both runs; same tokenizer and
+label smoothing, so comparable).
 
 Axis legend: B batch (sentences), S source length, T target length, C d_model, V vocabulary.
 """
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-size", choices=sorted(PEER_SIZES), default="tutorial")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="work folder (default runs/bench-mt-peer-<time>)")
-    p.add_argument("--results", type=Path, default=HERE, help="where <name>.json/.md/_loss.png go")
+    p.add_argument("--results", type=Path, default=HERE / "records" / "mt", help="where <name>.json/.md/_loss.png go")
     p.add_argument("--smoke-steps", type=int, default=None, metavar="N",
                    help="check the logic: N updates each and 20 test sentences (not a benchmark figure)")
     p.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train mt` (space-separated)")

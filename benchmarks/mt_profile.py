@@ -13,7 +13,7 @@ Reads the run's ``metrics.jsonl`` and splits its wall clock (``elapsed``) into
 Then it times, in this process and on the run's own data and checkpoint, the parts that hide inside those:
 building one training batch (the batcher's plan + ``collate``: padding and masks), the validation loss of one
 evaluation, and the greedy decoding of the BLEU sentences; and reads the padding ratio of the training batches.
-Results are printed as a Markdown table (pasted into RESULTS.md with the command, date and load).
+Results are printed as a Markdown table (pasted, with the command, date and load, into docs/experiments/mt.md).
 
 There are no tensor axes in this file.
 """

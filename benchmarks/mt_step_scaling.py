@@ -1,7 +1,7 @@
 """How fast the real ``train mt`` update runs at several batch sizes (benchmark, not a test).
 
     python benchmarks/mt_step_scaling.py --device cuda --autocast bf16 --preset transformer-base \\
-        --set norm_first=true --tokens 8192,16384,32768,65536 --json benchmarks/mt_step_scaling_h200.json
+        --set norm_first=true --tokens 8192,16384,32768,65536 --json benchmarks/records/gpu/mt_step_scaling_h200.json
 
 On one process, for each token budget ``--tokens`` (``--max-tokens`` of ``attnkit train mt``: ``B * max(S, T)``
 padded positions per batch), a fresh model of ``--preset`` trains ``--steps`` updates through the ordinary
@@ -15,7 +15,7 @@ warm-up and is left out) it reports updates/s and target tokens/s, and on CUDA t
 What it answers: whether the update is bound by the GPU's arithmetic (updates/s fall as the batch grows) or
 by the per-update work on the CPU (Python, kernel launches, host syncs, batch building: updates/s stay flat,
 so a larger batch is nearly free tokens). The translation recipe's batch size and model size for a GPU
-budget follow from it (benchmarks/RESULTS.md).
+budget follow from it (docs/experiments/gpu.md).
 
 There are no tensor axes in this file.
 """

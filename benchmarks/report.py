@@ -1,6 +1,6 @@
-"""Markdown and JSON output of a benchmark run: the "Speed" section of ``benchmarks/RESULTS.md``.
+"""Markdown and JSON output of a benchmark run: the "Speed" section of ``benchmarks/records/cpu_speed/speed.md``.
 
-Other sections of ``RESULTS.md`` belong to other people: only the text between the ``speed:begin`` and
+Other sections of that file belong to other people: only the text between the ``speed:begin`` and
 ``speed:end`` markers is replaced (appended at the end the first time).
 """
 
@@ -101,8 +101,9 @@ def speed_section(run: dict) -> str:
               "so it is not re-measured.", "",
               "Rows named `matmul floor` / `matvec floor` run only the Linear layers' matrix products of the same "
               "model (no attention, norms, loss, optimizer or Python around them): an upper bound for any "
-              "implementation on this machine. Where a target is not met, `benchmarks/NOTES.md` has the measured "
-              "evidence of why (time breakdown by kernel category, bounds, and every lever with its prediction).", ""]
+              "implementation on this machine. Where a target is not met, `docs/experiments/cpu_speed.md` has the "
+              "measured evidence of why (time breakdown by kernel category, bounds, and every lever with its "
+              "prediction).", ""]
     if run.get("preamble"):
         lines += [run["preamble"], ""]
     for b in run["benchmarks"]:
