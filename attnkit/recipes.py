@@ -4,7 +4,7 @@ for every flag left unset.
 Each is a dict of :class:`~attnkit.training.TrainConfig` fields (plus, for translation, the data-side settings);
 how a run combines them with a resumed run's saved config and the flags given is
 :func:`attnkit.training.config.resolve_train_config`. The figures behind each choice are in
-benchmarks/RESULTS.md. This module imports nothing heavy (no torch), so the command line can show these
+docs/experiments/ (lm.md, mt.md). This module imports nothing heavy (no torch), so the command line can show these
 defaults in ``--help`` without loading torch.
 
 There are no tensor axes in this file.
@@ -19,14 +19,14 @@ __all__ = ["LM_DEFAULTS", "MT_DEFAULTS", "FT_DEFAULTS", "LORA_LR", "MT_DEFAULT_P
            "DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE"]
 
 # Defaults of the language-modelling recipe (tuned for the char-small preset on 2 CPU cores;
-# see benchmarks/RESULTS.md for how they were chosen).
+# see docs/experiments/lm.md for how they were chosen).
 LM_DEFAULTS: dict[str, Any] = dict(
     batch_size=24, block_size=128, grad_accum=1, lr=4e-3, min_lr=1e-4, warmup_steps=50, schedule="cosine",
     weight_decay=0.1, betas=(0.9, 0.99), grad_clip=1.0, eval_every=200, eval_batches=20, log_every=10, ckpt_every=200,
     keep_last=2, seed=1337,
 )
 
-# The CPU translation recipe (chosen by the probes in benchmarks/RESULTS.md, "Translation"): the small pre-norm
+# The CPU translation recipe (chosen by the probes in docs/experiments/mt.md): the small pre-norm
 # transformer-cpu preset (~1.2M parameters at vocabulary 2000, SwiGLU, no dropout: the model underfits within an
 # hour), which sees about four times the tokens of transformer-small per second; a joint BPE of 2000 (a small
 # output layer, and Sennrich & Zhang 2019's choice for small data); 512-token batches at a peak lr of 1.4e-3 (more,
@@ -45,7 +45,7 @@ MT_DEFAULT_VOCAB = 2000
 MT_DEFAULT_MAX_TOKENS = 512
 MT_DEFAULT_MAX_LEN = 128
 MT_DEFAULT_BLEU_SENTENCES = 150
-# With --anneal-data: the final share of the budget that trains on the in-domain pairs only (benchmarks/RESULTS.md,
+# With --anneal-data: the final share of the budget that trains on the in-domain pairs only (docs/experiments/mt.md,
 # "Annealing on the in-domain pairs": at 60 minutes on de-en, +0.9 BLEU on the Ding test, -8.5 on test-docs).
 MT_DEFAULT_ANNEAL_SHARE = 0.2
 
@@ -59,7 +59,7 @@ FT_DEFAULTS: dict[str, Any] = dict(
 LORA_LR = 1e-3
 
 # Decoding defaults: beam 4 and the GNMT length penalty 0.6 (common values; on de-en valid, beam 4 gained ~0.4
-# BLEU over greedy and the length penalty 0.0-1.0 changed BLEU by < 0.3, see benchmarks/RESULTS.md "Translation").
+# BLEU over greedy and the length penalty 0.0-1.0 changed BLEU by < 0.3, see docs/experiments/mt.md).
 DEFAULT_BEAM = 4
 DEFAULT_LENGTH_PENALTY = 0.6
 DEFAULT_BATCH_SIZE = 32

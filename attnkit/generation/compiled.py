@@ -5,7 +5,7 @@ Axis legend: ``B`` batch, ``S`` cache slots (``cache.max_len``), ``V`` vocabular
 Why: at batch 1 a decoding step reads every weight once, so its matrix products are memory-bound and
 cannot get faster; what is left is everything between them: ~300 small operators per token (norms, GELU,
 residual adds, head split/merge, attention over the cache), each called from Python. On the benchmark
-machine (``benchmarks/NOTES.md``, "Session 4") that is 3-5 ms of a ~21 ms GPT-2-small step, more than the
+machine (``docs/experiments/cpu_speed.md``, "Session 4") that is 3-5 ms of a ~21 ms GPT-2-small step, more than the
 same operators cost on their own, because the 500 MB of weights streamed between them evict the
 interpreter's and the dispatcher's working set from the caches. Inductor fuses the element-wise work into a
 few C++ loops, and its C++ wrapper (``cpp_wrapper``) calls the kernels without going back to Python.

@@ -10,7 +10,7 @@ matrix-vector product "transposed", which on this class of CPU reads memory mark
 plain product ``x @ Wt`` with ``Wt = W.T`` stored contiguously ``(K, N)`` (the layout GPT-2's original
 ``Conv1D`` uses). That holds for square and *widening* matrices (``N >= K``); for *narrowing* ones
 (``N < K``, e.g. the MLP's output projection 3072 -> 768) the row-major kernel is the faster one.
-``benchmarks/NOTES.md`` has the measurements (one row, one thread): the 50257 x 768 GPT-2 head 13.6 ms
+``docs/experiments/cpu_speed.md`` has the measurements (one row, one thread): the 50257 x 768 GPT-2 head 13.6 ms
 row-major against 7.7 ms transposed, 3072 x 768 0.94 against 0.61 ms, but 768 x 3072 0.57 against 0.68 ms.
 
 :func:`use_decoding_layout` re-stores every widening or square ``nn.Linear`` weight in place as the

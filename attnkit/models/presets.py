@@ -18,7 +18,7 @@ Decoder-only (``GPTConfig``):
                    SwiGLU 1536, RoPE theta 100000, tied, vocab 49152, context 8192)
 ``char-small``     character-level model that trains on a laptop CPU in minutes: 4 layers, 4 heads, 128 wide,
                    context 128, with Llama-style blocks (RoPE, RMSNorm, SwiGLU, no biases), which reached a
-                   lower Tiny-Shakespeare loss than GPT-2-style blocks in the same time (benchmarks/RESULTS.md;
+                   lower Tiny-Shakespeare loss than GPT-2-style blocks in the same time (docs/experiments/lm.md;
                    ``--set position=learned --set norm=layernorm --set activation=gelu_tanh --set bias=true``
                    gives the nanoGPT form). Its ``vocab_size`` (256) is only a placeholder: the trainer
                    overrides it with the size of the character vocabulary of the training text
@@ -41,7 +41,7 @@ Encoder-decoder (``TransformerConfig``):
                        either (PyTorch's fused attention kernel), shared/tied vocabulary (placeholder
                        2000). Chosen by tokens/s: on one CPU core it sees ~4x the tokens of
                        ``transformer-small`` in equal time and reaches a lower validation loss within an
-                       hour (benchmarks/RESULTS.md, "Translation")
+                       hour (docs/experiments/mt.md)
 ``transformer-seed000`` the example configuration of seed 000: 2 encoder + 3 decoder layers, d_model 128,
                        4 heads of 32, SiLU feed-forward 512 (4x), RMSNorm after each sublayer (post-norm),
                        no biases, separate source/target embeddings and output layer, vocabulary 256,

@@ -274,7 +274,7 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0 and q.device.type == "cpu":
         # torch has no fused CPU kernel with dropout: its math fallback draws the mask with bernoulli_ and scales
         # q and k separately; the reference path with attnkit's dropout made a translation training step ~5%
-        # faster on an AMD EPYC (benchmarks/RESULTS.md, "Attention dropout on the CPU").
+        # faster on an AMD EPYC (docs/experiments/cpu_speed.md, "Attention dropout on the CPU").
         out, _ = reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
         return out, None
     B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)

@@ -13,7 +13,7 @@ one float tensor that the multiplication's backward reuses; masks differ from ``
 streams). Cost, forward + backward of a (16, 32, 1024) fp32 tensor on one core: 4.2 ms with ``F.dropout``, 2.7 ms
 with the ``uniform`` mask (2026-11-25, Intel Xeon with AMX); the 16-bit mask then took a seq2seq training step's
 mask drawing from 149 to 31 ms per five steps on two threads, and the step 4.5-8.1% less time (2026-11-27, AMD
-EPYC with AVX-512; benchmarks/RESULTS.md, "A dropout mask from 16 random bits"). The tests that the paths agree
+EPYC with AVX-512; docs/experiments/cpu_speed.md, "A dropout mask from 16 random bits"). The tests that the paths agree
 (keep rate, scale, expectation, gradient; every lane unbiased) are in tests/modules/test_dropout.py.
 """
 

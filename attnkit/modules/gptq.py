@@ -16,7 +16,7 @@ in blocks of columns, the block's accumulated errors applied to the rest with on
 Simplification: the Hessians here are collected in one pass over the *fp32* model (every layer sees fp32
 inputs), not layer by layer on the partly quantized model as in the paper.
 
-On SmolLM2-135M (``benchmarks/NOTES.md``, session 4) GPTQ with 4,096 tokens of calibration text cut the rms
+On SmolLM2-135M (``docs/experiments/int8.md``, session 4) GPTQ with 4,096 tokens of calibration text cut the rms
 change of the logits from 0.227 (RTN) to 0.146-0.149 and kept greedy decoding identical to fp32 where RTN
 diverged, for two unrelated calibration texts.
 """

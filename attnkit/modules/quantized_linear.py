@@ -32,7 +32,7 @@ Four ways to compute ``y = x W^T + b`` with the int8 weight (``mode``):
   huge activation (e.g. 2,800 at the MLP output projection's input, where other tokens' values are ~1) sets
   the scale and every other token is rounded to a handful of levels. Per-row 8-bit scales fix that
   token-to-token spread but not the spread *within* a row (perplexity still +3%), hence two digits.
-  Kept for the measurements in ``benchmarks/NOTES.md`` ("int8 modes (session 2)").
+  Kept for the measurements in ``docs/experiments/int8.md`` ("int8 modes (session 2)").
 * ``"weight_only"``: ``torch._weight_int8pack_mm``, fp32 activations times int8 weights (no activation
   rounding). Exact w.r.t. the dequantized weight, but in torch 2.13 its CPU kernel is ~10x slower than
   fp32 for fp32 activations; kept for the measurements.

@@ -2,7 +2,7 @@
 
 Why. On a GPU an eager update is a few thousand kernel launches, each one a trip through Python, the
 dispatcher and the driver. For a model the size of ``transformer-base`` on a modern GPU that host work takes
-longer than the kernels themselves, so the GPU waits for the CPU (``benchmarks/RESULTS.md``, "Host-bound on a
+longer than the kernels themselves, so the GPU waits for the CPU (``docs/experiments/gpu.md``, "Host-bound on a
 GPU": 8% busy at 16k tokens a batch). A CUDA graph records the kernels of one micro-batch once; replaying it
 launches all of them with one call.
 

@@ -19,7 +19,7 @@ singular values in ``[0, 1]``) each step maps every singular value ``s`` to ``a 
 few steps (not exactly 1: the iteration trades exactness for speed). It needs only matrix products, and the
 matrices of one shape go through it together as one stack. Its cost does not depend on the batch: about
 ``ns_steps * (4 R^2 C + 2 R^3)`` flops per matrix (R <= C) per update, which for a small model trained on small
-batches on a CPU is a real share of the step (``benchmarks/RESULTS.md``, "Muon for the hidden matrices"), hence
+batches on a CPU is a real share of the step (``docs/experiments/mt.md``, "Muon for the hidden matrices"), hence
 ``ns_steps``.
 
 Muon is meant for the matrices inside the network. Embeddings, the output layer, biases and norm gains keep AdamW
