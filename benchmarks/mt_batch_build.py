@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
 
-    from attnkit.data.parallel import resolve_parallel_data
-    from attnkit.data.tokenizer import load_tokenizer
+    from attnkit.data.corpora.parallel import resolve_parallel_data
+    from attnkit.data.tokenizers.tokenizer import load_tokenizer
     from attnkit.training.mt_task import MTTask
 
     source, _ = resolve_parallel_data(args.data)

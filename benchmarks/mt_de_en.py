@@ -90,9 +90,9 @@ def upsample_dictionary(prepared: Path, dest: Path, times: int) -> dict[str, int
     """
     import tempfile
 
-    from attnkit.data.de_en import ding_pairs
+    from attnkit.data.corpora.de_en import ding_pairs
     from attnkit.data.fetch import dpkg_extract
-    from attnkit.data.parallel import read_tsv, write_tsv
+    from attnkit.data.corpora.parallel import read_tsv, write_tsv
 
     debs = sorted((prepared / "debs").glob("trans-de-en_*.deb"))
     if len(debs) != 1:
@@ -242,7 +242,7 @@ def main() -> int:
     sampler = LoadSampler()
     sampler.start()
     t0 = time.time()
-    from attnkit.data.registry import prepare
+    from attnkit.data.corpora.registry import prepare
 
     prepared = prepare("de-en")
     data_args, upsampling = ["--data", "de-en"], None
@@ -293,7 +293,7 @@ def main() -> int:
     extra_tests = {k: v for k, v in scored["tests"].items() if k != "test"}
     loads = sampler.stop()
 
-    from attnkit.data.parallel import load_parallel
+    from attnkit.data.corpora.parallel import load_parallel
 
     corpus = load_parallel(prepared, split="test")
     hyp_lines = hyps.read_text(encoding="utf-8").splitlines()

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from attnkit.data.de_en import _DING_ANNOTATION, _is_sentence, ding_entries, ding_part, remove_overlap  # noqa: E402
-from attnkit.data.parallel import normalize_text, read_tsv, write_tsv  # noqa: E402
+from attnkit.data.corpora.de_en import _DING_ANNOTATION, _is_sentence, ding_entries, ding_part, remove_overlap  # noqa: E402
+from attnkit.data.corpora.parallel import normalize_text, read_tsv, write_tsv  # noqa: E402
 
 Pair = tuple[str, str]
 # What a headword carries besides its words: <comparative forms>, (usage notes) and /ABBR/ abbreviations.
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path, help="the TSV to write (train.tsv + the phrase pairs, shuffled)")
     args = p.parse_args(argv)
     from attnkit.data.fetch import dpkg_extract
-    from attnkit.data.registry import prepare
+    from attnkit.data.corpora.registry import prepare
 
     prepared = prepare("de-en")
     splits = {s: read_tsv(prepared / f"{s}.tsv", strict=True).pairs() for s in ("train", "valid", "test", "test-docs")}

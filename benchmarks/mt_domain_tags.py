@@ -46,7 +46,7 @@ EVAL_SPLITS = {"valid": "natural", "test": "natural", "test-docs": "docs"}
 
 def write_tagged(prepared: Path, dest: Path) -> dict[str, dict[str, int]]:
     """Write ``dest/{train,valid,test,test-docs}_tag.tsv`` (rules in the module docstring); returns the counts."""
-    from attnkit.data.parallel import read_tsv, write_tsv
+    from attnkit.data.corpora.parallel import read_tsv, write_tsv
 
     natural = set(read_tsv(prepared / "in-domain.tsv", strict=True).pairs())
     dest.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def main() -> int:
     e.add_argument("test_docs")
     args = p.parse_args()
     if args.command == "write":
-        from attnkit.data.registry import prepare
+        from attnkit.data.corpora.registry import prepare
 
         print(json.dumps(write_tagged(prepare("de-en"), args.dest)))
     else:

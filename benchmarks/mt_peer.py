@@ -17,7 +17,7 @@ layers, dropout 0.1, constant lr 1e-4); ``--peer-size recipe`` gives it attnkit'
 learning rate), so that only the implementation and the recipe's other choices differ; its feed-forward block is
 ``nn.Transformer``'s ReLU block of 512, which has the parameters and products of the recipe's SwiGLU block of 344.
 
-Both see the same pairs, the same joint BPE (``attnkit.data.mt_batching.train_joint_bpe``, same vocabulary size,
+Both see the same pairs, the same joint BPE (``attnkit.data.pipeline.mt_batching.train_joint_bpe``, same vocabulary size,
 deterministic), the same length limit and the same token-budget batches (``TokenBudgetBatcher``, same seed).
 attnkit runs as the user would run it: ``attnkit train mt --data TRAIN --valid VALID --max-time M`` with its
 defaults (its budget includes its own periodic evaluation); the peer trains for the same wall-clock minutes
@@ -212,8 +212,8 @@ def run_peer(train_path: Path, test_sets: dict[str, Path], *, minutes: float | N
              size: str, vocab_size: int, max_tokens: int, max_len: int, seed: int,
              max_sentences: int | None = None) -> dict[str, Any]:
     """Tokenize, train the peer for the budget, decode every test set; returns figures and hypotheses."""
-    from attnkit.data.mt_batching import TokenBudgetBatcher, encode_pairs, train_joint_bpe
-    from attnkit.data.parallel import load_parallel
+    from attnkit.data.pipeline.mt_batching import TokenBudgetBatcher, encode_pairs, train_joint_bpe
+    from attnkit.data.corpora.parallel import load_parallel
 
     train = load_parallel(train_path)
     tokenizer = train_joint_bpe(train.sources, train.targets, vocab_size)
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
 
     if args.data is None:
-        from attnkit.data.registry import prepare
+        from attnkit.data.corpora.registry import prepare
 
         prepared = prepare("de-en")
     else:
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"torch.nn.Transformer ({args.peer_size})": peer["train"]["curve"]}, args.results / f"{args.name}_loss.png")
     samples = []
     if "test" in test_sets:
-        from attnkit.data.parallel import load_parallel
+        from attnkit.data.corpora.parallel import load_parallel
 
         corpus = load_parallel(test_sets["test"])
         n = len(peer["hypotheses"]["test"])

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from attnkit.training import MTTask
-    from attnkit.training.runs import load_trained
+    from attnkit.checkpoints import load
 
     rows = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     state = json.loads((args.run / "run.json").read_text())
@@ -70,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     split = wall_clock_split(rows, eval_steps)
     n_steps = max(r["step"] for r in rows)
 
-    model, tokenizer, ck = load_trained(args.run, expect_kind="mt")
+    loaded = load(args.run, expect_kind="mt")
+    model, tokenizer, ck = loaded.model, loaded.tokenizer, loaded.state
     opts = ck["extra"]["mt_options"]
     data = ck["extra"]["data"]
-    from attnkit.data.parallel import resolve_parallel_data
+    from attnkit.data.corpora.parallel import resolve_parallel_data
 
     source, _ = resolve_parallel_data(data)
     valid = opts.get("valid")

@@ -66,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from attnkit.data.mt_batching import encode_pairs
-    from attnkit.data.parallel import read_tsv
+    from attnkit.data.pipeline.mt_batching import encode_pairs
+    from attnkit.data.corpora.parallel import read_tsv
     from attnkit.training.mt_task import MTTask
-    from attnkit.training.runs import load_trained
+    from attnkit.checkpoints import load
 
     torch.set_num_threads(args.threads)
-    model, tokenizer, state = load_trained(args.ckpt, expect_kind="mt")
+    loaded = load(args.ckpt, expect_kind="mt")
+    model, tokenizer, state = loaded.model, loaded.tokenizer, loaded.state
     max_len = state["model_config"]["max_len"]
     rows = []
     for name, path, mode, start, count in specs:

@@ -98,15 +98,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from attnkit.cli.flags import parse_overrides
-    from attnkit.data.parallel import resolve_parallel_data
-    from attnkit.data.tokenizer import load_tokenizer
+    from attnkit.data.corpora.parallel import resolve_parallel_data
+    from attnkit.data.pipeline.mt_batching import GRAPH_SHAPE_MULTIPLE
+    from attnkit.data.tokenizers.tokenizer import load_tokenizer
     from attnkit.models.builders import build_model
+    from attnkit.models.configs import parse_overrides
     from attnkit.models.presets import get_preset
     from attnkit.training import TrainConfig, Trainer
     from attnkit.training.device import resolve_device
     from attnkit.training.mt_task import MTTask
-    from attnkit.cli.train_mt import GRAPH_SHAPE_MULTIPLE
 
     budgets = [int(t) for t in args.tokens.split(",")]
     modes = args.modes.split(",")

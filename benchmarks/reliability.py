@@ -80,17 +80,24 @@ def _hash_tree(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def cli(argv: list[str], protect: tuple[Path, ...] = ()) -> Outcome:
-    """Run ``attnkit argv`` in this process; classify what it did."""
-    from attnkit.cli.main import main as attnkit_main
+# How the sweep runs ``attnkit ARGV``: in a child process, as a user does (the default), or, when the test suite
+# installs the command's entry point here (tests/reliability/conftest.py: ``attnkit.cli.main.main`` and
+# ``build_parser``), in this process: the same outcome, without a torch import per row.
+IN_PROCESS_MAIN: Callable[[list[str]], int] | None = None
+BUILD_PARSER: Callable[[], object] | None = None
 
+
+def cli(argv: list[str], protect: tuple[Path, ...] = ()) -> Outcome:
+    """Run ``attnkit argv``; classify what it did."""
+    if IN_PROCESS_MAIN is None:
+        return cli_subprocess(argv, protect)
     before = _hash_tree(list(protect))
     out, err = io.StringIO(), io.StringIO()
     code = None
     crash = None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = attnkit_main([str(a) for a in argv])
+            code = IN_PROCESS_MAIN([str(a) for a in argv])
         except SystemExit as e:  # argparse
             code = e.code
         except BaseException as e:  # noqa: BLE001 (a traceback is exactly what the sweep looks for)
@@ -389,8 +396,8 @@ case("gen-nan-model", "api generation", "greedy generate from a model with a NaN
 
 # ---- checkpoints through the API ---------------------------------------------------------------------
 def _load(path):
-    from attnkit.training.runs import load_trained
-    return load_trained(path)[0].__class__.__name__
+    from attnkit.checkpoints import load
+    return load(path, require_tokenizer=False).model.__class__.__name__
 
 
 def _corrupt_weights(fx: Fixtures, tmp: Path, data: Callable[[bytes], bytes]) -> Path:
@@ -400,7 +407,7 @@ def _corrupt_weights(fx: Fixtures, tmp: Path, data: Callable[[bytes], bytes]) ->
     return run
 
 
-case("ckpt-truncated-api", "api checkpoint", "load_trained on a run whose model.safetensors is cut in half",
+case("ckpt-truncated-api", "api checkpoint", "load on a run whose model.safetensors is cut in half",
      "error: model.safetensors")(lambda fx, tmp: api(lambda: _load(_corrupt_weights(fx, tmp, lambda b: b[:len(b) // 2]))))
 
 
@@ -515,7 +522,7 @@ case("lm-resume-changed", "cli train lm", "--resume with a different model (--se
 
 
 def _locked(fx, tmp):
-    from attnkit.training.run_lock import RunLock
+    from attnkit.checkpoints.run_lock import RunLock
     run = fx.lm_run_copy(tmp)
     lock = RunLock(run)  # another process would hold it; the lock is per open file, so this stands in for it
     try:
@@ -553,8 +560,8 @@ def _diverging(fx, tmp):
                    "--schedule", "constant", "--ckpt-every", "1"])
     kept = re.search(r"last good checkpoint is (\S+)", outcome.message)
     if kept and kept.group(1) != "none":
-        from attnkit.training.runs import load_trained
-        model = load_trained(kept.group(1))[0]
+        from attnkit.checkpoints import load
+        model = load(kept.group(1), require_tokenizer=False).model
         if not all(bool(p.isfinite().all()) for p in model.parameters()):
             outcome.intact, outcome.message = False, outcome.message + " (but it holds non-finite weights)"
     return outcome
@@ -585,7 +592,7 @@ def _non_writable(fx, tmp, inside: bool = True):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return Outcome("skipped", "needs root (to run as nobody) and setpriv")
     probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-                            "import attnkit.cli.main"], capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                            "import attnkit.api"], capture_output=True, text=True, cwd=tempfile.gettempdir(),
                            env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")))
     if probe.returncode != 0:  # e.g. a checkout inside `mktemp -d` (mode 700): nobody cannot read the code itself
         return Outcome("skipped", f"nobody (uid 65534) cannot import attnkit from {ROOT} or its Python "
@@ -627,10 +634,10 @@ def _full_disk(fx, tmp):
         published = sorted(p.name for p in (out / "checkpoints").iterdir()) if (out / "checkpoints").is_dir() else []
         good = [p for p in published if not p.endswith((".tmp", ".old"))]
         if outcome.kind == "error":
-            from attnkit.training.runs import load_trained
+            from attnkit.checkpoints import load
             try:  # the checkpoints written before the disk filled up still load
                 for name in good:
-                    load_trained(out / "checkpoints" / name)
+                    load(out / "checkpoints" / name, require_tokenizer=False)
             except Exception as e:  # noqa: BLE001
                 outcome.intact, outcome.message = False, f"{outcome.message} (and {name} is broken: {e})"
             if not good:
@@ -945,18 +952,32 @@ def check(c: Case, o: Outcome) -> str | None:
 
 
 def cli_commands() -> list[str]:
-    """Every command of ``attnkit`` (``train lm``, ``eval mt``, ``sample``, ...), from its argument parser."""
+    """Every command of ``attnkit`` (``train lm``, ``eval mt``, ``sample``, ...): from its argument parser when the
+    test suite installed it (:data:`BUILD_PARSER`), else from ``attnkit [COMMAND ...] --help`` (the subcommands are
+    the lines indented by four spaces under "positional arguments")."""
     import argparse
 
-    from attnkit.cli.main import build_parser
+    if BUILD_PARSER is not None:
+        def walk(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if not subs:
+                return [prefix]
+            return [name for sub in subs for cmd, p in sub.choices.items()
+                    for name in walk(p, f"{prefix} {cmd}".strip())]
 
-    def walk(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
-        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        if not subs:
-            return [prefix]
-        return [name for sub in subs for cmd, p in sub.choices.items() for name in walk(p, f"{prefix} {cmd}".strip())]
+        return walk(BUILD_PARSER(), "")
 
-    return walk(build_parser(), "")
+    def subcommands(words: list[str]) -> list[str]:
+        text = subprocess.run([sys.executable, "-m", "attnkit", *words, "--help"], capture_output=True, text=True,
+                              cwd=ROOT, check=True, timeout=120).stdout
+        section = text.split("positional arguments:", 1)[1].split("\n\n", 1)[0] if "positional arguments:" in text else ""
+        return [m.group(1) for m in re.finditer(r"^    (\S+)", section, re.M)]
+
+    def walk_help(words: list[str]) -> list[str]:
+        subs = subcommands(words)
+        return [" ".join(words)] if not subs else [c for sub in subs for c in walk_help(words + [sub])]
+
+    return walk_help([])
 
 
 def uncovered_commands() -> list[str]:

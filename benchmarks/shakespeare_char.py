@@ -52,7 +52,7 @@ def loadavg() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from attnkit.data.char_tokenizer import CharTokenizer
+    from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
     from attnkit.models.builders import build_gpt
     from attnkit.models.configs import GPTConfig
     from attnkit.models.params import count_parameters

@@ -1,4 +1,5 @@
-"""Suite-wide test settings.
+"""Suite-wide test settings and shared fixtures (``tiny_lm``: a tiny language model; ``make_copy_task``: a
+prepared translation folder of letter sequences and their copies).
 
 Every test runs torch on one thread: the models in the tests are tiny, so a second thread costs more in
 start-up and synchronisation than it saves, and on a loaded 2-core machine a thread waiting for a busy
@@ -7,8 +8,13 @@ core slows tiny-model steps by an order of magnitude. (Tests that need more set 
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 import torch
+
+from helpers import TinyLM
 
 
 @pytest.fixture(autouse=True)
@@ -27,3 +33,34 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cli" in item.path.parts[-2:-1] or item.path.name.startswith("test_cli_"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def tiny_lm():
+    """Factory: ``tiny_lm(seed=0, dropout=0.0, vocab_size=32)`` -> a freshly initialised TinyLM."""
+
+    def make(seed: int = 0, dropout: float = 0.0, vocab_size: int = 32) -> TinyLM:
+        torch.manual_seed(seed)
+        return TinyLM(vocab_size=vocab_size, dropout=dropout)
+
+    return make
+
+
+def _make_copy_task(folder: Path, *, seed: int = 0, sizes=(("train", 1500), ("valid", 60), ("test", 60))) -> Path:
+    """A prepared data folder (train/valid/test.tsv) of letter sequences and their copies, upper-cased on the
+    target side so that source and target are different strings (the model must map, not just echo ids)."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes:
+        lines = []
+        for _ in range(n):
+            words = [rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))]
+            lines.append(" ".join(words) + "\t" + " ".join(w.upper() for w in words))
+        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_copy_task():
+    """``make_copy_task(folder, *, seed=0, sizes=((split, n), ...)) -> folder``."""
+    return _make_copy_task

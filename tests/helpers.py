@@ -9,16 +9,19 @@
 * :func:`without_key_biases` -- a state dict without the attention key biases, which training does not determine
   (see there), for comparing two trainings' weights.
 * :func:`sync_sites` -- where a function made the host wait for the GPU (CUDA's sync debug mode).
+* :class:`TinyLM` -- a tiny tied-embedding language model (no attention) for the training and checkpoint tests.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from attnkit.models.configs import GPTConfig, TransformerConfig
 
 __all__ = ["spread_weights", "tiny_gpt_config", "tiny_transformer_config", "TOLERANCES", "assert_close",
-           "without_key_biases", "sync_sites"]
+           "without_key_biases", "sync_sites", "TinyLM"]
 
 
 def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
@@ -117,3 +120,22 @@ def sync_sites(fn) -> list[str]:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
+class TinyLM(nn.Module):
+    """Embedding -> residual MLP -> LayerNorm -> tied output head. ``forward(x (B, T)) -> (B, T, V)``."""
+
+    def __init__(self, vocab_size: int = 32, dim: int = 16, dropout: float = 0.0):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, dim)
+        nn.init.normal_(self.emb.weight, std=0.3)  # keeps the tied logits moderate
+        self.fc = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(dropout)
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        self.head.weight = self.emb.weight  # tied, like GPT-2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)  # (B, T, C)
+        h = h + self.drop(F.gelu(self.fc(h)))
+        return self.head(self.ln(h))  # (B, T, V)

@@ -22,10 +22,4 @@ _COMMAND_MODULES = (
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # command not built yet
-                continue
-            raise
-        module.register(subparsers)
+        importlib.import_module(name).register(subparsers)

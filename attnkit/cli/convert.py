@@ -24,24 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
-    from attnkit.training.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint_state
-    from attnkit.training.sharded import convert_sharded
+    from attnkit.api import convert_checkpoint
 
-    src = Path(args.src)
-    if (src / "checkpoints").is_dir():
-        latest = latest_checkpoint(src / "checkpoints")
-        if latest is None:
-            raise CheckpointError(f"{src} holds no step checkpoint to convert")
-        src = latest
-    out = args.out or src.with_name(src.name + "-converted")
-    if out.exists():
-        raise ValueError(f"{out} already exists; choose another output folder (nothing is overwritten)")
-    state = read_checkpoint_state(src)
-    if "model_config" not in state:
-        raise CheckpointError(f"{src / 'state.json'} lacks the model config; it was not written by attnkit's trainer")
-    model = build_model(config_from_dict(state["model_config"]))
-    path = convert_sharded(src, out, model)
-    print(f"converted {src} (sharded over {state.get('world_size', '?')} processes) -> {path}")
+    done = convert_checkpoint(args.src, args.out)
+    print(f"converted {done.src} (sharded over {done.world_size} processes) -> {done.path}")
     return 0

@@ -22,26 +22,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from attnkit.data.registry import prepare
+    from attnkit.api import prepare_data
 
-    folder = prepare(args.name, force=args.force)
-    print(f"{args.name}: {folder}")
-    source = folder / "SOURCE.json"
-    if source.is_file():
-        record = json.loads(source.read_text(encoding="utf-8"))
-        for key in ("package", "packages", "version", "license", "counts"):
-            if key in record:
-                print(f"  {key}: {json.dumps(record[key])}")
-    for f in sorted(folder.iterdir()):
-        if f.is_file():
-            print(f"  {f.name:16s} {f.stat().st_size:>12,d} bytes")
+    prepared = prepare_data(args.name, force=args.force)
+    print(f"{args.name}: {prepared.folder}")
+    for key in ("package", "packages", "version", "license", "counts"):
+        if key in prepared.source:
+            print(f"  {key}: {json.dumps(prepared.source[key])}")
+    for name, size in prepared.files:
+        print(f"  {name:16s} {size:>12,d} bytes")
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from attnkit.data.registry import get_recipe, recipe_names
+    from attnkit.api import data_recipes
 
-    for name in recipe_names():
-        r = get_recipe(name)
-        print(f"{name:12s} {r.kind:3s} {r.description}")
+    for r in data_recipes():
+        print(f"{r.name:12s} {r.kind:3s} {r.description}")
     return 0

@@ -1,35 +1,31 @@
-"""Flags shared by several commands, and what they turn into: one place for the command line's common parts.
+"""Flags shared by several commands, and how parsed flags become :mod:`attnkit.api` options.
 
-* the run and training flags (``train lm``, ``train mt``, ``finetune``): :func:`add_run_flags`,
-  :func:`train_flag_values`, and ``--set FIELD=VALUE`` parsing (:func:`parse_overrides`);
+* the run and training flags (``train lm``, ``train mt``, ``finetune``): :func:`add_run_flags` (``--set
+  FIELD=VALUE`` is read by :func:`attnkit.models.configs.parse_overrides`);
 * decoding (``translate``, ``eval mt``) and sampling (``sample``) flags;
 * devices (``train lm``, ``train mt``, ``finetune``, ``sample``, ``translate``, ``eval``, ``viz``):
   ``--device auto|cpu|cuda|cuda:N|mps`` (auto = CUDA when available, else the CPU) and
   ``--autocast bf16|fp16|off`` (training: autocast of the forward pass, fp16 with a gradient scaler;
   inference: the weights in that precision). Training commands also get ``--fsdp``. The meaning of each value
-  lives in :mod:`attnkit.training.device`; here they are only parsed.
+  lives in :mod:`attnkit.training.device`; here they are only parsed;
+* :func:`options_from`: the parsed flags as an options dataclass (each flag's value goes to the field of the same
+  name).
 
-Processes: under ``torchrun`` every process runs the same command; :func:`world_size` / :func:`is_main_process`
-read the launcher's environment (before any process group exists) so that the CLI can turn the per-process
-``--batch-size`` into the global batch and print its lines once (rank 0).
-
-Only argparse and the launcher's environment live here; defaults come from :mod:`attnkit.recipes`.
+Only argparse lives here (no torch: ``--help`` stays instant); defaults come from :mod:`attnkit.recipes`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from attnkit.models.configs import parse_overrides
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-__all__ = ["TRAIN_FLAGS", "add_run_flags", "train_flag_values", "parse_overrides", "add_decoding_flags",
-           "check_decoding_flags", "add_sampling_flags", "add_device_flags", "autocast_value", "resolve_device_flag",
-           "inference_device", "place_model", "world_size", "is_main_process", "say", "DEFAULT_BATCH_SIZE"]
+__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "add_decoding_flags",
+           "add_sampling_flags", "add_device_flags", "DEFAULT_BATCH_SIZE"]
 
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps"
 
@@ -45,56 +41,6 @@ def add_device_flags(p: argparse.ArgumentParser | Any, *, training: bool = False
         p.add_argument("--fsdp", action="store_true", default=None,
                        help="shard parameters, gradients and optimizer state over the torchrun processes (FSDP2) "
                             "instead of replicating them (DDP)")
-
-
-def autocast_value(args: argparse.Namespace) -> str | None:
-    """``--autocast`` as a TrainConfig / device.py value (``off`` and unset are None)."""
-    value = getattr(args, "autocast", None)
-    return None if value in (None, "off") else value
-
-
-def resolve_device_flag(args: argparse.Namespace):
-    """``--device`` as an available ``torch.device`` (under torchrun: this process's GPU); ValueError otherwise."""
-    from attnkit.training.device import resolve_device
-    from attnkit.training.distributed import env_local_rank
-
-    return resolve_device(getattr(args, "device", None) or "auto", local_rank=env_local_rank())
-
-
-def inference_device(args: argparse.Namespace):
-    """``--device`` resolved and ``--autocast`` checked for it (inference commands call this before loading)."""
-    from attnkit.training.device import check_autocast
-
-    device = resolve_device_flag(args)
-    check_autocast(autocast_value(args), device)
-    return device
-
-
-def place_model(model, args: argparse.Namespace, device):
-    """Inference: ``model`` on ``device``, its weights in ``--autocast`` precision (bf16/fp16 weights: the
-    KV caches and beam search follow the weights' dtype and device). Returns ``model``."""
-    import torch
-
-    model.to(device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast_value(args))
-    return model.to(dtype) if dtype is not None else model
-
-
-def world_size() -> int:
-    """Number of processes of this job (``WORLD_SIZE`` set by torchrun; 1 for a plain run)."""
-    value = os.environ.get("WORLD_SIZE", "1")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
-
-
-def is_main_process() -> bool:
-    """True in a plain run and in rank 0 of a torchrun job."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-def say(message: str) -> None:
-    """Print a status line to stderr once per job (rank 0 only)."""
-    if is_main_process():
-        print(message, file=sys.stderr)
 
 
 # TrainConfig fields exposed as flags: (flag, field, type, help)
@@ -146,44 +92,18 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="no progress bar; the log lines (evaluations, sample translations) still print")
 
 
-def train_flag_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig fields the user gave as flags (those left unset are absent), for
-    :func:`attnkit.training.config.resolve_train_config`.
-
-    Fails first (before any data is read) on a ``--device`` / ``--autocast`` this machine cannot run.
-    ``--batch-size`` is per process: the config (and the checkpoint) hold the global micro-batch. The device is
-    always recorded (checkpoints are device-free, so it may change on resume)."""
-    from attnkit.training.device import check_autocast
-
-    device = resolve_device_flag(args)
-    check_autocast(autocast_value(args), device)
-    if getattr(args, "cuda_graphs", None) and device.type != "cuda":
-        raise ValueError(f"--cuda-graphs needs a CUDA device (--device cuda), got {device}")
-    fields = [field for _, field, _, _ in TRAIN_FLAGS] + ["steps", "max_time", "block_size", "compile", "cuda_graphs"]
-    given = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
-    if "batch_size" in given:
-        given["batch_size"] = given["batch_size"] * world_size()
-    given["device"] = getattr(args, "device", None) or "auto"
-    if getattr(args, "autocast", None) is not None:
-        given["autocast"] = autocast_value(args)
-    if getattr(args, "fsdp", None):
-        given["fsdp"] = True
-    return given
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["n_layer=6", "dropout=0.2", "bias=false"]`` → ``{"n_layer": 6, "dropout": 0.2, "bias": False}``."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
-        key, raw = item.split("=", 1)
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
-        out[key.strip()] = value
-    return out
+def options_from(cls: type, args: argparse.Namespace, **values: Any) -> Any:
+    """An :mod:`attnkit.api` options dataclass from the parsed flags: every field whose flag has the same name
+    (``--max-time`` is ``max_time``), then ``values``. ``--set`` becomes ``overrides`` and ``--no-progress``
+    ``progress`` wherever the options have them."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    if "overrides" in names and hasattr(args, "set"):
+        given["overrides"] = parse_overrides(args.set)
+    if "progress" in names and hasattr(args, "no_progress"):
+        given["progress"] = not args.no_progress
+    given.update(values)
+    return cls(**given)
 
 
 def add_decoding_flags(p: argparse.ArgumentParser) -> None:
@@ -194,13 +114,6 @@ def add_decoding_flags(p: argparse.ArgumentParser) -> None:
                    help="alpha of the GNMT length normalisation ((5 + len) / 6) ** alpha (0 = none)")
     g.add_argument("--max-len-a", type=float, default=1.2, help="target length limit a * source length + b: a")
     g.add_argument("--max-len-b", type=float, default=10, help="target length limit a * source length + b: b")
-
-
-def check_decoding_flags(args: argparse.Namespace) -> None:
-    if args.beam < 1:
-        raise ValueError(f"--beam must be >= 1, got {args.beam}")
-    if getattr(args, "batch_size", 1) < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:

@@ -16,19 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from attnkit.models.builders import build_model
-    from attnkit.models.params import format_parameter_table
-    from attnkit.models.presets import PRESETS, get_preset
+    from attnkit.api import parameter_table, preset_names
 
     if args.list or not args.preset:
-        for name, cfg in PRESETS.items():
-            print(f"{name:20s} {type(cfg).__name__}")
+        for name, kind in preset_names():
+            print(f"{name:20s} {kind}")
         return 0
-    config = get_preset(args.preset)
-    with torch.device("meta"):
-        model = build_model(config)
-    print(f"preset {args.preset} ({type(config).__name__})")
-    print(format_parameter_table(model, depth=args.depth))
+    print(parameter_table(args.preset, depth=args.depth))
     return 0

@@ -12,20 +12,17 @@ Axis legend (of the figures): ``T`` query positions, ``S`` key positions, ``H`` 
 ``k`` next-token candidates.
 
 Each command writes one PNG, creating its folder, and prints the file's path on stdout (anything else, such
-as the translation a cross-attention map was computed for, goes to stderr). The Python functions behind them
-are in :mod:`attnkit.viz`.
+as the translation a cross-attention map was computed for, goes to stderr). The runs are :mod:`attnkit.api.viz`;
+the drawing is :mod:`attnkit.viz`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Any
 
-from attnkit.cli.flags import add_device_flags, resolve_device_flag
-
-_ATTN_KINDS = ("self", "encoder", "decoder", "cross")
+from attnkit.api.viz import ATTENTION_KINDS as _ATTN_KINDS
+from attnkit.cli.flags import add_device_flags, options_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -125,172 +122,46 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
-def _done(path: Path) -> int:
-    print(path)
+def _model_text(args: argparse.Namespace):
+    from attnkit.api import ModelText
+
+    return options_from(ModelText, args)
+
+
+def run_positions(args: argparse.Namespace) -> int:
+    from attnkit.api import draw_positions
+
+    dims = None if args.dims is None else _int_list(args.dims, "--dims")
+    print(draw_positions(args.out, dim=args.dim, length=args.length, dims=dims, base=args.base, dpi=args.dpi))
     return 0
 
 
-# ----------------------------------------------------------------------------------------------------
-# positions, mask, params: no model needed
-# ----------------------------------------------------------------------------------------------------
-
-def run_positions(args: argparse.Namespace) -> int:
-    from attnkit.viz.plots import plot_positional_encoding, save_figure
-
-    dims = None if args.dims is None else _int_list(args.dims, "--dims")
-    fig = plot_positional_encoding(args.length, args.dim, dims=dims, base=args.base)
-    return _done(save_figure(fig, args.out, dpi=args.dpi))
-
-
 def run_mask(args: argparse.Namespace) -> int:
-    from attnkit.viz.plots import make_mask, plot_mask, save_figure
+    from attnkit.api import draw_mask
 
-    if args.kind == "padding":
-        if args.lengths is None:
-            raise ValueError("--kind padding needs --lengths, e.g. --lengths 5,3,7")
-        lengths = _int_list(args.lengths, "--lengths")
-        mask = make_mask("padding", lengths=lengths, key_length=args.key_len)
-        title = f"key padding mask, lengths {lengths}  (B, S) = {tuple(mask.shape)}"
-        fig = plot_mask(mask, title=title, xlabel="key position j", ylabel="batch row b")
-    elif args.kind == "causal":
-        mask = make_mask("causal", length=args.length, key_length=args.key_len)
-        T, S = mask.shape
-        title = f"causal mask (T, S) = ({T}, {S})" + (f": queries see the {S - T} earlier keys" if S > T else "")
-        fig = plot_mask(mask, title=title)
-    else:
-        mask = make_mask("banded", length=args.length, masked_len=args.masked_len)
-        m = args.length - 1 if args.masked_len is None else args.masked_len
-        fig = plot_mask(mask, title=f"generate_mask_mat({args.length}, {m}): masked where {args.length} - j + i <= {m}")
-    return _done(save_figure(fig, args.out, dpi=args.dpi))
+    lengths = None if args.lengths is None else _int_list(args.lengths, "--lengths")
+    print(draw_mask(args.out, kind=args.kind, length=args.length, key_length=args.key_len,
+                    masked_len=args.masked_len, lengths=lengths, dpi=args.dpi))
+    return 0
 
 
 def run_params(args: argparse.Namespace) -> int:
-    from attnkit.models.presets import get_preset
-    from attnkit.viz.plots import plot_parameters, save_figure
+    from attnkit.api import draw_params
 
-    config = get_preset(args.preset)
-    fig = plot_parameters(config, depth=args.depth, title=f"{args.preset} ({type(config).__name__})")
-    return _done(save_figure(fig, args.out, dpi=args.dpi))
-
-
-# ----------------------------------------------------------------------------------------------------
-# attention, predict: a model and a text
-# ----------------------------------------------------------------------------------------------------
-
-def _load(args: argparse.Namespace) -> tuple[Any, str]:
-    """``(loaded model, description)`` from ``--ckpt`` or ``--model``, the model on ``--device``."""
-    from attnkit.interop.load import load_named, load_run
-
-    device = resolve_device_flag(args)  # a device this machine lacks fails before loading
-    loaded = load_run(args.ckpt) if args.ckpt else load_named(args.model)
-    loaded.model = loaded.model.to(device)
-    return loaded, Path(args.ckpt).name if args.ckpt else args.model
-
-
-def _lm_ids(args: argparse.Namespace, loaded: Any) -> list[int]:
-    """``--text`` as the language model reads a prompt (``LoadedModel.encode_prompt``: ``<bos>`` where it had one)."""
-    if args.src is not None or args.tgt is not None:
-        raise ValueError("--src/--tgt are for translation checkpoints; a language model reads --text")
-    if not args.text:
-        raise ValueError("a language model needs --text (a non-empty string)")
-    ids = loaded.encode_prompt(args.text)
-    if not ids:
-        raise ValueError(f"--text {args.text!r} encodes to no tokens")
-    return ids
-
-
-def _mt_ids(args: argparse.Namespace, model: Any, tokenizer: Any) -> tuple[list[int], list[int]]:
-    """Source ids (+ ``<eos>``, cut to the model's ``max_len``) and decoder input ids (``<bos>`` + target: given,
-    or the greedy translation through :mod:`attnkit.generation.translate`, the one translation path)."""
-    from attnkit.generation.translate import encode_sources, search_ids
-
-    text = args.src if args.src is not None else args.text
-    if not text:
-        raise ValueError("a translation model needs --src (the source sentence)")
-    (src,), _ = encode_sources(tokenizer, [text], max_len=getattr(model.config, "max_len", None))
-    if args.tgt is not None:
-        tgt = tokenizer.encode(args.tgt)
-    else:
-        (tgt,) = search_ids(model, tokenizer, [src], beam=1)
-        print(f"translation (greedy): {tokenizer.decode(tgt, skip_special_tokens=True)}", file=sys.stderr)
-    return src, [tokenizer.bos_id] + tgt
-
-
-def _is_seq2seq(model: Any) -> bool:
-    from attnkit.models.transformer import Transformer
-
-    return isinstance(model, Transformer)
+    print(draw_params(args.out, args.preset, depth=args.depth, dpi=args.dpi))
+    return 0
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from attnkit.viz.attention_maps import attention_maps, select_attention, seq2seq_attention_maps
-    from attnkit.viz.labels import token_labels
-    from attnkit.viz.plots import plot_attention, save_figure
+    from attnkit.api import draw_attention
 
-    if args.html is not None and args.html.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"--html must name an .html file, got {str(args.html)!r}")
-    loaded, name = _load(args)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    if _is_seq2seq(model):
-        kind = args.attn or "cross"
-        if kind == "self":
-            raise ValueError("an encoder-decoder has no plain 'self' attention: use --attn encoder, decoder or cross")
-        src, tgt = _mt_ids(args, model, tokenizer)
-        if args.html is not None:
-            from attnkit.viz.attention_page import mt_attention_page, write_page
-
-            page = mt_attention_page(model, tokenizer, src, tgt, top_k=args.top_k, title=f"{name}: attention",
-                                     view=kind, layer=args.layer, head=args.head or 0)
-            return _done(write_page(page, args.html))
-        maps = seq2seq_attention_maps(model, src, tgt).kind(kind)
-        src_labels, tgt_labels = token_labels(tokenizer, src), token_labels(tokenizer, tgt)
-        q_labels, k_labels = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_labels),
-                              "cross": (tgt_labels, src_labels)}[kind]
-        what = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
-                "cross": "cross-attention (target queries, source keys)"}[kind]
-    else:
-        if args.attn not in (None, "self", "decoder"):
-            raise ValueError(f"a decoder-only model has causal self-attention only; got --attn {args.attn}")
-        ids = _lm_ids(args, loaded)
-        if args.html is not None:
-            from attnkit.viz.attention_page import lm_attention_page, write_page
-
-            page = lm_attention_page(model, tokenizer, ids, top_k=args.top_k, title=f"{name}: attention",
-                                     layer=args.layer, head=args.head or 0)
-            return _done(write_page(page, args.html))
-        maps = attention_maps(model, ids)
-        q_labels = k_labels = token_labels(tokenizer, ids)
-        what = "causal self-attention"
-    weights = select_attention(maps, layer=args.layer, head=args.head)  # validates the ranges
-    layer = len(maps) - 1 if args.layer is None else args.layer
-    if max(weights.shape[-2:]) > 64:
-        print(f"note: {max(weights.shape[-2:])} tokens: token labels are left off (at most 64 are drawn)",
-              file=sys.stderr)
-    title = f"{name}: {what}, layer {layer} of 0..{len(maps) - 1}"
-    panels = None if args.head is None else [f"head {args.head}"]
-    fig = plot_attention(weights, query_labels=q_labels, key_labels=k_labels, title=title, panel_titles=panels)
-    return _done(save_figure(fig, args.out, dpi=args.dpi))
+    print(draw_attention(_model_text(args), out=args.out, attn=args.attn, layer=args.layer, head=args.head,
+                         html=args.html, top_k=args.top_k, dpi=args.dpi))
+    return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from attnkit.viz.labels import token_labels
-    from attnkit.viz.plots import plot_predictions, save_figure
-    from attnkit.viz.predictions import next_token_predictions
+    from attnkit.api import draw_predictions
 
-    loaded, name = _load(args)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    if _is_seq2seq(model):
-        src, ids = _mt_ids(args, model, tokenizer)
-        probs, top = next_token_predictions(model, ids, src=src, top_k=args.top_k)
-    else:
-        src = None
-        ids = _lm_ids(args, loaded)
-        probs, top = next_token_predictions(model, ids, top_k=args.top_k)
-    import torch
-
-    nxt = torch.tensor(ids[1:] + [-1])  # (T,) the token that really follows each position (-1: none yet)
-    hits = top == nxt[:, None]  # (T, k)
-    candidates = [token_labels(tokenizer, row) for row in top.tolist()]
-    title = f"{name}: next-token predictions (top {args.top_k})"
-    fig = plot_predictions(probs, candidates, context_labels=token_labels(tokenizer, ids), hits=hits, title=title)
-    return _done(save_figure(fig, args.out, dpi=args.dpi))
+    print(draw_predictions(_model_text(args), out=args.out, top_k=args.top_k, dpi=args.dpi))
+    return 0

@@ -4,7 +4,7 @@ Axis legend: none (one sequence, one token at a time).
 
 ``generate(..., streamer=TextStreamer(tok))`` calls :meth:`TextStreamer.put` with every token it keeps
 and :meth:`TextStreamer.end` when it stops. The streamer turns tokens into text with the tokenizer's
-incremental decoder (:class:`attnkit.data.tokenizer.StreamDecoder`), which holds text back while it ends
+incremental decoder (:class:`attnkit.data.tokenizers.tokenizer.StreamDecoder`), which holds text back while it ends
 in an incomplete UTF-8 character: a byte-level BPE model may produce an emoji as three or four byte
 tokens, and printing after each one would show replacement characters. So the streamed text is, piece
 by piece, exactly ``tokenizer.decode(generated_ids)``.
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from attnkit.data.tokenizer import StreamDecoder
+from attnkit.data.tokenizers.tokenizer import StreamDecoder
 
 __all__ = ["TextStreamer"]
 
@@ -27,7 +27,7 @@ class TextStreamer:
     """Writes decoded text to a text stream (stdout by default) as token ids arrive.
 
     Args:
-        tokenizer: an attnkit :class:`~attnkit.data.tokenizer.Tokenizer`.
+        tokenizer: an attnkit :class:`~attnkit.data.tokenizers.tokenizer.Tokenizer`.
         skip_special_tokens: passed to the tokenizer's ``decode``.
         file: where to write; ``None`` = ``sys.stdout`` (looked up at write time, so redirection works).
         end: written once after the last piece (like ``print``'s ``end``); ``""`` for none.

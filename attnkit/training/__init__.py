@@ -11,22 +11,24 @@ Quick start (language modelling)::
     # later, after a crash or to train longer:
     Trainer(model, task, cfg.replace(steps=4000), "runs/lm", model_config=gpt_config, resume=True).fit()
 
-Files (one concept each): ``config`` (TrainConfig), ``optim`` (AdamW groups + LR schedules), ``task``
-(the Task protocol), ``lm_task`` / ``mt_task`` (the two tasks), ``checkpoint`` (safetensors + JSON,
-atomic), ``metrics`` (JSONL/CSV/PNG), ``rng`` (seeding, RNG state), ``progress`` (tqdm bar),
-``atomic`` (crash-safe file writes), ``trainer`` (the loop).
+Files (one concept each): ``config`` (TrainConfig), ``optim`` (AdamW groups + LR schedules), ``muon``,
+``task`` (the Task protocol), ``lm_task`` / ``mt_task`` (the two tasks), ``metrics`` (JSONL/CSV/PNG),
+``progress`` (tqdm bar), ``device`` / ``distributed`` / ``sharded`` / ``cuda_graphs`` (where and how the step
+runs), ``lora_run``, ``bleu``, ``trainer`` (the loop). Checkpoints, run folders, seeding and RNG state are the
+layer below: :mod:`attnkit.checkpoints` (re-exported here for the training loop's users).
 """
 
-from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, list_checkpoints, load_checkpoint,
-                         prune_checkpoints, read_checkpoint_state, save_checkpoint)
+from attnkit.checkpoints import (CheckpointError, capture_rng_state, clean_stale, is_run_dir, latest_checkpoint,
+                                 list_checkpoints, load_checkpoint, prune_checkpoints, read_checkpoint_state,
+                                 restore_rng_state, save_checkpoint, seed_everything)
+
 from .config import TrainConfig
 from .lm_task import LMTask
 from .metrics import MetricsLogger, read_metrics
 from .mt_task import MTTask, greedy_translator
 from .optim import LRScheduler, build_optimizer, lr_at, param_groups
-from .rng import capture_rng_state, restore_rng_state, seed_everything
 from .task import Task, batch_seed
-from .trainer import Trainer, is_run_dir
+from .trainer import Trainer
 
 __all__ = [
     "CheckpointError", "LMTask", "LRScheduler", "MTTask", "MetricsLogger", "Task", "TrainConfig", "Trainer",

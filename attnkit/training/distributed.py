@@ -159,7 +159,7 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
 
     Rows are split as evenly as possible (the first ``B % N`` ranks get one more), so the shares are
     disjoint and concatenate back to ``batch``. A batch with a ``take_rows(start, stop)`` method cuts itself
-    (:class:`~attnkit.data.mt_batching.MTBatch` recounts the labels of its share). Raises ``ValueError`` if there are fewer rows than ranks
+    (:class:`~attnkit.data.pipeline.mt_batching.MTBatch` recounts the labels of its share). Raises ``ValueError`` if there are fewer rows than ranks
     (a rank would have nothing to learn from) or if tensors disagree on ``B``.
     """
     if world_size == 1:

@@ -34,7 +34,7 @@ def finalize_lora_run(out: str | Path) -> Path | None:
     from attnkit.models.builders import build_model
     from attnkit.models.configs import config_from_dict
     from attnkit.modules.lora import merge_lora
-    from attnkit.training.checkpoint import RESERVED_KEYS, load_checkpoint, read_checkpoint_state, save_checkpoint
+    from attnkit.checkpoints.checkpoint import RESERVED_KEYS, load_checkpoint, read_checkpoint_state, save_checkpoint
 
     best = Path(out) / "checkpoints" / "best"
     if not (best / "state.json").is_file():

@@ -1,8 +1,8 @@
 """Translation as a training :class:`~attnkit.training.task.Task`: teacher-forced encoder-decoder training.
 
-The data side is ``attnkit.data.mt_batching``: tokenized pairs (:class:`~attnkit.data.mt_batching.EncodedPairs`)
-are grouped by length into batches under a token budget (:class:`~attnkit.data.mt_batching.TokenBudgetBatcher`)
-and padded into an :class:`~attnkit.data.mt_batching.MTBatch`::
+The data side is ``attnkit.data.pipeline.mt_batching``: tokenized pairs (:class:`~attnkit.data.pipeline.mt_batching.EncodedPairs`)
+are grouped by length into batches under a token budget (:class:`~attnkit.data.pipeline.mt_batching.TokenBudgetBatcher`)
+and padded into an :class:`~attnkit.data.pipeline.mt_batching.MTBatch`::
 
     src      Er  lobte  ihre  Kochkunst  .  <eos>       (B, S)  encoder input
     tgt_in   <bos>  He  praised  her  cooking  .        (B, T)  decoder input
@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.checks import check_int, is_number
-from attnkit.data.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher, encode_pairs
+from attnkit.data.pipeline.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher, encode_pairs
 
 from attnkit.generation.translate import greedy_translator
 
@@ -73,7 +73,7 @@ class MTTask:
     """Sequence-to-sequence training on tokenized sentence pairs.
 
     Args:
-        train / valid: :class:`EncodedPairs` (from ``attnkit.data.mt_batching.encode_pairs``).
+        train / valid: :class:`EncodedPairs` (from ``attnkit.data.pipeline.mt_batching.encode_pairs``).
         max_tokens: token budget per batch, ``B * max(S, T)`` (the batcher's measure); every pair must fit.
         seed: data-order seed.
         label_smoothing: ε in [0, 1) (default 0.1), applied to the training loss only.
@@ -95,7 +95,7 @@ class MTTask:
             the other domains while it specialises. 0 (the default) anneals on ``anneal`` alone.
         shape_multiple: 1 (the default), or *fixed shapes* for the training (and anneal) batches: widths rounded up
             to this multiple and every batch padded to ``(max_tokens // W, W, W)``, one of about
-            ``longest / shape_multiple`` shapes (``attnkit.data.mt_batching``). CUDA graphs need it
+            ``longest / shape_multiple`` shapes (``attnkit.data.pipeline.mt_batching``). CUDA graphs need it
             (``TrainConfig.cuda_graphs``); validation batches keep their own shapes.
 
     Shape:
@@ -112,7 +112,7 @@ class MTTask:
                  anneal_replay: float = 0.0, shape_multiple: int = 1):
         for name, data in (("train", train), ("valid", valid)) + ((("anneal", anneal),) if anneal is not None else ()):
             if not isinstance(data, EncodedPairs):
-                raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.mt_batching.encode_pairs), "
+                raise ValueError(f"MTTask {name} must be EncodedPairs (attnkit.data.pipeline.mt_batching.encode_pairs), "
                                  f"got {type(data).__name__}")
             if len(data) == 0:
                 raise ValueError(f"MTTask {name} must hold at least one pair, got 0")
@@ -204,13 +204,13 @@ class MTTask:
 
         Args:
             data: a prepared folder (its ``train.tsv`` and, unless ``valid`` is given, ``valid.tsv``), a TSV file,
-                or two line-aligned files ``[source, target]`` (see :func:`attnkit.data.parallel.load_parallel`).
+                or two line-aligned files ``[source, target]`` (see :func:`attnkit.data.corpora.parallel.load_parallel`).
             valid: the validation data in the same forms. Without it a folder gives its ``valid.tsv`` and a file
-                (or two) gets a validation part split off (:func:`attnkit.data.parallel.split_off_valid`: seeded,
+                (or two) gets a validation part split off (:func:`attnkit.data.corpora.parallel.split_off_valid`: seeded,
                 10% of the pairs, at most 1,000, disjoint from the training part); ``task.valid_split`` then holds
                 the split's counts (None when nothing was split).
             tokenizer: the tokenizer to use; ``None`` trains a joint BPE of ``vocab_size`` on the training pairs
-                (:func:`attnkit.data.mt_batching.train_joint_bpe`). Either way it is ``task.tokenizer``.
+                (:func:`attnkit.data.pipeline.mt_batching.train_joint_bpe`). Either way it is ``task.tokenizer``.
             max_len: longest source (with ``<eos>``) / target (with ``<bos>``) the model takes, e.g. its
                 ``config.max_len``. Longer sentences are cut (``task.n_truncated``) or, with ``truncate=False``,
                 refused with a ``ValueError``.
@@ -222,8 +222,8 @@ class MTTask:
                 ``word_dropout``, ``n_samples``, ``anneal_share``, ``anneal_replay``); ``unk_id`` defaults to the
                 tokenizer's.
         """
-        from attnkit.data.mt_batching import train_joint_bpe
-        from attnkit.data.parallel import load_train_valid
+        from attnkit.data.pipeline.mt_batching import train_joint_bpe
+        from attnkit.data.corpora.parallel import load_train_valid
 
         train_corpus, valid_corpus, split = load_train_valid(data, valid, strict=strict)
         for name, corpus in (("train", train_corpus), ("valid", valid_corpus)):
@@ -234,7 +234,7 @@ class MTTask:
             tokenizer = train_joint_bpe(train_corpus.sources, train_corpus.targets, vocab_size)
         corpora = {"train": train_corpus, "valid": valid_corpus}
         if anneal is not None:
-            from attnkit.data.parallel import load_in_domain
+            from attnkit.data.corpora.parallel import load_in_domain
 
             corpora["anneal"] = load_in_domain(anneal, strict=strict)
             if len(corpora["anneal"]) == 0:

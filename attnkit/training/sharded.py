@@ -30,10 +30,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit.checkpoints.atomic import fsync_dir, publish_folder, write_text_atomic
+from attnkit.checkpoints.checkpoint import (FORMAT, FORMAT_VERSION, CheckpointError, read_checkpoint_state,
+                                            save_checkpoint)
+from attnkit.checkpoints.rng import capture_rng_state
+
 from . import distributed as D
-from .atomic import fsync_dir, publish_folder, write_text_atomic
-from .checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, read_checkpoint_state, save_checkpoint
-from .rng import capture_rng_state
 
 DCP_DIR = "dcp"
 

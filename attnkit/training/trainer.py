@@ -50,34 +50,23 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from attnkit.checkpoints.atomic import write_text_atomic
+from attnkit.checkpoints.checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint,
+                                            prune_checkpoints, read_checkpoint_state, save_checkpoint, step_dir_name)
+from attnkit.checkpoints.rng import restore_rng_state, seed_everything
+from attnkit.checkpoints.run_lock import RunLock
+from attnkit.checkpoints.runs import BEST_DIR, CHECKPOINTS_DIR, RUN_FILE, SUMMARY_FILE, is_run_dir
 from attnkit.checks import checks_on_device, is_int, is_number
+
 from . import distributed as D
-from .atomic import write_text_atomic
-from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint, prune_checkpoints,
-                         read_checkpoint_state, save_checkpoint, step_dir_name)
 from .config import RESUMABLE_CHANGES, TrainConfig
 from .cuda_graphs import GraphedMicroBatch
 from .device import autocast_context, check_autocast, grad_scaler, resolve_device
 from .metrics import MetricsLogger
 from .optim import LRScheduler, build_optimizer
 from .progress import TrainProgress
-from .rng import restore_rng_state, seed_everything
-from .run_lock import RunLock
 from .sharded import convert_sharded, is_sharded, load_sharded, save_sharded
 from .task import check_task, move_to_device
-
-RUN_FILE = "run.json"
-SUMMARY_FILE = "summary.json"
-CHECKPOINTS_DIR = "checkpoints"
-BEST_DIR = "best"
-# Anything of these in a folder means "a run lives here" (so a fresh run must not write into it).
-_RUN_MARKERS = (RUN_FILE, "metrics.jsonl", CHECKPOINTS_DIR)
-
-
-def is_run_dir(path: str | Path) -> bool:
-    """True if ``path`` holds (part of) a training run."""
-    path = Path(path)
-    return path.is_dir() and any((path / m).exists() for m in _RUN_MARKERS)
 
 
 def _json_roundtrip(value: Any, what: str) -> Any:
@@ -163,7 +152,7 @@ class Trainer:
             with or without the bar. Only the main process shows either.
 
     Raises ``ValueError`` for bad arguments, an existing run without ``resume``, or a changed config on
-    resume; :class:`~attnkit.training.checkpoint.CheckpointError` (a ``ValueError``) when there is nothing
+    resume; :class:`~attnkit.checkpoints.checkpoint.CheckpointError` (a ``ValueError``) when there is nothing
     (or nothing readable) to resume from.
     """
 

@@ -137,7 +137,7 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
 
 def write_page(html: str, path: str | Path) -> Path:
     """Write the page atomically (temporary name, then rename) and return its path. ``path`` must end in .html."""
-    from attnkit.training.atomic import write_text_atomic
+    from attnkit.checkpoints.atomic import write_text_atomic
 
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):

@@ -55,7 +55,7 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
 
     The parent folder is created if needed. ``path`` must end in ``.png``.
     """
-    from attnkit.training.atomic import write_bytes_atomic
+    from attnkit.checkpoints.atomic import write_bytes_atomic
 
     path = Path(path)
     if path.suffix.lower() != ".png":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.mt_domain_tags import TAGS, write_tagged
 
-from attnkit.data.parallel import read_tsv, write_tsv
+from attnkit.data.corpora.parallel import read_tsv, write_tsv
 
 
 def test_training_sources_are_tagged_by_domain_and_the_test_sets_by_their_register(tmp_path):

@@ -46,8 +46,8 @@ def test_peer_model_ties_embeddings_and_is_causal():
 
 
 def test_peer_learns_and_decodes_a_tiny_task(tmp_path):
-    from attnkit.data.mt_batching import TokenBudgetBatcher, encode_pairs, train_joint_bpe
-    from attnkit.data.parallel import load_parallel
+    from attnkit.data.pipeline.mt_batching import TokenBudgetBatcher, encode_pairs, train_joint_bpe
+    from attnkit.data.corpora.parallel import load_parallel
 
     data = _prepared(tmp_path / "d")
     train = load_parallel(data)

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 
 from benchmarks import mt_split_loss
 
-from attnkit.data.mt_batching import encode_pairs
-from attnkit.data.parallel import read_tsv
-from attnkit.training.runs import load_trained
+from attnkit.data.pipeline.mt_batching import encode_pairs
+from attnkit.data.corpora.parallel import read_tsv
+from attnkit.checkpoints import load
 
 
 def test_a_spec_names_a_file_and_optionally_a_slice_or_a_sample():
@@ -53,7 +53,8 @@ def test_the_loss_is_the_mean_per_target_token_over_the_chosen_pairs(tiny_run, t
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     corpus = read_tsv(data)
     pairs = list(zip(corpus.sources, corpus.targets))
-    model, tokenizer, state = load_trained(run, expect_kind="mt")
+    loaded = load(run, expect_kind="mt")
+    model, tokenizer, state = loaded.model, loaded.tokenizer, loaded.state
     chosen = {"head": pairs[:40], "drawn": random.Random(0).sample(pairs, 25), "all": pairs}
     for name, part in chosen.items():
         expected, tokens = _loss_pair_by_pair(model, tokenizer, state, part)

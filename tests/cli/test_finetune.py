@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.data.documents import encode_documents, split_documents
+from attnkit.data.pipeline.documents import encode_documents, split_documents
 from attnkit.cli.main import main
-from attnkit.data.bpe_tokenizer import BPETokenizer
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 from attnkit.modules.lora import LoRALinear
-from attnkit.training.checkpoint import save_checkpoint
-from attnkit.training.runs import load_trained
+from attnkit.checkpoints.checkpoint import save_checkpoint
+from attnkit.checkpoints import load
 from helpers import assert_close
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -91,7 +91,7 @@ def _train_losses(out: Path) -> list[float]:
 # -------------------------------------------------------------------------------------------------
 
 def test_documents_split_and_eos_between_entries(pretrained):
-    tok = load_trained(pretrained["ckpt"])[1]
+    tok = load(pretrained["ckpt"]).tokenizer
     text = "First one.\n%\nSecond\n  -- someone\n%\n"
     assert split_documents(text, "auto") == ["First one.", "Second\n  -- someone"]
     assert split_documents("a b\n\n\nc\nd\n", "blank-line") == ["a b", "c\nd"]
@@ -115,12 +115,13 @@ def test_full_finetune_lowers_loss_and_sample_works(pretrained, corpus, tmp_path
     assert _finetune(pretrained["ckpt"], corpus, out, "--steps", "12", "--lr", "3e-3") == 0
     losses = _valid_losses(out)
     assert len(losses) >= 3 and losses[-1] < losses[0] - 0.1
-    model, tok, state = load_trained(out)
+    loaded = load(out)
+    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
     extra = state["extra"]
     assert extra["kind"] == "lm" and extra["chat_template"] == CHAT_TEMPLATE and extra["documents"] == "fortune"
     assert "lora" not in extra and state["train_config"]["lr"] == 3e-3
     # the fine-tuned weights differ from the pretrained ones
-    base = load_trained(pretrained["ckpt"])[0]
+    base = load(pretrained["ckpt"]).model
     assert not torch.equal(model.blocks[0].attn.qkv_proj.weight, base.blocks[0].attn.qkv_proj.weight)
     capsys.readouterr()
     assert main(["sample", "--ckpt", str(out), "--prompt", "A cat", "--max-new-tokens", "8", "--seed", "1",
@@ -149,21 +150,22 @@ def test_lora_finetune_trains_only_adapters_and_exports_a_plain_model(pretrained
     with safe_open(str(step / "model.safetensors"), "pt") as f:
         keys = set(f.keys())
     assert "blocks.0.attn.qkv_proj.lora_A" in keys and "blocks.1.mlp.w_out.lora_B" in keys
-    # ... best/ holds them merged: a plain GPT checkpoint that load_trained / sample read
-    model, tok, state = load_trained(out)
+    # ... best/ holds them merged: a plain GPT checkpoint that load / sample read
+    loaded = load(out)
+    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
     assert state["extra"]["lora"] == {"rank": 4, "alpha": 16.0, "dropout": 0.0,
                                       "targets": ["qkv_proj", "out_proj", "w_gate", "w_out"], "merged": True}
     assert not any(isinstance(m, LoRALinear) for m in model.modules())
-    base = load_trained(pretrained["ckpt"])[0]
+    base = load(pretrained["ckpt"]).model
     # adapted layers changed, everything else (embeddings, norms, un-targeted Linears) is bit-identical
     assert not torch.equal(model.blocks[0].attn.qkv_proj.weight, base.blocks[0].attn.qkv_proj.weight)
     for name in ("wte.weight", "blocks.0.ln_1.weight", "blocks.1.mlp.w_in.weight", "ln_f.weight"):
         assert torch.equal(model.state_dict()[name], base.state_dict()[name]), name
     # the merged model computes what the adapter model computed at the best step
     x = torch.randint(0, tok.vocab_size, (2, 16))
-    lora_model = load_trained(pretrained["ckpt"])[0]
+    lora_model = load(pretrained["ckpt"]).model
     from attnkit.training.lora_run import add_lora
-    from attnkit.training.checkpoint import load_checkpoint
+    from attnkit.checkpoints.checkpoint import load_checkpoint
 
     add_lora(lora_model, state["extra"]["lora"])
     best_step = state["best"]["step"]
@@ -172,8 +174,9 @@ def test_lora_finetune_trains_only_adapters_and_exports_a_plain_model(pretrained
     lora_model.eval()
     with torch.no_grad():
         assert_close(model(x), lora_model(x), "float32")
-    # a step checkpoint (adapters not merged) loads too: load_trained merges them on the way in
-    step_model, _, step_state = load_trained(out / "checkpoints" / f"step_{best_step:08d}")
+    # a step checkpoint (adapters not merged) loads too: load merges them on the way in
+    step = load(out / "checkpoints" / f"step_{best_step:08d}")
+    step_model, step_state = step.model, step.state
     assert step_state["extra"]["lora"]["merged"] is False
     assert not any(isinstance(m, LoRALinear) for m in step_model.modules())
     with torch.no_grad():
@@ -191,8 +194,8 @@ def test_lora_resume_is_exact(pretrained, corpus, tmp_path):
     assert (resumed / "checkpoints" / "best" / "state.json").is_file()
     assert main(["finetune", "--resume", "--out", str(resumed), "--steps", "8", "--no-progress"]) == 0
     assert _train_losses(resumed) == _train_losses(straight)  # bit for bit
-    a, _, sa = load_trained(straight)
-    b, _, sb = load_trained(resumed)
+    a, sa = load(straight).model, load(straight).state
+    b, sb = load(resumed).model, load(resumed).state
     assert sa["step"] == sb["step"] == 8
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
@@ -212,7 +215,8 @@ def test_from_hugging_face_folder(pretrained, corpus, tmp_path, capsys):
     out = tmp_path / "hf_run"
     assert _finetune(pretrained["hf"], corpus, out, "--lora", "--steps", "4", "--lr", "1e-2") == 0
     assert "Hugging Face folder" in capsys.readouterr().err
-    model, tok, state = load_trained(out)
+    loaded = load(out)
+    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
     assert state["extra"]["chat_template"] == CHAT_TEMPLATE
     assert tok.eos_id == tok.token_to_id("<|im_end|>")
     # the attnkit checkpoint and the HF folder hold the same model: same starting validation loss

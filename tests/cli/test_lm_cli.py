@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli.main import main
-from attnkit.training.runs import load_trained
+from attnkit.checkpoints import load
 
 TINY = ["--preset", "char-small", "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32",
         "--block-size", "16", "--batch-size", "8", "--warmup-steps", "2", "--eval-every", "10",
@@ -56,7 +56,8 @@ def test_train_sample_eval(corpus, tmp_path, capsys):
     losses = [r["loss"] for r in rows if "loss" in r]
     assert losses[-1] < losses[0] - 0.5  # it learned something
 
-    model, tok, state = load_trained(out)
+    loaded = load(out)
+    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
     assert state["extra"]["kind"] == "lm" and tok.vocab_size == model.config.vocab_size
 
     capsys.readouterr()
@@ -244,7 +245,8 @@ def test_train_with_gpt2_tokenizer(corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNKIT_HOME", str(home))
     out = tmp_path / "run"
     assert _train(corpus, out, "--tokenizer", "gpt2", "--steps", "3") == 0
-    model, tok, state = load_trained(out)
+    loaded = load(out)
+    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
     assert tok.vocab_size == 50257 == model.config.vocab_size
     assert tok.encode("Hello world") == [15496, 995]
     capsys.readouterr()
@@ -258,7 +260,7 @@ def test_train_with_gpt2_tokenizer(corpus, tmp_path, monkeypatch, capsys):
     (["--set", "no_such_field=1"], "no_such_field"),
 ])
 def test_a_bad_model_choice_fails_before_the_corpus_is_read(corpus, tmp_path, capsys, monkeypatch, flags, message):
-    import attnkit.data.lm_dataset as lm_dataset
+    import attnkit.data.pipeline.lm_dataset as lm_dataset
 
     def read(*args, **kwargs):
         raise AssertionError("the corpus was read before the model flags were checked")

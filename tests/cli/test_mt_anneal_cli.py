@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli.main import main
-from attnkit.training.checkpoint import latest_checkpoint, read_checkpoint_state
+from attnkit.checkpoints.checkpoint import latest_checkpoint, read_checkpoint_state
 
 TINY_MT = ["--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",
            "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=64",

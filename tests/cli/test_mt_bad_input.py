@@ -109,10 +109,10 @@ def test_parallel_files_of_different_lengths_are_refused(tmp_path, capsys):
 
 
 def test_lm_checkpoint_passed_to_translate_and_eval_mt(tmp_path, capsys, monkeypatch):
-    from attnkit.data.char_tokenizer import CharTokenizer
+    from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
     from attnkit.models.builders import build_model
     from attnkit.models.configs import GPTConfig
-    from attnkit.training.checkpoint import save_checkpoint
+    from attnkit.checkpoints.checkpoint import save_checkpoint
 
     tok = CharTokenizer.train(["hello world"])
     config = GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16)
@@ -153,7 +153,7 @@ def test_one_tsv_without_valid_splits_off_a_validation_part(tmp_path, copy_data,
     assert "180 train / 20 valid pairs" in err, err
     state = json.loads((run / "run.json").read_text())
     assert state["train_config"]["warmup_steps"] == 1
-    from attnkit.training.checkpoint import latest_checkpoint, read_checkpoint_state
+    from attnkit.checkpoints.checkpoint import latest_checkpoint, read_checkpoint_state
     split = read_checkpoint_state(latest_checkpoint(run / "checkpoints"))["extra"]["data_stats"]["valid_split"]
     assert (split["pairs"], split["valid"], split["train"], split["seed"]) == (200, 20, 180, 0)  # recorded
     assert main(["train", "mt", "--data", str(copy_data / "train.tsv"), "--out", str(run), *args, "--steps", "3",
@@ -206,7 +206,7 @@ def test_unknown_optimizer_is_one_line_and_writes_nothing(tmp_path, copy_data, c
 
 
 def test_muon_run_trains_and_keeps_its_optimizer_state(tmp_path, copy_data):
-    from attnkit.training.checkpoint import read_checkpoint_state
+    from attnkit.checkpoints.checkpoint import read_checkpoint_state
 
     assert _train(str(copy_data), tmp_path / "run", "--optimizer", "muon", "--muon-ns-steps", "2") == 0
     step = next((tmp_path / "run" / "checkpoints").glob("step_*"))

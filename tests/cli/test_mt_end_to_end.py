@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli.main import main
-from attnkit.training.runs import load_trained
+from attnkit.checkpoints import load
 
 TINY_MT = ["--preset", "transformer-small", "--set", "d_model=64", "--set", "num_heads=4",
            "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1", "--set", "dim_feedforward=128",
@@ -33,14 +33,15 @@ def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch, make_copy_t
     assert "padding" in err and "skipped malformed lines: train 0" in err and "truncated to 24 tokens" in err
 
     # the checkpoint is self-contained: model, tokenizer, kind
-    model, tok, state = load_trained(run, expect_kind="mt")
+    loaded = load(run, expect_kind="mt")
+    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
     assert state["extra"]["kind"] == "mt" and tok.vocab_size == model.config.tgt_vocab_size
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("valid_bleu" in r for r in rows)
     avg = run / "checkpoints" / "averaged"
     assert (avg / "model.safetensors").is_file()
     assert json.loads((avg / "state.json").read_text())["averaged_steps"] == [300, 360]
-    assert load_trained(avg, expect_kind="mt")[1].to_dict() == tok.to_dict()  # averaged: same tokenizer, loads
+    assert load(avg, expect_kind="mt").tokenizer.to_dict() == tok.to_dict()  # averaged: same tokenizer, loads
 
     # translate: stdin → stdout, one line per input line, in order, empty line for an empty input
     monkeypatch.setattr("sys.stdin", io.StringIO("a b c d\n\nh g f e d\nc c a\n"))

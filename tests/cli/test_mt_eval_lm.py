@@ -1,4 +1,4 @@
-"""`attnkit eval lm` (lives with the translation commands in attnkit/cli/evaluate.py): the reported loss is the
+"""`attnkit eval lm` (attnkit.api.evaluate_lm, beside evaluate_mt in attnkit/api/evaluation.py): the reported loss is the
 mean cross-entropy over every window of the validation split, and --max-batches evaluates a subset."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.cli.main import main
-from attnkit.data.lm_dataset import eval_batches, prepare_lm_data
-from attnkit.training.runs import load_trained
+from attnkit.data.pipeline.lm_dataset import eval_batches, prepare_lm_data
+from attnkit.checkpoints import load
 
 
 def test_eval_lm_matches_a_direct_computation(tmp_path, capsys):
@@ -35,7 +35,8 @@ def test_eval_lm_matches_a_direct_computation(tmp_path, capsys):
     assert "perplexity" in printed and result["block_size"] == 16
 
     # the same number, computed by hand over every non-overlapping window of the valid split
-    model, tok, _ = load_trained(run, expect_kind="lm")
+    loaded = load(run, expect_kind="lm")
+    model, tok = loaded.model, loaded.tokenizer
     valid = prepare_lm_data(str(corpus), tok, block_size=16).valid
     total, count = 0.0, 0
     with torch.no_grad():

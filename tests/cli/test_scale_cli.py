@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.cli.main import main
-from attnkit.training.checkpoint import latest_checkpoint
+from attnkit.checkpoints.checkpoint import latest_checkpoint
 from helpers import assert_close, without_key_biases
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,9 +174,9 @@ def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
     for name in a:
         assert_close(b[name], a[name], "trained_float32", msg=name)
     # ... and the same outputs with them
-    from attnkit.interop.load import load_run
+    from attnkit.checkpoints import load
 
-    models = [load_run(latest_checkpoint(run / "checkpoints")).model.eval() for run in (one, two)]
+    models = [load(latest_checkpoint(run / "checkpoints")).model.eval() for run in (one, two)]
     config = models[0].config
     g = torch.Generator().manual_seed(0)
     src = torch.randint(4, config.src_vocab_size, (3, 7), generator=g)  # (B, S)

@@ -8,7 +8,7 @@ from torch import nn
 
 from attnkit.generation import generate, is_decoding_layout, use_decoding_layout, use_training_layout
 from attnkit.models.gpt import GPT
-from attnkit.training.checkpoint import load_checkpoint, save_checkpoint
+from attnkit.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from helpers import assert_close
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]

@@ -7,7 +7,7 @@ identical (float differences between the paths are ~1e-6, far below the gaps bet
 import pytest
 import torch
 
-from attnkit.data.char_tokenizer import CharTokenizer
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.generation import generate
 from attnkit.generation.generate import left_pad, position_ids_from_padding
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnkit.data.char_tokenizer import CharTokenizer
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.generation.stopping import StoppingCriteria, contains_stop_string
 
 TOK = CharTokenizer("abcdefgh.\n ")

@@ -5,7 +5,7 @@ import io
 import pytest
 import torch
 
-from attnkit.data.bpe_tokenizer import BPETokenizer
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.generation import TextStreamer, generate
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from gguf.constants import GGMLQuantizationType as Q
 
-from attnkit.data.bpe_tokenizer import bytes_to_unicode
+from attnkit.data.tokenizers.bpe_tokenizer import bytes_to_unicode
 from attnkit.interop import gguf as g
 
 transformers = pytest.importorskip("transformers")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
-from attnkit.training.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_state, save_checkpoint
+from attnkit.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_state, save_checkpoint
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 CONFIG = GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8)

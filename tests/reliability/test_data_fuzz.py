@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.data.char_tokenizer import CharTokenizer
-from attnkit.data.parallel import read_parallel_files, read_tsv
-from attnkit.data.text import load_text_corpus, read_text_file
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
+from attnkit.data.corpora.parallel import read_parallel_files, read_tsv
+from attnkit.data.corpora.text import load_text_corpus, read_text_file
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 contents = st.one_of(st.binary(max_size=300), st.text(max_size=300).map(lambda t: t.encode("utf-8")),

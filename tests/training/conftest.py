@@ -13,25 +13,6 @@ import torch.nn.functional as F
 from attnkit.training.task import model_device, move_to_device
 
 
-class TinyLM(nn.Module):
-    """Embedding -> residual MLP -> LayerNorm -> tied output head. ``forward(x (B, T)) -> (B, T, V)``."""
-
-    def __init__(self, vocab_size: int = 32, dim: int = 16, dropout: float = 0.0):
-        super().__init__()
-        self.emb = nn.Embedding(vocab_size, dim)
-        nn.init.normal_(self.emb.weight, std=0.3)  # keeps the tied logits moderate
-        self.fc = nn.Linear(dim, dim)
-        self.drop = nn.Dropout(dropout)
-        self.ln = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab_size, bias=False)
-        self.head.weight = self.emb.weight  # tied, like GPT-2
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.emb(x)  # (B, T, C)
-        h = h + self.drop(F.gelu(self.fc(h)))
-        return self.head(self.ln(h))  # (B, T, V)
-
-
 class FixedTask:
     """A Task over a fixed tensor of windows: train batch i = rows [i*B, (i+1)*B) (wrapping around).
 
@@ -69,17 +50,6 @@ class FixedTask:
     def load_state_dict(self, state):
         if state != self.state_dict():
             raise ValueError(f"FixedTask state differs: {state} vs {self.state_dict()}")
-
-
-@pytest.fixture
-def tiny_lm():
-    """Factory: ``tiny_lm(seed=0, dropout=0.0, vocab_size=32)`` -> a freshly initialised TinyLM."""
-
-    def make(seed: int = 0, dropout: float = 0.0, vocab_size: int = 32) -> TinyLM:
-        torch.manual_seed(seed)
-        return TinyLM(vocab_size=vocab_size, dropout=dropout)
-
-    return make
 
 
 @pytest.fixture

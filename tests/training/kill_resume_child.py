@@ -18,7 +18,8 @@ torch.use_deterministic_algorithms(True)
 
 from attnkit.models.configs import GPTConfig  # noqa: E402
 from attnkit.models.gpt import GPT  # noqa: E402
-from attnkit.training import LMTask, TrainConfig, Trainer, checkpoint, seed_everything  # noqa: E402
+from attnkit.checkpoints import checkpoint  # noqa: E402
+from attnkit.training import LMTask, TrainConfig, Trainer, seed_everything  # noqa: E402
 
 STEPS = 30
 calls: dict[str, int] = {}

@@ -23,7 +23,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _pairs(n, seed):
-    from attnkit.data.mt_batching import EncodedPairs
+    from attnkit.data.pipeline.mt_batching import EncodedPairs
 
     g = torch.Generator().manual_seed(seed)
 
@@ -97,7 +97,7 @@ def test_graphs_refuse_layer_drop(tmp_path):
 
 
 def test_count_tokens_is_what_the_loss_averages_over(token_streams):
-    from attnkit.data.mt_batching import collate
+    from attnkit.data.pipeline.mt_batching import collate
     from attnkit.training.lm_task import LMTask
     from attnkit.training.mt_task import MTTask
 

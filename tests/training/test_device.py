@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnkit.training import TrainConfig, Trainer
-from attnkit.training.checkpoint import load_checkpoint
+from attnkit.checkpoints.checkpoint import load_checkpoint
 from attnkit.training.device import autocast_context, check_autocast, grad_scaler, resolve_device
 from helpers import sync_sites as _sync_sites
 
@@ -141,7 +141,7 @@ def test_fp16_training_with_a_grad_scaler_on_cuda(tmp_path, tiny_lm, fixed_task)
 
 
 def _mt_trainer(tmp_path, **overrides):
-    from attnkit.data.mt_batching import EncodedPairs
+    from attnkit.data.pipeline.mt_batching import EncodedPairs
     from attnkit.models.builders import build_model
     from attnkit.models.presets import get_preset
     from attnkit.training.mt_task import MTTask

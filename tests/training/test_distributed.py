@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.training import distributed as D
-from attnkit.training.checkpoint import latest_checkpoint
+from attnkit.checkpoints.checkpoint import latest_checkpoint
 from attnkit.training.sharded import convert_sharded, is_sharded
 from helpers import assert_close
 

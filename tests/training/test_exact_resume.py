@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file
 
 import attnkit
-from attnkit.training.checkpoint import latest_checkpoint
+from attnkit.checkpoints.checkpoint import latest_checkpoint
 from attnkit.training.metrics import read_metrics
 
 SCRIPT = r'''

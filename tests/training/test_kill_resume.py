@@ -27,7 +27,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnkit.training.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint_state
+from attnkit.checkpoints.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint_state
 from attnkit.training.metrics import read_metrics
 
 CHILD = str(Path(__file__).with_name("kill_resume_child.py"))

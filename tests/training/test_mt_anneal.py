@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.data.mt_batching import EncodedPairs
+from attnkit.data.pipeline.mt_batching import EncodedPairs
 from attnkit.models.configs import TransformerConfig
 from attnkit.models.transformer import Transformer
 from attnkit.training.config import TrainConfig

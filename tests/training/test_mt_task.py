@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.data.mt_batching import IGNORE_INDEX, EncodedPairs
+from attnkit.data.pipeline.mt_batching import IGNORE_INDEX, EncodedPairs
 from attnkit.models.configs import TransformerConfig
 from attnkit.models.transformer import Transformer
 from attnkit.training.config import TrainConfig
@@ -152,7 +152,7 @@ def test_state_dict_detects_different_data():
 
 def test_fixed_shape_batches_give_the_same_loss_and_gradients_as_plain_ones():
     """Padding to a fixed shape (longer rows, rows of padding only) changes neither the loss nor its gradients."""
-    from attnkit.data.mt_batching import collate
+    from attnkit.data.pipeline.mt_batching import collate
 
     task = MTTask(_pairs(40, 0), _pairs(8, 1), max_tokens=48, shape_multiple=4)
     for step in range(4):
@@ -227,7 +227,7 @@ def test_bf16_autocast_training_evaluates_bleu_with_the_cached_decoder(tmp_path)
 def test_best_checkpoint_is_chosen_by_bleu_not_by_loss(tmp_path):
     """The validation loss falls at every evaluation, but the (scripted) translations are perfect only at the
     second one: best/ must be that step's weights, not the last (lowest-loss) ones."""
-    from attnkit.training.checkpoint import read_checkpoint_state
+    from attnkit.checkpoints.checkpoint import read_checkpoint_state
 
     train, valid = _pairs(200, 0), _pairs(16, 1)
     refs = _references(valid)

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.data.mt_batching import IGNORE_INDEX, encode_pairs, train_joint_bpe
-from attnkit.data.parallel import write_tsv
+from attnkit.data.pipeline.mt_batching import IGNORE_INDEX, encode_pairs, train_joint_bpe
+from attnkit.data.corpora.parallel import write_tsv
 from attnkit.models.transformer import Transformer
 from attnkit.training.mt_task import MTTask
 import helpers

@@ -10,7 +10,7 @@ import torch
 
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
-from attnkit.training.checkpoint import CheckpointError, read_checkpoint_state
+from attnkit.checkpoints.checkpoint import CheckpointError, read_checkpoint_state
 from attnkit.training.config import TrainConfig
 from attnkit.training.lm_task import LMTask
 from attnkit.training.metrics import read_metrics

@@ -68,7 +68,7 @@ def is_png():
 
 
 def _save(path: Path, model, tokenizer, kind: str) -> Path:
-    from attnkit.training.checkpoint import save_checkpoint
+    from attnkit.checkpoints.checkpoint import save_checkpoint
 
     return save_checkpoint(path, model, state={"model_config": model.config.to_dict()},
                            extra={"kind": kind, "tokenizer": tokenizer.to_dict()}, include_rng=False)
@@ -77,7 +77,7 @@ def _save(path: Path, model, tokenizer, kind: str) -> Path:
 @pytest.fixture(scope="session")
 def lm_checkpoint(tmp_path_factory) -> Path:
     """A checkpoint folder of a tiny character-level GPT (random weights) with its tokenizer."""
-    from attnkit.data.char_tokenizer import CharTokenizer
+    from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 
     tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ,.:!?\nROMEOJULIET")
     cfg = tiny_gpt_config(vocab_size=tok.vocab_size, block_size=32)
@@ -89,7 +89,7 @@ def lm_checkpoint(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mt_checkpoint(tmp_path_factory) -> Path:
     """A checkpoint folder of a tiny encoder-decoder (random weights) with a joint BPE tokenizer."""
-    from attnkit.data.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 
     text = ["das haus ist gross", "the house is big", "der hund ist klein", "the dog is small"] * 5
     tok = BPETokenizer.train(text, 280, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"])

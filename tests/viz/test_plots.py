@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.data.char_tokenizer import CharTokenizer
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.modules.masks import causal_mask, generate_mask_mat, padding_mask
 from attnkit.modules.sinusoidal import sinusoidal_table
 from attnkit.viz import (

@@ -1,0 +1,49 @@
+"""How a translator decodes: beam size, length penalty, the length limit and batch size (``translate``,
+``evaluate_mt``). Nothing here imports torch. There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
+
+from .options import DeviceOptions, check_fields
+
+__all__ = ["DecodingOptions"]
+
+
+@dataclass
+class DecodingOptions(DeviceOptions):
+    """Beam search settings and where to run them.
+
+    Attributes:
+        beam: beam size (1 = greedy search).
+        length_penalty: alpha of the GNMT length normalisation ``((5 + len) / 6) ** alpha`` (0 = none).
+        max_len_a, max_len_b: a target may be at most ``a * source length + b`` tokens long.
+        batch_size: sentences per batch.
+        strict: refuse sources longer than the model takes (and malformed pairs) instead of cutting / skipping
+            and counting them.
+    """
+
+    beam: int = DEFAULT_BEAM
+    length_penalty: float = DEFAULT_LENGTH_PENALTY
+    max_len_a: float = 1.2
+    max_len_b: float = 10
+    batch_size: int = DEFAULT_BATCH_SIZE
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        self._check_device()
+        check_fields(self, {"beam": "int", "length_penalty": "float", "max_len_a": "float", "max_len_b": "float",
+                            "batch_size": "int", "strict": "bool"})
+        if self.beam < 1:
+            raise ValueError(f"--beam must be >= 1, got {self.beam}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+
+    @property
+    def search(self) -> dict:
+        """The keyword arguments of :func:`attnkit.generation.translate.translate_ids` / ``translate_sentences``."""
+        return {"beam": self.beam, "length_penalty": self.length_penalty, "max_len_a": self.max_len_a,
+                "max_len_b": self.max_len_b}

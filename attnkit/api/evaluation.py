@@ -1,0 +1,193 @@
+"""``evaluate_lm`` and ``evaluate_mt``: measure a trained model on held-out data (``attnkit eval lm|mt``).
+
+    from attnkit.api import evaluate_lm, evaluate_mt
+    evaluate_lm(ckpt="runs/char", data="shakespeare").metrics["ppl"]
+    evaluate_mt(ckpt="runs/de-en", split="test", beam=4).metrics["bleu"]
+
+``evaluate_lm`` runs the model over the whole validation split in non-overlapping windows of the model's block
+size (every token predicted once, :func:`attnkit.data.pipeline.lm_dataset.eval_batches`), or over ``max_batches``
+batches spread evenly over it, and reports the mean cross-entropy and ``exp`` of it (perplexity). The split is the
+one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer.
+
+``evaluate_mt`` translates the sources of a split (recipe name or prepared folder + ``split``, a TSV file, or
+``SRC_FILE,TGT_FILE``) with beam search (``beam=1`` = greedy) and scores the *detokenized* output against the
+references with sacreBLEU: corpus BLEU (default ``13a`` tokenizer, the WMT standard) and chrF.
+
+Both write the figures as JSON (``json``, default a file in the checkpoint folder, written atomically);
+``evaluate_mt`` can also write the translations (``hyps``). There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import json as json_lib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnkit.data.corpora.parallel import SPLITS
+
+from .decoding import DecodingOptions
+from .options import DeviceOptions, check_fields, inference_device, place_model
+
+__all__ = ["EvalLMOptions", "EvalMTOptions", "EvalResult", "evaluate_lm", "evaluate_mt"]
+
+
+
+@dataclass
+class EvalLMOptions(DeviceOptions):
+    """Options of :func:`evaluate_lm`: the checkpoint (a run folder uses ``checkpoints/best``), the data it was
+    trained on (a recipe name or the local file/folder), windows per batch, at most ``max_batches`` batches, and
+    where the JSON goes (default ``<ckpt>/eval_lm.json``)."""
+
+    ckpt: str | Path = ""
+    data: str = ""
+    batch_size: int = 16
+    max_batches: int | None = None
+    json: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        self._check_device()
+        check_fields(self, {"ckpt": "path", "data": "str", "batch_size": "int", "max_batches": "int?",
+                            "json": "path?"})
+        if not str(self.ckpt):
+            raise ValueError("evaluate_lm needs ckpt (a run or checkpoint folder)")
+        if not self.data:
+            raise ValueError("evaluate_lm needs data (the recipe name or files the model was trained on)")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.max_batches is not None and self.max_batches < 1:
+            raise ValueError(f"--max-batches must be >= 1, got {self.max_batches}")
+
+
+@dataclass
+class EvalMTOptions(DecodingOptions):
+    """Options of :func:`evaluate_mt`: the checkpoint, the pairs (default: the data the model was trained on) and
+    their ``split``, at most ``max_sentences`` of them, the decoding settings, where the JSON goes (default
+    ``<ckpt>/eval_mt_<data>_<split>.json``) and optionally where the translations go (``hyps``)."""
+
+    ckpt: str | Path = ""
+    data: str | None = None
+    split: str = "test"
+    max_sentences: int | None = None
+    json: str | Path | None = None
+    hyps: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields(self, {"ckpt": "path", "data": "str?", "split": "str", "max_sentences": "int?",
+                            "json": "path?", "hyps": "path?"})
+        if not str(self.ckpt):
+            raise ValueError("evaluate_mt needs ckpt (a run or checkpoint folder)")
+        if self.split not in SPLITS:
+            raise ValueError(f"--split must be one of {list(SPLITS)}, got {self.split!r}")
+        if self.max_sentences is not None and self.max_sentences < 1:
+            raise ValueError(f"--max-sentences must be >= 1, got {self.max_sentences}")
+
+
+@dataclass
+class EvalResult:
+    """The figures of an evaluation (also written as JSON to ``path``) and any notes (skipped lines, cut sources)."""
+
+    metrics: dict[str, Any]
+    path: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    from attnkit.checkpoints.atomic import write_text_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json_lib.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+
+def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResult:
+    """Validation loss and perplexity of a language model checkpoint (see the module docstring)."""
+    import torch
+
+    from attnkit.checkpoints import load
+    from attnkit.checkpoints.runs import resolve_checkpoint
+    from attnkit.data.pipeline.lm_dataset import eval_batches, num_eval_windows, prepare_lm_data
+    from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
+
+    o = options if options is not None else EvalLMOptions(**kwargs)
+    device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
+    loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
+    model = place_model(loaded.model, o, device)
+    T = int(model.config.block_size)
+    train_block = (loaded.state.get("train_config") or {}).get("block_size")
+    if isinstance(train_block, int) and 1 <= train_block <= T:
+        T = train_block  # evaluate at the context length the model was trained with
+    valid = prepare_lm_data(o.data, loaded.tokenizer, block_size=T).valid
+    n_windows = num_eval_windows(valid, T)
+    max_windows = None if o.max_batches is None else o.max_batches * o.batch_size
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        mean, count = mean_token_loss(model, eval_batches(valid, T, o.batch_size, max_windows=max_windows),
+                                      next_token_loss)
+    if not math.isfinite(mean):
+        raise FloatingPointError(f"the validation loss is {mean}: the checkpoint's weights are broken")
+    result = {"kind": "lm", "ckpt": str(o.ckpt), "data": str(o.data), "split": "valid",
+              "block_size": T, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
+              "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
+    out = Path(o.json) if o.json is not None else resolve_checkpoint(o.ckpt) / "eval_lm.json"
+    _write_json(out, result)
+    return EvalResult(result, out)
+
+
+def _eval_data(o: EvalMTOptions, state: dict[str, Any]) -> str:
+    """The pairs to score: ``o.data``, else the data the model was trained on (refused when that is a file,
+    which holds no test split)."""
+    data = o.data or (state.get("extra") or {}).get("data")
+    if not data:
+        raise ValueError(f"{o.ckpt} does not record its data; pass --data")
+    if o.data is None and "," not in data and not Path(data).is_dir() and Path(data).exists():
+        # a model trained on a single TSV file: that file is its *training* data, never score on it by default
+        raise ValueError(f"{o.ckpt} was trained on the file {data}, which has no test split; pass --data "
+                         f"with the pairs to score")
+    if "," in data:
+        raise ValueError(f"{o.ckpt} was trained on the files {data}; pass --data with the pairs to score")
+    return data
+
+
+def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResult:
+    """sacreBLEU BLEU and chrF of a translator on a split (see the module docstring)."""
+    from attnkit.checkpoints import load, write_text_atomic
+    from attnkit.checkpoints.runs import resolve_checkpoint
+    from attnkit.data.corpora.parallel import load_eval_pairs
+    from attnkit.generation.translate import translate_sentences
+    from attnkit.training.bleu import score_translations
+
+    o = options if options is not None else EvalMTOptions(**kwargs)
+    device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
+    loaded = load(o.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
+    model = place_model(loaded.model, o, device)
+    data = _eval_data(o, loaded.state)
+    corpus = load_eval_pairs(data, o.split, strict=o.strict)
+    sources, refs = list(corpus.sources), list(corpus.targets)
+    if o.max_sentences is not None:
+        sources, refs = sources[:o.max_sentences], refs[:o.max_sentences]
+    if not sources:
+        raise ValueError(f"{corpus.path} holds no usable pair ({corpus.skipped} malformed lines skipped)")
+
+    t0 = time.perf_counter()
+    hyps, n_cut = translate_sentences(model, loaded.tokenizer, sources, strict=o.strict, batch_size=o.batch_size,
+                                      **o.search)
+    seconds = time.perf_counter() - t0
+    scores = score_translations(hyps, refs)
+    stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
+    from_files = "," in str(data) or Path(str(data)).is_file()  # the split is ignored for files
+    split = None if from_files else o.split
+    result = {"kind": "mt", "ckpt": str(o.ckpt), "data": str(data), "split": split,
+              "sentences": len(sources), "skipped_lines": corpus.skipped, "truncated_sources": n_cut,
+              "beam": o.beam, "length_penalty": o.length_penalty, "max_len_a": o.max_len_a,
+              "max_len_b": o.max_len_b, **scores, "seconds": seconds}
+    name = f"eval_mt_{stem}.json" if from_files else f"eval_mt_{stem}_{o.split}.json"
+    out = Path(o.json) if o.json is not None else resolve_checkpoint(o.ckpt) / name
+    _write_json(out, result)
+    if o.hyps is not None:
+        write_text_atomic(o.hyps, "".join(h + "\n" for h in hyps))
+    notes = ([f"{corpus.skipped} malformed lines skipped, {n_cut} sources truncated"]
+             if corpus.skipped or n_cut else [])
+    return EvalResult(result, out, notes)

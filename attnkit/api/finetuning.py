@@ -1,0 +1,240 @@
+"""``finetune``: continue training a pretrained decoder on your text, fully or with LoRA adapters.
+
+    from attnkit.api import FinetuneOptions, finetune
+    finetune(FinetuneOptions(source="smollm2-135m-instruct", data="fortunes", lora=True, max_time=20,
+                             out="runs/ft"))
+
+It is the one training loop of :func:`~attnkit.api.train_lm` (``Trainer`` + ``LMTask``) with four differences:
+
+* the model and its tokenizer come from ``source`` (``--from``): a named pretrained model
+  (``smollm2-135m-instruct``), a ``.gguf`` file, an attnkit run/checkpoint folder, or a Hugging Face folder
+  (``config.json`` + ``model.safetensors``, tokenizer from ``tokenizer.json`` or ``tokenizer``). Pickled weights
+  are refused.
+* the corpus is encoded with the model's own tokenizer. Text made of documents -- fortune files, whose entries are
+  separated by lines holding only ``%``, or (``documents="blank-line"``) paragraphs separated by blank lines -- is
+  split into its documents and each one is followed by the tokenizer's end-of-sequence token (the ``%`` lines
+  themselves are dropped), so the model learns where a text ends and sampling stops there.
+* a low learning rate by default (5e-5 full, 1e-3 LoRA), no weight decay, block size 256.
+* ``lora=True``: the pretrained weights stay frozen and low-rank adapters train (:mod:`attnkit.modules.lora`).
+
+Checkpoints (see :func:`attnkit.training.lora_run.finalize_lora_run`): with LoRA the step checkpoints hold the
+frozen weights plus the adapters (``...qkv_proj.lora_A`` / ``lora_B``), which is what an exact resume needs; when
+the run ends (or is interrupted), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it
+is a plain GPT checkpoint that ``attnkit sample --ckpt DIR`` (and ``finetune --from DIR``) loads like any other.
+Every checkpoint's ``extra`` holds ``kind: "lm"``, the tokenizer, the chat template (if the model has one), the
+data and the LoRA settings.
+
+There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnkit.data.pipeline.documents import DOCUMENT_MODES
+from attnkit.recipes import FT_DEFAULTS, LORA_LR
+
+from .launcher import is_main_process
+from .options import (Log, RunResult, TrainOptions, check_fields, default_log, done_line, resumed_model_config,
+                      train_values)
+
+__all__ = ["FinetuneOptions", "finetune", "lora_settings"]
+
+
+@dataclass
+class FinetuneOptions(TrainOptions):
+    """Options of :func:`finetune` (and ``attnkit finetune``): :class:`TrainOptions` plus the source model, the
+    data and LoRA. ``overrides`` may only change ``dropout`` (the architecture is the pretrained one's).
+
+    Attributes:
+        source: what to fine-tune (``--from``; not needed when resuming).
+        data: a recipe name (``fortunes``, ``shakespeare``) or a UTF-8 text file or folder.
+        documents: ``auto`` (fortune if the text has lines holding only ``%``, else none), ``fortune``,
+            ``blank-line`` or ``none``: how the text splits into documents, each followed by the EOS token.
+        tokenizer: the tokenizer of a Hugging Face folder without ``tokenizer.json``.
+        block_size: the context length T (default 256).
+        lora: train low-rank adapters instead of all weights; lora_rank (8), lora_alpha (16), lora_dropout (0),
+            lora_targets (``qkv_proj out_proj``; also ``w_in w_gate w_out``).
+    """
+
+    source: str | None = None
+    data: str | None = None
+    documents: str | None = None
+    tokenizer: str | None = None
+    block_size: int | None = None
+    lora: bool = False
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    lora_dropout: float | None = None
+    lora_targets: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields(self, {"source": "str?", "data": "str?", "documents": "str?", "tokenizer": "str?",
+                            "block_size": "int?", "lora": "bool", "lora_rank": "int?", "lora_alpha": "float?",
+                            "lora_dropout": "float?", "lora_targets": "strs?"})
+        if self.documents not in (None, *DOCUMENT_MODES):
+            raise ValueError(f"FinetuneOptions.documents must be one of {list(DOCUMENT_MODES)}, got {self.documents!r}")
+
+
+def lora_settings(o: FinetuneOptions, saved: dict[str, Any] | None, resuming: bool) -> dict[str, Any] | None:
+    """The run's LoRA settings (None for full fine-tuning). On resume they come from the checkpoint and any
+    LoRA option given must agree with them."""
+    given = {"rank": o.lora_rank, "alpha": o.lora_alpha, "dropout": o.lora_dropout,
+             "targets": None if o.lora_targets is None else list(o.lora_targets)}
+    if resuming:
+        if saved is None:
+            if o.lora or any(v is not None for v in given.values()):
+                raise ValueError("--resume: the run is a full fine-tune; drop the --lora flags")
+            return None
+        saved = {k: saved[k] for k in ("rank", "alpha", "dropout", "targets")}
+        for key, value in given.items():
+            if value is not None and value != saved[key]:
+                raise ValueError(f"--resume: --lora-{key} must stay {saved[key]!r} (the run's), got {value!r}")
+        return saved
+    if not o.lora:
+        used = [f"--lora-{k}" for k, v in given.items() if v is not None]
+        if used:
+            raise ValueError(f"{', '.join(used)} only apply with --lora")
+        return None
+    from attnkit.modules.lora import DEFAULT_TARGETS
+
+    return {"rank": 8 if o.lora_rank is None else o.lora_rank,
+            "alpha": 16.0 if o.lora_alpha is None else float(o.lora_alpha),
+            "dropout": 0.0 if o.lora_dropout is None else float(o.lora_dropout),
+            "targets": list(o.lora_targets or DEFAULT_TARGETS)}
+
+
+def _defaults(o: FinetuneOptions, lora: dict | None) -> dict[str, Any]:
+    d = dict(FT_DEFAULTS)
+    if lora is not None:
+        d.update(lr=LORA_LR, min_lr=LORA_LR / 10)
+    if o.lr is not None and o.min_lr is None:
+        d["min_lr"] = min(d["min_lr"], o.lr / 10)
+    return d
+
+
+def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, str, str, str]:
+    """``(lora settings or None, data, documents, source)``: the resumed run's, checked against the options,
+    or the options', checked for completeness."""
+    if saved is not None:
+        extra_saved = saved.get("extra", {})
+        if extra_saved.get("task") != "finetune":
+            raise ValueError(f"--resume: {o.out} is not a finetune run (continue it with the command that "
+                             f"started it)")
+        for flag, key, value in (("--from", "from", o.source), ("--data", "data", o.data),
+                                 ("--documents", "documents", None if o.documents == "auto" else o.documents)):
+            if value is not None and value != extra_saved.get(key):
+                raise ValueError(f"--resume: the run used {flag} {extra_saved.get(key)!r}, got {value!r}")
+        lora = lora_settings(o, extra_saved.get("lora"), resuming=True)
+        return lora, extra_saved["data"], extra_saved.get("documents", "none"), extra_saved["from"]
+    if o.source is None or o.data is None:
+        raise ValueError("finetune needs --from MODEL and --data DATA (or --resume --out DIR)")
+    if o.out is None:
+        raise ValueError("finetune needs --out DIR (the run folder)")
+    if o.steps is None and o.max_time is None:
+        raise ValueError("finetune needs a length: --steps N or --max-time MIN (a 135M-parameter model does "
+                         "a few hundred steps an hour on a laptop CPU)")
+    return lora_settings(o, None, resuming=False), o.data, o.documents or "auto", o.source
+
+
+def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int):
+    """``(model, model_config, tokenizer, chat_template, description)`` of the model to fine-tune.
+
+    Resuming, everything comes back from the checkpoint: the architecture (the trainer loads the weights into
+    the fresh model), the tokenizer, the chat template. Otherwise ``source`` is loaded (a decoder-only GPT).
+    """
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
+    from attnkit.interop.load import load_model
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import GPTConfig
+    from attnkit.training import seed_everything
+
+    if saved is not None:
+        extra_saved = saved.get("extra", {})
+        model_config = resumed_model_config(saved, o.overrides)
+        seed_everything(seed)
+        model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
+        return (model, model_config, tokenizer_from_dict(extra_saved["tokenizer"]), extra_saved.get("chat_template"),
+                extra_saved.get("from_description", source))
+    loaded = load_model(source, tokenizer_file=o.tokenizer)
+    model = loaded.model
+    model_config = getattr(model, "config", None)
+    if not isinstance(model_config, GPTConfig):
+        raise ValueError(f"--from {source}: finetune needs a decoder-only GPT, got {type(model).__name__}")
+    if o.overrides:  # dropout modules hold their p: rebuild the module tree around the loaded weights
+        model_config = model_config.replace(**o.overrides)
+        fresh = build_model(model_config)
+        fresh.load_state_dict(model.state_dict())
+        model = fresh
+    return model, model_config, loaded.tokenizer, loaded.chat_template, loaded.description
+
+
+def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, **kwargs: Any) -> RunResult:
+    """Fine-tune (or with ``resume=True`` continue fine-tuning) a pretrained decoder; returns the run folder and
+    its summary. With LoRA, ``checkpoints/best`` holds the adapters merged into the weights at the end (also
+    after an interruption)."""
+    import torch
+
+    from attnkit.checkpoints.runs import read_saved_run
+    from attnkit.data.pipeline.documents import prepare_finetune_data
+    from attnkit.models.params import count_parameters
+    from attnkit.training import LMTask, Trainer, seed_everything
+    from attnkit.training.config import resolve_train_config
+    from attnkit.training.lora_run import add_lora, finalize_lora_run
+
+    o = options if options is not None else FinetuneOptions(**kwargs)
+    if options is not None and kwargs:
+        o = o.replace(**kwargs)
+    log = default_log(log)
+    if o.preset is not None:
+        raise ValueError("finetune takes the architecture from --from; --preset does not apply")
+    bad = sorted(set(o.overrides) - {"dropout"})
+    if bad:
+        raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")
+    saved = read_saved_run(o.out) if o.resume else None
+    lora, data, documents, source = _run_inputs(o, saved)
+    cfg = resolve_train_config(_defaults(o, lora), saved.get("train_config") if saved else None,
+                               train_values(o, block_size=o.block_size), time_only_schedule="constant")
+    if cfg.fsdp and lora is not None:
+        raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
+                         "without --fsdp) for --lora")
+
+    model, model_config, tokenizer, chat_template, what = _source_model(o, saved, source, cfg.seed)
+    if model_config.position == "learned" and cfg.block_size > model_config.block_size:
+        raise ValueError(f"--block-size must be <= the model's block_size = {model_config.block_size} "
+                         f"(learned positions), got {cfg.block_size}")
+    if tokenizer.vocab_size > model_config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
+                         f"{model_config.vocab_size} embeddings: they do not belong together")
+
+    train_ids, valid_ids, data_info = prepare_finetune_data(data, tokenizer, documents)
+    total = count_parameters(model)
+    seed_everything(cfg.seed)  # the adapters' random A matrices are part of the run's reproducible start
+    trainable = add_lora(model, lora) if lora is not None else total
+    model.train()
+    task = LMTask(train_ids, valid_ids, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
+    log(f"model {what}: {total:,} parameters, {trainable:,} trainable"
+        + (f" (LoRA r={lora['rank']} alpha={lora['alpha']:g} on {', '.join(lora['targets'])})" if lora else "")
+        + f"; threads {torch.get_num_threads()}")
+    log(f"data {data}: {train_ids.numel():,} train / {valid_ids.numel():,} valid tokens "
+        f"(documents: {data_info['documents']}); run folder {o.out}")
+
+    extra: dict[str, Any] = {"kind": "lm", "task": "finetune", "from": str(source), "from_description": what,
+                             "data": str(data), "documents": data_info["documents"] if saved is None else documents,
+                             "tokenizer": tokenizer.to_dict(), "source": data_info["source"]}
+    if chat_template:
+        extra["chat_template"] = chat_template
+    if lora is not None:
+        extra["lora"] = dict(lora, merged=False)
+    trainer = Trainer(model, task, cfg, o.out, model_config=model_config, extra=extra, resume=o.resume,
+                      progress=o.progress)
+    try:
+        summary = trainer.fit()
+    finally:
+        if lora is not None and is_main_process():  # also after Ctrl-C: leave a best/ that `attnkit sample` can load
+            finalize_lora_run(o.out)
+    log(done_line(summary, f"sample with: attnkit sample --ckpt {o.out}"))
+    return RunResult(Path(o.out), summary)

@@ -1,0 +1,89 @@
+"""A model and a text to look at: what ``viz attention``, ``viz predict`` and ``trace`` run a model on.
+
+:func:`load_inspected` loads a checkpoint (``ckpt``) or a named pretrained model (``model``) onto a device;
+:func:`lm_ids` turns a text into the ids a language model reads (``<bos>`` first where it was trained with one);
+:func:`mt_ids` turns a source sentence (and optionally a target) into a translator's encoder and decoder ids,
+the target defaulting to the model's greedy translation through :mod:`attnkit.generation.translate`, the one
+translation path. There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .options import DeviceOptions, Log, check_fields
+
+__all__ = ["ModelText", "load_inspected", "is_seq2seq", "lm_ids", "mt_ids"]
+
+
+@dataclass
+class ModelText(DeviceOptions):
+    """Which model (``ckpt`` a run or checkpoint folder, or ``model`` a named pretrained model) and which text:
+    ``text`` for a language model; ``src`` (and optionally ``tgt``, fed after ``<bos>``) for a translator."""
+
+    ckpt: str | Path | None = None
+    model: str | None = None
+    text: str | None = None
+    src: str | None = None
+    tgt: str | None = None
+
+    def __post_init__(self) -> None:
+        self._check_device()
+        check_fields(self, {"ckpt": "path?", "model": "str?", "text": "str?", "src": "str?", "tgt": "str?"})
+        if (self.ckpt is None) == (self.model is None):
+            raise ValueError("give exactly one of ckpt (a run or checkpoint folder) and model (a named pretrained "
+                             f"model), got ckpt={self.ckpt!r}, model={self.model!r}")
+
+    @property
+    def name(self) -> str:
+        """How figures and pages title the model: the checkpoint folder's name, or the model's."""
+        return Path(self.ckpt).name if self.ckpt is not None else str(self.model)
+
+
+def load_inspected(o: ModelText) -> Any:
+    """The :class:`~attnkit.checkpoints.LoadedModel` of ``o``, the model on ``o.device`` (float32)."""
+    from attnkit.checkpoints import load
+    from attnkit.interop.load import load_named
+
+    device = o.resolved_device()  # a device this machine lacks fails before loading
+    loaded = load(o.ckpt) if o.ckpt is not None else load_named(o.model)
+    loaded.model = loaded.model.to(device)
+    return loaded
+
+
+def is_seq2seq(model: Any) -> bool:
+    """True for an encoder-decoder translator."""
+    from attnkit.models.transformer import Transformer
+
+    return isinstance(model, Transformer)
+
+
+def lm_ids(o: ModelText, loaded: Any) -> list[int]:
+    """``o.text`` as the language model reads a prompt (``LoadedModel.encode_prompt``: ``<bos>`` where it had one)."""
+    if o.src is not None or o.tgt is not None:
+        raise ValueError("--src/--tgt are for translation checkpoints; a language model reads --text")
+    if not o.text:
+        raise ValueError("a language model needs --text (a non-empty string)")
+    ids = loaded.encode_prompt(o.text)
+    if not ids:
+        raise ValueError(f"--text {o.text!r} encodes to no tokens")
+    return ids
+
+
+def mt_ids(o: ModelText, model: Any, tokenizer: Any, log: Log) -> tuple[list[int], list[int]]:
+    """Source ids (+ ``<eos>``, cut to the model's ``max_len``) and decoder input ids (``<bos>`` + target: given,
+    or the greedy translation, which is logged)."""
+    from attnkit.generation.translate import encode_sources, search_ids
+
+    text = o.src if o.src is not None else o.text
+    if not text:
+        raise ValueError("a translation model needs --src (the source sentence)")
+    (src,), _ = encode_sources(tokenizer, [text], max_len=getattr(model.config, "max_len", None))
+    if o.tgt is not None:
+        tgt = tokenizer.encode(o.tgt)
+    else:
+        (tgt,) = search_ids(model, tokenizer, [src], beam=1)
+        log(f"translation (greedy): {tokenizer.decode(tgt, skip_special_tokens=True)}")
+    return src, [tokenizer.bos_id] + tgt

@@ -1,0 +1,121 @@
+"""``train_lm``: train a decoder-only language model (a GPT) on a text corpus with the one training loop.
+
+    from attnkit.api import TrainLMOptions, train_lm
+    result = train_lm(TrainLMOptions(data="shakespeare", preset="char-small", max_time=3, out="runs/char"))
+    result.out, result.summary["valid_loss"]
+
+What happens, in order: the options are checked (a bad preset or override fails before the corpus is read and a
+tokenizer trained); the corpus is read and encoded (``--data``: a recipe name or a local text file or folder);
+the preset is sized to the tokenizer and block size; the :class:`~attnkit.training.Trainer` runs
+(``attnkit train lm`` is this function). There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .launcher import world_size
+from .options import (Log, RunResult, TrainOptions, check_fields, default_log, done_line, resumed_model_config,
+                      train_values)
+
+__all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
+
+
+@dataclass
+class TrainLMOptions(TrainOptions):
+    """Options of :func:`train_lm` (and ``attnkit train lm``): :class:`TrainOptions` plus the data.
+
+    Attributes:
+        data: a recipe name (``shakespeare``, ``fortunes``) or a local UTF-8 file or folder of ``.txt`` files
+            (None: ``shakespeare``, or the resumed run's).
+        tokenizer: ``char`` (default), ``bpe`` (trained on the data, ``vocab_size`` tokens), ``gpt2``, or a
+            tokenizer JSON file.
+        vocab_size: the BPE vocabulary size. block_size: the context length T.
+    """
+
+    data: str | None = None
+    tokenizer: str | None = None
+    vocab_size: int | None = None
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields(self, {"data": "str?", "tokenizer": "str?", "vocab_size": "int?", "block_size": "int?"})
+
+
+def describe_batch(cfg: Any) -> str:
+    """``global batch 24 = 12 per process x 2 processes; x 2 accumulation = 48 per update``."""
+    n = world_size()
+    per = cfg.batch_size // n if cfg.batch_size % n == 0 else cfg.batch_size / n
+    return (f"global batch {cfg.batch_size} = {per} per process x {n} process{'es' if n > 1 else ''}; x "
+            f"{cfg.grad_accum} accumulation = {cfg.batch_size * cfg.grad_accum} per update"
+            + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
+
+
+def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, **kwargs: Any) -> RunResult:
+    """Train (or with ``resume=True`` continue) a language model; returns the run folder and its summary.
+
+    ``options`` or keyword arguments (the fields of :class:`TrainLMOptions`); ``log`` receives the status lines
+    (default: stderr, once per torchrun job). Raises ``ValueError`` / ``OSError`` with one clear message for bad
+    options, data or run folders, before anything is written.
+    """
+    import torch
+
+    from attnkit.checkpoints.runs import default_run_folder, read_saved_run
+    from attnkit.data.pipeline.lm_dataset import prepare_lm_data
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.params import count_parameters
+    from attnkit.models.presets import get_preset
+    from attnkit.recipes import LM_DEFAULTS
+    from attnkit.training import LMTask, Trainer, seed_everything
+    from attnkit.training.config import resolve_train_config
+
+    o = options if options is not None else TrainLMOptions(**kwargs)
+    if options is not None and kwargs:
+        o = o.replace(**kwargs)
+    log = default_log(log)
+    saved = read_saved_run(o.out) if o.resume else None
+    extra_saved = (saved or {}).get("extra", {})
+    data = o.data or extra_saved.get("data") or "shakespeare"
+    preset = o.preset or extra_saved.get("preset") or "char-small"
+    if saved is not None and o.data is not None and o.data != extra_saved.get("data"):
+        raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {o.data!r}")
+    cfg = resolve_train_config(LM_DEFAULTS, saved.get("train_config") if saved else None,
+                               train_values(o, block_size=o.block_size))
+
+    if saved is not None:
+        tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
+        model_config = resumed_model_config(saved, o.overrides)
+    else:
+        tokenizer = o.tokenizer or "char"
+        model_config = None
+        # a bad preset or override fails now, before the corpus is read and a tokenizer trained
+        if not isinstance(get_preset(preset), GPTConfig):
+            raise ValueError(f"train lm needs a decoder-only (GPT) preset, {preset!r} is an encoder-decoder")
+        get_preset(preset, block_size=cfg.block_size, **o.overrides)
+    lm = prepare_lm_data(data, tokenizer, block_size=cfg.block_size, vocab_size=o.vocab_size)
+    if model_config is None:
+        model_config = get_preset(preset, **{"vocab_size": lm.tokenizer.vocab_size, "block_size": cfg.block_size,
+                                             **o.overrides})
+    out = o.out or default_run_folder("lm", data, preset)
+
+    seed_everything(cfg.seed)  # reproducible initialisation
+    model = build_model(model_config)
+    task = LMTask(lm.train, lm.valid, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
+    log(f"data {data}: {lm.train.numel():,} train / {lm.valid.numel():,} valid tokens, "
+        f"tokenizer {lm.tokenizer.type} (vocab {lm.tokenizer.vocab_size:,})")
+    log(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
+        f"run folder {out}")
+    log(describe_batch(cfg))
+    extra = {"kind": "lm", "data": str(data), "preset": preset, "tokenizer": lm.tokenizer.to_dict(),
+             "source": json.loads(json.dumps(lm.source_info, default=str))}
+    trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
+                      progress=o.progress)
+    summary = trainer.fit()
+    log(done_line(summary, f"run folder {out}"))
+    return RunResult(Path(out), summary)

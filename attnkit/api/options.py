@@ -1,0 +1,244 @@
+"""What every run takes and gives: the shared training options, the device options, and a run's result.
+
+Every field left ``None`` takes the recipe's default (:mod:`attnkit.recipes`) or, when resuming, the value the run
+was started with (:func:`attnkit.training.config.resolve_train_config`), exactly as a flag left unset does on the
+command line. Field names are the flags' names with ``_`` for ``-`` (``--max-time`` is ``max_time``), except
+``--set FIELD=VALUE`` (``overrides``, a dict) and ``--no-progress`` (``progress=False``).
+
+Options are validated when made: a field of the wrong type raises ``ValueError`` naming the field, the expected
+type and the value given. Ranges are checked where the value is used (the training config, the data readers),
+with the same messages as the command line's. Nothing here imports torch. There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .launcher import say, world_size
+
+__all__ = ["TRAIN_FIELDS", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "train_values",
+           "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log"]
+
+Log = Callable[[str], None]
+
+# the TrainConfig fields a run may set (None: the recipe's or the resumed run's value)
+TRAIN_FIELDS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "optimizer",
+                "muon_ns_steps", "grad_clip", "eval_every", "eval_batches", "log_every", "ckpt_every", "keep_last",
+                "seed")
+_FLOAT_FIELDS = ("lr", "min_lr", "weight_decay", "grad_clip", "max_time")
+_STR_FIELDS = ("schedule", "optimizer")
+_AUTOCAST = (None, "bf16", "fp16", "off")
+
+
+def _type_ok(value: Any, kind: str) -> bool:
+    if value is None:
+        return kind.endswith("?")
+    base = kind.rstrip("?")
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "str":
+        return isinstance(value, str)
+    if base == "path":
+        return isinstance(value, (str, Path))
+    if base == "dict":
+        return isinstance(value, dict)
+    if base == "strs":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    raise AssertionError(f"unknown kind {kind!r}")
+
+
+_NAMES = {"int": "an int", "float": "a number", "bool": "True or False", "str": "a string",
+          "path": "a path (str or pathlib.Path)", "dict": "a dict", "strs": "a list of strings"}
+
+
+def check_fields(options: Any, kinds: dict[str, str]) -> None:
+    """Raise ``ValueError`` for the first field of ``options`` whose value is not of its kind
+    (``"int?"`` = an int or None, ``"path"``, ``"strs"`` ...)."""
+    for name, kind in kinds.items():
+        value = getattr(options, name)
+        if not _type_ok(value, kind):
+            what = _NAMES[kind.rstrip("?")] + (" or None" if kind.endswith("?") else "")
+            raise ValueError(f"{type(options).__name__}.{name} must be {what}, got {value!r} "
+                             f"({type(value).__name__})")
+
+
+@dataclass
+class DeviceOptions:
+    """Where a run computes: ``device`` ``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda``,
+    ``cuda:N`` or ``mps``; ``autocast`` ``bf16``, ``fp16`` or None/``off`` (training: autocast of the forward pass,
+    fp16 with a gradient scaler; inference: the weights in that precision)."""
+
+    device: str | None = None
+    autocast: str | None = None
+
+    def _check_device(self) -> None:
+        check_fields(self, {"device": "str?", "autocast": "str?"})
+        if self.autocast not in _AUTOCAST:
+            raise ValueError(f"{type(self).__name__}.autocast must be one of bf16, fp16, off or None, "
+                             f"got {self.autocast!r}")
+
+    @property
+    def autocast_mode(self) -> str | None:
+        """``autocast`` as the training config reads it (``off`` and None are None)."""
+        return None if self.autocast in (None, "off") else self.autocast
+
+    def resolved_device(self):
+        """``device`` as an available ``torch.device`` (under torchrun: this process's GPU); ValueError otherwise."""
+        from attnkit.training.device import resolve_device
+        from attnkit.training.distributed import env_local_rank
+
+        return resolve_device(self.device or "auto", local_rank=env_local_rank())
+
+
+@dataclass
+class TrainOptions(DeviceOptions):
+    """The options ``train_lm``, ``train_mt`` and ``finetune`` share (each adds its data options).
+
+    Attributes:
+        out: the run folder (None: ``runs/<kind>-<data>-<preset>-<time>``); an existing run is never overwritten,
+            ``resume=True`` continues it exactly where it stopped (then only ``steps`` and ``max_time`` may change).
+        preset: the model preset (``attnkit params --list``); ``overrides``: model config fields to change,
+            e.g. ``{"n_layer": 6, "dropout": 0.2}`` (``--set``).
+        steps, max_time: length of the run in updates and in minutes (whichever comes first).
+        batch_size: sequences per micro-batch and process (under torchrun the global batch is this x the
+            number of processes); the other training fields as the flags of the same name.
+        compile: ``torch.compile`` the model; cuda_graphs: replay each batch shape as a recorded CUDA graph;
+        fsdp: shard over the torchrun processes instead of replicating (DDP).
+        progress: show the tqdm bar (the log lines print either way).
+    """
+
+    out: str | Path | None = None
+    resume: bool = False
+    preset: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None
+    max_time: float | None = None
+    batch_size: int | None = None
+    grad_accum: int | None = None
+    lr: float | None = None
+    min_lr: float | None = None
+    warmup_steps: int | None = None
+    schedule: str | None = None
+    weight_decay: float | None = None
+    optimizer: str | None = None
+    muon_ns_steps: int | None = None
+    grad_clip: float | None = None
+    eval_every: int | None = None
+    eval_batches: int | None = None
+    log_every: int | None = None
+    ckpt_every: int | None = None
+    keep_last: int | None = None
+    seed: int | None = None
+    compile: bool | None = None
+    cuda_graphs: bool | None = None
+    fsdp: bool | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self._check_device()
+        kinds = {"out": "path?", "resume": "bool", "preset": "str?", "overrides": "dict", "steps": "int?",
+                 "compile": "bool?", "cuda_graphs": "bool?", "fsdp": "bool?", "progress": "bool"}
+        for name in TRAIN_FIELDS + ("max_time",):
+            kinds[name] = "float?" if name in _FLOAT_FIELDS else "str?" if name in _STR_FIELDS else "int?"
+        check_fields(self, kinds)
+
+    def replace(self, **changes: Any) -> "TrainOptions":
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def train_values(options: TrainOptions, *, block_size: int | None = None) -> dict[str, Any]:
+    """The TrainConfig fields the options set (those left None are absent), for
+    :func:`attnkit.training.config.resolve_train_config`.
+
+    Fails first (before any data is read) on a device or autocast this machine cannot run. ``batch_size`` is
+    per process: the config (and the checkpoint) hold the global micro-batch. The device is always recorded
+    (checkpoints are device-free, so it may change on resume).
+    """
+    from attnkit.training.device import check_autocast
+
+    device = options.resolved_device()
+    check_autocast(options.autocast_mode, device)
+    if options.cuda_graphs and device.type != "cuda":
+        raise ValueError(f"--cuda-graphs needs a CUDA device (--device cuda), got {device}")
+    given = {f: getattr(options, f) for f in TRAIN_FIELDS + ("steps", "max_time", "compile", "cuda_graphs")
+             if getattr(options, f) is not None}
+    if block_size is not None:
+        given["block_size"] = block_size
+    if "batch_size" in given:
+        given["batch_size"] = given["batch_size"] * world_size()
+    given["device"] = options.device or "auto"
+    if options.autocast is not None:
+        given["autocast"] = options.autocast_mode
+    if options.fsdp:
+        given["fsdp"] = True
+    return given
+
+
+def inference_device(options: DeviceOptions):
+    """``options.device`` resolved and its autocast checked for it (inference runs call this before loading)."""
+    from attnkit.training.device import check_autocast
+
+    device = options.resolved_device()
+    check_autocast(options.autocast_mode, device)
+    return device
+
+
+def place_model(model, options: DeviceOptions, device):
+    """Inference: ``model`` on ``device``, its weights in the autocast precision (bf16/fp16 weights: the KV caches
+    and beam search follow the weights' dtype and device). Returns ``model``."""
+    import torch
+
+    model.to(device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.autocast_mode)
+    return model.to(dtype) if dtype is not None else model
+
+
+@dataclass
+class RunResult:
+    """What a training run leaves: its folder and its ``summary.json`` (steps, losses, time, best checkpoint)."""
+
+    out: Path
+    summary: dict[str, Any]
+
+    @property
+    def best_checkpoint(self) -> Path | None:
+        best = self.summary.get("best_checkpoint")
+        return Path(best) if best else None
+
+    @property
+    def steps(self) -> int:
+        return int(self.summary["steps"])
+
+    @property
+    def valid_loss(self) -> float | None:
+        return self.summary.get("valid_loss")
+
+
+def done_line(summary: dict[str, Any], tail: str) -> str:
+    """The one line a finished training run prints: steps, time, why it stopped, losses, then ``tail``."""
+    vl, vb = summary.get("valid_loss"), summary.get("valid_bleu")
+    return (f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
+            f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
+            + (f", valid BLEU (greedy) {vb:.2f}" if vb is not None else "") + f"; {tail}")
+
+
+def default_log(log: Log | None) -> Log:
+    """``log``, or :func:`say` (stderr, rank 0 only) when None."""
+    return say if log is None else log
+
+
+def resumed_model_config(saved: dict[str, Any], overrides: dict[str, Any]):
+    """The model config a resumed run was saved with, with ``overrides`` applied (the trainer then refuses a real
+    change of architecture by name; a changed dropout is allowed)."""
+    from attnkit.models.configs import config_from_dict
+
+    config = config_from_dict(saved["model_config"])
+    return config.replace(**overrides) if overrides else config

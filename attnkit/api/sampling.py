@@ -1,0 +1,149 @@
+"""``sample``: generate text from a trained checkpoint or a named pretrained model (``attnkit sample``).
+
+    from attnkit.api import sample
+    sample(ckpt="runs/char", prompt="ROMEO:", max_new_tokens=100, seed=1)         # -> ["ROMEO:\\n..."]
+    sample(model="smollm2-135m-instruct", prompt="What is 2 + 2?", chat=True, stream=sys.stdout)
+
+:class:`Sampler` loads the model once (on the device, in the autocast precision, its weights stored in the layout
+one-token steps read fastest: :func:`attnkit.generation.use_decoding_layout`) and draws samples from it with
+:func:`attnkit.generation.generate` (KV cache, greedy or sampled, stop strings, streaming). The prompt is read as
+the model reads one (``LoadedModel.encode_prompt``: after a ``<bos>`` where it was trained with one); an empty
+prompt starts from ``<bos>`` or a newline.
+
+Past the context the model was trained on (prompt + new tokens longer than its ``block_size``) sampling continues
+over a sliding window (see :mod:`attnkit.generation.generate`), and a note says how. There are no tensor axes in
+this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from .options import DeviceOptions, Log, check_fields, default_log, inference_device, place_model
+
+__all__ = ["SampleOptions", "Sampler", "sample"]
+
+
+@dataclass
+class SampleOptions(DeviceOptions):
+    """Options of :class:`Sampler` / :func:`sample`: the model (``ckpt``, a run or checkpoint folder; or ``model``,
+    a named pretrained model), the prompt (``chat``: wrapped in the model's chat template) and the sampling
+    settings (:class:`~attnkit.generation.GenerationConfig`'s, with ``greedy`` for argmax decoding, ``stop`` the
+    stop strings, ``use_cache=False`` to recompute the whole context at every step). Sample ``i`` is drawn with
+    ``seed + i`` when a seed is given."""
+
+    ckpt: str | Path | None = None
+    model: str | None = None
+    prompt: str = ""
+    chat: bool = False
+    max_new_tokens: int = 200
+    greedy: bool = False
+    temperature: float = 0.8
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+    stop: list[str] | None = None
+    seed: int | None = None
+    num_samples: int = 1
+    use_cache: bool = True
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        self._check_device()
+        check_fields(self, {"ckpt": "path?", "model": "str?", "prompt": "str", "chat": "bool", "num_samples": "int",
+                            "greedy": "bool", "use_cache": "bool", "compile": "bool", "stop": "strs?"})
+        if (self.ckpt is None) == (self.model is None):
+            raise ValueError("sample needs exactly one of ckpt (a run or checkpoint folder) and model (a named "
+                             f"pretrained model), got ckpt={self.ckpt!r}, model={self.model!r}")
+        if self.num_samples < 1:
+            raise ValueError(f"--num-samples must be >= 1, got {self.num_samples}")
+
+    def generation_config(self):
+        """The validated :class:`~attnkit.generation.GenerationConfig` (raises ``ValueError`` before any work)."""
+        from attnkit.generation import GenerationConfig
+
+        return GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=not self.greedy,
+                                temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                repetition_penalty=self.repetition_penalty, stop_strings=self.stop, seed=self.seed,
+                                use_cache=self.use_cache, compile=self.compile)
+
+
+def _window_config(gen_cfg: Any, model: Any, n_prompt: int, max_new_tokens: int, log: Log) -> Any:
+    """``gen_cfg`` with the sliding window on when prompt + new tokens pass the model's context (with a note)."""
+    config = getattr(model, "config", None)
+    block = getattr(config, "block_size", None)
+    if block is None or n_prompt + max_new_tokens - 1 <= block:
+        return gen_cfg
+    rope = getattr(config, "position", None) == "rope"
+    how = ("recomputed at every token" if not gen_cfg.use_cache
+           else "when the KV cache is full its older half is dropped and the kept keys are shifted"
+           if rope else "when the KV cache is full its older half is dropped and the cache re-filled")
+    log(f"note: {n_prompt} prompt + {max_new_tokens} new tokens exceed the model's context of {block}; sampling "
+        f"with a sliding window ({how})")
+    if gen_cfg.compile:
+        log("note: --compile runs on a fixed cache; the sliding window runs without it")
+    return dataclasses.replace(gen_cfg, sliding_window=True, compile=False)
+
+
+class Sampler:
+    """A model loaded for sampling, with its prompt encoded and its generation settings checked.
+
+    Attributes:
+        prompt_ids: the prompt as token ids (what the first sample continues).
+        shown_prompt: the text a stream shows before the sample (the prompt; nothing for a chat prompt).
+    """
+
+    def __init__(self, options: SampleOptions | None = None, *, log: Log | None = None, **kwargs: Any):
+        from attnkit.checkpoints import load
+        from attnkit.generation.decoding_layout import use_decoding_layout
+        from attnkit.interop.load import load_named
+
+        o = self.options = options if options is not None else SampleOptions(**kwargs)
+        log = default_log(log)
+        gen_cfg = o.generation_config()  # bad sampling options fail here, before loading or printing anything
+        device = inference_device(o)  # so does a device (or autocast) this machine lacks
+        loaded = load(o.ckpt, expect_kind="lm") if o.ckpt is not None else load_named(o.model)
+        self.model, self.tokenizer = place_model(loaded.model, o, device), loaded.tokenizer
+        use_decoding_layout(self.model)  # same weights, transposed storage: faster one-token steps
+        ids = loaded.encode_prompt(loaded.format_chat(o.prompt) if o.chat else o.prompt)
+        if not ids:
+            tok = self.tokenizer
+            start = tok.bos_id if tok.bos_id is not None else tok.token_to_id("\n")
+            if start is None:
+                raise ValueError("empty --prompt and the tokenizer has neither a BOS token nor a newline; give --prompt")
+            ids = [start]
+        self.prompt_ids = ids
+        self.shown_prompt = "" if o.chat else o.prompt
+        pad = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
+        gen_cfg = dataclasses.replace(gen_cfg, eos_token_id=loaded.stop_ids, pad_token_id=pad)
+        self.config = _window_config(gen_cfg, self.model, len(ids), o.max_new_tokens, log)
+        self.config.check_for(self.model, self.tokenizer)
+
+    def sample(self, index: int = 0, *, stream: TextIO | None = None) -> str:
+        """Sample number ``index`` (seeded ``seed + index``): the shown prompt followed by the generated text.
+        With ``stream`` the text is written there as the tokens arrive (then a newline)."""
+        import torch
+
+        from attnkit.generation import TextStreamer, generate
+
+        seed = self.options.seed
+        cfg = self.config if seed is None else dataclasses.replace(self.config, seed=seed + index)
+        streamer = None
+        if stream is not None:
+            stream.write(self.shown_prompt)
+            stream.flush()
+            streamer = TextStreamer(self.tokenizer, skip_special_tokens=True, file=stream)
+        with torch.inference_mode():
+            out = generate(self.model, [self.prompt_ids], cfg, tokenizer=self.tokenizer, streamer=streamer)
+        return self.shown_prompt + self.tokenizer.decode(out[0], skip_special_tokens=True)
+
+
+def sample(options: SampleOptions | None = None, *, stream: TextIO | None = None, log: Log | None = None,
+           **kwargs: Any) -> list[str]:
+    """Draw ``num_samples`` samples (each the prompt followed by its continuation); with ``stream`` each is also
+    written there as it is generated."""
+    sampler = Sampler(options, log=log, **kwargs)
+    return [sampler.sample(i, stream=stream) for i in range(sampler.options.num_samples)]

@@ -1,0 +1,98 @@
+"""``trace_model``: run a model once and record every module's inputs and outputs in forward order (``attnkit trace``).
+
+    from attnkit.api import trace_model, TracePreset
+    print(trace_model(TracePreset(preset="char-small", batch=2, length=11)).format())
+
+The model is a preset with random weights and random token ids (:class:`TracePreset`), or a checkpoint / named
+pretrained model with a real text (:class:`~attnkit.api.inputs.ModelText`). The tracing itself is
+:func:`attnkit.viz.trace.trace` (hooks only; the model's code is unchanged).
+
+Axis legend: ``B`` batch, ``T`` text / target positions, ``S`` source positions, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .inputs import ModelText, is_seq2seq, lm_ids, load_inspected, mt_ids
+from .options import DeviceOptions, Log, check_fields, default_log
+
+__all__ = ["TracePreset", "trace_model"]
+
+
+@dataclass
+class TracePreset(DeviceOptions):
+    """A preset with random weights (seeded) run on random token ids: ``batch`` rows of ``length`` ids (the target
+    of an encoder-decoder, whose source has ``src_len``, default ``length``); ``vocab_size`` overrides the
+    preset's."""
+
+    preset: str = ""
+    batch: int = 2
+    length: int = 11
+    src_len: int | None = None
+    vocab_size: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._check_device()
+        check_fields(self, {"preset": "str", "batch": "int", "length": "int", "src_len": "int?",
+                            "vocab_size": "int?", "seed": "int"})
+        for value, flag in ((self.batch, "--batch"), (self.length, "--len"), (self.src_len, "--src-len"),
+                            (self.vocab_size, "--vocab-size")):
+            if value is not None and value <= 0:
+                raise ValueError(f"{flag} must be a positive integer, got {value}")
+
+
+def _preset_inputs(o: TracePreset) -> tuple[Any, Any]:
+    """``(model, ids (B, T) or (src (B, S), tgt (B, T)))`` of a preset with random weights."""
+    import torch
+
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import TransformerConfig
+    from attnkit.models.presets import get_preset
+
+    config = get_preset(o.preset)
+    seq2seq = isinstance(config, TransformerConfig)
+    if o.vocab_size is not None:
+        config = config.replace(**({"src_vocab_size": o.vocab_size, "tgt_vocab_size": o.vocab_size} if seq2seq
+                                   else {"vocab_size": o.vocab_size}))
+    if o.src_len is not None and not seq2seq:
+        raise ValueError(f"--src-len is for encoder-decoder presets; {o.preset} is decoder-only")
+    torch.manual_seed(o.seed)
+    model = build_model(config)
+    g = torch.Generator().manual_seed(o.seed)
+    if seq2seq:
+        S = o.length if o.src_len is None else o.src_len
+        src = torch.randint(0, config.src_vocab_size, (o.batch, S), generator=g)  # (B, S), ids in [0, V)
+        tgt = torch.randint(0, config.tgt_vocab_size, (o.batch, o.length), generator=g)  # (B, T)
+        return model, (src, tgt)
+    if o.length > config.block_size:
+        raise ValueError(f"--len must be at most the preset's block_size = {config.block_size}, got {o.length}")
+    return model, torch.randint(0, config.vocab_size, (o.batch, o.length), generator=g)  # (B, T)
+
+
+def _text_inputs(o: ModelText, log: Log) -> tuple[Any, Any]:
+    """``(model, ids (1, T) or (src (1, S), tgt (1, T)))`` of a checkpoint or pretrained model and a text."""
+    import torch
+
+    loaded = load_inspected(o)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if is_seq2seq(model):
+        src, tgt = mt_ids(o, model, tokenizer, log)
+        return model, (torch.tensor([src]), torch.tensor([tgt]))
+    return model, torch.tensor([lm_ids(o, loaded)])
+
+
+def trace_model(what: TracePreset | ModelText, *, log: Log | None = None):
+    """Build or load the model, make its inputs, run it once under hooks; returns the
+    :class:`~attnkit.viz.trace.Trace` (``.format(depth)`` for the table, ``.to_json(depth)``)."""
+    from attnkit.viz.trace import trace
+
+    if not isinstance(what, (TracePreset, ModelText)):
+        raise ValueError(f"trace_model expects a TracePreset or a ModelText, got {type(what).__name__}")
+    device = what.resolved_device()  # a device this machine lacks fails before any model is built
+    model, inputs = _preset_inputs(what) if isinstance(what, TracePreset) else _text_inputs(what, default_log(log))
+    model = model.to(device)
+    inputs = tuple(t.to(device) for t in inputs) if isinstance(inputs, tuple) else inputs.to(device)
+    return trace(model, inputs)

@@ -1,0 +1,146 @@
+"""Loading a model back: one :func:`load` for every consumer of an attnkit checkpoint, one result type for every
+source of a model.
+
+:func:`load` reads an attnkit run folder (its ``checkpoints/best``, or the latest step checkpoint) or a
+checkpoint folder: it rebuilds the model from ``state.json``'s config, loads the safetensors weights (a LoRA
+step checkpoint's adapters are merged on the way in), and rebuilds the tokenizer. ``attnkit sample``,
+``translate``, ``eval``, ``viz``, ``trace`` and ``finetune --from`` all come through here; so does the score of
+``train mt``'s best checkpoint. Models from elsewhere (named pretrained models, GGUF files, Hugging Face
+folders) are loaded by :mod:`attnkit.interop.load` into the same :class:`LoadedModel`.
+
+Nothing is unpickled: the weights are safetensors, everything else JSON. There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .checkpoint import CheckpointError, load_checkpoint, read_checkpoint_state
+from .runs import resolve_checkpoint
+
+__all__ = ["KINDS", "LoadedModel", "load", "checkpoint_kind"]
+
+KINDS = {"lm": "a language model (decoder-only GPT)", "mt": "a translation model (encoder-decoder)"}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to use, with what is needed to prompt it.
+
+    Attributes:
+        model: the model, in eval mode, on the CPU unless asked otherwise.
+        tokenizer: its tokenizer (None only from ``load(..., require_tokenizer=False)``).
+        chat_template: the chat template text, or None.
+        chat_source: what :func:`attnkit.data.tokenizers.chat_template.apply_chat_template` takes (a pretrained
+            model's info, or the template text), or None.
+        stop_ids: the token ids that end a generation (None: none).
+        add_bos: prompts start with ``<bos>`` (the model was trained so).
+        description: one line saying what was loaded.
+        state: the checkpoint's parsed ``state.json`` (empty for models that do not come from attnkit).
+        path: the checkpoint folder read (None for models that do not come from attnkit).
+    """
+
+    model: Any
+    tokenizer: Any
+    chat_template: str | None = None
+    chat_source: Any = None
+    stop_ids: list[int] | None = None
+    add_bos: bool = False
+    description: str = ""
+    state: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The checkpoint's ``extra`` (kind, tokenizer, data, options the run was started with)."""
+        return self.state.get("extra") or {}
+
+    def format_chat(self, text: str) -> str:
+        """``text`` as one user turn in the model's chat template (ValueError if it has none)."""
+        from attnkit.data.tokenizers.chat_template import apply_chat_template
+
+        if self.chat_source is None:
+            raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
+        return apply_chat_template(self.chat_source, [{"role": "user", "content": text}])
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """``text`` as the model reads a prompt: its token ids, after a ``<bos>`` where the model was trained
+        with one (``add_bos``) and the text does not start with it already. ``""`` gives ``[]`` or ``[<bos>]``."""
+        ids = self.tokenizer.encode(text) if text else []
+        bos = self.tokenizer.bos_id
+        if self.add_bos and bos is not None and (not ids or ids[0] != bos):
+            ids = [bos] + ids
+        return ids
+
+
+def checkpoint_kind(state: dict[str, Any]) -> str:
+    """``"lm"`` or ``"mt"``: what a checkpoint holds (``extra.kind``, else judged from its model config)."""
+    extra = state.get("extra") or {}
+    config = state.get("model_config") or {}
+    guess = "mt" if isinstance(config, dict) and config.get("model_type") == "transformer" else "lm"
+    return extra.get("kind") or guess
+
+
+def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "best",
+         device: str | torch.device = "cpu", require_tokenizer: bool = True) -> LoadedModel:
+    """Rebuild the model of an attnkit checkpoint, load its weights and its tokenizer.
+
+    Args:
+        path: a checkpoint folder, or a run folder (its ``checkpoints/best``, else its latest step checkpoint;
+            ``prefer="latest"`` the other way round).
+        expect_kind: ``"lm"`` or ``"mt"``: refuse a checkpoint of the other kind with a clear error
+            (e.g. a language model passed to ``attnkit translate``).
+        device: where the weights are loaded.
+        require_tokenizer: refuse a checkpoint without a tokenizer (text could not be encoded); with False its
+            ``tokenizer`` is None.
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``path``.
+        CheckpointError: a checkpoint that is incomplete, corrupt, or not attnkit's.
+        ValueError: the wrong kind, or no tokenizer.
+    """
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import config_from_dict
+
+    if expect_kind not in (None, *KINDS):
+        raise ValueError(f"expect_kind must be None, 'lm' or 'mt', got {expect_kind!r}")
+    ckpt = resolve_checkpoint(path, prefer=prefer)
+    state = read_checkpoint_state(ckpt)
+    if "model_config" not in state:
+        raise CheckpointError(f"{ckpt / 'state.json'} has no model_config; it was not written by attnkit train")
+    kind = checkpoint_kind(state)
+    if expect_kind is not None and kind != expect_kind:
+        raise ValueError(f"{ckpt} holds {KINDS.get(kind, kind)}, but this command needs "
+                         f"{KINDS.get(expect_kind, expect_kind)}")
+    extra = state.get("extra") or {}
+    tok = extra.get("tokenizer")
+    if tok is None and require_tokenizer:
+        raise ValueError(f"{path} stores no tokenizer, so text cannot be encoded")
+    model = build_model(config_from_dict(state["model_config"]))
+    _load_weights(ckpt, model, extra.get("lora"), device)
+    model.eval()
+    tokenizer = tokenizer_from_dict(tok) if tok is not None else None
+    template = extra.get("chat_template") or None
+    eos = getattr(tokenizer, "eos_id", None)
+    stop = extra.get("stop_token_ids") or ([eos] if eos is not None else None)
+    return LoadedModel(model, tokenizer, template, template, stop, bool(extra.get("add_bos_token", False)),
+                       f"attnkit checkpoint {path}", state, ckpt)
+
+
+def _load_weights(ckpt: Path, model: nn.Module, lora: Any, device: str | torch.device) -> None:
+    """The checkpoint's weights into ``model``; a LoRA step checkpoint (frozen weights + adapters, not yet
+    merged) is loaded with its adapters, which are then folded into the weights."""
+    if isinstance(lora, dict) and not lora.get("merged", True):
+        from attnkit.modules.lora import apply_lora, merge_lora
+
+        apply_lora(model, rank=lora["rank"], alpha=lora["alpha"], targets=lora["targets"], dropout=0.0)
+        load_checkpoint(ckpt, model, device=device)
+        merge_lora(model)
+    else:
+        load_checkpoint(ckpt, model, device=device)

@@ -1,0 +1,85 @@
+"""Run folders: what ``attnkit train`` and ``attnkit finetune`` write, and how a path is resolved to a checkpoint.
+
+A run folder looks like::
+
+    run/
+      run.json  metrics.jsonl  metrics.csv  loss.png  summary.json
+      checkpoints/
+        step_00001000/   model.safetensors  optimizer.safetensors  state.json
+        best/            (a copy of the best checkpoint so far)
+        averaged/        (``train mt --average-last N``)
+
+``state.json`` holds the model config (``model_config``) and, under ``extra``, the tokenizer (``tokenizer``)
+and a note of what the run was (``kind``: ``"lm"`` or ``"mt"``), so a checkpoint is self-contained.
+
+There are no tensor axes in this file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import latest_checkpoint, read_checkpoint_state
+
+__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "resolve_checkpoint",
+           "read_saved_run", "default_run_folder"]
+
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+CHECKPOINTS_DIR = "checkpoints"
+BEST_DIR = "best"
+# Anything of these in a folder means "a run lives here" (so a fresh run must not write into it).
+_RUN_MARKERS = (RUN_FILE, "metrics.jsonl", CHECKPOINTS_DIR)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True if ``path`` holds (part of) a training run."""
+    path = Path(path)
+    return path.is_dir() and any((path / m).exists() for m in _RUN_MARKERS)
+
+
+def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:
+    """A checkpoint folder from ``path``: the folder itself if it holds ``state.json``; for a run folder its
+    ``checkpoints/best`` (``prefer="best"``) or latest step checkpoint. Raises ``FileNotFoundError`` with a
+    clear message when there is none."""
+    if prefer not in ("best", "latest"):
+        raise ValueError(f"prefer must be 'best' or 'latest', got {prefer!r}")
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such checkpoint or run folder: {path}")
+    if (path / "state.json").is_file():
+        return path
+    ckpts = path / CHECKPOINTS_DIR
+    if ckpts.is_dir():
+        best = ckpts / BEST_DIR
+        latest = latest_checkpoint(ckpts)
+        if prefer == "best" and (best / "state.json").is_file():
+            return best
+        if latest is not None:
+            return latest
+        if (best / "state.json").is_file():
+            return best
+    raise FileNotFoundError(f"{path} holds no checkpoint (expected state.json, or checkpoints/best or "
+                            "checkpoints/step_* inside a run folder)")
+
+
+def read_saved_run(out: str | Path | None) -> dict[str, Any]:
+    """The latest checkpoint's state of the run in ``out`` (what ``--resume`` continues from)."""
+    if out is None:
+        raise ValueError("--resume needs --out pointing at the run folder to continue")
+    latest = latest_checkpoint(Path(out) / CHECKPOINTS_DIR)
+    if latest is None:
+        raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from")
+    return read_checkpoint_state(latest)
+
+
+def default_run_folder(kind: str, data: str, preset: str) -> Path:
+    """``runs/<kind>-<data stem>-<preset>-<YYYYmmdd-HHMMSS>`` for a run started without ``--out``."""
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        # the default name holds the start time, which the processes of a torchrun job need not agree on
+        raise ValueError("under torchrun pass --out: every process must write the same run folder")
+    stem = Path(str(data)).stem if any(c in str(data) for c in "/.") else str(data)
+    return Path("runs") / f"{kind}-{stem}-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -1,0 +1,82 @@
+"""The registry of data recipes: a name (``shakespeare``, ``de-en``, ``fortunes``) maps to a function that
+fetches, converts, splits and caches a corpus, returning the folder that holds it.
+
+A recipe registers itself with :func:`register`::
+
+    @register("shakespeare", kind="lm", description="...")
+    def prepare_shakespeare(home: Path, force: bool = False) -> Path: ...
+
+:func:`prepare` looks a recipe up by name and runs it; unknown names raise a ``ValueError`` listing the known
+ones. Recipes are idempotent: a second call returns the cached folder without fetching anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from attnkit.data.fetch import attnkit_home
+
+__all__ = ["Recipe", "register", "get_recipe", "recipe_names", "prepare"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    kind: str  # "lm" (plain text: train.txt / valid.txt) or "mt" (parallel: train/valid/test .tsv)
+    description: str
+    fn: Callable[..., Path]
+
+
+_RECIPES: dict[str, Recipe] = {}
+
+# Modules that define recipes; imported lazily so `import attnkit` stays light.
+_RECIPE_MODULES = (
+    "attnkit.data.corpora.shakespeare",
+    "attnkit.data.corpora.de_en",
+    "attnkit.data.corpora.fortunes",
+)
+
+
+def register(name: str, *, kind: str, description: str) -> Callable[[Callable[..., Path]], Callable[..., Path]]:
+    """Decorator registering ``fn(home: Path, force: bool = False) -> Path`` as the recipe ``name``."""
+    if kind not in ("lm", "mt"):
+        raise ValueError(f"recipe kind must be 'lm' or 'mt', got {kind!r}")
+
+    def deco(fn: Callable[..., Path]) -> Callable[..., Path]:
+        _RECIPES[name] = Recipe(name, kind, description, fn)
+        return fn
+
+    return deco
+
+
+def _load_all() -> None:
+    for mod in _RECIPE_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:  # a recipe module not written yet
+            if e.name != mod:
+                raise
+
+
+def recipe_names(kind: str | None = None) -> list[str]:
+    _load_all()
+    return sorted(n for n, r in _RECIPES.items() if kind is None or r.kind == kind)
+
+
+def get_recipe(name: str) -> Recipe:
+    _load_all()
+    if name not in _RECIPES:
+        raise ValueError(f"unknown data recipe {name!r}; known recipes: {', '.join(recipe_names()) or '(none)'} "
+                         "(or pass a path to a local file or folder)")
+    return _RECIPES[name]
+
+
+def prepare(name: str, *, force: bool = False, home: Path | None = None) -> Path:
+    """Run the recipe ``name`` (fetch, convert, split, cache) and return the folder holding its files."""
+    recipe = get_recipe(name)
+    root = (home or attnkit_home()) / "data" / name
+    root.mkdir(parents=True, exist_ok=True)
+    return recipe.fn(root, force=force)

@@ -1,0 +1,77 @@
+"""Text made of documents, for fine-tuning: split it into its documents and encode each followed by ``<eos>``.
+
+Fortune files separate their entries by lines holding only ``%``; other texts may separate documents by blank
+lines. Ending every document with the tokenizer's end-of-sequence token teaches a model where a text ends (so
+``attnkit sample`` stops there). ``attnkit finetune --documents auto|fortune|blank-line|none`` uses
+:func:`prepare_finetune_data`.
+
+Axis legend: N tokens of a split.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from attnkit.checks import check_choice
+
+__all__ = ["DOCUMENT_MODES", "split_documents", "encode_documents", "prepare_finetune_data"]
+
+DOCUMENT_MODES = ("auto", "fortune", "blank-line", "none")
+_FORTUNE_SEP = re.compile(r"^%[ \t]*$", re.MULTILINE)
+
+
+def split_documents(text: str, mode: str) -> list[str] | None:
+    """The documents of ``text`` (``None`` for mode ``"none"``: keep one stream).
+
+    fortune: entries between lines holding only ``%`` (cleaned as the fortunes recipe does); blank-line:
+    paragraphs separated by one or more blank lines; auto: fortune if such ``%`` lines exist, else none.
+    """
+    check_choice("documents mode", mode, DOCUMENT_MODES)
+    if mode == "auto":
+        mode = "fortune" if _FORTUNE_SEP.search(text) else "none"
+    if mode == "none":
+        return None
+    if mode == "fortune":
+        from attnkit.data.corpora.fortunes import parse_fortunes
+
+        return parse_fortunes(text)
+    return [p.strip("\n") for p in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")) if p.strip()]
+
+
+def encode_documents(tokenizer, text: str, mode: str):
+    """Token ids of ``text``: documents each followed by ``tokenizer.eos_id``, or the plain stream.
+
+    Shape: text -> ``LongTensor (N,)``.
+    """
+    import numpy as np
+    import torch
+
+    from attnkit.data.pipeline.lm_dataset import encode_corpus
+
+    docs = split_documents(text, mode)
+    if docs is None:
+        return encode_corpus(tokenizer, text)
+    if tokenizer.eos_id is None:
+        raise ValueError("the text is split into documents, but the tokenizer has no end-of-sequence token to "
+                         "separate them; pass --documents none")
+    eos = tokenizer.eos_id
+    pieces = [np.asarray(ids + [eos], dtype=np.int64) for ids in tokenizer.encode_batch(docs)]
+    return torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
+
+
+def prepare_finetune_data(data: str, tokenizer, documents: str = "auto"):
+    """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer.
+
+    Shape: returns ``LongTensor (N_train,)``, ``LongTensor (N_valid,)``.
+    """
+    from attnkit.data.corpora.text import load_text_corpus
+
+    train_text, valid_text, info = load_text_corpus(data)
+    train = encode_documents(tokenizer, train_text, documents)
+    valid = encode_documents(tokenizer, valid_text, documents)
+    mode = documents
+    if mode == "auto":
+        mode = "fortune" if _FORTUNE_SEP.search(train_text) else "none"
+    info = json.loads(json.dumps(info, default=str))
+    return train, valid, {"source": info, "documents": mode}

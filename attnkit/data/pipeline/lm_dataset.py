@@ -1,0 +1,295 @@
+"""Language-modelling data: text → one long tensor of token ids → (input, target) blocks.
+
+A corpus is encoded once into a 1-D ``LongTensor`` of ``N`` ids. A training example is any window of
+``T + 1`` consecutive ids (``T`` = ``block_size``): the first ``T`` are the input, the last ``T`` (shifted by one)
+are the targets, so every position predicts its next token::
+
+    data  = [ 5, 9, 2, 7, 3, 8, ...]          (N,)
+    x     = [ 5, 9, 2, 7]                     (T,)  data[i : i+T]
+    y     = [ 9, 2, 7, 3]                     (T,)  data[i+1 : i+T+1]
+
+Axes: ``N`` number of ids in a split, ``B`` batch size, ``T`` block size (context length), ``V`` vocabulary size.
+
+- :func:`encode_corpus` — fast encoding of megabytes of text (numpy lookup for characters, batched Rust
+  encoding of newline-aligned chunks for BPE).
+- :func:`check_block_length` — a split must hold at least one block (``T + 1`` ids).
+- :func:`random_batch` / :func:`batch_at_step` — random windows for training (the latter deterministic in
+  ``(seed, step)``); :func:`eval_batches` — non-overlapping windows covering a split, for evaluation.
+- :func:`prepare_lm_data` — corpus name or path + tokenizer choice → :class:`LMData` (tokenizer, train and valid
+  tensors, source info), what ``attnkit train --data ... --tokenizer ...`` needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
+from attnkit.data.tokenizers.tokenizer import Tokenizer, load_tokenizer
+
+__all__ = [
+    "encode_corpus",
+    "encode_corpus_cached",
+    "check_block_length",
+    "random_batch",
+    "batch_at_step",
+    "eval_batches",
+    "num_eval_windows",
+    "LMData",
+    "build_tokenizer",
+    "prepare_lm_data",
+    "TOKENIZER_KINDS",
+]
+
+TOKENIZER_KINDS = ("char", "bpe", "gpt2")
+DEFAULT_BPE_VOCAB = 2048
+
+
+def _newline_chunks(text: str, size: int) -> list[str]:
+    """Cut ``text`` into ~``size``-character chunks; each cut is just before a ``"\\n"`` that follows a
+    non-whitespace character.
+
+    With GPT-2's split regex no pre-token crosses such a point (word, number and punctuation pieces stop at
+    whitespace, and a whitespace run starting there starts there in the whole text too), so encoding the chunks
+    separately gives exactly the ids of encoding the whole text. Special tokens must not contain whitespace.
+    """
+    chunks, start, n = [], 0, len(text)
+    while start < n:
+        end = start + size
+        if end >= n:
+            chunks.append(text[start:])
+            break
+        cut = text.find("\n", end)
+        while cut > 0 and text[cut - 1].isspace():  # need a non-whitespace character before the newline
+            cut = text.find("\n", cut + 1)
+        if cut <= start:  # no usable newline: keep the rest in one piece
+            chunks.append(text[start:])
+            break
+        chunks.append(text[start:cut])
+        start = cut
+    return chunks
+
+
+def encode_corpus(tokenizer: Tokenizer, text: str, *, chunk_chars: int = 1 << 16,
+                  show_progress: bool = False) -> torch.Tensor:
+    """Encode a whole corpus into one tensor of ids.
+
+    ``CharTokenizer``: one vectorised lookup. ``BPETokenizer``: the text is cut into newline-aligned chunks
+    (exact for byte-level BPE, see :func:`_newline_chunks`) encoded in parallel by ``encode_batch``. Any other
+    tokenizer: ``tokenizer.encode(text)``.
+
+    Shape:
+        text of ``N_chars`` characters → ``LongTensor (N,)``.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"encode_corpus expects a str, got {type(text).__name__}")
+    if isinstance(tokenizer, CharTokenizer):
+        return torch.from_numpy(tokenizer.encode_array(text))
+    if isinstance(tokenizer, BPETokenizer):
+        if chunk_chars < 1:
+            raise ValueError(f"chunk_chars must be >= 1, got {chunk_chars}")
+        chunks = _newline_chunks(text, chunk_chars)
+        group = 64  # chunks per encode_batch call (only matters for the progress bar)
+        pieces = []
+        for i in tqdm(range(0, len(chunks), group), desc="encoding", unit="chunk", unit_scale=group,
+                      disable=not show_progress):
+            for ids in tokenizer.encode_batch(chunks[i:i + group]):
+                pieces.append(np.asarray(ids, dtype=np.int64))
+        if not pieces:
+            return torch.zeros(0, dtype=torch.long)
+        return torch.from_numpy(np.concatenate(pieces))
+    return torch.tensor(tokenizer.encode(text), dtype=torch.long)
+
+
+def _tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
+    blob = json.dumps(tokenizer.to_dict(), sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()
+
+
+def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.PathLike, *,
+                         show_progress: bool = False) -> torch.Tensor:
+    """:func:`encode_corpus`, remembered on disk as ``cache_dir/<sha256 of tokenizer and text>.npy``.
+
+    BPE-encoding megabytes takes seconds; a second run with the same tokenizer and text loads the ids instead.
+    The file is read with ``allow_pickle=False`` and checked (1-D int64, ids in ``[0, V)``) before use.
+
+    Shape:
+        text → ``LongTensor (N,)``.
+    """
+    key = hashlib.sha256((_tokenizer_fingerprint(tokenizer) + "\0").encode() + text.encode("utf-8")).hexdigest()
+    path = Path(cache_dir) / f"{key}.npy"
+    if path.is_file():
+        try:
+            arr = np.load(path, allow_pickle=False)
+            in_range = arr.size == 0 or (arr.min() >= 0 and arr.max() < tokenizer.vocab_size)
+            if arr.ndim == 1 and arr.dtype == np.int64 and in_range:
+                return torch.from_numpy(arr)
+        except (OSError, ValueError):
+            pass  # unreadable: encode again and overwrite
+    ids = encode_corpus(tokenizer, text, show_progress=show_progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, ids.numpy(), allow_pickle=False)
+    os.replace(tmp, path)
+    return ids
+
+
+def check_block_length(data: torch.Tensor, block_size: int, split: str = "train") -> None:
+    """Raise ``ValueError`` unless ``data`` is a 1-D long tensor holding one block (``block_size + 1`` ids)."""
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if not isinstance(data, torch.Tensor) or data.ndim != 1 or data.dtype != torch.long:
+        desc = f"{tuple(data.shape)} {data.dtype}" if isinstance(data, torch.Tensor) else type(data).__name__
+        raise ValueError(f"{split} data must be a 1-D torch.long tensor (N,), got {desc}")
+    n = data.numel()
+    if n < block_size + 1:
+        raise ValueError(f"the {split} split has {n} tokens, but block_size={block_size} needs at least "
+                         f"{block_size + 1} (block_size + 1); use a smaller block_size or more text")
+
+
+def random_batch(data: torch.Tensor, block_size: int, batch_size: int, *,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of ``data``.
+
+    Shape:
+        data ``(N,)`` with ``N >= T + 1`` → ``x (B, T)``, ``y (B, T)``: row ``b`` is ``x = data[i : i+T]``,
+        ``y = data[i+1 : i+T+1]`` for a random start ``i`` in ``[0, N - T - 1]``.
+    """
+    check_block_length(data, block_size)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    T = block_size
+    starts = torch.randint(0, data.numel() - T, (batch_size,), generator=generator)  # (B,) in [0, N - T - 1]
+    offsets = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
+    window = data[offsets]  # (B, T + 1)
+    return window[:, :-1], window[:, 1:]  # (B, T), (B, T)
+
+
+def batch_at_step(data: torch.Tensor, block_size: int, batch_size: int, *, seed: int,
+                  step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like :func:`random_batch` but a pure function of ``(seed, step)``: resuming at step ``s`` replays batch ``s``.
+
+    Shape:
+        data ``(N,)`` → ``x (B, T)``, ``y (B, T)``.
+    """
+    g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(step)) % (2**63 - 1))
+    return random_batch(data, block_size, batch_size, generator=g)
+
+
+def num_eval_windows(data: torch.Tensor, block_size: int) -> int:
+    """How many non-overlapping ``T + 1``-id windows :func:`eval_batches` yields (``(N - 1) // T``)."""
+    check_block_length(data, block_size, "eval")
+    return (data.numel() - 1) // block_size
+
+
+def eval_batches(data: torch.Tensor, block_size: int, batch_size: int, *,
+                 max_windows: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Non-overlapping windows starting at ``0, T, 2T, …`` covering the split (every target id once, except a
+    tail shorter than ``T``), in batches; the last batch may be smaller. ``max_windows`` caps the number of
+    windows (evenly spread over the split) for a quick estimate.
+
+    Shape:
+        data ``(N,)`` → yields ``x (B', T)``, ``y (B', T)`` with ``B' <= batch_size``.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    T = block_size
+    n = num_eval_windows(data, T)
+    starts = torch.arange(n) * T  # (n,)
+    if max_windows is not None:
+        if max_windows < 1:
+            raise ValueError(f"max_windows must be >= 1 or None, got {max_windows}")
+        if max_windows < n:
+            starts = starts[torch.linspace(0, n - 1, max_windows).round().long()]
+    for i in range(0, starts.numel(), batch_size):
+        s = starts[i:i + batch_size]  # (B',)
+        window = data[s[:, None] + torch.arange(T + 1)]  # (B', T + 1)
+        yield window[:, :-1], window[:, 1:]
+
+
+def build_tokenizer(kind: str | os.PathLike | Tokenizer, texts: list[str], *, vocab_size: int | None = None,
+                    home: str | os.PathLike | None = None) -> Tokenizer:
+    """Make the tokenizer for an LM run.
+
+    Args:
+        kind: ``"char"`` (vocabulary from all of ``texts`` — pass train and valid so valid can be encoded),
+            ``"bpe"`` (byte-level BPE trained on ``texts[0]``, the train text, with ``<|endoftext|>`` as special
+            token 0 and eos; ``vocab_size`` default 2048), ``"gpt2"`` (GPT-2's 50257-token BPE), a path to a
+            tokenizer JSON written by ``save_tokenizer``, or a ready ``Tokenizer``.
+        texts: ``[train_text, valid_text]``.
+        home: cache folder for the GPT-2 ranks (default ``$ATTNKIT_HOME``).
+    """
+    if isinstance(kind, Tokenizer):
+        return kind
+    if kind == "char":
+        return CharTokenizer.train(texts)
+    if kind == "bpe":
+        return BPETokenizer.train(texts[0], vocab_size or DEFAULT_BPE_VOCAB, special_tokens=["<|endoftext|>"])
+    if kind == "gpt2":
+        from attnkit.data.tokenizers.gpt2_tokenizer import gpt2_tokenizer
+
+        return gpt2_tokenizer(home=home)
+    if isinstance(kind, (str, os.PathLike)) and Path(kind).is_file():
+        return load_tokenizer(kind)
+    raise ValueError(f"tokenizer must be one of {TOKENIZER_KINDS}, a tokenizer JSON file or a Tokenizer, got {kind!r}")
+
+
+@dataclass
+class LMData:
+    """Everything an LM training run needs from the data side.
+
+    Shape:
+        ``train (N_train,)``, ``valid (N_valid,)``: ``torch.long`` ids in ``[0, V)``, ``V = tokenizer.vocab_size``.
+    """
+
+    tokenizer: Tokenizer
+    train: torch.Tensor
+    valid: torch.Tensor
+    block_size: int
+    source_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_block_length(self.train, self.block_size, "train")
+        check_block_length(self.valid, self.block_size, "valid")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+
+def prepare_lm_data(data: str | os.PathLike, tokenizer: str | os.PathLike | Tokenizer = "char", *, block_size: int,
+                    vocab_size: int | None = None, valid_fraction: float = 0.1, home: str | os.PathLike | None = None,
+                    cache: bool = True, show_progress: bool = False) -> LMData:
+    """Recipe name or local path → tokenizer + encoded train/valid tensors, validated against ``block_size``.
+
+    With ``cache`` (default), BPE encodings are kept in ``$ATTNKIT_HOME/encoded/`` (:func:`encode_corpus_cached`);
+    character encoding is fast enough to redo.
+
+    Shape:
+        returns :class:`LMData` with ``train (N_train,)`` and ``valid (N_valid,)``, both ``>= block_size + 1``.
+    """
+    from attnkit.data.corpora.text import load_text_corpus
+
+    train_text, valid_text, info = load_text_corpus(data, valid_fraction=valid_fraction, home=home)
+    tok = build_tokenizer(tokenizer, [train_text, valid_text], vocab_size=vocab_size, home=home)
+    if cache and not isinstance(tok, CharTokenizer):
+        from attnkit.data.fetch import attnkit_home
+
+        cache_dir = Path(home) if home is not None else attnkit_home()
+        train = encode_corpus_cached(tok, train_text, cache_dir / "encoded", show_progress=show_progress)
+        valid = encode_corpus_cached(tok, valid_text, cache_dir / "encoded", show_progress=show_progress)
+    else:
+        train = encode_corpus(tok, train_text, show_progress=show_progress)
+        valid = encode_corpus(tok, valid_text, show_progress=show_progress)
+    info = dict(info, tokenizer=tok.type, vocab_size=tok.vocab_size, train_tokens=train.numel(),
+                valid_tokens=valid.numel())
+    return LMData(tokenizer=tok, train=train, valid=valid, block_size=block_size, source_info=info)

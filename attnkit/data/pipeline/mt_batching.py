@@ -1,0 +1,459 @@
+"""From sentence pairs to padded translation batches: joint BPE, encoding, token-budget bucketing, masks.
+
+Axis legend: ``B`` sentence pairs in a batch, ``S`` source length (padded), ``T`` target length (padded),
+``N`` pairs in a corpus, ``V`` vocabulary.
+
+The pipeline::
+
+    pairs ──train_joint_bpe──▶ one tokenizer for both languages (<pad>=0 <bos>=1 <eos>=2 <unk>=3)
+          ──encode_pairs─────▶ EncodedPairs (source ids + <eos>; target ids), over-long sides truncated or refused
+          ──plan_batches─────▶ lists of pair indices, each batch within a token budget
+          ──collate──────────▶ MTBatch: padded tensors and padding masks
+
+What one pair becomes (``▁`` marks padding)::
+
+    src     Er  lobte  ihre  Kochkunst  .  <eos>  ▁      (B, S)   source ids + <eos>
+    tgt_in  <bos>  He  praised  her  cooking  .   ▁      (B, T)   decoder input: <bos> + target
+    labels  He  praised  her  cooking  .  <eos>   -100   (B, T)   what each position must predict
+
+so position ``t`` of the decoder sees ``tgt_in[:t+1]`` and predicts ``labels[t]``. Padding positions of
+``labels`` hold :data:`IGNORE_INDEX` (-100, ``cross_entropy``'s default ``ignore_index``), never a real id,
+so the loss cannot count them even if the text contained a literal ``"<pad>"``.
+
+Padding masks follow torch.nn: bool, ``True`` = padding (may not be attended to). They are built from the
+sentence lengths, not by comparing ids with ``pad_id``.
+
+**Token budget.** A batch's size is ``B × max(S, T)``: the number of positions of the larger of its two
+padded tensors (fairseq's convention; the batch holds at most ``2 × max_tokens`` padded positions in all).
+Pairs are sorted by length, so a batch holds pairs of similar lengths
+and little padding, and consecutive pairs are packed greedily while ``B × max(S, T) <= max_tokens``.
+Short sentences thus make wide batches and long ones narrow batches of about the same cost.
+
+**Fixed shapes** (``multiple > 1``, for CUDA graphs, which replay one recorded shape). Each pair's width
+``max(S, T)`` is rounded up to a multiple of ``multiple`` (at most the corpus's longest width) and pairs are
+packed by that rounded width ``W``; :func:`collate` then pads both sides to ``W`` and the rows to
+``max_tokens // W`` (rows of padding only: no labels, ``index`` -1). Every batch thus has one of about
+``longest / multiple`` shapes ``(max_tokens // W, W)``, at the price of more padding.
+
+**Determinism.** The plan for epoch ``e`` is a pure function of ``(seed, e)``: pairs of equal lengths are
+shuffled before the (stable) length sort, and the batch order is shuffled. The sequence of sorted lengths
+does not depend on the shuffle, so every epoch has the same number of batches with the same shapes (and the
+same padding ratio); only which pairs and which order change. Batch ``step`` of a run is therefore batch
+``step % n_batches`` of epoch ``step // n_batches``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from attnkit.checks import check_int, is_int
+from attnkit.data.tokenizers.tokenizer import Tokenizer
+
+__all__ = [
+    "MT_SPECIAL_TOKENS",
+    "IGNORE_INDEX",
+    "train_joint_bpe",
+    "EncodedPairs",
+    "encode_pairs",
+    "MTBatch",
+    "collate",
+    "plan_batches",
+    "rounded_widths",
+    "TokenBudgetBatcher",
+]
+
+# Joint vocabulary specials, in id order: <pad>=0, <bos>=1, <eos>=2, <unk>=3.
+MT_SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+IGNORE_INDEX = -100
+
+
+def train_joint_bpe(sources: Sequence[str], targets: Sequence[str], vocab_size: int = 8000, *,
+                    min_frequency: int = 2) -> Tokenizer:
+    """Train one byte-level BPE on both languages, with :data:`MT_SPECIAL_TOKENS` as ids 0..3.
+
+    A joint vocabulary lets source and target share embeddings (``share_embeddings=True``): names, numbers
+    and cognates ("Computer", "Film") get the same ids on both sides. Byte-level BPE round-trips exactly
+    (``decode(encode(s)) == s``), which matters because BLEU is computed on detokenized text.
+    """
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+
+    if len(sources) != len(targets):
+        raise ValueError(f"train_joint_bpe needs as many sources as targets, got {len(sources)} and {len(targets)}")
+    if not sources:
+        raise ValueError("train_joint_bpe needs at least one sentence pair, got 0")
+    tok = BPETokenizer.train(itertools.chain(sources, targets), vocab_size, special_tokens=list(MT_SPECIAL_TOKENS),
+                             min_frequency=min_frequency, pad="<pad>", bos="<bos>", eos="<eos>", unk="<unk>")
+    assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
+    return tok
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# encoding
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class EncodedPairs:
+    """``N`` tokenized pairs ready for batching.
+
+    ``src[i]``: source ids ending with ``<eos>`` (the encoder input). ``tgt[i]``: target ids *without* specials;
+    :func:`collate` frames them as ``<bos> + tgt`` (decoder input) and ``tgt + <eos>`` (labels).
+    ``n_truncated_src`` / ``n_truncated_tgt``: how many sides were cut to fit the length limits.
+    """
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    n_truncated_src: int = 0
+    n_truncated_tgt: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.src) != len(self.tgt):
+            raise ValueError(f"EncodedPairs needs as many sources as targets, got {len(self.src)} and {len(self.tgt)}")
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @property
+    def src_lens(self) -> np.ndarray:
+        """``(N,)`` encoder input lengths (with ``<eos>``)."""
+        return self._ragged[0].lengths.copy()
+
+    @property
+    def tgt_lens(self) -> np.ndarray:
+        """``(N,)`` decoder input / label lengths (target + one special token)."""
+        return self._ragged[1].lengths + 1
+
+    @functools.cached_property
+    def _ragged(self) -> "tuple[_Ragged, _Ragged]":
+        """Both sides as flat id arrays (built on first use; the pairs are not meant to change afterwards)."""
+        return _Ragged.of(self.src, self.pad_id), _Ragged.of(self.tgt, self.pad_id)
+
+
+class _Ragged(NamedTuple):
+    """One side of a corpus as a flat id array: sequence ``i`` is ``flat[offsets[i] : offsets[i] + lengths[i]]``;
+    ``flat`` ends with one extra padding id, which out-of-range reads are clipped to."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+    @staticmethod
+    def of(sequences: Sequence[Sequence[int]], pad_id: int) -> "_Ragged":
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        flat = np.fromiter(itertools.chain(itertools.chain.from_iterable(sequences), (pad_id,)), dtype=np.int64,
+                           count=int(lengths.sum()) + 1)
+        offsets = np.zeros(len(sequences), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        return _Ragged(flat, offsets, lengths)
+
+    def gather(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """``(B, width)``: position ``j`` of row ``b`` holds id ``j`` of sequence ``rows[b]``, or whatever lies there
+        in ``flat`` past the sequence's end (the caller masks those positions)."""
+        pos = self.offsets[np.maximum(rows, 0)][:, None] + np.arange(width)[None, :]  # (B, width)
+        return self.flat[np.minimum(pos, len(self.flat) - 1)]
+
+
+def _check_limit(name: str, value: int) -> None:
+    if not is_int(value) or value < 2:
+        raise ValueError(f"{name} must be an int >= 2 (one token plus <bos>/<eos>), got {value!r}")
+
+
+def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str], *, max_src_len: int,
+                 max_tgt_len: int | None = None, truncate: bool = True) -> EncodedPairs:
+    """Tokenize pairs for translation, enforcing the model's length limits.
+
+    Args:
+        tokenizer: has ``pad_id``, ``bos_id`` and ``eos_id`` (e.g. from :func:`train_joint_bpe`).
+        sources, targets: ``N`` aligned sentences.
+        max_src_len: longest encoder input the model allows, ``<eos>`` included (e.g. ``config.max_len``).
+        max_tgt_len: longest decoder input the model allows, ``<bos>`` included; defaults to ``max_src_len``.
+        truncate: ``True`` cuts an over-long side (keeping its first tokens, then ``<eos>``) and counts it in
+            ``n_truncated_src``/``n_truncated_tgt``; ``False`` raises ``ValueError`` naming the pair.
+
+    Shape:
+        ``N`` strings each → :class:`EncodedPairs` with ``N`` pairs; ``len(src[i]) <= max_src_len``,
+        ``len(tgt[i]) + 1 <= max_tgt_len``.
+    """
+    max_tgt_len = max_src_len if max_tgt_len is None else max_tgt_len
+    _check_limit("max_src_len", max_src_len)
+    _check_limit("max_tgt_len", max_tgt_len)
+    if len(sources) != len(targets):
+        raise ValueError(f"encode_pairs needs as many sources as targets, got {len(sources)} and {len(targets)}")
+    ids = {"pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
+    missing = [k for k, v in ids.items() if v is None]
+    if missing:
+        raise ValueError(f"translation needs a tokenizer with pad, bos and eos tokens; {tokenizer!r} lacks {missing}")
+    eos = ids["eos_id"]
+    src_ids, tgt_ids = tokenizer.encode_batch(list(sources)), tokenizer.encode_batch(list(targets))
+    n_cut_src = n_cut_tgt = 0
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+        if len(s) + 1 > max_src_len:
+            if not truncate:
+                raise ValueError(f"pair {i}: the source is {len(s) + 1} tokens with <eos>, longer than "
+                                 f"max_src_len = {max_src_len} (truncate=True cuts it instead)")
+            del s[max_src_len - 1:]
+            n_cut_src += 1
+        if len(t) + 1 > max_tgt_len:
+            if not truncate:
+                raise ValueError(f"pair {i}: the target is {len(t) + 1} tokens with <bos>, longer than "
+                                 f"max_tgt_len = {max_tgt_len} (truncate=True cuts it instead)")
+            del t[max_tgt_len - 1:]
+            n_cut_tgt += 1
+        s.append(eos)
+    return EncodedPairs(src_ids, tgt_ids, n_truncated_src=n_cut_src, n_truncated_tgt=n_cut_tgt, **ids)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one batch
+# ---------------------------------------------------------------------------------------------------------------
+class MTBatch(NamedTuple):
+    """One padded translation batch (a NamedTuple, so the trainer's ``move_to_device`` moves every tensor).
+
+    Shape:
+        src ``(B, S)`` long; tgt_in, labels ``(B, T)`` long; src_key_padding_mask ``(B, S)`` bool;
+        tgt_key_padding_mask ``(B, T)`` bool (True = padding); index ``(B,)`` long, the pairs' positions in
+        the corpus (to fetch reference sentences).
+
+    ``n_tokens`` (the number of labels that are not padding) and ``max_label`` (the largest label id) are plain
+    ints counted on the host when the batch is made, so that the loss can weight and check the batch without
+    reading anything back from a GPU (each read waits for the device to finish its queue).
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    labels: torch.Tensor
+    src_key_padding_mask: torch.Tensor
+    tgt_key_padding_mask: torch.Tensor
+    index: torch.Tensor
+    n_tokens: int
+    max_label: int
+
+    @staticmethod
+    def from_tensors(src: torch.Tensor, tgt_in: torch.Tensor, labels: torch.Tensor, src_key_padding_mask: torch.Tensor,
+                     tgt_key_padding_mask: torch.Tensor, index: torch.Tensor) -> "MTBatch":
+        """An MTBatch whose counts are taken from ``labels`` (read once, on the host: pass CPU tensors)."""
+        real = labels[labels != IGNORE_INDEX]
+        return MTBatch(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask, index,
+                       int(real.numel()), int(real.max()) if real.numel() else IGNORE_INDEX)
+
+    def to(self, device: torch.device | str) -> "MTBatch":
+        return self._replace(**{k: v.to(device) for k, v in self._asdict().items() if isinstance(v, torch.Tensor)})
+
+    def take_rows(self, start: int, stop: int) -> "MTBatch":
+        """Rows ``start:stop`` of every tensor, with the counts of those rows (one process's share of the batch)."""
+        return MTBatch.from_tensors(*(t[start:stop] for t in self if isinstance(t, torch.Tensor)))
+
+
+def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int] | None = None) -> MTBatch:
+    """Pad the pairs ``indices`` of ``data`` into an :class:`MTBatch`.
+
+    ``shape``: ``(rows, width)`` to pad to instead (fixed shapes, see the module docstring): both sides get
+    ``width`` positions and ``rows - len(indices)`` rows of padding only are appended (no labels, ``index`` -1).
+
+    The ids are gathered from each side's flat id array (``EncodedPairs._ragged``, built on first use) with one
+    vectorised index per tensor, and the masks come from the lengths: no Python loop per pair (a GPU's host must
+    build each batch within one update; ``benchmarks/mt_batch_build.py``).
+
+    Shape:
+        ``B = len(indices)``; ``S`` = longest source (with ``<eos>``), ``T`` = longest target + 1; with ``shape``,
+        ``B = rows`` and ``S = T = width``.
+    """
+    indices = [int(i) for i in indices]
+    if not indices:
+        raise ValueError("collate needs at least one pair index, got an empty list")
+    if min(indices) < 0 or max(indices) >= len(data):
+        raise ValueError(f"pair indices must be in [0, {len(data)}), got min {min(indices)} max {max(indices)}")
+    n_pairs = len(indices)
+    if shape is not None:
+        rows_wanted, width = shape
+        if rows_wanted < n_pairs:
+            raise ValueError(f"collate shape rows must be >= the {n_pairs} pairs, got {rows_wanted}")
+        indices = indices + [-1] * (rows_wanted - n_pairs)
+    rows = np.asarray(indices, dtype=np.int64)  # (B,) -1 = a row of padding only
+    real = rows >= 0
+    sides = data._ragged
+    src_len = np.where(real, sides[0].lengths[np.maximum(rows, 0)], 0)  # (B,) with <eos>
+    tgt_len = np.where(real, sides[1].lengths[np.maximum(rows, 0)], 0)  # (B,) without specials
+    S = int(src_len.max()) if shape is None else width
+    T = int(tgt_len.max()) + 1 if shape is None else width
+    longest = max(int(src_len.max()), int(tgt_len.max()) + 1)
+    if shape is not None and width < longest:
+        raise ValueError(f"collate shape width must be >= the longest side of these pairs ({longest}), got {width}")
+    js, jt = np.arange(S)[None, :], np.arange(T)[None, :]  # (1, S), (1, T)
+    src_pad = js >= src_len[:, None]  # (B, S) True = padding
+    src = np.where(src_pad, data.pad_id, sides[0].gather(rows, S))
+    # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each; padding rows: none
+    ids = sides[1].gather(rows, T)  # (B, T): target id j at position j
+    shifted = np.empty_like(ids)  # (B, T): <bos>, then target id j - 1 at position j
+    shifted[:, 0], shifted[:, 1:] = data.bos_id, ids[:, :-1]
+    tgt_pad = jt >= np.where(real, tgt_len + 1, 0)[:, None]  # (B, T)
+    tgt_in = np.where(tgt_pad, data.pad_id, shifted)
+    labels = np.where(jt < tgt_len[:, None], ids,
+                      np.where((jt == tgt_len[:, None]) & real[:, None], data.eos_id, IGNORE_INDEX))
+    src, tgt_in, labels = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in (src, tgt_in, labels))
+    src_key_padding_mask, tgt_key_padding_mask = torch.from_numpy(src_pad), torch.from_numpy(tgt_pad)
+    return MTBatch.from_tensors(src, tgt_in, labels, src_key_padding_mask, tgt_key_padding_mask,
+                                torch.tensor(indices, dtype=torch.long))
+
+
+GRAPH_SHAPE_MULTIPLE = 8  # with CUDA graphs: batch widths rounded up to a multiple of 8 (few fixed shapes)
+
+
+def rounded_widths(src_lens: np.ndarray, tgt_lens: np.ndarray, multiple: int) -> np.ndarray:
+    """Each pair's batch width ``max(S, T)`` rounded up to a multiple of ``multiple``, capped at the longest width
+    (so that no batch is wider than the corpus's longest pair). ``multiple`` 1 leaves the widths as they are.
+
+    Shape: ``(N,), (N,) -> (N,)``.
+    """
+    width = np.maximum(np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64))
+    if multiple == 1 or width.size == 0:
+        return width
+    return np.minimum(-(-width // multiple) * multiple, width.max())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bucketing to a token budget
+# ---------------------------------------------------------------------------------------------------------------
+def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] | np.ndarray, max_tokens: int, *,
+                 seed: int = 0, epoch: int = 0, shuffle: bool = True, multiple: int = 1) -> list[np.ndarray]:
+    """Group pair indices into batches of similar lengths whose padded size ``B × max(S, T)`` <= ``max_tokens``.
+
+    Pairs are sorted by (max(S, T), target length, source length); with ``shuffle`` pairs of equal lengths are first
+    permuted and the batch order is permuted, both from ``numpy.random.default_rng([seed, epoch])``.
+    Without ``shuffle`` the plan is the plain length-sorted one (for evaluation). With ``multiple`` > 1 the width
+    ``max(S, T)`` is :func:`rounded_widths`' (fixed shapes, see the module docstring).
+
+    Shape:
+        src_lens, tgt_lens ``(N,)`` -> a list of index arrays ``(B_i,)`` covering ``0..N-1`` exactly once.
+
+    Raises:
+        ValueError: lengths of different sizes or < 1, or a single pair longer than ``max_tokens``.
+    """
+    src_lens = np.asarray(src_lens, dtype=np.int64)
+    tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+    if src_lens.ndim != 1 or src_lens.shape != tgt_lens.shape:
+        raise ValueError(f"src_lens and tgt_lens must both have shape (N,), got {src_lens.shape} and {tgt_lens.shape}")
+    check_int("max_tokens", max_tokens, minimum=1)
+    for name, v in (("seed", seed), ("epoch", epoch)):
+        check_int(f"{name}", v, minimum=0)
+    check_int("multiple", multiple, minimum=1)
+    n = len(src_lens)
+    if n == 0:
+        return []
+    if int(src_lens.min()) < 1 or int(tgt_lens.min()) < 1:
+        raise ValueError(f"lengths must be >= 1, got min source {int(src_lens.min())}, min target {int(tgt_lens.min())}")
+    longest = int(np.maximum(src_lens, tgt_lens).max())
+    if longest > max_tokens:
+        raise ValueError(f"max_tokens must be at least the longest pair's max(S, T) = {longest}, got {max_tokens}")
+
+    rng = np.random.default_rng([seed, epoch])
+    perm = rng.permutation(n) if shuffle else np.arange(n)
+    # Sort by the batch cost's own measure, max(S, T), then target, then source length. (np.lexsort is stable
+    # and sorts by its *last* key first.) On de-en this packs ~10% fewer batches than sorting by source
+    # length alone, with about 4-6% padding instead of 6-10%.
+    width_of = rounded_widths(src_lens, tgt_lens, multiple)  # (N,)
+    order = perm[np.lexsort((src_lens[perm], tgt_lens[perm], width_of[perm]))]  # (N,)
+
+    batches: list[np.ndarray] = []
+    start, width = 0, 0  # current batch = order[start:i]; width = its max(S, T) so far
+    for i, j in enumerate(order.tolist()):
+        w = max(width, int(width_of[j]))
+        if (i - start + 1) * w > max_tokens:  # adding pair j would exceed the budget: close the batch
+            batches.append(order[start:i])
+            start, w = i, int(width_of[j])
+        width = w
+    batches.append(order[start:])
+    if shuffle:
+        batches = [batches[k] for k in rng.permutation(len(batches))]
+    return batches
+
+
+class TokenBudgetBatcher:
+    """Batches of one corpus under a token budget, addressed by step: ``batch(step)`` is deterministic.
+
+    Args:
+        data: the encoded corpus.
+        max_tokens: budget per batch, ``B × max(S, T)`` (see the module docstring).
+        seed: data-order seed.
+        shuffle: ``True`` for training (a new plan per epoch); ``False`` gives one length-sorted plan.
+        multiple: 1, or fixed shapes: widths rounded up to this multiple and every batch padded to
+            ``(max_tokens // W, W)`` (see the module docstring; :attr:`shapes` lists them).
+
+    Shape:
+        ``batch(step)`` -> :class:`MTBatch` with ``B × max(S, T) <= max_tokens``.
+    """
+
+    def __init__(self, data: EncodedPairs, *, max_tokens: int, seed: int = 0, shuffle: bool = True,
+                 multiple: int = 1):
+        if len(data) == 0:
+            raise ValueError("TokenBudgetBatcher needs at least one pair, got an empty corpus")
+        self.data = data
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.shuffle = shuffle
+        self.multiple = multiple
+        self._src_lens, self._tgt_lens = data.src_lens, data.tgt_lens
+        self._widths = rounded_widths(self._src_lens, self._tgt_lens, multiple) if multiple > 1 else None
+        self._epoch = 0
+        self._plan = plan_batches(self._src_lens, self._tgt_lens, max_tokens, seed=seed, epoch=0, shuffle=shuffle,
+                                  multiple=multiple)
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The distinct ``(rows, width)`` of the fixed-shape batches (empty without ``multiple``)."""
+        if self._widths is None:
+            return []
+        return sorted({(self.max_tokens // w, w) for w in np.unique(self._widths).tolist()})
+
+    @property
+    def num_batches(self) -> int:
+        """Batches per epoch (the same for every epoch)."""
+        return len(self._plan)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def plan(self, epoch: int) -> list[np.ndarray]:
+        """The index arrays of every batch of ``epoch`` (the last plan is cached)."""
+        if epoch != self._epoch and self.shuffle:
+            self._plan = plan_batches(self._src_lens, self._tgt_lens, self.max_tokens, seed=self.seed, epoch=epoch,
+                                      multiple=self.multiple)
+            self._epoch = epoch
+        return self._plan
+
+    def batch(self, step: int) -> MTBatch:
+        """Batch ``step % num_batches`` of epoch ``step // num_batches``."""
+        check_int("batch step", step, minimum=0)
+        epoch, k = divmod(step, self.num_batches)
+        indices = self.plan(epoch)[k]
+        if self._widths is None:
+            return collate(self.data, indices)
+        width = int(self._widths[indices].max())
+        return collate(self.data, indices, shape=(self.max_tokens // width, width))
+
+    def padding_ratio(self) -> dict[str, float]:
+        """Fraction of padding positions in the padded tensors of one epoch: ``src``, ``tgt`` and ``total``.
+
+        The same for every epoch (the batch shapes do not change).
+        """
+        pad = {"src": 0, "tgt": 0}
+        size = {"src": 0, "tgt": 0}
+        for idx in self._plan:
+            for side, lens in (("src", self._src_lens[idx]), ("tgt", self._tgt_lens[idx])):
+                if self._widths is None:
+                    padded = len(idx) * int(lens.max())
+                else:  # fixed shapes: (max_tokens // W) rows of W positions
+                    width = int(self._widths[idx].max())
+                    padded = (self.max_tokens // width) * width
+                size[side] += padded
+                pad[side] += padded - int(lens.sum())
+        out = {side: pad[side] / size[side] for side in pad}
+        out["total"] = (pad["src"] + pad["tgt"]) / (size["src"] + size["tgt"])
+        return out

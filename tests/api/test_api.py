@@ -1,0 +1,157 @@
+"""``attnkit.api``: every run as a function. A tiny LM and MT run from Python, resume from Python, the other
+runs (evaluate, translate, sample, trace, viz, data, params), and the errors, with nothing on stdout.
+
+Axis legend: none (runs and files only).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit import api
+from attnkit.checkpoints import load
+
+TINY_LM = dict(preset="char-small", overrides={"n_layer": 1, "n_head": 2, "n_embd": 32}, block_size=16,
+               batch_size=8, warmup_steps=2, eval_every=10, eval_batches=2, ckpt_every=5, log_every=5,
+               progress=False)
+TINY_MT = dict(preset="transformer-cpu", overrides={"d_model": 32, "num_heads": 2, "dim_feedforward": 64,
+                                                    "num_encoder_layers": 1, "num_decoder_layers": 1},
+               vocab_size=300, max_tokens=256, eval_every=10, eval_batches=2, ckpt_every=5, log_every=5,
+               bleu_sentences=8, progress=False)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """About 15 kB of speeches, from a seeded generator."""
+    rng = random.Random(0)
+    words = "love night day sweet death fair light moon star heart hand kiss name rose dream".split()
+    lines = []
+    for _ in range(250):
+        lines.append(rng.choice(["ROMEO", "JULIET", "NURSE"]) + ":")
+        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + ".")
+        lines.append("")
+    path = tmp_path_factory.mktemp("corpus") / "plays.txt"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory, make_copy_task) -> Path:
+    """A prepared translation folder (train/valid/test.tsv) of letter sequences and their upper-cased copies."""
+    return make_copy_task(tmp_path_factory.mktemp("pairs") / "copy", sizes=(("train", 400), ("valid", 20),
+                                                                             ("test", 20)))
+
+
+@pytest.fixture(scope="module")
+def lm_run(corpus, tmp_path_factory) -> api.RunResult:
+    out = tmp_path_factory.mktemp("lm") / "run"
+    return api.train_lm(api.TrainLMOptions(data=str(corpus), out=out, steps=10, **TINY_LM), log=lambda line: None)
+
+
+def test_train_lm_returns_the_run_folder_and_its_summary(lm_run):
+    assert lm_run.out.is_dir() and (lm_run.out / "summary.json").is_file()
+    assert lm_run.steps == 10 and lm_run.summary == json.loads((lm_run.out / "summary.json").read_text())
+    assert lm_run.valid_loss is not None and lm_run.best_checkpoint == lm_run.out / "checkpoints" / "best"
+    loaded = load(lm_run.out)
+    assert loaded.state["extra"]["kind"] == "lm" and loaded.model.config.n_layer == 1
+
+
+def test_train_lm_logs_through_the_given_function(corpus, tmp_path):
+    lines: list[str] = []
+    api.train_lm(data=str(corpus), out=tmp_path / "run", steps=2, log=lines.append, **TINY_LM)
+    assert any(line.startswith("data ") for line in lines) and lines[-1].startswith("done: 2 steps")
+
+
+def test_resume_from_python_equals_the_uninterrupted_run(corpus, tmp_path):
+    straight = api.train_lm(data=str(corpus), out=tmp_path / "straight", steps=10, log=lambda s: None, **TINY_LM)
+    # the same run stopped after step 5: its folder as it was then (the step-5 checkpoint, no later files)
+    cut = tmp_path / "resumed"
+    shutil.copytree(straight.out, cut)
+    shutil.rmtree(cut / "checkpoints" / "step_00000010")
+    shutil.rmtree(cut / "checkpoints" / "best")
+    resumed = api.train_lm(out=cut, resume=True, progress=False, log=lambda s: None)
+    assert resumed.steps == 10 and resumed.summary["train_loss"] == straight.summary["train_loss"]
+    a = load(straight.out / "checkpoints" / "step_00000010").model.state_dict()
+    b = load(resumed.out / "checkpoints" / "step_00000010").model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_evaluate_lm_and_sample(lm_run, corpus, tmp_path):
+    result = api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=tmp_path / "eval.json")
+    assert result.path == tmp_path / "eval.json" and json.loads(result.path.read_text()) == result.metrics
+    assert result.metrics["ppl"] == pytest.approx(2.718281828459045 ** result.metrics["loss"])
+    texts = api.sample(ckpt=lm_run.out, prompt="ROMEO:", max_new_tokens=8, seed=1, num_samples=2)
+    assert len(texts) == 2 and all(t.startswith("ROMEO:") for t in texts)
+    assert api.sample(ckpt=lm_run.out, prompt="ROMEO:", max_new_tokens=8, seed=1)[0] == texts[0]
+
+
+def test_train_mt_translate_and_evaluate(pairs, tmp_path):
+    run = api.train_mt(data=str(pairs), out=tmp_path / "mt", steps=10, log=lambda s: None, **TINY_MT)
+    assert run.summary["final_valid"]["sentences"] == 20 and load(run.out).state["extra"]["kind"] == "mt"
+    hyps = api.translate(["a b c", "", "d e"], ckpt=run.out, beam=2)
+    assert len(hyps) == 3 and hyps[1] == ""
+    translator = api.Translator(ckpt=run.out, beam=1, batch_size=2)
+    batches = list(translator.stream(["a b", "c d", "e f"]))
+    assert [len(b) for b in batches] == [2, 1] and translator.n_lines == 3
+    scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, hyps=tmp_path / "hyps.txt")
+    assert scores.metrics["sentences"] == 20 and 0.0 <= scores.metrics["bleu"] <= 100.0
+    assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 20
+
+
+def test_trace_viz_params_and_data(lm_run, tmp_path):
+    traced = api.trace_model(api.TracePreset(preset="char-small", batch=1, length=5))
+    assert "blocks.0.attn" in traced.format(1) or "blocks" in traced.format(1)
+    png = api.draw_attention(api.ModelText(ckpt=lm_run.out, text="ROMEO:"), out=tmp_path / "a.png",
+                             log=lambda s: None)
+    assert png.is_file() and png.stat().st_size > 1000
+    assert api.draw_mask(tmp_path / "m.png", kind="causal", length=4).is_file()
+    assert "124,439,808" in api.parameter_table("gpt2")
+    assert {r.name for r in api.data_recipes()} >= {"shakespeare", "fortunes", "de-en"}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: api.TrainLMOptions(steps="10"), r"TrainLMOptions.steps must be an int or None, got '10' \(str\)"),
+    (lambda: api.TrainLMOptions(autocast="fp8"), r"autocast must be one of bf16, fp16, off or None, got 'fp8'"),
+    (lambda: api.TrainMTOptions(average_last=-1), r"--average-last must be >= 0, got -1"),
+    (lambda: api.TranslateOptions(ckpt="x", beam=0), r"--beam must be >= 1, got 0"),
+    (lambda: api.SampleOptions(), r"exactly one of ckpt .* and model"),
+    (lambda: api.EvalLMOptions(ckpt="x"), r"evaluate_lm needs data"),
+])
+def test_bad_options_are_refused_when_made(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_errors_come_before_any_work(corpus, tmp_path):
+    with pytest.raises(ValueError, match=r"--resume needs --out"):
+        api.train_lm(resume=True)
+    with pytest.raises(ValueError, match=r"unknown preset|no-such-preset"):
+        api.train_lm(data=str(tmp_path / "missing.txt"), preset="no-such-preset", out=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="train lm needs a decoder-only"):
+        api.train_lm(data=str(corpus), preset="transformer-small", out=tmp_path / "y")
+    with pytest.raises(FileNotFoundError):
+        api.translate(["a"], ckpt=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="one string"):
+        api.translate("a b", ckpt=tmp_path / "nowhere")
+
+
+def test_an_existing_run_is_never_overwritten(lm_run, corpus):
+    before = (lm_run.out / "summary.json").read_bytes()
+    with pytest.raises(ValueError, match="resume"):
+        api.train_lm(data=str(corpus), out=lm_run.out, steps=2, log=lambda s: None, **TINY_LM)
+    assert (lm_run.out / "summary.json").read_bytes() == before
+
+
+def test_importing_the_api_imports_no_torch():
+    code = "import sys, attnkit.api; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -1,0 +1,250 @@
+"""Checkpoints: exact round-trip, tied weights, atomic publication, crash leftovers, corrupt/missing files."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+from attnkit.checkpoints.checkpoint import (CheckpointError, clean_stale, latest_checkpoint, list_checkpoints,
+                                         load_checkpoint, prune_checkpoints, read_checkpoint_state,
+                                         save_checkpoint, step_dir_name)
+from attnkit.training.config import TrainConfig
+from attnkit.training.optim import LRScheduler, build_optimizer
+
+CFG = TrainConfig(steps=20, lr=1e-2, min_lr=1e-3, warmup_steps=3)
+
+
+def _train(model, opt, sched, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randint(0, 32, (4, 6), generator=g)  # (B, T)
+        loss = model(x).logsumexp(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+
+
+def _setup(tiny_lm, seed=0):
+    model = tiny_lm(seed)
+    opt = build_optimizer(model, CFG)
+    return model, opt, LRScheduler(opt, CFG)
+
+
+def test_round_trip_restores_model_optimizer_scheduler_exactly(tmp_path, tiny_lm):
+    model, opt, sched = _setup(tiny_lm)
+    _train(model, opt, sched, 4, seed=1)
+    path = save_checkpoint(tmp_path / "ck", model, opt, sched, state={"step": 4, "note": "hi"},
+                           extra={"tokenizer": "{\"kind\": \"char\"}", "meta": {"a": 1}})
+    assert sorted(os.listdir(path)) == ["model.safetensors", "optimizer.safetensors", "state.json"]
+
+    model2, opt2, sched2 = _setup(tiny_lm, seed=5)  # different init: everything must come from the file
+    state = load_checkpoint(path, model2, opt2, sched2)
+    assert state["step"] == 4 and state["note"] == "hi"
+    assert state["extra"] == {"tokenizer": "{\"kind\": \"char\"}", "meta": {"a": 1}}
+    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), model2.state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2)
+    sd1, sd2 = opt.state_dict(), opt2.state_dict()
+    assert sd1["param_groups"] == sd2["param_groups"]
+    for i in sd1["state"]:
+        for k, v in sd1["state"][i].items():
+            assert torch.equal(v, sd2["state"][i][k]), (i, k)
+    assert sched2.state_dict() == sched.state_dict()
+
+    # and training continues identically
+    _train(model, opt, sched, 3, seed=2)
+    _train(model2, opt2, sched2, 3, seed=2)
+    for p1, p2 in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(p1, p2)
+
+
+def test_optimizer_state_uses_stable_parameter_names(tmp_path, tiny_lm):
+    from safetensors.torch import load_file
+
+    model, opt, sched = _setup(tiny_lm)
+    _train(model, opt, sched, 1, seed=1)
+    path = save_checkpoint(tmp_path / "ck", model, opt, sched)
+    keys = set(load_file(str(path / "optimizer.safetensors")))
+    assert {"emb.weight:exp_avg", "emb.weight:exp_avg_sq", "emb.weight:step", "ln.bias:exp_avg"} <= keys
+    layout = read_checkpoint_state(path)["optimizer"]["param_groups"]
+    assert [g["name"] for g in layout] == ["decay", "no_decay"]
+    assert layout[0]["params"] == ["emb.weight", "fc.weight"] and layout[0]["betas"] == [0.9, 0.95]
+
+
+def test_tied_gpt_weights_stored_once_and_still_tied_after_load(tmp_path):
+    from safetensors.torch import load_file
+
+    cfg = GPTConfig(vocab_size=40, block_size=16, n_layer=1, n_head=2, n_embd=16, tie_embeddings=True)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    path = save_checkpoint(tmp_path / "ck", model)
+    stored = load_file(str(path / "model.safetensors"))
+    assert ("wte.weight" in stored) != ("lm_head.weight" in stored)  # exactly one copy
+    torch.manual_seed(1)
+    model2 = GPT(cfg)
+    load_checkpoint(path, model2)
+    assert model2.lm_head.weight.data_ptr() == model2.wte.weight.data_ptr()
+    assert torch.equal(model2.wte.weight, model.wte.weight)
+    idx = torch.randint(0, 40, (2, 5))
+    model.eval(), model2.eval()
+    assert torch.equal(model(idx), model2(idx))
+
+
+def test_rng_state_saved_and_restored(tmp_path, tiny_lm):
+    model = tiny_lm()
+    torch.manual_seed(3)
+    path = save_checkpoint(tmp_path / "ck", model)
+    expected = torch.rand(5)
+    torch.manual_seed(99)
+    load_checkpoint(path, model, restore_rng=True)
+    assert torch.equal(torch.rand(5), expected)
+
+
+def test_state_must_be_json_and_not_use_reserved_keys(tmp_path, tiny_lm):
+    model = tiny_lm()
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        save_checkpoint(tmp_path / "a", model, state={"x": torch.zeros(2)})
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        save_checkpoint(tmp_path / "b", model, state={"loss": float("nan")})
+    with pytest.raises(ValueError, match=r"reserved keys \['rng'\]"):
+        save_checkpoint(tmp_path / "c", model, state={"rng": 1})
+    with pytest.raises(ValueError, match="extra must map str -> str | dict"):
+        save_checkpoint(tmp_path / "d", model, extra={"n": 3})
+    assert not any(tmp_path.iterdir())  # nothing written for a rejected save
+
+
+def test_save_over_existing_checkpoint_replaces_it(tmp_path, tiny_lm):
+    model = tiny_lm()
+    save_checkpoint(tmp_path / "best", model, state={"step": 1})
+    save_checkpoint(tmp_path / "best", model, state={"step": 2})
+    assert read_checkpoint_state(tmp_path / "best")["step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # no .tmp / .old left behind
+
+
+# --- a folder of checkpoints ---------------------------------------------------------------------------
+def test_list_latest_prune(tmp_path, tiny_lm):
+    model = tiny_lm()
+    for step in (5, 10, 15, 20):
+        save_checkpoint(tmp_path / step_dir_name(step), model, state={"step": step})
+    save_checkpoint(tmp_path / "best", model, state={"step": 10})
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [5, 10, 15, 20]
+    assert latest_checkpoint(tmp_path).name == "step_00000020"
+    removed = prune_checkpoints(tmp_path, keep_last=2)
+    assert [p.name for p in removed] == ["step_00000005", "step_00000010"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "step_00000015", "step_00000020"]
+    with pytest.raises(ValueError, match="keep_last must be an int >= 1, got 0"):
+        prune_checkpoints(tmp_path, 0)
+
+
+def test_unfinished_tmp_folder_is_ignored_and_cleaned(tmp_path, tiny_lm):
+    model = tiny_lm()
+    save_checkpoint(tmp_path / step_dir_name(10), model, state={"step": 10})
+    # a crash in the middle of saving step 20 leaves a half-written .tmp folder
+    half = tmp_path / (step_dir_name(20) + ".tmp")
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"\x00" * 10)
+    assert latest_checkpoint(tmp_path).name == "step_00000010"
+    actions = clean_stale(tmp_path)
+    assert actions == ["removed unfinished step_00000020.tmp"]
+    assert not half.exists()
+
+
+def test_old_folder_restored_when_replacement_never_appeared(tmp_path, tiny_lm):
+    model = tiny_lm()
+    save_checkpoint(tmp_path / "best", model, state={"step": 7})
+    # crash between "best -> best.old" and "best.tmp -> best"
+    os.rename(tmp_path / "best", tmp_path / "best.old")
+    (tmp_path / "best.tmp").mkdir()
+    clean_stale(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    assert read_checkpoint_state(tmp_path / "best")["step"] == 7
+
+
+def test_old_folder_removed_when_replacement_exists(tmp_path, tiny_lm):
+    model = tiny_lm()
+    save_checkpoint(tmp_path / "best", model, state={"step": 7})
+    save_checkpoint(tmp_path / "best.old", model, state={"step": 3})  # stale previous version
+    assert clean_stale(tmp_path) == ["removed replaced best.old"]
+    assert read_checkpoint_state(tmp_path / "best")["step"] == 7
+
+
+# --- corrupt / missing files ---------------------------------------------------------------------------
+@pytest.fixture
+def saved(tmp_path, tiny_lm):
+    model, opt, sched = _setup(tiny_lm)
+    _train(model, opt, sched, 2, seed=1)
+    return save_checkpoint(tmp_path / "ck", model, opt, sched, state={"step": 2})
+
+
+def test_missing_folder(tmp_path, tiny_lm):
+    with pytest.raises(CheckpointError, match="no checkpoint at .*nowhere: the folder does not exist"):
+        load_checkpoint(tmp_path / "nowhere", tiny_lm())
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.safetensors", "state.json"])
+def test_missing_file_is_named(saved, tiny_lm, name):
+    (saved / name).unlink()
+    model, opt, sched = _setup(tiny_lm, seed=3)
+    with pytest.raises(CheckpointError, match=rf"incomplete: .*{name} is missing"):
+        load_checkpoint(saved, model, opt, sched)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.safetensors"])
+def test_truncated_safetensors_is_a_value_error_naming_the_file(saved, tiny_lm, name):
+    data = (saved / name).read_bytes()
+    (saved / name).write_bytes(data[: len(data) // 2])
+    model, opt, sched = _setup(tiny_lm, seed=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=rf"{name} is corrupt or truncated"):
+        load_checkpoint(saved, model, opt, sched)
+    # nothing was modified by the failed load
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert opt.state_dict()["state"] == {}
+
+
+def test_corrupt_state_json(saved, tiny_lm):
+    (saved / "state.json").write_text('{"format": "attnkit.checkpoint", "step": ')
+    with pytest.raises(CheckpointError, match=r"state.json is corrupt \(not valid JSON"):
+        load_checkpoint(saved, tiny_lm())
+
+
+def test_foreign_state_json(saved, tiny_lm):
+    (saved / "state.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(CheckpointError, match="not an attnkit checkpoint"):
+        load_checkpoint(saved, tiny_lm())
+
+
+def test_weights_of_another_shape_do_not_fit(saved, tiny_lm):
+    model = tiny_lm(vocab_size=40)  # emb (40, 16) instead of (32, 16)
+    before = model.emb.weight.detach().clone()
+    with pytest.raises(CheckpointError, match=r"model.safetensors does not fit TinyLM: .*emb.weight: checkpoint \(32, 16\), model \(40, 16\)"):
+        load_checkpoint(saved, model)
+    assert torch.equal(model.emb.weight, before)
+
+
+def test_weights_with_missing_keys_do_not_fit(saved, tiny_lm):
+    model = tiny_lm()
+    model.extra = torch.nn.Linear(2, 2)
+    with pytest.raises(CheckpointError, match=r"missing keys \['extra.bias', 'extra.weight'\]"):
+        load_checkpoint(saved, model)
+
+
+def test_optimizer_layout_mismatch(saved, tiny_lm):
+    model = tiny_lm()
+    model.ln.weight.requires_grad_(False)  # changes the no_decay group
+    cfg_opt = build_optimizer(model, CFG)
+    with pytest.raises(CheckpointError, match="optimizer parameter layout differs"):
+        load_checkpoint(saved, model, cfg_opt)
+
+
+def test_no_pickle_anywhere(saved):
+    """Every file is safetensors or JSON: neither starts with a pickle protocol header."""
+    for f in saved.iterdir():
+        head = f.read_bytes()[:2]
+        assert head[:1] != b"\x80", f"{f} looks like a pickle"
+    json.loads((saved / "state.json").read_text())

@@ -1,0 +1,174 @@
+"""LM data: corpus encoding (fast paths equal the plain ones), block checks, batches, prepare_lm_data."""
+
+import pytest
+import torch
+
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
+from attnkit.data.pipeline.lm_dataset import (LMData, _newline_chunks, batch_at_step, check_block_length, encode_corpus,
+                                     encode_corpus_cached, eval_batches, num_eval_windows, prepare_lm_data,
+                                     random_batch)
+from attnkit.data.tokenizers.tokenizer import save_tokenizer
+
+TEXT = "".join(
+    f"SPEAKER {i % 7}:\nLine {i}, with words;  double  spaces, café, 🎉 and more.\n"
+    + ("\n" if i % 3 else "   \n\n\t\n")
+    for i in range(300)
+)
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    return BPETokenizer.train(TEXT, 400, special_tokens=["<|endoftext|>"])
+
+
+def test_char_corpus_encoding(tmp_path):
+    tok = CharTokenizer.train(TEXT)
+    ids = encode_corpus(tok, TEXT)
+    assert ids.dtype == torch.long and ids.shape == (len(TEXT),)
+    assert ids.tolist() == tok.encode(TEXT)
+
+
+def test_newline_chunks_rejoin_and_cut_after_non_space():
+    chunks = _newline_chunks(TEXT, 200)
+    assert "".join(chunks) == TEXT and len(chunks) > 10
+    for c in chunks[1:]:
+        assert c.startswith("\n")
+    for a in chunks[:-1]:
+        assert not a[-1].isspace()
+
+
+@pytest.mark.parametrize("chunk_chars", [1, 100, 1 << 16])
+def test_bpe_chunked_encoding_equals_whole_text(bpe, chunk_chars):
+    text = TEXT + "<|endoftext|>\n  tail  "
+    ids = encode_corpus(bpe, text, chunk_chars=chunk_chars)
+    assert ids.dtype == torch.long
+    assert ids.tolist() == bpe.encode(text)
+
+
+def test_encode_corpus_rejects_non_str(bpe):
+    with pytest.raises(ValueError, match="expects a str, got list"):
+        encode_corpus(bpe, ["a"])
+
+
+def test_encode_corpus_cached(bpe, tmp_path):
+    a = encode_corpus_cached(bpe, TEXT, tmp_path)
+    files = list(tmp_path.glob("*.npy"))
+    assert len(files) == 1
+    b = encode_corpus_cached(bpe, TEXT, tmp_path)
+    assert torch.equal(a, b) and a.tolist() == bpe.encode(TEXT)
+    # a damaged cache file is ignored and rewritten
+    files[0].write_bytes(b"garbage")
+    assert torch.equal(encode_corpus_cached(bpe, TEXT, tmp_path), a)
+
+
+def test_block_length_too_short_names_both_numbers():
+    with pytest.raises(ValueError, match=r"the valid split has 8 tokens, but block_size=8 needs at least 9"):
+        check_block_length(torch.arange(8), 8, "valid")
+
+
+def test_block_length_needs_long_1d():
+    with pytest.raises(ValueError, match=r"1-D torch.long tensor \(N,\), got \(2, 5\) torch.int64"):
+        check_block_length(torch.zeros(2, 5, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match=r"got \(10,\) torch.float32"):
+        check_block_length(torch.zeros(10), 4)
+
+
+def test_block_size_must_be_positive():
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+        check_block_length(torch.arange(10), 0)
+
+
+def test_random_batch_windows():
+    data = torch.arange(100, 200)
+    g = torch.Generator().manual_seed(0)
+    x, y = random_batch(data, 16, 8, generator=g)
+    assert x.shape == y.shape == (8, 16)
+    assert torch.equal(y[:, :-1], x[:, 1:])
+    assert torch.equal(y[:, -1], x[:, -1] + 1)  # targets continue the window
+    assert torch.equal(x[:, 1:] - x[:, :-1], torch.ones(8, 15, dtype=torch.long))  # contiguous
+    assert x.min() >= 100 and y.max() <= 199
+
+
+def test_random_batch_smallest_data_uses_the_only_window():
+    data = torch.randint(0, 50, (9,))
+    x, y = random_batch(data, 8, 3)
+    assert torch.equal(x, data[:8].expand(3, 8)) and torch.equal(y, data[1:].expand(3, 8))
+
+
+def test_random_batch_batch_size_positive():
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+        random_batch(torch.arange(50), 4, 0)
+
+
+def test_batch_at_step_is_deterministic():
+    data = torch.randint(0, 1000, (5000,))
+    a = batch_at_step(data, 32, 4, seed=1, step=7)
+    b = batch_at_step(data, 32, 4, seed=1, step=7)
+    c = batch_at_step(data, 32, 4, seed=1, step=8)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+def test_eval_batches_cover_split_once():
+    data = torch.randint(0, 1000, (103,))
+    T = 10
+    assert num_eval_windows(data, T) == 10
+    batches = list(eval_batches(data, T, 4))
+    assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+    assert torch.equal(x.flatten(), data[:100]) and torch.equal(y.flatten(), data[1:101])
+
+
+def test_eval_batches_max_windows_spread():
+    data = torch.arange(1001)
+    xs = torch.cat([x for x, _ in eval_batches(data, 10, 3, max_windows=5)])
+    assert xs.shape == (5, 10)
+    assert xs[0, 0] == 0 and xs[-1, 0] == 990
+
+
+def _corpus(tmp_path, text=TEXT):
+    p = tmp_path / "corpus.txt"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_prepare_lm_data_char(tmp_path):
+    data = prepare_lm_data(_corpus(tmp_path), "char", block_size=32)
+    assert isinstance(data, LMData) and isinstance(data.tokenizer, CharTokenizer)
+    assert data.train.numel() + data.valid.numel() == len(TEXT)
+    assert data.vocab_size == len(set(TEXT))
+    assert data.source_info["train_tokens"] == data.train.numel()
+    assert data.tokenizer.decode(data.train) + data.tokenizer.decode(data.valid) == TEXT
+
+
+def test_prepare_lm_data_bpe_uses_cache(tmp_path):
+    data = prepare_lm_data(_corpus(tmp_path), "bpe", block_size=32, vocab_size=300, home=tmp_path / "home")
+    assert isinstance(data.tokenizer, BPETokenizer) and data.vocab_size <= 300
+    assert data.tokenizer.eos_id == 0
+    assert len(list((tmp_path / "home" / "encoded").glob("*.npy"))) == 2
+    assert data.tokenizer.decode(data.valid) == TEXT[len(data.tokenizer.decode(data.train)):]
+
+
+def test_prepare_lm_data_saved_tokenizer(tmp_path, bpe):
+    path = save_tokenizer(bpe, tmp_path / "tok.json")
+    data = prepare_lm_data(_corpus(tmp_path), str(path), block_size=16, cache=False)
+    assert data.train.tolist() == bpe.encode(data.tokenizer.decode(data.train))
+
+
+def test_prepare_lm_data_block_too_long_for_valid(tmp_path):
+    p = _corpus(tmp_path, "short line of text\n" * 60)  # 1140 chars: train 1026, valid 114
+    with pytest.raises(ValueError, match=r"the valid split has 114 tokens, but block_size=200 needs at least 201"):
+        prepare_lm_data(p, "char", block_size=200)
+
+
+def test_prepare_lm_data_block_too_long_for_train(tmp_path):
+    p = _corpus(tmp_path, "short line of text\n" * 60)
+    with pytest.raises(ValueError, match=r"the train split has 1026 tokens, but block_size=2000 needs at least 2001"):
+        prepare_lm_data(p, "char", block_size=2000)
+
+
+def test_prepare_lm_data_unknown_tokenizer(tmp_path):
+    with pytest.raises(ValueError, match=r"tokenizer must be one of \('char', 'bpe', 'gpt2'\).*'wordpiece'"):
+        prepare_lm_data(_corpus(tmp_path), "wordpiece", block_size=8)
