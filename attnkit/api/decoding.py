@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-from .options import DeviceOptions, check_fields
+from .options import DeviceOptions
 
 __all__ = ["DecodingOptions"]
 
@@ -33,10 +33,8 @@ class DecodingOptions(DeviceOptions):
     batch_size: int = DEFAULT_BATCH_SIZE
     strict: bool = False
 
-    def __post_init__(self) -> None:
-        self._check_device()
-        check_fields(self, {"beam": "int", "length_penalty": "float", "max_len_a": "float", "max_len_b": "float",
-                            "batch_size": "int", "strict": "bool"})
+    def _check(self) -> None:
+        super()._check()
         if self.beam < 1:
             raise ValueError(f"--beam must be >= 1, got {self.beam}")
         if self.batch_size < 1:

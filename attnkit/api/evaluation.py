@@ -29,7 +29,7 @@ from typing import Any
 from attnkit.data.corpora.parallel import SPLITS
 
 from .decoding import DecodingOptions
-from .options import DeviceOptions, check_fields, inference_device, place_model
+from .options import DeviceOptions, inference_device, place_model
 
 __all__ = ["EvalLMOptions", "EvalMTOptions", "EvalResult", "evaluate_lm", "evaluate_mt"]
 
@@ -47,10 +47,8 @@ class EvalLMOptions(DeviceOptions):
     max_batches: int | None = None
     json: str | Path | None = None
 
-    def __post_init__(self) -> None:
-        self._check_device()
-        check_fields(self, {"ckpt": "path", "data": "str", "batch_size": "int", "max_batches": "int?",
-                            "json": "path?"})
+    def _check(self) -> None:
+        super()._check()
         if not str(self.ckpt):
             raise ValueError("evaluate_lm needs ckpt (a run or checkpoint folder)")
         if not self.data:
@@ -74,10 +72,8 @@ class EvalMTOptions(DecodingOptions):
     json: str | Path | None = None
     hyps: str | Path | None = None
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields(self, {"ckpt": "path", "data": "str?", "split": "str", "max_sentences": "int?",
-                            "json": "path?", "hyps": "path?"})
+    def _check(self) -> None:
+        super()._check()
         if not str(self.ckpt):
             raise ValueError("evaluate_mt needs ckpt (a run or checkpoint folder)")
         if self.split not in SPLITS:
@@ -111,7 +107,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     from attnkit.data.pipeline.lm_dataset import eval_batches, num_eval_windows, prepare_lm_data
     from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
 
-    o = options if options is not None else EvalLMOptions(**kwargs)
+    o = EvalLMOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
     loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
     model = place_model(loaded.model, o, device)
@@ -159,7 +155,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     from attnkit.generation.translate import translate_sentences
     from attnkit.training.bleu import score_translations
 
-    o = options if options is not None else EvalMTOptions(**kwargs)
+    o = EvalMTOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
     loaded = load(o.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     model = place_model(loaded.model, o, device)

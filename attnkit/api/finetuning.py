@@ -37,7 +37,7 @@ from attnkit.data.pipeline.documents import DOCUMENT_MODES
 from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
 from .launcher import is_main_process
-from .options import (Log, RunResult, TrainOptions, check_fields, default_log, done_line, resumed_model_config,
+from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
                       train_values)
 
 __all__ = ["FinetuneOptions", "finetune", "lora_settings"]
@@ -70,11 +70,8 @@ class FinetuneOptions(TrainOptions):
     lora_dropout: float | None = None
     lora_targets: list[str] | None = None
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields(self, {"source": "str?", "data": "str?", "documents": "str?", "tokenizer": "str?",
-                            "block_size": "int?", "lora": "bool", "lora_rank": "int?", "lora_alpha": "float?",
-                            "lora_dropout": "float?", "lora_targets": "strs?"})
+    def _check(self) -> None:
+        super()._check()
         if self.documents not in (None, *DOCUMENT_MODES):
             raise ValueError(f"FinetuneOptions.documents must be one of {list(DOCUMENT_MODES)}, got {self.documents!r}")
 
@@ -185,9 +182,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     from attnkit.training.config import resolve_train_config
     from attnkit.training.lora_run import add_lora, finalize_lora_run
 
-    o = options if options is not None else FinetuneOptions(**kwargs)
-    if options is not None and kwargs:
-        o = o.replace(**kwargs)
+    o = FinetuneOptions.make(options, kwargs)
     log = default_log(log)
     if o.preset is not None:
         raise ValueError("finetune takes the architecture from --from; --preset does not apply")

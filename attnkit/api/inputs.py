@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .options import DeviceOptions, Log, check_fields
+from .options import DeviceOptions, Log
 
 __all__ = ["ModelText", "load_inspected", "is_seq2seq", "lm_ids", "mt_ids"]
 
@@ -29,9 +29,8 @@ class ModelText(DeviceOptions):
     src: str | None = None
     tgt: str | None = None
 
-    def __post_init__(self) -> None:
-        self._check_device()
-        check_fields(self, {"ckpt": "path?", "model": "str?", "text": "str?", "src": "str?", "tgt": "str?"})
+    def _check(self) -> None:
+        super()._check()
         if (self.ckpt is None) == (self.model is None):
             raise ValueError("give exactly one of ckpt (a run or checkpoint folder) and model (a named pretrained "
                              f"model), got ckpt={self.ckpt!r}, model={self.model!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .launcher import world_size
-from .options import (Log, RunResult, TrainOptions, check_fields, default_log, done_line, resumed_model_config,
+from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
                       train_values)
 
 __all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
@@ -40,10 +40,6 @@ class TrainLMOptions(TrainOptions):
     tokenizer: str | None = None
     vocab_size: int | None = None
     block_size: int | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields(self, {"data": "str?", "tokenizer": "str?", "vocab_size": "int?", "block_size": "int?"})
 
 
 def describe_batch(cfg: Any) -> str:
@@ -75,9 +71,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     from attnkit.training import LMTask, Trainer, seed_everything
     from attnkit.training.config import resolve_train_config
 
-    o = options if options is not None else TrainLMOptions(**kwargs)
-    if options is not None and kwargs:
-        o = o.replace(**kwargs)
+    o = TrainLMOptions.make(options, kwargs)
     log = default_log(log)
     saved = read_saved_run(o.out) if o.resume else None
     extra_saved = (saved or {}).get("extra", {})

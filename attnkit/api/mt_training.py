@@ -45,7 +45,7 @@ from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES,
                              MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_PRESET, MT_DEFAULT_VOCAB, MT_DEFAULTS)
 
 from .launcher import is_main_process, world_size
-from .options import (Log, RunResult, TrainOptions, check_fields, default_log, done_line, resumed_model_config,
+from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
                       train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
@@ -85,13 +85,8 @@ class TrainMTOptions(TrainOptions):
     anneal_replay: float | None = None
     average_last: int = 0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields(self, {"data": "str?", "valid": "str?", "tokenizer": "path?", "vocab_size": "int?",
-                            "max_tokens": "int?", "max_len": "int?", "label_smoothing": "float?", "strict": "bool",
-                            "bleu": "bool?", "bleu_sentences": "int?", "word_dropout": "float?",
-                            "anneal_data": "str?", "anneal_share": "float?", "anneal_replay": "float?",
-                            "average_last": "int"})
+    def _check(self) -> None:
+        super()._check()
         if self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
 
@@ -308,9 +303,7 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     from attnkit.models.params import count_parameters
     from attnkit.training import Trainer, seed_everything
 
-    o = options if options is not None else TrainMTOptions(**kwargs)
-    if options is not None and kwargs:
-        o = o.replace(**kwargs)
+    o = TrainMTOptions.make(options, kwargs)
     log = default_log(log)
     saved = read_saved_run(o.out) if o.resume else None
     opts = _mt_options(o, saved)

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from .launcher import say, world_size
 
-__all__ = ["TRAIN_FIELDS", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "train_values",
-           "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log"]
+__all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
+           "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log"]
 
 Log = Callable[[str], None]
 
@@ -28,8 +28,6 @@ Log = Callable[[str], None]
 TRAIN_FIELDS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "schedule", "weight_decay", "optimizer",
                 "muon_ns_steps", "grad_clip", "eval_every", "eval_batches", "log_every", "ckpt_every", "keep_last",
                 "seed")
-_FLOAT_FIELDS = ("lr", "min_lr", "weight_decay", "grad_clip", "max_time")
-_STR_FIELDS = ("schedule", "optimizer")
 _AUTOCAST = (None, "bf16", "fp16", "off")
 
 
@@ -69,8 +67,53 @@ def check_fields(options: Any, kinds: dict[str, str]) -> None:
                              f"({type(value).__name__})")
 
 
+def field_kind(annotation: str) -> str:
+    """The kind :func:`check_fields` checks, from a field's annotation: ``"int | None"`` -> ``"int?"``,
+    ``"str | Path"`` -> ``"path"``, ``"list[str] | None"`` -> ``"strs?"``."""
+    parts = {p.strip() for p in str(annotation).split("|")}
+    optional = "None" in parts
+    parts.discard("None")
+    if parts in ({"bool"}, {"int"}, {"float"}, {"str"}):
+        base = parts.pop()
+    elif parts == {"str", "Path"}:
+        base = "path"
+    elif len(parts) == 1 and next(iter(parts)).startswith("dict["):
+        base = "dict"
+    elif parts == {"list[str]"}:
+        base = "strs"
+    else:
+        raise TypeError(f"no kind for the annotation {annotation!r}")
+    return base + ("?" if optional else "")
+
+
+class Options:
+    """Base of every options dataclass: each field is checked against its annotation when the options are made
+    (:func:`field_kind`), then :meth:`_check` checks ranges and combinations (subclasses extend it)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, {f.name: field_kind(f.type) for f in dataclasses.fields(self)})
+        self._check()
+
+    def _check(self) -> None:
+        pass
+
+    def replace(self, **changes: Any):
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def make(cls, options: Any = None, changes: dict[str, Any] | None = None):
+        """What a run function was given: ``options`` (an instance of this class) with ``changes`` applied, or
+        the options made from ``changes`` alone (the keyword arguments)."""
+        if options is None:
+            return cls(**(changes or {}))
+        if not isinstance(options, cls):
+            raise ValueError(f"expected {cls.__name__}, got {type(options).__name__}")
+        return options.replace(**changes) if changes else options
+
+
 @dataclass
-class DeviceOptions:
+class DeviceOptions(Options):
     """Where a run computes: ``device`` ``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda``,
     ``cuda:N`` or ``mps``; ``autocast`` ``bf16``, ``fp16`` or None/``off`` (training: autocast of the forward pass,
     fp16 with a gradient scaler; inference: the weights in that precision)."""
@@ -78,8 +121,7 @@ class DeviceOptions:
     device: str | None = None
     autocast: str | None = None
 
-    def _check_device(self) -> None:
-        check_fields(self, {"device": "str?", "autocast": "str?"})
+    def _check(self) -> None:
         if self.autocast not in _AUTOCAST:
             raise ValueError(f"{type(self).__name__}.autocast must be one of bf16, fp16, off or None, "
                              f"got {self.autocast!r}")
@@ -140,18 +182,6 @@ class TrainOptions(DeviceOptions):
     cuda_graphs: bool | None = None
     fsdp: bool | None = None
     progress: bool = True
-
-    def __post_init__(self) -> None:
-        self._check_device()
-        kinds = {"out": "path?", "resume": "bool", "preset": "str?", "overrides": "dict", "steps": "int?",
-                 "compile": "bool?", "cuda_graphs": "bool?", "fsdp": "bool?", "progress": "bool"}
-        for name in TRAIN_FIELDS + ("max_time",):
-            kinds[name] = "float?" if name in _FLOAT_FIELDS else "str?" if name in _STR_FIELDS else "int?"
-        check_fields(self, kinds)
-
-    def replace(self, **changes: Any) -> "TrainOptions":
-        """A copy with ``changes`` applied (validated again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def train_values(options: TrainOptions, *, block_size: int | None = None) -> dict[str, Any]:

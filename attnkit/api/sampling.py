@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .options import DeviceOptions, Log, check_fields, default_log, inference_device, place_model
+from .options import DeviceOptions, Log, default_log, inference_device, place_model
 
 __all__ = ["SampleOptions", "Sampler", "sample"]
 
@@ -51,10 +51,8 @@ class SampleOptions(DeviceOptions):
     use_cache: bool = True
     compile: bool = False
 
-    def __post_init__(self) -> None:
-        self._check_device()
-        check_fields(self, {"ckpt": "path?", "model": "str?", "prompt": "str", "chat": "bool", "num_samples": "int",
-                            "greedy": "bool", "use_cache": "bool", "compile": "bool", "stop": "strs?"})
+    def _check(self) -> None:
+        super()._check()
         if (self.ckpt is None) == (self.model is None):
             raise ValueError("sample needs exactly one of ckpt (a run or checkpoint folder) and model (a named "
                              f"pretrained model), got ckpt={self.ckpt!r}, model={self.model!r}")
@@ -101,7 +99,7 @@ class Sampler:
         from attnkit.generation.decoding_layout import use_decoding_layout
         from attnkit.interop.load import load_named
 
-        o = self.options = options if options is not None else SampleOptions(**kwargs)
+        o = self.options = SampleOptions.make(options, kwargs)
         log = default_log(log)
         gen_cfg = o.generation_config()  # bad sampling options fail here, before loading or printing anything
         device = inference_device(o)  # so does a device (or autocast) this machine lacks

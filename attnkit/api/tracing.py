@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .inputs import ModelText, is_seq2seq, lm_ids, load_inspected, mt_ids
-from .options import DeviceOptions, Log, check_fields, default_log
+from .options import DeviceOptions, Log, default_log
 
 __all__ = ["TracePreset", "trace_model"]
 
@@ -34,10 +34,8 @@ class TracePreset(DeviceOptions):
     vocab_size: int | None = None
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        self._check_device()
-        check_fields(self, {"preset": "str", "batch": "int", "length": "int", "src_len": "int?",
-                            "vocab_size": "int?", "seed": "int"})
+    def _check(self) -> None:
+        super()._check()
         for value, flag in ((self.batch, "--batch"), (self.length, "--len"), (self.src_len, "--src-len"),
                             (self.vocab_size, "--vocab-size")):
             if value is not None and value <= 0:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from .decoding import DecodingOptions
-from .options import check_fields, inference_device, place_model
+from .options import inference_device, place_model
 
 __all__ = ["TranslateOptions", "Translator", "translate"]
 
@@ -36,9 +36,8 @@ class TranslateOptions(DecodingOptions):
 
     ckpt: str | Path = ""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields(self, {"ckpt": "path"})
+    def _check(self) -> None:
+        super()._check()
         if not str(self.ckpt):
             raise ValueError("translate needs ckpt (a run or checkpoint folder written by train mt)")
 
@@ -65,7 +64,7 @@ class Translator:
     def __init__(self, options: TranslateOptions | None = None, **kwargs: Any):
         from attnkit.checkpoints import load
 
-        self.options = options if options is not None else TranslateOptions(**kwargs)
+        self.options = TranslateOptions.make(options, kwargs)
         device = inference_device(self.options)  # a device (or autocast) this machine lacks fails before loading
         loaded = load(self.options.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
         self.model = place_model(loaded.model, self.options, device)  # the search follows the weights

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.flags import add_run_flags, options_from
+from attnkit.api import FinetuneOptions, finetune
+from attnkit.cli.flags import add_run_flags, runs
 from attnkit.data.pipeline.documents import DOCUMENT_MODES
 
 
@@ -44,11 +45,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     lo.add_argument("--lora-targets", nargs="+", default=None, metavar="NAME",
                     help="Linear layers to adapt by name (default qkv_proj out_proj; also w_in w_gate w_out)")
     add_run_flags(p)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from attnkit.api import FinetuneOptions, finetune
-
-    finetune(options_from(FinetuneOptions, args))
-    return 0
+    p.set_defaults(func=runs(finetune, FinetuneOptions))

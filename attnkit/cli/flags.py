@@ -24,7 +24,7 @@ from typing import Any
 from attnkit.models.configs import parse_overrides
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "add_decoding_flags",
+__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "runs", "add_decoding_flags",
            "add_sampling_flags", "add_device_flags", "DEFAULT_BATCH_SIZE"]
 
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps"
@@ -104,6 +104,16 @@ def options_from(cls: type, args: argparse.Namespace, **values: Any) -> Any:
         given["progress"] = not args.no_progress
     given.update(values)
     return cls(**given)
+
+
+def runs(run: Any, options: type) -> Any:
+    """The ``func`` of a training command: build ``options`` from the flags and call ``run`` with them (its status
+    lines go to stderr; the exit code is 0 when it returns)."""
+    def func(args: argparse.Namespace) -> int:
+        run(options_from(options, args))
+        return 0
+
+    return func
 
 
 def add_decoding_flags(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.flags import add_run_flags, options_from
+from attnkit.api import TrainLMOptions, train_lm
+from attnkit.cli.flags import add_run_flags, runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,15 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (with --tokenizer bpe)")
     lm.add_argument("--block-size", dest="block_size", type=int, default=None, help="context length T")
     add_run_flags(lm)
-    lm.set_defaults(func=run_lm)
+    lm.set_defaults(func=runs(train_lm, TrainLMOptions))
 
     from attnkit.cli import train_mt
 
     train_mt.register(tsub)
-
-
-def run_lm(args: argparse.Namespace) -> int:
-    from attnkit.api import TrainLMOptions, train_lm
-
-    train_lm(options_from(TrainLMOptions, args))
-    return 0

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnkit.cli.flags import add_run_flags, options_from
+from attnkit.api import TrainMTOptions, train_mt
+from attnkit.cli.flags import add_run_flags, runs
 from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN,
                              MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB)
 
@@ -59,11 +60,4 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.add_argument("--average-last", type=int, default=0, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
     add_run_flags(mt)
-    mt.set_defaults(func=run_mt)
-
-
-def run_mt(args: argparse.Namespace) -> int:
-    from attnkit.api import TrainMTOptions, train_mt
-
-    train_mt(options_from(TrainMTOptions, args))
-    return 0
+    mt.set_defaults(func=runs(train_mt, TrainMTOptions))

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -162,7 +163,15 @@ def beam_search_hypotheses(
 ) -> list[list[Hypothesis]]:
     """Beam search returning up to ``beam_size`` finished hypotheses per sentence, best first.
 
-    Arguments as :func:`beam_search`.
+    Args:
+        model: an encoder-decoder like :func:`~attnkit.generation.seq2seq.greedy_search` needs.
+        src: source ids; src_key_padding_mask: ``True`` = padding (default ``src == pad_id``).
+        bos_id, eos_id, pad_id: as in greedy search (EOS is not returned).
+        beam_size: ``k`` beams per sentence; 1 gives greedy search's output.
+        length_penalty: ``alpha`` of the length normalisation (0 = none).
+        length_penalty_style: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, default) or ``"simple"`` (``len ** alpha``).
+        max_len, max_len_a, max_len_b: the length limit ``min(max_len, floor(a * src_len + b))``.
+        use_cache: reorder a KV cache with the beams (default) or recompute every prefix.
 
     Shape:
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists of :class:`Hypothesis`.
@@ -224,33 +233,12 @@ def beam_search_hypotheses(
     return finished
 
 
-def beam_search(
-    model: nn.Module,
-    src: torch.Tensor,
-    src_key_padding_mask: torch.Tensor | None = None,
-    *,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-    beam_size: int = 4,
-    length_penalty: float = 1.0,
-    length_penalty_style: str = "gnmt",
-    max_len: int | None = None,
-    max_len_a: float = 1.2,
-    max_len_b: float = 10,
-    use_cache: bool = True,
-) -> list[list[int]]:
+def beam_search(model: nn.Module, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None,
+                **options: Any) -> list[list[int]]:
     """Translate each source sentence with beam search; return the best hypothesis of each.
 
-    Args:
-        model: an encoder-decoder like :func:`~attnkit.generation.seq2seq.greedy_search` needs.
-        src: source ids; src_key_padding_mask: ``True`` = padding (default ``src == pad_id``).
-        bos_id, eos_id, pad_id: as in greedy search (EOS is not returned).
-        beam_size: ``k`` beams per sentence; 1 gives greedy search's output.
-        length_penalty: ``alpha`` of the length normalisation (0 = none).
-        length_penalty_style: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, default) or ``"simple"`` (``len ** alpha``).
-        max_len, max_len_a, max_len_b: the length limit ``min(max_len, floor(a * src_len + b))``.
-        use_cache: reorder a KV cache with the beams (default) or recompute every prefix.
+    ``options`` are :func:`beam_search_hypotheses`'s (``bos_id``, ``eos_id``, ``pad_id``, ``beam_size``,
+    ``length_penalty``, ``length_penalty_style``, ``max_len``, ``max_len_a``, ``max_len_b``, ``use_cache``).
 
     Returns:
         ``B`` lists of target ids (no BOS, no EOS).
@@ -258,9 +246,4 @@ def beam_search(
     Shape:
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists.
     """
-    hyps = beam_search_hypotheses(
-        model, src, src_key_padding_mask, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size,
-        length_penalty=length_penalty, length_penalty_style=length_penalty_style, max_len=max_len,
-        max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache,
-    )
-    return [h[0].tokens for h in hyps]
+    return [h[0].tokens for h in beam_search_hypotheses(model, src, src_key_padding_mask, **options)]

@@ -237,16 +237,22 @@ def gpt_config_from_hf(config: Any) -> GPTConfig:
     )
 
 
+def _family_problems(c: GPTConfig, position: str, norm: str, activations: dict[str, str]) -> list[str]:
+    """What keeps ``c`` out of the HF family with these position, norm and activation choices."""
+    problems = []
+    if c.position != position:
+        problems.append(f"position={c.position!r} (needs {position!r})")
+    if c.norm != norm:
+        problems.append(f"norm={c.norm!r} (needs {norm!r})")
+    if c.activation not in activations:
+        problems.append(f"activation={c.activation!r} (needs one of {sorted(activations)})")
+    return problems
+
+
 def _export_family(config: GPTConfig) -> str:
     """Which HF architecture can hold this GPT (ValueError naming the obstacles when neither can)."""
     c = config
-    gpt2_problems = []
-    if c.position != "learned":
-        gpt2_problems.append(f"position={c.position!r} (needs 'learned')")
-    if c.norm != "layernorm":
-        gpt2_problems.append(f"norm={c.norm!r} (needs 'layernorm')")
-    if c.activation not in _GPT2_ACT_TO_HF:
-        gpt2_problems.append(f"activation={c.activation!r} (needs one of {sorted(_GPT2_ACT_TO_HF)})")
+    gpt2_problems = _family_problems(c, "learned", "layernorm", _GPT2_ACT_TO_HF)
     if not c.bias:
         gpt2_problems.append("bias=False (needs True)")
     if c.kv_heads != c.n_head:
@@ -255,13 +261,7 @@ def _export_family(config: GPTConfig) -> str:
         gpt2_problems.append(f"head_dim={c.head_size} (needs n_embd // n_head = {c.n_embd // c.n_head})")
     if not gpt2_problems:
         return "gpt2"
-    llama_problems = []
-    if c.position != "rope":
-        llama_problems.append(f"position={c.position!r} (needs 'rope')")
-    if c.norm != "rmsnorm":
-        llama_problems.append(f"norm={c.norm!r} (needs 'rmsnorm')")
-    if c.activation not in _LLAMA_ACT_TO_HF:
-        llama_problems.append(f"activation={c.activation!r} (needs one of {sorted(_LLAMA_ACT_TO_HF)})")
+    llama_problems = _family_problems(c, "rope", "rmsnorm", _LLAMA_ACT_TO_HF)
     if not llama_problems:
         return "llama"
     raise ValueError("this GPTConfig matches no Hugging Face architecture: as GPT-2 it has "

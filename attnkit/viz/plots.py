@@ -50,6 +50,16 @@ def _figure(width: float, height: float, *, constrained: bool = True):
     return fig
 
 
+def _check_figure_tensor(name: str, value: Any, expected: str, ok: bool) -> None:
+    """``ValueError`` naming ``expected`` and what was given unless ``ok``, or when the tensor has no elements."""
+    if not ok:
+        got = (f"{value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
+               else type(value).__name__)
+        raise ValueError(f"{name} must be {expected}, got {got}")
+    if value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+
+
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
     """Render ``fig`` to PNG and write it to ``path`` (temporary name, then rename); returns the path.
 
@@ -182,13 +192,9 @@ def plot_mask(mask: torch.Tensor, *, title: str | None = None, xlabel: str = "ke
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
-        got = (f"{mask.dtype} tensor of shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor)
-               else type(mask).__name__)
-        raise ValueError(f"mask must be a 2-D bool tensor (True = may not attend), got {got}")
+    _check_figure_tensor("mask", mask, "a 2-D bool tensor (True = may not attend)",
+                         isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 2)
     rows, cols = mask.shape
-    if rows == 0 or cols == 0:
-        raise ValueError(f"mask must not be empty, got shape {tuple(mask.shape)}")
     for name, labels, n in (("row_labels", row_labels, rows), ("col_labels", col_labels, cols)):
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} must have {n} entries, got {len(labels)}")
@@ -245,16 +251,12 @@ def plot_attention(weights: torch.Tensor, *, query_labels: Sequence[str] | None 
     Shape:
         weights ``(H, T, S)`` or ``(T, S)``.
     """
-    if not isinstance(weights, torch.Tensor) or weights.dim() not in (2, 3) or not weights.is_floating_point():
-        got = (f"{weights.dtype} tensor of shape {tuple(weights.shape)}" if isinstance(weights, torch.Tensor)
-               else type(weights).__name__)
-        raise ValueError(f"weights must be a float tensor of shape (H, T, S) or (T, S), got {got}")
+    _check_figure_tensor("weights", weights, "a float tensor of shape (H, T, S) or (T, S)",
+                         isinstance(weights, torch.Tensor) and weights.dim() in (2, 3) and weights.is_floating_point())
     w = weights.detach().float().cpu()
     if w.dim() == 2:
         w = w[None]  # (1, T, S)
     H, T, S = w.shape
-    if H == 0 or T == 0 or S == 0:
-        raise ValueError(f"weights must not be empty, got shape {tuple(weights.shape)}")
     if not torch.isfinite(w).all():
         raise ValueError("weights contain NaN or inf; attention weights are finite probabilities")
     for name, labels, n in (("query_labels", query_labels, T), ("key_labels", key_labels, S)):
@@ -365,13 +367,9 @@ def plot_predictions(probs: torch.Tensor, candidate_labels: Sequence[Sequence[st
     Shape:
         probs ``(T, k)``; hits ``(T, k)``.
     """
-    if not isinstance(probs, torch.Tensor) or probs.dim() != 2 or not probs.is_floating_point():
-        got = (f"{probs.dtype} tensor of shape {tuple(probs.shape)}" if isinstance(probs, torch.Tensor)
-               else type(probs).__name__)
-        raise ValueError(f"probs must be a float tensor of shape (T, k), got {got}")
+    _check_figure_tensor("probs", probs, "a float tensor of shape (T, k)",
+                         isinstance(probs, torch.Tensor) and probs.dim() == 2 and probs.is_floating_point())
     T, k = probs.shape
-    if T == 0 or k == 0:
-        raise ValueError(f"probs must not be empty, got shape {(T, k)}")
     if len(candidate_labels) != T or any(len(row) != k for row in candidate_labels):
         raise ValueError(f"candidate_labels must be {T} rows of {k} strings, got "
                          f"{[len(row) for row in candidate_labels]}")

@@ -155,3 +155,17 @@ def test_importing_the_api_imports_no_torch():
     code = "import sys, attnkit.api; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_options_are_checked_against_their_annotations_and_made_from_keywords():
+    from attnkit.api.options import field_kind
+
+    assert [field_kind(a) for a in ("int | None", "str | Path", "list[str] | None", "dict[str, Any]", "bool")] == \
+        ["int?", "path", "strs?", "dict", "bool"]
+    base = api.TrainLMOptions(steps=3)
+    assert api.TrainLMOptions.make(base, {"max_time": 1.5}) == api.TrainLMOptions(steps=3, max_time=1.5)
+    assert api.TrainLMOptions.make(None, {"steps": 4}).steps == 4
+    with pytest.raises(ValueError, match="expected TrainLMOptions, got TrainMTOptions"):
+        api.TrainLMOptions.make(api.TrainMTOptions(), {})
+    with pytest.raises(ValueError, match=r"TrainMTOptions.overrides must be a dict, got \['n_layer=2'\]"):
+        api.TrainMTOptions(overrides=["n_layer=2"])
