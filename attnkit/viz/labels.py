@@ -1,27 +1,50 @@
-"""Readable tick labels for token ids.
+"""Readable labels for token ids, and what each token is underneath (its piece, its bytes, its id).
 
 Axis legend: ``N`` tokens in a sequence.
 
-Each id is decoded on its own, so a label shows exactly the piece of text that token stands for. Whitespace
-that would vanish on a plot axis is made visible: a leading/trailing space becomes ``·`` (as in ``·the``), a
-newline ``↵`` and a tab ``⇥``. Special tokens keep their spelling (``<bos>``). A byte-level token that is only
-part of a multi-byte character decodes to ``�``; its id is appended then (``�#203``) so labels stay distinct
-enough to read.
+Two kinds of label:
+
+- :func:`text_labels` labels the tokens of one running text (the ticks of an attention map, the tokens of the
+  attention page). A byte-level BPE (GPT-2's, attnkit's :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer`,
+  a GGUF model's) may cut a character into several tokens: "ß" is the two bytes ``c3 9f``, an emoji four. Such a
+  character is shown whole on the token that completes it (where the text can first be read, as a streaming
+  decoder prints it), and every earlier token that holds some of its bytes ends in ``◌`` (U+25CC, "a character
+  continues in a later token"). So GPT-2's ``ĠðŁĺ`` ``Ģ`` read ``·◌`` ``😀``, and a German BPE's ``oÃ`` ``Ł``
+  read ``o◌`` ``ß``.
+- :func:`token_labels` labels ids that stand alone (the top-k candidates for the next token): each id is decoded
+  on its own. Bytes that are not a whole character on their own are written in hex between ``‹ ›``: the lone
+  first byte of "ß" is ``‹c3›``.
+
+Whitespace that would vanish on a plot axis is made visible: a leading/trailing space becomes ``·`` (as in
+``·the``), a newline ``↵``, a tab ``⇥``, another control character its byte (``‹1b›``). Special tokens keep
+their spelling (``<bos>``). :func:`token_titles` gives the raw form for a hover text: the id, the piece as the
+tokenizer spells it (``"ÃŁ"``) and its bytes.
+
+The bytes of a token come from its piece: a byte-level tokenizer spells every byte as one printable character
+(:func:`~attnkit.data.tokenizers.bpe_tokenizer.bytes_to_unicode`), so inverting that map gives them back exactly.
+Other tokenizers (characters) decode the id on its own and take that text's UTF-8 bytes.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Sequence
 
-__all__ = ["token_labels", "visible"]
+__all__ = ["TokenPiece", "text_labels", "token_labels", "token_pieces", "token_titles", "visible", "CONTINUES"]
 
 _REPLACEMENTS = {"\n": "↵", "\r": "␍", "\t": "⇥"}
 
+CONTINUES = "◌"  # this token holds the first bytes of a character that a later token completes
+
 
 def visible(text: str) -> str:
-    """Make whitespace visible: spaces at either end -> ``·``, newline -> ``↵``, tab -> ``⇥``."""
+    """Make whitespace visible: spaces at either end -> ``·``, newline -> ``↵``, tab -> ``⇥``; another control
+    character is written as its byte in hex (escape -> ``‹1b›``)."""
     for raw, shown in _REPLACEMENTS.items():
         text = text.replace(raw, shown)
+    text = "".join(f"‹{ord(c):02x}›" if ord(c) < 0x20 or c == "\x7f" else c for c in text)
     if text == "":
         return "∅"
     stripped = text.strip(" ")
@@ -32,27 +55,197 @@ def visible(text: str) -> str:
     return "·" * left + stripped + "·" * right
 
 
+@dataclass(frozen=True)
+class TokenPiece:
+    """What one token id stands for.
+
+    ``piece``: the vocabulary entry as the tokenizer spells it (``"ĠðŁĺ"``; the id as text without a tokenizer);
+    ``data``: its bytes, or ``None`` for a special token (``<bos>``), which is not text; ``special``: whether it is.
+    """
+
+    id: int
+    piece: str
+    data: bytes | None
+    special: bool
+
+
+@lru_cache(maxsize=1)
+def _unicode_to_byte() -> dict[str, int]:
+    from attnkit.data.tokenizers.bpe_tokenizer import bytes_to_unicode
+
+    return {ch: b for b, ch in bytes_to_unicode().items()}
+
+
+def _byte_level_backend(tokenizer: Any):
+    """The ``tokenizers.Tokenizer`` behind ``tokenizer`` when it decodes byte-level pieces, else ``None``."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders
+
+    backend = getattr(tokenizer, "backend", None)
+    if isinstance(backend, Backend) and isinstance(backend.decoder, decoders.ByteLevel):
+        return backend
+    return None
+
+
+def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[TokenPiece]:
+    """The piece, bytes and kind of every id (see :class:`TokenPiece`); ``tokenizer`` may be ``None``.
+
+    Shape:
+        ids ``(N,)`` -> ``N`` pieces.
+    """
+    ids = [int(i) for i in ids]
+    if tokenizer is None:
+        return [TokenPiece(i, str(i), str(i).encode(), False) for i in ids]
+    special = set(getattr(tokenizer, "special_ids", None) or [])
+    backend = _byte_level_backend(tokenizer)
+    added = backend.get_added_tokens_decoder() if backend is not None else {}
+    to_byte = _unicode_to_byte()
+    pieces = []
+    for i in ids:
+        piece = tokenizer.id_to_token(i) if hasattr(tokenizer, "id_to_token") else tokenizer.decode([i])
+        if i in special or (i in added and added[i].special):
+            pieces.append(TokenPiece(i, piece, None, True))
+        elif i in added:  # a user-defined token is stored as plain text, not in the byte alphabet
+            pieces.append(TokenPiece(i, piece, added[i].content.encode("utf-8"), False))
+        elif backend is not None and all(ch in to_byte for ch in piece):
+            pieces.append(TokenPiece(i, piece, bytes(to_byte[ch] for ch in piece), False))
+        else:
+            pieces.append(TokenPiece(i, piece, tokenizer.decode([i]).encode("utf-8", "surrogatepass"), False))
+    return pieces
+
+
+def _char_length(data: bytes, at: int) -> int:
+    """How many bytes the UTF-8 character starting at ``data[at]`` has, or 0 if no valid character starts there."""
+    lead = data[at]
+    if lead < 0x80:
+        return 1
+    n = 2 if 0xC2 <= lead < 0xE0 else 3 if 0xE0 <= lead < 0xF0 else 4 if 0xF0 <= lead < 0xF5 else 0
+    if n == 0 or at + n > len(data):
+        return 0
+    try:
+        data[at:at + n].decode("utf-8")  # rejects bad continuation bytes, overlong forms and surrogates
+    except UnicodeDecodeError:
+        return 0
+    return n
+
+
+def _shorten(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def _check_max_chars(max_chars: int) -> None:
+    if not isinstance(max_chars, int) or max_chars < 2:
+        raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}")
+
+
+class _Spelling:
+    """The text of one token being built: whole characters as themselves, each run of stray bytes as ``‹hex›``."""
+
+    def __init__(self) -> None:
+        self.parts: list[str | bytearray] = []
+
+    def char(self, text: str) -> None:
+        self.parts.append(text)
+
+    def stray(self, byte: int) -> None:
+        if self.parts and isinstance(self.parts[-1], bytearray):
+            self.parts[-1].append(byte)
+        else:
+            self.parts.append(bytearray([byte]))
+
+    def text(self) -> str:
+        return "".join(p if isinstance(p, str) else "‹" + p.hex() + "›" for p in self.parts)
+
+
+def _alone(data: bytes) -> str:
+    """One token's bytes as text on their own: whole characters as themselves, other bytes as ``‹hex›``."""
+    out, at = _Spelling(), 0
+    while at < len(data):
+        n = _char_length(data, at)
+        if n:
+            out.char(data[at:at + n].decode("utf-8"))
+        else:
+            out.stray(data[at])
+        at += n or 1
+    return out.text()
+
+
 def token_labels(tokenizer: Any, ids: Sequence[int], *, max_chars: int = 12) -> list[str]:
-    """One short label per token id (see the module docstring); ``tokenizer`` may be ``None`` (ids as text).
+    """One short label per id, each id decoded on its own (see the module docstring); ``tokenizer`` may be
+    ``None`` (ids as text). For the tokens of one running text use :func:`text_labels`.
 
     Shape:
         ids ``(N,)`` -> ``N`` strings.
     """
-    if max_chars < 2:
-        raise ValueError(f"max_chars must be >= 2, got {max_chars}")
-    ids = [int(i) for i in ids]
-    if tokenizer is None:
-        return [str(i) for i in ids]
-    special = set(getattr(tokenizer, "special_ids", None) or [])
+    _check_max_chars(max_chars)
     labels = []
-    for i in ids:
-        if i in special:
-            text = tokenizer.id_to_token(i)
-        else:
-            text = visible(tokenizer.decode([i]))
-            if "\ufffd" in text:
-                text = f"{text}#{i}"
-        if len(text) > max_chars:
-            text = text[: max_chars - 1] + "…"
-        labels.append(text)
+    for p in token_pieces(tokenizer, ids):
+        text = p.piece if p.data is None or tokenizer is None else visible(_alone(p.data))
+        labels.append(_shorten(text, max_chars))
     return labels
+
+
+def text_labels(tokenizer: Any, ids: Sequence[int], *, max_chars: int = 12) -> list[str]:
+    """One label per token of a running text: a character cut into several tokens is shown on the token that
+    completes it, earlier ones end in ``◌`` (see the module docstring); ``tokenizer`` may be ``None``.
+
+    Joined without the ``◌`` marks (and with the whitespace marks undone) the labels of a text spell the text.
+
+    Shape:
+        ids ``(N,)`` -> ``N`` strings.
+    """
+    _check_max_chars(max_chars)
+    pieces = token_pieces(tokenizer, ids)
+    texts = [_Spelling() for _ in pieces]
+    pending = [False for _ in pieces]
+    run: list[int] = []  # positions of the tokens of the current stretch of text (special tokens cut it)
+
+    def flush() -> None:
+        data = b"".join(pieces[k].data for k in run)
+        owner = [k for k in run for _ in pieces[k].data]  # which token each byte came from
+        at = 0
+        while at < len(data):
+            n = _char_length(data, at)
+            if n:
+                last = owner[at + n - 1]
+                texts[last].char(data[at:at + n].decode("utf-8"))
+                for k in {owner[b] for b in range(at, at + n - 1)} - {last}:
+                    pending[k] = True
+            else:  # a byte that starts no valid character: written in hex where it is
+                texts[owner[at]].stray(data[at])
+            at += n or 1
+        run.clear()
+
+    for k, p in enumerate(pieces):
+        if p.data is None:
+            flush()
+        else:
+            run.append(k)
+    flush()
+    labels = []
+    for p, spelling, cont in zip(pieces, texts, pending):
+        text = spelling.text()
+        if p.data is None or tokenizer is None:
+            label = p.piece
+        elif cont:
+            label = (visible(text) if text else "") + CONTINUES
+        else:
+            label = visible(text)
+        labels.append(_shorten(label, max_chars))
+    return labels
+
+
+def token_titles(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """A hover text per id: ``id 39683 · piece "ÃŁ" · bytes c3 9f`` (a special token: ``id 1 · special "<bos>"``).
+
+    Shape:
+        ids ``(N,)`` -> ``N`` strings.
+    """
+    titles = []
+    for p in token_pieces(tokenizer, ids):
+        piece = json.dumps(p.piece, ensure_ascii=False)  # quoted, with \n and \t escaped
+        if p.data is None:
+            titles.append(f"id {p.id} · special {piece}")
+        else:
+            titles.append(f"id {p.id} · piece {piece} · bytes {p.data.hex(' ') or '(none)'}")
+    return titles
