@@ -46,21 +46,26 @@ def tiny_lm():
     return make
 
 
-def _make_copy_task(folder: Path, *, seed: int = 0, sizes=(("train", 1500), ("valid", 60), ("test", 60))) -> Path:
-    """A prepared data folder (train/valid/test.tsv) of letter sequences and their copies, upper-cased on the
-    target side so that source and target are different strings (the model must map, not just echo ids)."""
+def _make_copy_task(folder: Path, *, seed: int = 0, sizes=(("train", 1500), ("valid", 60), ("test", 60)),
+                    letters: str = "abcdefgh", lengths: tuple[int, int] = (3, 7), target: str = "upper") -> Path:
+    """A prepared data folder (``<split>.tsv`` for each of ``sizes``) of letter sequences (``lengths`` words drawn
+    from ``letters``) and their targets: upper-cased copies (``target="upper"``: source and target are different
+    strings, the model must map, not just echo ids) or the words reversed (``"reversed"``)."""
+    if target not in ("upper", "reversed"):
+        raise ValueError(f"target must be 'upper' or 'reversed', got {target!r}")
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     for split, n in sizes:
         lines = []
         for _ in range(n):
-            words = [rng.choice("abcdefgh") for _ in range(rng.randint(3, 7))]
-            lines.append(" ".join(words) + "\t" + " ".join(w.upper() for w in words))
+            words = [rng.choice(letters) for _ in range(rng.randint(*lengths))]
+            out = [w.upper() for w in words] if target == "upper" else list(reversed(words))
+            lines.append(" ".join(words) + "\t" + " ".join(out))
         (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
 
 @pytest.fixture(scope="session")
 def make_copy_task():
-    """``make_copy_task(folder, *, seed=0, sizes=((split, n), ...)) -> folder``."""
+    """``make_copy_task(folder, *, seed=0, sizes=((split, n), ...), letters=, lengths=, target=) -> folder``."""
     return _make_copy_task

@@ -4,7 +4,6 @@ reusing its tokenizer and translation options; a different --data is refused."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -19,25 +18,14 @@ TINY_MT = ["--preset", "transformer-small", "--set", "d_model=32", "--set", "num
            "--eval-batches", "2", "--no-progress"]
 
 
-def _data(folder: Path) -> Path:
-    rng = random.Random(3)
-    folder.mkdir(parents=True)
-    for split, n in (("train", 120), ("valid", 10)):
-        rows = []
-        for _ in range(n):
-            words = [rng.choice("abcdef") for _ in range(rng.randint(2, 6))]
-            rows.append(" ".join(words) + "\t" + " ".join(reversed(words)))
-        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return folder
-
-
 def _losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
             if "loss" in r}
 
 
-def test_resume_continues_exactly(tmp_path, capsys):
-    data = _data(tmp_path / "data")
+def test_resume_continues_exactly(tmp_path, capsys, make_copy_task):
+    data = make_copy_task(tmp_path / "data", seed=3, sizes=(("train", 120), ("valid", 10)), letters="abcdef",
+                          lengths=(2, 6), target="reversed")
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert main(["train", "mt", "--data", str(data), "--out", str(straight), *TINY_MT, "--steps", "9"]) == 0
     assert main(["train", "mt", "--data", str(data), "--out", str(stopped), *TINY_MT, "--steps", "6"]) == 0

@@ -140,17 +140,10 @@ def test_fsdp_run_then_convert_then_sample_in_one_process(corpus, tmp_path):
         _attnkit("convert", str(run), str(tmp_path / "single"))
 
 
-def _reversal_data(folder: Path) -> Path:
+def _reversals(make_copy_task, tmp_path: Path) -> Path:
     """train.tsv (120 pairs) and valid.tsv (10): short strings of a-f and their reversals."""
-    rng = random.Random(3)
-    folder.mkdir()
-    for split, n in (("train", 120), ("valid", 10)):
-        rows = []
-        for _ in range(n):
-            words = [rng.choice("abcdef") for _ in range(rng.randint(2, 6))]
-            rows.append(" ".join(words) + "\t" + " ".join(reversed(words)))
-        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return folder
+    return make_copy_task(tmp_path / "data", seed=3, sizes=(("train", 120), ("valid", 10)), letters="abcdef",
+                          lengths=(2, 6), target="reversed")
 
 
 def _tiny_mt(data: Path, layers: int = 1) -> list[str]:
@@ -161,9 +154,9 @@ def _tiny_mt(data: Path, layers: int = 1) -> list[str]:
             "--eval-batches", "2", "--no-progress", "--device", "cpu"]
 
 
-def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
+def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path, make_copy_task):
     """Translation: 2 processes x --max-tokens 64 see the batches of 1 process x --max-tokens 128."""
-    tiny = _tiny_mt(_reversal_data(tmp_path / "data"))
+    tiny = _tiny_mt(_reversals(make_copy_task, tmp_path))
     one, two = tmp_path / "one", tmp_path / "two"
     _attnkit("train", "mt", "--out", str(one), *tiny, "--max-tokens", "128")
     proc = _attnkit("train", "mt", "--out", str(two), *tiny, "--max-tokens", "64", nproc=2)
@@ -185,10 +178,10 @@ def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path):
         assert_close(models[1](src, tgt), models[0](src, tgt), "trained_float32")
 
 
-def test_torchrun_train_mt_with_layer_drop(tmp_path, capsys):
+def test_torchrun_train_mt_with_layer_drop(tmp_path, capsys, make_copy_task):
     """LayerDrop leaves layers out of some forward passes, a different set on each rank: DDP must not wait for
     their gradients (find_unused_parameters); FSDP, whose ranks gather each layer together, refuses it in one line."""
-    tiny = _tiny_mt(_reversal_data(tmp_path / "data"), layers=3) + ["--set", "layer_drop=0.5", "--max-tokens", "64"]
+    tiny = _tiny_mt(_reversals(make_copy_task, tmp_path), layers=3) + ["--set", "layer_drop=0.5", "--max-tokens", "64"]
     _attnkit("train", "mt", "--out", str(tmp_path / "two"), *tiny, nproc=2)
     rows = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert max(r.get("step", 0) for r in rows) == 6 and any("valid_loss" in r for r in rows)

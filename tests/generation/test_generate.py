@@ -25,6 +25,16 @@ def varied(outputs):
 
 
 # ---- cache vs no cache ------------------------------------------------------------------------------
+def _greedy_last_window(model, prompt: list[list[int]], n: int, *, window: int) -> list[int]:
+    """nanoGPT's way past the context: ``n`` argmax tokens, each from the last ``window`` tokens (no cache)."""
+    idx = torch.tensor(prompt)  # (1, T)
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(idx[:, -window:])
+            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return idx[0, len(prompt[0]):].tolist()
+
+
 def test_cached_equals_uncached_greedy(gpt, prompts):
     cached = generate(gpt, prompts, max_new_tokens=12, use_cache=True)
     uncached = generate(gpt, prompts, max_new_tokens=12, use_cache=False)
@@ -149,12 +159,7 @@ def test_learned_positions_beyond_block_size(make_gpt):
         generate(model, prompt, max_new_tokens=4, use_cache=True)  # 9 positions with a cache: refused
     # without a cache the context slides, nanoGPT style: feed the last block_size tokens each step
     out = generate(model, prompt, max_new_tokens=10, use_cache=False)[0]
-    idx = torch.tensor(prompt)
-    with torch.no_grad():
-        for _ in range(10):
-            logits = model(idx[:, -8:])
-            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    assert out == idx[0, 6:].tolist()
+    assert out == _greedy_last_window(model, prompt, 10, window=8)
 
 
 def test_rope_model_is_not_cropped_at_block_size(make_gpt):
@@ -233,12 +238,7 @@ def test_sliding_window_crops_a_rope_model_to_block_size(make_gpt):
     model = make_gpt("llama", seed=3, block_size=8)
     prompt = [[5, 6, 7, 8, 9, 10]]
     out = generate(model, prompt, max_new_tokens=10, use_cache=False, sliding_window=True)[0]
-    idx = torch.tensor(prompt)
-    with torch.no_grad():
-        for _ in range(10):
-            logits = model(idx[:, -8:])
-            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    assert out == idx[0, 6:].tolist()
+    assert out == _greedy_last_window(model, prompt, 10, window=8)
 
 
 def test_nan_logits_stop_generation_instead_of_picking_id_0(make_gpt):

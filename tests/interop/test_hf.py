@@ -35,11 +35,8 @@ V = 67
 def _env(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # from_pretrained(folder) must never reach the network
     monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.manual_seed(0)  # (one thread: tests/conftest.py sets it for every test)
     yield
-    torch.set_num_threads(threads)
 
 
 def _spread(model: torch.nn.Module, std: float = 0.2, seed: int = 0) -> torch.nn.Module:

@@ -235,40 +235,19 @@ def test_half_precision_reference_uses_float32_softmax():
 
 
 # ------------------------------------------------------------------ validation: one test per rule
-def test_attn_mask_wrong_shape():
+@pytest.mark.parametrize("masks, message", [
+    ({"attn_mask": torch.zeros(5, 3, dtype=torch.bool)}, r"\(T, S\) = \(3, 5\), got \(5, 3\)"),
+    ({"attn_mask": torch.zeros(8, 3, 5, dtype=torch.bool)}, r"\(B, T, S\) = \(2, 3, 5\), got \(8, 3, 5\)"),
+    ({"attn_mask": torch.zeros(5, dtype=torch.bool)}, r"got 1-D shape \(5,\)"),
+    ({"attn_mask": torch.zeros(3, 5, dtype=torch.int64)}, r"bool .* or floating point .*got torch.int64"),
+    ({"key_padding_mask": torch.zeros(2, 3, dtype=torch.bool)}, r"\(B, S\) = \(2, 5\), got \(2, 3\)"),
+    ({"key_padding_mask": torch.zeros(2, 5, dtype=torch.uint8)}, r"key_padding_mask must be bool .*got torch.uint8"),
+], ids=["attn_mask_wrong_shape", "attn_mask_3d_wrong_batch", "attn_mask_wrong_rank",
+        "attn_mask_integer_dtype", "key_padding_mask_wrong_shape", "key_padding_mask_integer_dtype"])
+def test_bad_masks_are_refused_by_name(masks, message):
     q, k, v = qkv(3, 5)
-    with pytest.raises(ValueError, match=r"\(T, S\) = \(3, 5\), got \(5, 3\)"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(5, 3, dtype=torch.bool))
-
-
-def test_attn_mask_3d_wrong_batch():
-    q, k, v = qkv(3, 5)
-    with pytest.raises(ValueError, match=r"\(B, T, S\) = \(2, 3, 5\), got \(8, 3, 5\)"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(8, 3, 5, dtype=torch.bool))
-
-
-def test_attn_mask_wrong_rank():
-    q, k, v = qkv(3, 5)
-    with pytest.raises(ValueError, match=r"got 1-D shape \(5,\)"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(5, dtype=torch.bool))
-
-
-def test_attn_mask_integer_dtype_rejected():
-    q, k, v = qkv(3, 5)
-    with pytest.raises(ValueError, match=r"bool .* or floating point .*got torch.int64"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(3, 5, dtype=torch.int64))
-
-
-def test_key_padding_mask_wrong_shape():
-    q, k, v = qkv(3, 5)
-    with pytest.raises(ValueError, match=r"\(B, S\) = \(2, 5\), got \(2, 3\)"):
-        scaled_dot_product_attention(q, k, v, key_padding_mask=torch.zeros(2, 3, dtype=torch.bool))
-
-
-def test_key_padding_mask_integer_dtype_rejected():
-    q, k, v = qkv(3, 5)
-    with pytest.raises(ValueError, match=r"key_padding_mask must be bool .*got torch.uint8"):
-        scaled_dot_product_attention(q, k, v, key_padding_mask=torch.zeros(2, 5, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=message):
+        scaled_dot_product_attention(q, k, v, **masks)
 
 
 def test_qkv_dtype_mismatch():

@@ -18,11 +18,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
-    torch.manual_seed(4321)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.manual_seed(4321)  # (one thread: tests/conftest.py sets it for every test)
     yield
-    torch.set_num_threads(threads)
 
 
 def _spread(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:

@@ -17,6 +17,14 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def _draws(capsys, is_png, path, *argv: str) -> str:
+    """``attnkit viz ARGV --out PATH`` (low dpi) exits 0, prints the path and writes a PNG there; returns stderr."""
+    code, out, err = _run(capsys, *argv, "--out", str(path), *LOW_DPI)
+    assert code == 0 and out.strip() == str(path)
+    is_png(path)
+    return err
+
+
 @pytest.mark.parametrize("figure", ["positions", "mask", "attention", "predict", "params"])
 def test_help(figure, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -36,11 +44,8 @@ def test_viz_lists_its_figures(capsys):
 
 
 def test_positions(tmp_path, capsys, is_png):
-    path = tmp_path / "figs" / "pe.png"
-    code, out, _ = _run(capsys, "positions", "--dim", "32", "--len", "40", "--dims", "0,1,9", "--out", str(path),
-                        *LOW_DPI)
-    assert code == 0 and out.strip() == str(path)
-    is_png(path)
+    _draws(capsys, is_png, tmp_path / "figs" / "pe.png", "positions", "--dim", "32", "--len", "40",
+           "--dims", "0,1,9")
 
 
 @pytest.mark.parametrize("args", [
@@ -49,59 +54,39 @@ def test_positions(tmp_path, capsys, is_png):
     ["--kind", "padding", "--lengths", "5,3,7"],
 ])
 def test_mask(args, tmp_path, capsys, is_png):
-    path = tmp_path / "mask.png"
-    code, out, _ = _run(capsys, "mask", *args, "--out", str(path), *LOW_DPI)
-    assert code == 0 and out.strip() == str(path)
-    is_png(path)
+    _draws(capsys, is_png, tmp_path / "mask.png", "mask", *args)
 
 
 def test_params(tmp_path, capsys, is_png):
-    path = tmp_path / "params.png"
-    code, out, _ = _run(capsys, "params", "llama-tiny", "--out", str(path), *LOW_DPI)
-    assert code == 0 and out.strip() == str(path)
-    is_png(path)
+    _draws(capsys, is_png, tmp_path / "params.png", "params", "llama-tiny")
 
 
 def test_attention_of_a_language_model_checkpoint(lm_checkpoint, tmp_path, capsys, is_png):
-    path = tmp_path / "attn.png"
-    code, out, _ = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "ROMEO: hi", "--layer", "0",
-                        "--out", str(path), *LOW_DPI)
-    assert code == 0 and out.strip() == str(path)
-    is_png(path)
+    _draws(capsys, is_png, tmp_path / "attn.png", "attention", "--ckpt", str(lm_checkpoint), "--text", "ROMEO: hi",
+           "--layer", "0")
 
 
 def test_attention_one_head(lm_checkpoint, tmp_path, capsys, is_png):
-    path = tmp_path / "head.png"
-    code, out, _ = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "to be", "--head", "3",
-                        "--out", str(path), *LOW_DPI)
-    assert code == 0
-    is_png(path)
+    _draws(capsys, is_png, tmp_path / "head.png", "attention", "--ckpt", str(lm_checkpoint), "--text", "to be",
+           "--head", "3")
 
 
 @pytest.mark.parametrize("kind", ["cross", "encoder"])
 def test_attention_of_a_translation_checkpoint(kind, mt_checkpoint, tmp_path, capsys, is_png):
-    path = tmp_path / f"{kind}.png"
-    code, out, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--src", "das haus ist gross",
-                          "--tgt", "the house", "--attn", kind, "--out", str(path), *LOW_DPI)
-    assert code == 0 and out.strip() == str(path) and "translation" not in err
-    is_png(path)
+    err = _draws(capsys, is_png, tmp_path / f"{kind}.png", "attention", "--ckpt", str(mt_checkpoint),
+                 "--src", "das haus ist gross", "--tgt", "the house", "--attn", kind)
+    assert "translation" not in err
 
 
 def test_attention_of_the_greedy_translation(mt_checkpoint, tmp_path, capsys, is_png):
-    path = tmp_path / "dec.png"
-    code, out, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--src", "der hund", "--attn", "decoder",
-                          "--out", str(path), *LOW_DPI)
-    assert code == 0 and out.strip() == str(path)
+    err = _draws(capsys, is_png, tmp_path / "dec.png", "attention", "--ckpt", str(mt_checkpoint), "--src", "der hund",
+                 "--attn", "decoder")
     assert "translation (greedy):" in err  # the decoder input it drew is reported, on stderr
-    is_png(path)
 
 
 def test_predict(lm_checkpoint, tmp_path, capsys, is_png):
-    path = tmp_path / "pred.png"
-    code, out, _ = _run(capsys, "predict", "--ckpt", str(lm_checkpoint), "--text", "romeo", "--top-k", "3",
-                        "--out", str(path), *LOW_DPI)
-    assert code == 0 and out.strip() == str(path)
-    is_png(path)
+    _draws(capsys, is_png, tmp_path / "pred.png", "predict", "--ckpt", str(lm_checkpoint), "--text", "romeo",
+           "--top-k", "3")
 
 
 # --------------------------------------------------------------------------- bad input

@@ -57,24 +57,17 @@ def test_split_uses_earlier_newline_when_none_after_the_mark():
 
 
 # --- bad input: one test per rule ---------------------------------------------------------------------------
-def test_empty_file(tmp_path):
-    p = tmp_path / "empty.txt"
-    p.write_bytes(b"")
-    with pytest.raises(ValueError, match=r"empty\.txt' is empty \(0 bytes\)"):
-        load_text_corpus(p)
-
-
-def test_non_utf8_file_names_file_and_byte_offset(tmp_path):
-    p = tmp_path / "latin1.txt"
-    p.write_bytes("Größe".encode("utf-8") + b" and caf\xe9\n")  # 0xe9 = Latin-1 é, at byte offset 15
-    with pytest.raises(ValueError, match=r"latin1\.txt' is not UTF-8 text: invalid byte 0xe9 at byte offset 15"):
-        load_text_corpus(p)
-
-
-def test_binary_file_names_file_and_byte_offset(tmp_path):
-    p = tmp_path / "data.txt"
-    p.write_bytes(b"GIF89a\x01\x00\x00")
-    with pytest.raises(ValueError, match=r"data\.txt' looks binary: NUL byte at byte offset 7"):
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.txt", b"", r"empty\.txt' is empty \(0 bytes\)"),
+    # 0xe9 = Latin-1 é, at byte offset 15
+    ("latin1.txt", "Größe".encode("utf-8") + b" and caf\xe9\n",
+     r"latin1\.txt' is not UTF-8 text: invalid byte 0xe9 at byte offset 15"),
+    ("data.txt", b"GIF89a\x01\x00\x00", r"data\.txt' looks binary: NUL byte at byte offset 7"),
+], ids=["empty", "not_utf8_names_the_byte_offset", "binary_names_the_nul_byte"])
+def test_a_bad_file_is_refused_by_name(name, content, message, tmp_path):
+    p = tmp_path / name
+    p.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
         load_text_corpus(p)
 
 
