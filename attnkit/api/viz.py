@@ -93,7 +93,7 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     interactive page instead of the PNG. ``attn``: ``self`` for a GPT; ``encoder``, ``decoder`` or ``cross``
     (default) for a translator. ``layer`` defaults to the last."""
     from attnkit.viz.attention_maps import attention_maps, select_attention, seq2seq_attention_maps
-    from attnkit.viz.labels import token_labels
+    from attnkit.viz.labels import text_labels
     from attnkit.viz.plots import plot_attention, save_figure
 
     log = default_log(log)
@@ -114,7 +114,7 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     if is_seq2seq(model):
         src, tgt = mt_ids(inputs, model, tokenizer, log)
         maps = seq2seq_attention_maps(model, src, tgt).kind(kind)
-        src_labels, tgt_labels = token_labels(tokenizer, src), token_labels(tokenizer, tgt)
+        src_labels, tgt_labels = text_labels(tokenizer, src), text_labels(tokenizer, tgt)
         q_labels, k_labels = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_labels),
                               "cross": (tgt_labels, src_labels)}[kind]
         what = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
@@ -122,7 +122,7 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     else:
         ids = lm_ids(inputs, loaded)
         maps = attention_maps(model, ids)
-        q_labels = k_labels = token_labels(tokenizer, ids)
+        q_labels = k_labels = text_labels(tokenizer, ids)
         what = "causal self-attention"
     weights = select_attention(maps, layer=layer, head=head)  # validates the ranges
     shown = len(maps) - 1 if layer is None else layer
@@ -139,7 +139,7 @@ def draw_predictions(inputs: ModelText, *, out: str | Path = "predictions.png", 
     """The ``top_k`` most likely next tokens at every position of the text, the one that really follows outlined."""
     import torch
 
-    from attnkit.viz.labels import token_labels
+    from attnkit.viz.labels import text_labels, token_labels
     from attnkit.viz.plots import plot_predictions, save_figure
     from attnkit.viz.predictions import next_token_predictions
 
@@ -156,5 +156,5 @@ def draw_predictions(inputs: ModelText, *, out: str | Path = "predictions.png", 
     hits = top == nxt[:, None]  # (T, k)
     candidates = [token_labels(tokenizer, row) for row in top.tolist()]
     title = f"{inputs.name}: next-token predictions (top {top_k})"
-    fig = plot_predictions(probs, candidates, context_labels=token_labels(tokenizer, ids), hits=hits, title=title)
+    fig = plot_predictions(probs, candidates, context_labels=text_labels(tokenizer, ids), hits=hits, title=title)
     return save_figure(fig, out, dpi=dpi)

@@ -72,8 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--head", type=int, default=None, help="draw only this head (default: all heads in a grid)")
     q.add_argument("--html", type=Path, default=None, metavar="PAGE.html",
                    help="write an interactive page instead of the PNG: one self-contained HTML file (no network) "
-                        "where you pick the attention, layer and head and hover a token to see its weights and "
-                        "the top-k next-token predictions; --layer/--head/--attn choose what it shows first")
+                        "with a model view (every layer x head as a small heat map; click one to open it), a head "
+                        "view (all heads of a layer in colours, lines from the chosen token) and a detail view "
+                        "(one head, the key weights of the token under the mouse, the top-k next-token "
+                        "predictions); --layer/--head/--attn choose what it shows first")
     q.add_argument("--top-k", type=int, default=5, help="--html: next-token candidates per position (default 5)")
     _add_output_args(q, "attention.png")
     q.set_defaults(func=run_attention)
