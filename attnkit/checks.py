@@ -177,3 +177,22 @@ def check_token_ids(ids: Any, *, name: str, vocab_size: int, length_axis: str = 
     if lo < 0 or hi >= vocab_size:
         bad = lo if lo < 0 else hi
         raise ValueError(f"{label} must be in [0, {vocab_name}) = [0, {vocab_size}), got id {bad}")
+
+
+def check_lookup_ids(ids: Any, *, what: str, upper: int, upper_name: str) -> None:
+    """Ids an embedding table is indexed with: an integer tensor (not bool or float) of any shape, every id in
+    ``[0, upper)``; ``what`` names them in messages (``token ids``, ``position ids``). Under ``torch.compile`` or
+    :func:`checks_on_device` the range check runs on the device (no host sync).
+
+    Shape: ids ``(*)``.
+    """
+    import torch
+
+    if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
+        raise ValueError(f"{what} must be an integer tensor, got {ids.dtype}")
+    if no_host_reads():  # torch.compile / a GPU's updates: check on the device (no host sync)
+        torch._assert_async(((ids >= 0) & (ids < upper)).all(), f"{what} must be in [0, {upper_name})")
+    elif ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= upper:
+            raise ValueError(f"{what} must be in [0, {upper_name}) = [0, {upper}), got range [{lo}, {hi}]")

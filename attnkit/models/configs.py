@@ -61,9 +61,22 @@ def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -
 
 
 class _ConfigMixin:
-    """Dict/JSON round-trip shared by both configs."""
+    """Dict/JSON round-trip shared by both configs, and their two dropout rates (``dropout`` on the residual
+    branches and embeddings, ``attention_dropout`` on the attention weights)."""
 
     model_type: ClassVar[str]
+
+    @property
+    def attn_dropout(self) -> float:
+        """Dropout on the attention weights: ``attention_dropout``, or ``dropout`` when that is None."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    def _check_dropouts(self, owner: str) -> None:
+        """``dropout`` and ``attention_dropout`` (when given) in [0, 1]; ints become floats."""
+        self.dropout = _check_float(owner, "dropout", self.dropout, low=0.0, high=1.0, low_inclusive=True)
+        if self.attention_dropout is not None:
+            self.attention_dropout = _check_float(owner, "attention_dropout", self.attention_dropout, low=0.0,
+                                                  high=1.0, low_inclusive=True)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field plus ``"model_type"``; ``from_dict(to_dict())`` equals ``self``."""
@@ -169,17 +182,9 @@ class GPTConfig(_ConfigMixin):
         if self.position == "rope" and self.head_size % 2 != 0:
             raise ValueError(f"GPTConfig: rotary positions need an even head dim, got head_dim={self.head_size}")
         _check_bool(o, "tie_embeddings", self.tie_embeddings)
-        self.dropout = _check_float(o, "dropout", self.dropout, low=0.0, high=1.0, low_inclusive=True)
-        if self.attention_dropout is not None:
-            self.attention_dropout = _check_float(o, "attention_dropout", self.attention_dropout, low=0.0, high=1.0,
-                                                  low_inclusive=True)
+        self._check_dropouts(o)
 
     # resolved sizes ---------------------------------------------------------------------------------
-    @property
-    def attn_dropout(self) -> float:
-        """Dropout on the attention weights: ``attention_dropout``, or ``dropout`` when that is None."""
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
-
     @property
     def kv_heads(self) -> int:
         """K: number of key/value heads (``n_kv_head`` or ``n_head``)."""
@@ -256,10 +261,7 @@ class TransformerConfig(_ConfigMixin):
                 f"TransformerConfig.d_model must be divisible by num_heads, "
                 f"got d_model={self.d_model}, num_heads={self.num_heads}"
             )
-        self.dropout = _check_float(o, "dropout", self.dropout, low=0.0, high=1.0, low_inclusive=True)
-        if self.attention_dropout is not None:
-            self.attention_dropout = _check_float(o, "attention_dropout", self.attention_dropout, low=0.0, high=1.0,
-                                                  low_inclusive=True)
+        self._check_dropouts(o)
         self.layer_drop = _check_float(o, "layer_drop", self.layer_drop, low=0.0, high=1.0, low_inclusive=True)
         _check_choice(o, "activation", self.activation, ACTIVATIONS)
         _check_choice(o, "norm", self.norm, NORMS)
@@ -283,11 +285,6 @@ class TransformerConfig(_ConfigMixin):
                 raise ValueError(
                     f"TransformerConfig.pad_id must be in [0, {smallest}) (both vocabularies), got {self.pad_id}"
                 )
-
-    @property
-    def attn_dropout(self) -> float:
-        """Dropout on the attention weights: ``attention_dropout``, or ``dropout`` when that is None."""
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     @property
     def use_encoder_final_norm(self) -> bool:

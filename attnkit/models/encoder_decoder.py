@@ -34,7 +34,7 @@ from torch import nn
 from attnkit.checks import check_int, check_padding_mask
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.feed_forward import FeedForward
-from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.kv_cache import KVCache, LayerCaches
 from attnkit.modules.layer_drop import check_layer_drop, kept_layers
 from attnkit.modules.multi_head_attention import MultiHeadAttention
 from attnkit.modules.norms import build_norm
@@ -44,7 +44,7 @@ from attnkit.modules.norms import build_norm
 # cache
 # ----------------------------------------------------------------------------------------------------
 
-class DecoderCache:
+class DecoderCache(LayerCaches):
     """Per-layer caches for incremental decoding with a :class:`Decoder`.
 
     ``self_attn[i]`` grows by the new target positions at every step; ``cross_attn[i]`` holds the
@@ -78,6 +78,7 @@ class DecoderCache:
         self.self_attn: list[KVCache] = [
             KVCache(batch_size, num_heads, max_len, head_dim, dtype=dtype, device=device) for _ in range(num_layers)
         ]
+        self.self_caches = self.self_attn  # LayerCaches: length (target positions decoded), batch_size, max_len
         self.cross_attn: list[KVCache | None] = [None] * num_layers
         if memory_len is not None:
             self.cross_attn = [
@@ -86,22 +87,6 @@ class DecoderCache:
             ]
         self.tgt_padding: torch.Tensor | None = None  # (B, length) bool, padding flags of cached positions
         self.memory_key_padding_mask: torch.Tensor | None = None  # (B, S) bool, remembered on first use
-
-    def __len__(self) -> int:
-        return len(self.self_attn)
-
-    @property
-    def length(self) -> int:
-        """Target positions already decoded."""
-        return self.self_attn[0].length
-
-    @property
-    def batch_size(self) -> int:
-        return self.self_attn[0].batch_size
-
-    @property
-    def max_len(self) -> int:
-        return self.self_attn[0].max_len
 
     def cross_cache(self, layer: int, memory_len: int) -> KVCache:
         """The cross-attention cache of ``layer``, created for ``memory_len`` source positions if needed."""

@@ -44,7 +44,7 @@ from attnkit.checks import check_index_tensor, check_int, check_padding_mask, ch
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
-from attnkit.modules.kv_cache import KVCache
+from attnkit.modules.kv_cache import KVCache, LayerCaches
 from attnkit.modules.learned_positions import LearnedPositionalEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 from attnkit.modules.multi_head_attention import MultiHeadAttention
@@ -56,7 +56,7 @@ from .configs import GPTConfig
 
 
 
-class GPTCache:
+class GPTCache(LayerCaches):
     """Key/value caches of every layer of a :class:`GPT` (one :class:`KVCache` per block).
 
     Made by :meth:`GPT.new_cache`. ``length`` is the number of positions already processed;
@@ -69,29 +69,13 @@ class GPTCache:
     def __init__(self, layers: list[KVCache]):
         if not layers:
             raise ValueError("GPTCache needs at least one layer cache, got 0")
-        self.layers = layers
-
-    def __len__(self) -> int:
-        return len(self.layers)
+        self.layers = self.self_caches = layers
 
     def __getitem__(self, i: int) -> KVCache:
         return self.layers[i]
 
     def __iter__(self):
         return iter(self.layers)
-
-    @property
-    def length(self) -> int:
-        """Positions already cached (the same in every layer after a full forward)."""
-        return self.layers[0].length
-
-    @property
-    def batch_size(self) -> int:
-        return self.layers[0].batch_size
-
-    @property
-    def max_len(self) -> int:
-        return self.layers[0].max_len
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep/reorder batch rows: row ``b`` of the new cache is row ``index[b]`` of the old one.

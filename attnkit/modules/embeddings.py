@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import no_host_reads
+from attnkit.checks import check_lookup_ids
 
 from .dropout import Dropout
 from .learned_positions import LearnedPositionalEmbedding
@@ -57,14 +57,7 @@ class TokenEmbedding(nn.Module):
         Shape:
             ids: ``(*)`` integer in ``[0, V)`` -> ``(*, C)``.
         """
-        if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
-            raise ValueError(f"token ids must be an integer tensor, got {ids.dtype}")
-        if no_host_reads():  # torch.compile / a GPU's updates: check on the device (no host sync)
-            torch._assert_async(((ids >= 0) & (ids < self.vocab_size)).all(), "token ids must be in [0, vocab_size)")
-        elif ids.numel():
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(f"token ids must be in [0, vocab_size) = [0, {self.vocab_size}), got range [{lo}, {hi}]")
+        check_lookup_ids(ids, what="token ids", upper=self.vocab_size, upper_name="vocab_size")
         return F.embedding(ids, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:

@@ -177,3 +177,27 @@ class KVCache(nn.Module):
     def extra_repr(self) -> str:
         B, K, L, D = self.k_cache.shape
         return f"batch_size={B}, num_kv_heads={K}, max_len={L}, head_dim={D}, length={self.length}"
+
+
+class LayerCaches:
+    """What the caches of a whole model have in common: one self-attention :class:`KVCache` per layer
+    (:attr:`self_caches`, set by the subclass), all filled to the same length. ``len()`` is the number of layers;
+    ``length``, ``batch_size`` and ``max_len`` are those of the layers' caches."""
+
+    self_caches: list[KVCache]
+
+    def __len__(self) -> int:
+        return len(self.self_caches)
+
+    @property
+    def length(self) -> int:
+        """Positions already cached (the same in every layer after a full forward)."""
+        return self.self_caches[0].length
+
+    @property
+    def batch_size(self) -> int:
+        return self.self_caches[0].batch_size
+
+    @property
+    def max_len(self) -> int:
+        return self.self_caches[0].max_len

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import no_host_reads
+from attnkit.checks import check_lookup_ids
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -41,14 +41,7 @@ class LearnedPositionalEmbedding(nn.Module):
         Shape:
             position_ids: ``(*)`` integer in ``[0, max_len)`` -> ``(*, C)``.
         """
-        if position_ids.is_floating_point() or position_ids.dtype == torch.bool:
-            raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
-        if no_host_reads():  # torch.compile / a GPU's updates: check on the device (no host sync)
-            torch._assert_async(((position_ids >= 0) & (position_ids < self.max_len)).all(), "position ids must be in [0, max_len)")
-        elif position_ids.numel():
-            lo, hi = int(position_ids.min()), int(position_ids.max())
-            if lo < 0 or hi >= self.max_len:
-                raise ValueError(f"position ids must be in [0, max_len) = [0, {self.max_len}), got range [{lo}, {hi}]")
+        check_lookup_ids(position_ids, what="position_ids", upper=self.max_len, upper_name="max_len")
         return F.embedding(position_ids, self.weight)
 
     def forward_len(self, T: int) -> torch.Tensor:

@@ -205,22 +205,6 @@ class BPETokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return self._vocab_size
 
-    @property
-    def bos_id(self) -> int | None:
-        return self._role_ids["bos"]
-
-    @property
-    def eos_id(self) -> int | None:
-        return self._role_ids["eos"]
-
-    @property
-    def pad_id(self) -> int | None:
-        return self._role_ids["pad"]
-
-    @property
-    def unk_id(self) -> int | None:
-        return self._role_ids["unk"]
-
     def _encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 

@@ -51,6 +51,11 @@ __all__ = [
 REPLACEMENT_CHAR = "\ufffd"
 
 
+def _role(name: str, what: str) -> property:
+    """A read-only property: the id of ``what`` (``self._role_ids[name]``), or None when the tokenizer has none."""
+    return property(lambda self: self._role_ids.get(name), doc=f"The id of {what}, or None.")
+
+
 class Tokenizer(ABC):
     """Base class: text ⇄ ids.
 
@@ -61,22 +66,12 @@ class Tokenizer(ABC):
 
     type: ClassVar[str] = ""
 
-    # --- special-token roles: None when absent; subclasses override as needed ---------------------------
-    @property
-    def bos_id(self) -> int | None:
-        return None
-
-    @property
-    def eos_id(self) -> int | None:
-        return None
-
-    @property
-    def pad_id(self) -> int | None:
-        return None
-
-    @property
-    def unk_id(self) -> int | None:
-        return None
+    # --- special-token roles: the ids of ``_role_ids`` (a subclass fills it), None when absent -------------
+    _role_ids: dict[str, int | None] = {}
+    bos_id = _role("bos", "the beginning-of-sequence token")
+    eos_id = _role("eos", "the end-of-sequence token")
+    pad_id = _role("pad", "the padding token")
+    unk_id = _role("unk", "the unknown-character token")
 
     # --- the core interface --------------------------------------------------------------------------------
     @property
