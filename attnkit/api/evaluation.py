@@ -104,7 +104,8 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
 
     from attnkit.checkpoints import load
     from attnkit.checkpoints.runs import resolve_checkpoint
-    from attnkit.data.pipeline.lm_dataset import eval_batches, num_eval_windows, prepare_lm_data
+    from attnkit.data.pipeline.lm_dataset import check_block_length, eval_batches, num_eval_windows
+    from attnkit.data.pipeline.lm_store import open_lm_stores
     from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
 
     o = EvalLMOptions.make(options, kwargs)
@@ -115,7 +116,8 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     train_block = (loaded.state.get("train_config") or {}).get("block_size")
     if isinstance(train_block, int) and 1 <= train_block <= T:
         T = train_block  # evaluate at the context length the model was trained with
-    valid = prepare_lm_data(o.data, loaded.tokenizer, block_size=T).valid
+    valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split
+    check_block_length(valid, T, "valid")
     n_windows = num_eval_windows(valid, T)
     max_windows = None if o.max_batches is None else o.max_batches * o.batch_size
     t0 = time.perf_counter()

@@ -5,7 +5,9 @@
     result.out, result.summary["valid_loss"]
 
 What happens, in order: the options are checked (a bad preset or override fails before the corpus is read and a
-tokenizer trained); the corpus is read and encoded (``--data``: a recipe name or a local text file or folder);
+tokenizer trained); the corpus is tokenized into token stores on disk, streaming, or the stores of an earlier run
+are reused (``--data``: a recipe name or a local text file or folder; under torchrun rank 0 builds, the others
+wait and open the same files);
 the preset is sized to the tokenizer and block size; the :class:`~attnkit.training.Trainer` runs
 (``attnkit train lm`` is this function). There are no tensor axes in this file.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .launcher import world_size
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
@@ -49,6 +51,21 @@ def describe_batch(cfg: Any) -> str:
     return (f"global batch {cfg.batch_size} = {per} per process x {n} process{'es' if n > 1 else ''}; x "
             f"{cfg.grad_accum} accumulation = {cfg.batch_size * cfg.grad_accum} per update"
             + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
+
+
+def _rank0_first(fn: Callable[[bool], Any], device: str | None) -> Any:
+    """``fn(True)`` in one process; under torchrun, ``fn(True)`` on rank 0 first (it builds the token stores) and
+    ``fn(False)`` on the other ranks once rank 0 is done (they open the same files): the process group is joined
+    here, and rank 0's outcome, sent to every rank, is the barrier (an error there is raised on every rank)."""
+    if world_size() == 1:
+        return fn(True)
+    from attnkit.training import distributed as D
+    from attnkit.training.device import resolve_device
+
+    D.init_from_env(resolve_device(device or "auto", local_rank=D.env_local_rank()))
+    held: list[Any] = []
+    D.on_main(lambda: held.append(fn(True)))
+    return held[0] if held else fn(False)
 
 
 def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, **kwargs: Any) -> RunResult:
@@ -92,7 +109,8 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
         if not isinstance(get_preset(preset), GPTConfig):
             raise ValueError(f"train lm needs a decoder-only (GPT) preset, {preset!r} is an encoder-decoder")
         get_preset(preset, block_size=cfg.block_size, **o.overrides)
-    lm = prepare_lm_data(data, tokenizer, block_size=cfg.block_size, vocab_size=o.vocab_size)
+    lm = _rank0_first(lambda first: prepare_lm_data(data, tokenizer, block_size=cfg.block_size, vocab_size=o.vocab_size,
+                                                    show_progress=o.progress and first, verify=first), cfg.device)
     if model_config is None:
         model_config = get_preset(preset, **{"vocab_size": lm.tokenizer.vocab_size, "block_size": cfg.block_size,
                                              **o.overrides})
@@ -103,6 +121,8 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     task = LMTask(lm.train, lm.valid, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=cfg.seed)
     log(f"data {data}: {lm.train.numel():,} train / {lm.valid.numel():,} valid tokens, "
         f"tokenizer {lm.tokenizer.type} (vocab {lm.tokenizer.vocab_size:,})")
+    for note in lm.notes:
+        log(note)
     log(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
         f"run folder {out}")
     log(describe_batch(cfg))

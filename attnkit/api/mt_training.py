@@ -15,8 +15,9 @@ the minutes that reading the data and training a BPE take on the CPU):
 2. :meth:`attnkit.training.MTTask.from_data` reads the pairs (malformed lines are skipped and counted, or refused
    with their line number under ``strict``), trains a joint BPE of ``vocab_size`` on the training pairs, encodes
    them with the model's length limit ``max_len`` (longer sentences are cut and counted, or refused under
-   ``strict``) and groups them into batches of at most ``max_tokens`` padded tokens. The decoder input starts with
-   ``<bos>``, the labels end with ``<eos>`` (``attnkit.data.pipeline.mt_batching.collate``).
+   ``strict``; the ids go into token stores on disk, :mod:`attnkit.data.pipeline.mt_store`) and groups them into
+   batches of at most ``max_tokens`` padded tokens. The decoder input starts with ``<bos>``, the labels end with
+   ``<eos>`` (``attnkit.data.pipeline.mt_batching.collate``).
 3. The model is the preset with the vocabulary size set to the tokenizer's and ``max_len`` to ``max_len`` (plus
    the ``overrides``, e.g. ``{"dropout": 0.3}``).
 4. The :class:`~attnkit.training.Trainer` runs with the CPU recipe (``attnkit.recipes.MT_DEFAULTS``): label
@@ -265,6 +266,8 @@ def _build_task(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any], cfg
     from attnkit.data.tokenizers.tokenizer import load_tokenizer, tokenizer_from_dict
     from attnkit.training import MTTask
 
+    from .lm_training import _rank0_first
+
     source, data_desc, valid_source, anneal_source = _parallel_sources(opts["data"], opts["valid"],
                                                                        opts["anneal_data"])
     if saved is not None:
@@ -275,13 +278,13 @@ def _build_task(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any], cfg
         tokenizer = None  # MTTask.from_data trains a joint BPE
     log(f"reading {data_desc}" + ("" if tokenizer is not None else f" and training a joint BPE of "
                                                                    f"{opts['vocab_size']}") + " ...")
-    task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, vocab_size=opts["vocab_size"],
-                            max_len=opts["max_len"], truncate=not opts["strict"], strict=opts["strict"],
-                            bleu=opts["bleu"], max_tokens=opts["max_tokens"], seed=cfg.seed,
-                            label_smoothing=opts["label_smoothing"], bleu_sentences=opts["bleu_sentences"],
-                            word_dropout=opts["word_dropout"], anneal=anneal_source,
-                            anneal_share=opts["anneal_share"], anneal_replay=opts["anneal_replay"],
-                            shape_multiple=GRAPH_SHAPE_MULTIPLE if cfg.cuda_graphs else 1)
+    task = _rank0_first(lambda first: MTTask.from_data(
+        source, valid=valid_source, tokenizer=tokenizer, vocab_size=opts["vocab_size"], max_len=opts["max_len"],
+        truncate=not opts["strict"], strict=opts["strict"], bleu=opts["bleu"], max_tokens=opts["max_tokens"],
+        seed=cfg.seed, label_smoothing=opts["label_smoothing"], bleu_sentences=opts["bleu_sentences"],
+        word_dropout=opts["word_dropout"], anneal=anneal_source, anneal_share=opts["anneal_share"],
+        anneal_replay=opts["anneal_replay"], shape_multiple=GRAPH_SHAPE_MULTIPLE if cfg.cuda_graphs else 1,
+        verify=first), cfg.device)  # under torchrun rank 0 builds the token stores, the others open them
     if cfg.cuda_graphs:
         shapes = task.batchers["train"].shapes
         log(f"CUDA graphs: training batches padded to {len(shapes)} fixed shapes (rows x width) "

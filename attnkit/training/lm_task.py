@@ -7,6 +7,9 @@ consecutive tokens; the input is the first ``T`` and the target the last ``T`` (
     x       t0 t1 t2 t3             model input        (B, T)
     y          t1 t2 t3 t4          next-token targets (B, T)
 
+The streams are token stores on disk (:class:`~attnkit.data.pipeline.token_store.TokenStore`, memory-mapped:
+a batch reads and converts to int64 only its own ``B x (T + 1)`` ids) or tensors; the batches are the same.
+
 Window starts come from a ``torch.Generator`` seeded from (seed, split, step), so batch ``step`` is the
 same in every process: resuming needs only the step number. Validation uses batches ``0..n_batches-1`` of
 the "valid" split, i.e. the same fixed windows at every evaluation, so evaluations are comparable.
@@ -24,10 +27,33 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.checks import check_int
+from attnkit.data.pipeline.token_store import TokenStore
 from .task import batch_seed, check_split, check_step, model_device, tensor_fingerprint
 
 
-def _as_token_stream(name: str, tokens: Any, block_size: int) -> torch.Tensor:
+def _fingerprint(tokens: torch.Tensor | TokenStore) -> str:
+    """A store's ``content_id`` (recorded when it was built), a tensor's content hash."""
+    return tokens.content_id if isinstance(tokens, TokenStore) else tensor_fingerprint(tokens)
+
+
+def _tensor_fingerprint_of_store(store: TokenStore) -> str:
+    """:func:`~attnkit.training.task.tensor_fingerprint` of the store's ids as one int64 tensor, computed a slice at
+    a time: what a run trained on the same ids in memory (before the token store) recorded."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=12)
+    h.update(f"{torch.int64}:{(store.numel(),)}:".encode())
+    for chunk in store.chunks():
+        h.update(chunk.astype("<i8").tobytes())
+    return h.hexdigest()
+
+
+def _as_token_stream(name: str, tokens: Any, block_size: int) -> torch.Tensor | TokenStore:
+    if isinstance(tokens, TokenStore):
+        if tokens.numel() < block_size + 1:
+            raise ValueError(f"{name} must hold at least block_size + 1 = {block_size + 1} tokens, got "
+                             f"{tokens.numel()}")
+        return tokens
     if not isinstance(tokens, torch.Tensor):
         try:
             tokens = torch.as_tensor(tokens)
@@ -49,8 +75,9 @@ class LMTask:
     """Next-token prediction on token streams.
 
     Args:
-        train_tokens: LongTensor ``(N_train,)`` (anything ``torch.as_tensor`` turns into 1-D integers).
-        valid_tokens: LongTensor ``(N_valid,)``.
+        train_tokens: a :class:`~attnkit.data.pipeline.token_store.TokenStore` or a LongTensor ``(N_train,)``
+            (anything ``torch.as_tensor`` turns into 1-D integers).
+        valid_tokens: the same, ``(N_valid,)``.
         block_size: T, the context length of each window.
         batch_size: B, windows per batch.
         seed: data seed (which windows each step sees); independent of the model/dropout seed.
@@ -71,8 +98,9 @@ class LMTask:
         self.tokens = {"train": _as_token_stream("train_tokens", train_tokens, block_size),
                        "valid": _as_token_stream("valid_tokens", valid_tokens, block_size)}
         # Computed once: the checkpoint stores them so a resume with different data is refused.
-        self._fingerprints = {split: tensor_fingerprint(t) for split, t in self.tokens.items()}
-        self._max_id = max(int(t.max()) for t in self.tokens.values())  # bounds every batch's ids (see loss)
+        self._fingerprints = {split: _fingerprint(t) for split, t in self.tokens.items()}
+        # bounds every batch's ids (see loss)
+        self._max_id = max(t.max_id if isinstance(t, TokenStore) else int(t.max()) for t in self.tokens.values())
 
     # --------------------------------------------------------------------------------------------
     def batch(self, split: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,10 +153,20 @@ class LMTask:
         if not isinstance(state, dict):
             raise ValueError(f"LMTask state must be a dict, got {type(state).__name__}")
         mine = self.state_dict()
-        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {v!r})" for k, v in mine.items() if state.get(k) != v]
+        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {v!r})" for k, v in mine.items()
+                 if state.get(k) != v and not self._same_ids(k, state.get(k))]
         if diffs:
             raise ValueError("cannot resume: the language-modelling data differ from the checkpoint's in "
                              + ", ".join(diffs))
+
+    def _same_ids(self, key: str, recorded: Any) -> bool:
+        """Whether a checkpoint's ``<split>_fingerprint`` of a run that kept its ids in memory (a tensor
+        fingerprint) names this task's token store's ids: such a run resumes from the store unchanged."""
+        split = key.removesuffix("_fingerprint")
+        tokens = self.tokens.get(split) if key.endswith("_fingerprint") else None
+        if not isinstance(tokens, TokenStore) or not isinstance(recorded, str) or recorded.startswith("store:"):
+            return False
+        return _tensor_fingerprint_of_store(tokens) == recorded
 
 
 def perplexity(mean_loss: float) -> float:

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.checks import check_int, is_number
-from attnkit.data.pipeline.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher, encode_pairs
+from attnkit.data.pipeline.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher
 
 from attnkit.generation.translate import greedy_translator
 
@@ -61,6 +61,12 @@ TranslateFn = Callable[[nn.Module, list[list[int]]], list[str]]
 
 
 def _pairs_fingerprint(data: EncodedPairs) -> str:
+    """The pairs' ``content_id`` when they come from a token store, else a hash of every pair's ids."""
+    return data.content_id or _hash_of_pairs(data)
+
+
+def _hash_of_pairs(data: EncodedPairs) -> str:
+    """A hash of every pair's ids (what runs recorded before the token store; slow on millions of pairs)."""
     import hashlib
 
     h = hashlib.blake2b(digest_size=12)
@@ -189,8 +195,8 @@ class MTTask:
         import numpy as np
 
         picked = np.sort(np.random.default_rng([self.seed, 7]).choice(len(self.train), size=k, replace=False))
-        return EncodedPairs(anneal.src + [self.train.src[i] for i in picked],
-                            anneal.tgt + [self.train.tgt[i] for i in picked],
+        return EncodedPairs(list(anneal.src) + [self.train.src[i] for i in picked],
+                            list(anneal.tgt) + [self.train.tgt[i] for i in picked],
                             pad_id=anneal.pad_id, bos_id=anneal.bos_id, eos_id=anneal.eos_id,
                             n_truncated_src=anneal.n_truncated_src, n_truncated_tgt=anneal.n_truncated_tgt)
 
@@ -199,7 +205,8 @@ class MTTask:
     def from_data(cls, data: str | Path | Sequence[str | Path], *, valid: str | Path | Sequence[str | Path] | None = None,
                   tokenizer: Any = None, vocab_size: int = 8000, max_len: int = 256, truncate: bool = True,
                   strict: bool = False, bleu: bool = False, max_tokens: int = 4096,
-                  anneal: str | Path | Sequence[str | Path] | None = None, **kwargs: Any) -> "MTTask":
+                  anneal: str | Path | Sequence[str | Path] | None = None, verify: bool = True,
+                  **kwargs: Any) -> "MTTask":
         """Build a task from files.
 
         Args:
@@ -218,11 +225,14 @@ class MTTask:
             bleu: compute BLEU during evaluation with :func:`greedy_translator` (references = valid targets).
             anneal: the pairs to anneal on, a TSV file or two line-aligned files (a prepared folder: its
                 ``in-domain.tsv``), encoded with the same tokenizer and length limit; needs ``anneal_share``.
+            verify: check a reused token store's checksums (the pairs' ids are encoded once into token stores,
+                :func:`attnkit.data.pipeline.mt_store.encode_pairs_stored`, and read from them).
             max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``,
                 ``word_dropout``, ``n_samples``, ``anneal_share``, ``anneal_replay``); ``unk_id`` defaults to the
                 tokenizer's.
         """
         from attnkit.data.pipeline.mt_batching import train_joint_bpe
+        from attnkit.data.pipeline.mt_store import encode_pairs_stored
         from attnkit.data.corpora.parallel import load_train_valid
 
         train_corpus, valid_corpus, split = load_train_valid(data, valid, strict=strict)
@@ -240,7 +250,8 @@ class MTTask:
             if len(corpora["anneal"]) == 0:
                 raise ValueError(f"MTTask anneal data {corpora['anneal'].path!r} holds no usable pair "
                                  f"({corpora['anneal'].skipped} malformed lines skipped)")
-        enc = {name: encode_pairs(tokenizer, c.sources, c.targets, max_src_len=max_len, truncate=truncate)
+        enc = {name: encode_pairs_stored(tokenizer, c.sources, c.targets, max_src_len=max_len, truncate=truncate,
+                                         verify=verify)
                for name, c in corpora.items()}
         if "anneal" in enc:
             kwargs["anneal"] = enc.pop("anneal")
@@ -420,6 +431,15 @@ class MTTask:
             state["shape_multiple"] = self.shape_multiple
         return state
 
+    def _same_pairs(self, key: str, recorded: Any) -> bool:
+        """Whether a checkpoint's ``<split>_fingerprint`` from before the token store (a hash of the pairs' ids)
+        names this task's stored pairs: such a run resumes unchanged."""
+        data = {"train_fingerprint": self.train, "valid_fingerprint": self.valid,
+                "anneal_fingerprint": self.anneal}.get(key)
+        if data is None or data.content_id is None or not isinstance(recorded, str) or recorded.startswith("store:"):
+            return False
+        return _hash_of_pairs(data) == recorded
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Check that a checkpoint was trained on this very task (same pairs, special ids, seed, batching, anneal
         pairs and share), then take its ``anneal_from``."""
@@ -431,7 +451,8 @@ class MTTask:
         keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint", "anneal_replay",
                                          "shape_multiple")
                              if k in state and k not in mine]
-        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys if state.get(k) != mine.get(k)]
+        diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys
+                 if state.get(k) != mine.get(k) and not self._same_pairs(k, state.get(k))]
         if diffs:
             raise ValueError("cannot resume: the translation data differ from the checkpoint's in " + ", ".join(diffs))
         if self.anneal is not None:

@@ -25,11 +25,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from attnkit.data.corpora.registry import get_recipe, prepare, recipe_names
 
-__all__ = ["load_text_corpus", "read_text_file", "read_text_source", "split_text", "DEFAULT_VALID_FRACTION"]
+__all__ = ["load_text_corpus", "read_text_file", "read_text_source", "split_text", "split_point", "text_source_files",
+           "lm_recipe_folder", "DEFAULT_VALID_FRACTION"]
 
 DEFAULT_VALID_FRACTION = 0.1
 
@@ -69,6 +70,36 @@ def _txt_files(folder: Path) -> list[Path]:
     return files
 
 
+def text_source_files(path: str | os.PathLike) -> tuple[list[Path], str]:
+    """The files a local ``--data PATH`` names, in reading order, and ``"file"`` or ``"folder"`` (a folder's
+    files each end with a newline when joined). Raises ``ValueError`` for a folder without ``.txt`` files or a
+    path that does not exist."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        files = _txt_files(path)
+        if not files:
+            raise ValueError(f"folder {str(path)!r} has no .txt files (found 0; other files are ignored)")
+        return files, "folder"
+    if path.is_file():
+        return [path], "file"
+    raise ValueError(f"{str(path)!r} is neither an existing file or folder nor a data recipe "
+                     f"(known recipes: {', '.join(recipe_names('lm')) or '(none)'})")
+
+
+def lm_recipe_folder(name_or_path: str | os.PathLike, *, home: str | os.PathLike | None = None,
+                     force: bool = False) -> Path | None:
+    """The prepared folder (``train.txt``, ``valid.txt``, ``SOURCE.json``) when ``name_or_path`` is a string
+    naming a registered recipe (run once, then cached), else None (a local path). A recipe of another kind
+    than ``"lm"`` raises ``ValueError``."""
+    if not (isinstance(name_or_path, str) and _is_recipe(name_or_path)):
+        return None
+    recipe = get_recipe(name_or_path)
+    if recipe.kind != "lm":
+        raise ValueError(f"data recipe {name_or_path!r} is of kind {recipe.kind!r}, a language model needs "
+                         f"kind 'lm' (one of: {', '.join(recipe_names('lm'))})")
+    return prepare(name_or_path, force=force, home=None if home is None else Path(home))
+
+
 def read_text_source(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     """Read a file or a folder of ``.txt`` files into one string; returns ``(text, info)``.
 
@@ -76,24 +107,16 @@ def read_text_source(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     of the concatenated UTF-8 text.
     """
     path = Path(path).expanduser()
-    if path.is_dir():
-        files = _txt_files(path)
-        if not files:
-            raise ValueError(f"folder {str(path)!r} has no .txt files (found 0; other files are ignored)")
+    files, kind = text_source_files(path)
+    if kind == "folder":
         parts = []
         for f in files:
             t = read_text_file(f)
             parts.append(t if t.endswith("\n") else t + "\n")
         text = "".join(parts)
-        names = [f.relative_to(path).as_posix() for f in files]
-        kind = "folder"
-    elif path.is_file():
-        text = read_text_file(path)
-        names = [path.name]
-        kind = "file"
     else:
-        raise ValueError(f"{str(path)!r} is neither an existing file or folder nor a data recipe "
-                         f"(known recipes: {', '.join(recipe_names('lm')) or '(none)'})")
+        text = read_text_file(path)
+    names = [f.relative_to(path).as_posix() for f in files] if kind == "folder" else [path.name]
     raw = text.encode("utf-8")
     return text, {"kind": kind, "path": str(path.resolve()), "files": names, "bytes": len(raw),
                   "sha256": hashlib.sha256(raw).hexdigest()}
@@ -103,14 +126,22 @@ def split_text(text: str, valid_fraction: float = DEFAULT_VALID_FRACTION) -> tup
     """Split into (train, valid) with ``valid`` ≈ the last ``valid_fraction`` of the characters, cut at a line
     boundary: just after the first ``"\\n"`` at or after the mark, else just after the last one before it, else
     (a text without newlines) exactly at the mark."""
+    cut = split_point(len(text), valid_fraction, lambda i: text.find("\n", i), lambda i: text.rfind("\n", 0, i))
+    return text[:cut], text[cut:]
+
+
+def split_point(n_chars: int, valid_fraction: float, find_after: Callable[[int], int],
+                find_before: Callable[[int], int]) -> int:
+    """The character offset where :func:`split_text` cuts a text of ``n_chars`` characters, from two searches:
+    ``find_after(i)`` (the first ``"\\n"`` at or after ``i``, or -1) and ``find_before(i)`` (the last one before
+    ``i``, or -1). The text need not be in memory: a streaming reader answers the two searches from the file."""
     if not 0.0 < valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
-    mark = int(len(text) * (1.0 - valid_fraction))
-    nl = text.find("\n", max(mark - 1, 0))
-    if nl < 0 or nl + 1 >= len(text):  # no newline after the mark (or only the final one): look before it
-        nl = text.rfind("\n", 0, max(mark - 1, 0))
-    cut = nl + 1 if nl >= 0 else mark
-    return text[:cut], text[cut:]
+    mark = int(n_chars * (1.0 - valid_fraction))
+    nl = find_after(max(mark - 1, 0))
+    if nl < 0 or nl + 1 >= n_chars:  # no newline after the mark (or only the final one): look before it
+        nl = find_before(max(mark - 1, 0))
+    return nl + 1 if nl >= 0 else mark
 
 
 def _is_recipe(name: str) -> bool:
@@ -136,12 +167,8 @@ def load_text_corpus(name_or_path: str | os.PathLike, *, valid_fraction: float =
     ``source_info`` for a recipe is its ``SOURCE.json`` plus ``recipe`` and ``folder``; for a path it is the
     :func:`read_text_source` info plus ``train_chars``/``valid_chars``.
     """
-    if isinstance(name_or_path, str) and _is_recipe(name_or_path):
-        recipe = get_recipe(name_or_path)
-        if recipe.kind != "lm":
-            raise ValueError(f"data recipe {name_or_path!r} is of kind {recipe.kind!r}, a language model needs "
-                             f"kind 'lm' (one of: {', '.join(recipe_names('lm'))})")
-        folder = prepare(name_or_path, force=force, home=None if home is None else Path(home))
+    folder = lm_recipe_folder(name_or_path, home=home, force=force)
+    if folder is not None:
         train = read_text_file(folder / "train.txt")
         valid = read_text_file(folder / "valid.txt")
         info = json.loads((folder / "SOURCE.json").read_text(encoding="utf-8"))

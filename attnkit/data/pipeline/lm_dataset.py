@@ -1,6 +1,9 @@
-"""Language-modelling data: text → one long tensor of token ids → (input, target) blocks.
+"""Language-modelling data: text → one long sequence of token ids → (input, target) blocks.
 
-A corpus is encoded once into a 1-D ``LongTensor`` of ``N`` ids. A training example is any window of
+A corpus is encoded once into ``N`` ids: a token store on disk, memory-mapped
+(:class:`~attnkit.data.pipeline.token_store.TokenStore`, built streaming by :mod:`attnkit.data.pipeline.lm_store`),
+or a 1-D ``LongTensor`` in memory; both index the same way, and a batch converts only its own windows to int64.
+A training example is any window of
 ``T + 1`` consecutive ids (``T`` = ``block_size``): the first ``T`` are the input, the last ``T`` (shifted by one)
 are the targets, so every position predicts its next token::
 
@@ -16,7 +19,7 @@ Axes: ``N`` number of ids in a split, ``B`` batch size, ``T`` block size (contex
 - :func:`random_batch` / :func:`batch_at_step` — random windows for training (the latter deterministic in
   ``(seed, step)``); :func:`eval_batches` — non-overlapping windows covering a split, for evaluation.
 - :func:`prepare_lm_data` — corpus name or path + tokenizer choice → :class:`LMData` (tokenizer, train and valid
-  tensors, source info), what ``attnkit train --data ... --tokenizer ...`` needs.
+  token stores, source info), what ``attnkit train --data ... --tokenizer ...`` needs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from tqdm.auto import tqdm
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer, load_tokenizer
+
+from .token_store import TokenStore
 
 __all__ = [
     "encode_corpus",
@@ -143,11 +148,14 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
     return ids
 
 
-def check_block_length(data: torch.Tensor, block_size: int, split: str = "train") -> None:
-    """Raise ``ValueError`` unless ``data`` is a 1-D long tensor holding one block (``block_size + 1`` ids)."""
+def check_block_length(data: torch.Tensor | TokenStore, block_size: int, split: str = "train") -> None:
+    """Raise ``ValueError`` unless ``data`` is a token store or a 1-D long tensor holding one block
+    (``block_size + 1`` ids)."""
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    if not isinstance(data, torch.Tensor) or data.ndim != 1 or data.dtype != torch.long:
+    if isinstance(data, TokenStore):
+        pass
+    elif not isinstance(data, torch.Tensor) or data.ndim != 1 or data.dtype != torch.long:
         desc = f"{tuple(data.shape)} {data.dtype}" if isinstance(data, torch.Tensor) else type(data).__name__
         raise ValueError(f"{split} data must be a 1-D torch.long tensor (N,), got {desc}")
     n = data.numel()
@@ -247,15 +255,19 @@ def build_tokenizer(kind: str | os.PathLike | Tokenizer, texts: list[str], *, vo
 class LMData:
     """Everything an LM training run needs from the data side.
 
+    ``notes``: one line per token store (where it is, reused or built); empty for tensors.
+
     Shape:
-        ``train (N_train,)``, ``valid (N_valid,)``: ``torch.long`` ids in ``[0, V)``, ``V = tokenizer.vocab_size``.
+        ``train (N_train,)``, ``valid (N_valid,)``: token stores (or ``torch.long`` tensors) of ids in ``[0, V)``,
+        ``V = tokenizer.vocab_size``.
     """
 
     tokenizer: Tokenizer
-    train: torch.Tensor
-    valid: torch.Tensor
+    train: torch.Tensor | TokenStore
+    valid: torch.Tensor | TokenStore
     block_size: int
     source_info: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_block_length(self.train, self.block_size, "train")
@@ -268,28 +280,33 @@ class LMData:
 
 def prepare_lm_data(data: str | os.PathLike, tokenizer: str | os.PathLike | Tokenizer = "char", *, block_size: int,
                     vocab_size: int | None = None, valid_fraction: float = 0.1, home: str | os.PathLike | None = None,
-                    cache: bool = True, show_progress: bool = False) -> LMData:
-    """Recipe name or local path → tokenizer + encoded train/valid tensors, validated against ``block_size``.
+                    cache: bool = True, show_progress: bool = False, verify: bool = True) -> LMData:
+    """Recipe name or local path → tokenizer + encoded train/valid ids, validated against ``block_size``.
 
-    With ``cache`` (default), BPE encodings are kept in ``$ATTNKIT_HOME/encoded/`` (:func:`encode_corpus_cached`);
-    character encoding is fast enough to redo.
+    With ``cache`` (default) the ids are token stores in ``$ATTNKIT_HOME/token_store/``, built streaming in
+    bounded memory and reused while the text and the tokenizer are the same
+    (:func:`attnkit.data.pipeline.lm_store.open_lm_stores`; ``verify``: check a reused store's checksums).
+    ``cache=False`` reads the text and encodes it into tensors in memory (small corpora, tests).
 
     Shape:
         returns :class:`LMData` with ``train (N_train,)`` and ``valid (N_valid,)``, both ``>= block_size + 1``.
     """
+    if cache:
+        from .lm_store import open_lm_stores
+
+        got = open_lm_stores(data, tokenizer, vocab_size=vocab_size, valid_fraction=valid_fraction, home=home,
+                             verify=verify, show_progress=show_progress)
+        train, valid = got.stores["train"], got.stores["valid"]
+        info = dict(got.source_info, tokenizer=got.tokenizer.type, vocab_size=got.tokenizer.vocab_size,
+                    train_tokens=train.numel(), valid_tokens=valid.numel())
+        return LMData(tokenizer=got.tokenizer, train=train, valid=valid, block_size=block_size, source_info=info,
+                      notes=got.notes)
     from attnkit.data.corpora.text import load_text_corpus
 
     train_text, valid_text, info = load_text_corpus(data, valid_fraction=valid_fraction, home=home)
     tok = build_tokenizer(tokenizer, [train_text, valid_text], vocab_size=vocab_size, home=home)
-    if cache and not isinstance(tok, CharTokenizer):
-        from attnkit.data.fetch import attnkit_home
-
-        cache_dir = Path(home) if home is not None else attnkit_home()
-        train = encode_corpus_cached(tok, train_text, cache_dir / "encoded", show_progress=show_progress)
-        valid = encode_corpus_cached(tok, valid_text, cache_dir / "encoded", show_progress=show_progress)
-    else:
-        train = encode_corpus(tok, train_text, show_progress=show_progress)
-        valid = encode_corpus(tok, valid_text, show_progress=show_progress)
+    train = encode_corpus(tok, train_text, show_progress=show_progress)
+    valid = encode_corpus(tok, valid_text, show_progress=show_progress)
     info = dict(info, tokenizer=tok.type, vocab_size=tok.vocab_size, train_tokens=train.numel(),
                 valid_tokens=valid.numel())
     return LMData(tokenizer=tok, train=train, valid=valid, block_size=block_size, source_info=info)

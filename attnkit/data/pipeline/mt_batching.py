@@ -46,8 +46,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -103,19 +105,42 @@ class EncodedPairs:
     ``src[i]``: source ids ending with ``<eos>`` (the encoder input). ``tgt[i]``: target ids *without* specials;
     :func:`collate` frames them as ``<bos> + tgt`` (decoder input) and ``tgt + <eos>`` (labels).
     ``n_truncated_src`` / ``n_truncated_tgt``: how many sides were cut to fit the length limits.
+
+    Lists in memory, or (:meth:`from_ragged`, e.g. :func:`attnkit.data.pipeline.mt_store.encode_pairs_stored`)
+    read-only views of flat id arrays such as a token store's memory map: then ``src[i]`` / ``tgt[i]`` are built
+    on demand and :func:`collate` gathers straight from the arrays; ``content_id`` names the ids.
     """
 
-    src: list[list[int]]
-    tgt: list[list[int]]
+    src: Sequence[list[int]]
+    tgt: Sequence[list[int]]
     pad_id: int
     bos_id: int
     eos_id: int
     n_truncated_src: int = 0
     n_truncated_tgt: int = 0
+    content_id: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.src) != len(self.tgt):
             raise ValueError(f"EncodedPairs needs as many sources as targets, got {len(self.src)} and {len(self.tgt)}")
+
+    @classmethod
+    def from_ragged(cls, flat: np.ndarray, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], *,
+                    pad_id: int, bos_id: int, eos_id: int, n_truncated_src: int = 0, n_truncated_tgt: int = 0,
+                    content_id: str | None = None) -> "EncodedPairs":
+        """Pairs read from one flat id array: source ``i`` is ``flat[o : o + n - 1]`` then ``<eos>`` for
+        ``(o, n) = (src[0][i], src[1][i])`` (``n`` counts the ``<eos>``, which need not be in ``flat``); target
+        ``i`` is ``flat[o : o + n]`` for ``(o, n) = (tgt[0][i], tgt[1][i])``.
+
+        Shape: ``flat (M,)`` (at least one id); offsets and lengths ``(N,)`` each.
+        """
+        flat = np.asarray(flat) if len(flat) else np.full(1, pad_id, dtype=np.int64)
+        sides = (_Ragged(flat, *(np.asarray(a, dtype=np.int64) for a in src)),
+                 _Ragged(flat, *(np.asarray(a, dtype=np.int64) for a in tgt)))
+        pairs = cls(_RaggedView(sides[0], eos_id), _RaggedView(sides[1], None), pad_id, bos_id, eos_id,
+                    n_truncated_src, n_truncated_tgt, content_id)
+        pairs.__dict__["_ragged"] = sides  # the cached property, set: the views are not converted back
+        return pairs
 
     def __len__(self) -> int:
         return len(self.src)
@@ -154,15 +179,56 @@ class _Ragged(NamedTuple):
         return _Ragged(flat, offsets, lengths)
 
     def gather(self, rows: np.ndarray, width: int) -> np.ndarray:
-        """``(B, width)``: position ``j`` of row ``b`` holds id ``j`` of sequence ``rows[b]``, or whatever lies there
-        in ``flat`` past the sequence's end (the caller masks those positions)."""
+        """``(B, width)`` int64: position ``j`` of row ``b`` holds id ``j`` of sequence ``rows[b]``, or whatever
+        lies there in ``flat`` past the sequence's end (the caller masks those positions)."""
         pos = self.offsets[np.maximum(rows, 0)][:, None] + np.arange(width)[None, :]  # (B, width)
-        return self.flat[np.minimum(pos, len(self.flat) - 1)]
+        return np.asarray(self.flat[np.minimum(pos, len(self.flat) - 1)], dtype=np.int64)
+
+
+class _RaggedView(Sequence):
+    """The sequences of a :class:`_Ragged` as lists, made when asked for (``eos``: replaces each one's last id,
+    as a source's ``<eos>`` that the flat array does not hold)."""
+
+    def __init__(self, ragged: _Ragged, eos: int | None):
+        self._ragged, self._eos = ragged, eos
+
+    def __len__(self) -> int:
+        return len(self._ragged.lengths)
+
+    def _one(self, i: int) -> list[int]:
+        start, n = int(self._ragged.offsets[i]), int(self._ragged.lengths[i])
+        if self._eos is None:
+            return self._ragged.flat[start:start + n].tolist()
+        return self._ragged.flat[start:start + n - 1].tolist() + [self._eos]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._one(i) for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"pair index {i} out of range for {len(self)} pairs")
+        return self._one(i % len(self))
 
 
 def _check_limit(name: str, value: int) -> None:
     if not is_int(value) or value < 2:
         raise ValueError(f"{name} must be an int >= 2 (one token plus <bos>/<eos>), got {value!r}")
+
+
+def check_pair_inputs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str], max_src_len: int,
+                      max_tgt_len: int | None) -> tuple[int, dict[str, int]]:
+    """The checks of :func:`encode_pairs`' arguments; returns ``max_tgt_len`` (default ``max_src_len``) and the
+    tokenizer's ``{"pad_id", "bos_id", "eos_id"}``."""
+    max_tgt_len = max_src_len if max_tgt_len is None else max_tgt_len
+    _check_limit("max_src_len", max_src_len)
+    _check_limit("max_tgt_len", max_tgt_len)
+    if len(sources) != len(targets):
+        raise ValueError(f"encode_pairs needs as many sources as targets, got {len(sources)} and {len(targets)}")
+    ids = {"pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
+    missing = [k for k, v in ids.items() if v is None]
+    if missing:
+        raise ValueError(f"translation needs a tokenizer with pad, bos and eos tokens; {tokenizer!r} lacks {missing}")
+    return max_tgt_len, ids
 
 
 def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str], *, max_src_len: int,
@@ -181,15 +247,7 @@ def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence
         ``N`` strings each → :class:`EncodedPairs` with ``N`` pairs; ``len(src[i]) <= max_src_len``,
         ``len(tgt[i]) + 1 <= max_tgt_len``.
     """
-    max_tgt_len = max_src_len if max_tgt_len is None else max_tgt_len
-    _check_limit("max_src_len", max_src_len)
-    _check_limit("max_tgt_len", max_tgt_len)
-    if len(sources) != len(targets):
-        raise ValueError(f"encode_pairs needs as many sources as targets, got {len(sources)} and {len(targets)}")
-    ids = {"pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
-    missing = [k for k, v in ids.items() if v is None]
-    if missing:
-        raise ValueError(f"translation needs a tokenizer with pad, bos and eos tokens; {tokenizer!r} lacks {missing}")
+    max_tgt_len, ids = check_pair_inputs(tokenizer, sources, targets, max_src_len, max_tgt_len)
     eos = ids["eos_id"]
     src_ids, tgt_ids = tokenizer.encode_batch(list(sources)), tokenizer.encode_batch(list(targets))
     n_cut_src = n_cut_tgt = 0
@@ -289,6 +347,7 @@ def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int
     js, jt = np.arange(S)[None, :], np.arange(T)[None, :]  # (1, S), (1, T)
     src_pad = js >= src_len[:, None]  # (B, S) True = padding
     src = np.where(src_pad, data.pad_id, sides[0].gather(rows, S))
+    src[real, src_len[real] - 1] = data.eos_id  # every source ends with <eos> (already there for lists)
     # decoder input <bos> t0 t1 ... (shifted right) and labels t0 t1 ... <eos>: target + 1 each; padding rows: none
     ids = sides[1].gather(rows, T)  # (B, T): target id j at position j
     shifted = np.empty_like(ids)  # (B, T): <bos>, then target id j - 1 at position j

@@ -147,7 +147,7 @@ def test_prepare_lm_data_bpe_uses_cache(tmp_path):
     data = prepare_lm_data(_corpus(tmp_path), "bpe", block_size=32, vocab_size=300, home=tmp_path / "home")
     assert isinstance(data.tokenizer, BPETokenizer) and data.vocab_size <= 300
     assert data.tokenizer.eos_id == 0
-    assert len(list((tmp_path / "home" / "encoded").glob("*.npy"))) == 2
+    assert len(list((tmp_path / "home" / "token_store").rglob("bpe-*.tokens"))) == 2  # train and valid
     assert data.tokenizer.decode(data.valid) == TEXT[len(data.tokenizer.decode(data.train)):]
 
 

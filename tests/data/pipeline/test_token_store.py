@@ -1,0 +1,271 @@
+"""The token store: dtype choice, the file format's checks, streaming builds equal to in-memory encoding, rebuilds
+on a changed text or tokenizer or a damaged file, bounded memory, and the streamed text and split."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit.data.corpora.text import read_text_source, split_text
+from attnkit.data.pipeline.lm_dataset import encode_corpus, prepare_lm_data
+from attnkit.data.pipeline.lm_store import open_lm_stores
+from attnkit.data.pipeline.store_encoding import aligned_segments, bpe_training_pieces
+from attnkit.data.pipeline.text_stream import TextFiles
+from attnkit.data.pipeline.token_store import StoreError, TokenStore, TokenStoreWriter, smallest_dtype
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, _chunks_of
+from attnkit.data.tokenizers.tokenizer import save_tokenizer
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _text(seed: int, lines: int) -> str:
+    """Lines of words with runs of spaces, blank lines, tabs and a few non-ASCII characters: the places where a
+    careless cut would change BPE ids."""
+    rng = random.Random(seed)
+    words = ["the", "quick", "brown", "fox", "Zürich", "naïve", "東京", "42", "—", "it's", "<|endoftext|>"]
+    out = []
+    for _ in range(lines):
+        line = (" " * rng.randint(0, 3)).join(rng.choice(words) for _ in range(rng.randint(0, 9)))
+        out.append(line + rng.choice(["\n", "\n", "\n\n", " \n", "\t\n", "  \n\n"]))
+    return "".join(out)
+
+
+def _write(tmp_path: Path, text: str, name: str = "corpus.txt") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bpe() -> BPETokenizer:
+    return BPETokenizer.train(_text(0, 400), 320, special_tokens=["<|endoftext|>"])
+
+
+def _store(tmp_path: Path, ids, vocab_size: int = 300, documents=None) -> TokenStore:
+    with TokenStoreWriter(tmp_path / "s.tokens", vocab_size=vocab_size, documents=documents is not None) as w:
+        w.append(ids, documents)
+        return w.finish({"test": 1})
+
+
+# -- the file ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("vocab, dtype", [(1, "uint8"), (256, "uint8"), (257, "uint16"), (65_536, "uint16"),
+                                          (65_537, "uint32"), (2**32, "uint32")])
+def test_the_smallest_unsigned_dtype_that_holds_the_vocabulary(vocab, dtype):
+    assert smallest_dtype(vocab) == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("vocab", [0, -1, 2**32 + 1, 3.0, True])
+def test_a_vocabulary_size_outside_the_dtypes_is_refused(vocab):
+    with pytest.raises(ValueError, match=r"vocab_size must be an int in \[1, 2\*\*32\]"):
+        smallest_dtype(vocab)
+
+
+@pytest.mark.parametrize("vocab", [200, 50_000, 100_000])
+def test_a_store_gives_back_its_ids_in_its_dtype(tmp_path, vocab):
+    ids = np.random.default_rng(0).integers(0, vocab, 10_000)
+    store = TokenStore.open(_store(tmp_path, ids, vocab).path, fingerprint={"test": 1})
+    assert store.dtype == smallest_dtype(vocab) and store.numel() == len(store) == 10_000
+    assert store.max_id == ids.max() and store[5] == ids[5]
+    assert store[10:20].dtype == torch.long and store[10:20].tolist() == ids[10:20].tolist()
+    where = torch.tensor([[3, 4], [9_999, 0]])
+    assert torch.equal(store[where], torch.from_numpy(ids[where.numpy()]))
+    assert (tmp_path / "s.tokens").stat().st_size < 10_000 * store.dtype.itemsize + 4096
+
+
+def test_documents_and_their_offsets(tmp_path):
+    store = _store(tmp_path, [1, 2, 3, 4, 5, 6], 10, documents=[2, 0, 4])
+    assert store.n_docs == 3 and [store.document(d).tolist() for d in range(3)] == [[1, 2], [], [3, 4, 5, 6]]
+
+
+@pytest.mark.parametrize("ids, docs, message", [
+    ([0, 300], None, r"ids must be in \[0, 300\), got min 0 max 300"),
+    ([-1], None, r"ids must be in \[0, 300\), got min -1"),
+    ([[1, 2]], None, r"1-D integer array"),
+    ([1.5], None, r"1-D integer array"),
+    ([1, 2], [1], r"doc_lengths must be >= 0 and add up to the 2 ids"),
+])
+def test_the_writer_refuses_bad_ids(tmp_path, ids, docs, message):
+    with pytest.raises(ValueError, match=message):
+        _store(tmp_path, ids, documents=docs)
+    assert not list(tmp_path.iterdir())  # the temporary file is gone
+
+
+def _damage(kind: str, raw: bytes) -> bytes:
+    return {"truncated": raw[:-1], "cut in the ids": raw[:200],
+            "a flipped id": raw[:100] + bytes([raw[100] ^ 4]) + raw[101:],
+            "a flipped header": raw[:-70] + bytes([raw[-70] ^ 1]) + raw[-69:], "one byte more": raw + b"\0",
+            "empty": b"", "not a store": b"hello world" * 20}[kind]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "cut in the ids", "a flipped id", "a flipped header", "one byte more",
+                                  "empty", "not a store"])
+def test_a_damaged_store_is_refused(tmp_path, kind):
+    path = _store(tmp_path, np.arange(1000) % 300).path
+    path.write_bytes(_damage(kind, path.read_bytes()))
+    with pytest.raises(StoreError, match=r"token store .* (truncated|damaged|not a token store|differs)"):
+        TokenStore.open(path)
+
+
+def test_a_store_of_another_fingerprint_is_refused(tmp_path):
+    path = _store(tmp_path, [1, 2, 3]).path
+    with pytest.raises(StoreError, match="made from another text or tokenizer"):
+        TokenStore.open(path, fingerprint={"test": 2})
+
+
+# -- the streamed text ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_streamed_text_splits_and_reads_like_the_whole_text(tmp_path, seed):
+    text = _text(seed, 60) + ("no final newline" if seed % 2 else "")
+    path = _write(tmp_path, text)
+    files = TextFiles([path], block_bytes=7 + seed)  # many blocks, cuts inside multi-byte characters
+    scan = files.scan()
+    whole, info = read_text_source(path)
+    assert (scan.n_chars, scan.n_bytes, scan.sha256) == (len(whole), info["bytes"], info["sha256"])
+    assert scan.chars == "".join(sorted(set(whole)))
+    for fraction in (0.1, 0.5, 0.9):
+        assert files.split(scan, fraction) == len(split_text(whole, fraction)[0])
+    a, b = sorted(random.Random(seed).sample(range(len(whole)), 2))
+    assert "".join(files.read(scan, a, b)) == whole[a:b]
+
+
+def test_a_folder_streams_like_read_text_source(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_bytes(b"\xef\xbb\xbfno newline")
+    (tmp_path / "d" / "b.txt").write_text("two\nlines\n", encoding="utf-8")
+    files = TextFiles([tmp_path / "d" / "a.txt", tmp_path / "d" / "b.txt"], folder=True, block_bytes=4)
+    whole, info = read_text_source(tmp_path / "d")
+    scan = files.scan()
+    assert "".join(files.read(scan)) == whole and scan.sha256 == info["sha256"]
+
+
+@pytest.mark.parametrize("raw", [b"", b"ab\x00cd", b"ab\xffcd", b"\xef\xbb\xbf", b"abc\xe4",
+                                 b"a\xff" + b"b" * 40 + b"\x00"])
+def test_streamed_text_refuses_what_read_text_file_refuses_with_the_same_message(tmp_path, raw):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(raw)
+    with pytest.raises(ValueError) as whole:
+        read_text_source(path)
+    with pytest.raises(ValueError) as streamed:
+        TextFiles([path], block_bytes=8).scan()
+    assert str(streamed.value) == str(whole.value)
+
+
+def test_stream_cuts_keep_bpe_ids_and_training_pieces():
+    text = _text(3, 300)
+    blocks = [text[i:i + 97] for i in range(0, len(text), 97)]
+    assert "".join(aligned_segments(blocks)) == text
+    assert list(bpe_training_pieces(blocks, size=150)) == list(_chunks_of(text, 150))
+
+
+# -- LM stores --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tokenizer", ["char", "bpe", "file"])
+def test_lm_stores_hold_the_ids_of_in_memory_encoding(tmp_path, tokenizer, bpe, monkeypatch):
+    monkeypatch.setattr("attnkit.data.pipeline.text_stream.BLOCK_BYTES", 257)  # many blocks, cuts in lines
+    path = _write(tmp_path, _text(1, 2000))
+    kind = str(save_tokenizer(bpe, tmp_path / "tok.json")) if tokenizer == "file" else tokenizer
+    stored = prepare_lm_data(path, kind, block_size=8, vocab_size=300, home=tmp_path / "home")
+    memory = prepare_lm_data(path, kind, block_size=8, vocab_size=300, cache=False)
+    assert stored.tokenizer.to_dict() == memory.tokenizer.to_dict()  # BPE trained from the stream: the same
+    assert isinstance(stored.train, TokenStore) and stored.source_info == memory.source_info
+    for split in ("train", "valid"):
+        ids = getattr(stored, split)[:]
+        assert torch.equal(ids, getattr(memory, split))
+        assert torch.equal(ids, encode_corpus(memory.tokenizer, memory.tokenizer.decode(ids)))
+    again = prepare_lm_data(path, kind, block_size=8, vocab_size=300, home=tmp_path / "home")
+    assert all("reused" in note for note in again.notes) and torch.equal(again.train[:], stored.train[:])
+
+
+def test_a_changed_text_rebuilds_and_an_unchanged_one_is_not_read(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    path = _write(tmp_path, _text(2, 300))
+    first = prepare_lm_data(path, "char", block_size=8, home=home)
+    assert all("built" in n for n in first.notes)
+    os.utime(path, ns=(1, 1))  # a touch: scanned again, the same text, the stores are kept
+    assert all("reused" in n for n in prepare_lm_data(path, "char", block_size=8, home=home).notes)
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("an unchanged text was read again")
+
+    monkeypatch.setattr(TextFiles, "scan", no_scan)
+    prepare_lm_data(path, "char", block_size=8, home=home)
+    monkeypatch.undo()
+    changed = _text(2, 300).replace("fox", "cat")
+    path.write_text(changed, encoding="utf-8")
+    second = prepare_lm_data(path, "char", block_size=8, home=home)
+    assert all("rebuilt" in n for n in second.notes)
+    assert second.tokenizer.decode(second.train[:]) + second.tokenizer.decode(second.valid[:]) == changed
+
+
+def test_a_changed_tokenizer_gets_its_own_store(tmp_path, bpe):
+    home = tmp_path / "home"
+    path = _write(tmp_path, _text(4, 300))
+    a = prepare_lm_data(path, bpe, block_size=8, home=home)
+    other = BPETokenizer.train(_text(5, 400), 300, special_tokens=["<|endoftext|>"])
+    b = prepare_lm_data(path, other, block_size=8, home=home)
+    assert a.train.path != b.train.path and all("built" in n for n in b.notes)
+    assert torch.equal(b.train[:], encode_corpus(other, other.decode(b.train[:])))
+
+
+@pytest.mark.parametrize("kind", ["truncated", "cut in the ids", "a flipped id", "a flipped header", "empty"])
+def test_a_damaged_lm_store_is_rebuilt_with_the_right_ids(tmp_path, kind):
+    home = tmp_path / "home"
+    path = _write(tmp_path, _text(6, 500))
+    good = prepare_lm_data(path, "char", block_size=8, home=home)
+    want = good.train[:]
+    store_path = good.train.path
+    store_path.write_bytes(_damage(kind, store_path.read_bytes()))
+    again = prepare_lm_data(path, "char", block_size=8, home=home)
+    assert "rebuilt" in again.notes[0] and torch.equal(again.train[:], want)
+
+
+def test_eval_needs_only_the_valid_store(tmp_path):
+    path = _write(tmp_path, _text(7, 300))
+    got = open_lm_stores(path, "char", splits=("valid",), home=tmp_path / "home")
+    assert list(got.stores) == ["valid"] and len(list((tmp_path / "home").rglob("*.tokens"))) == 1
+
+
+MEMORY_CHILD = textwrap.dedent("""
+    import json, sys
+    def peak():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    from attnkit.data.corpora.registry import recipe_names
+    from attnkit.data.pipeline import lm_store
+    from attnkit.data.pipeline.lm_dataset import prepare_lm_data
+    recipe_names()  # every module the call below imports, imported before the baseline
+    before = peak()
+    data = prepare_lm_data(sys.argv[1], "char", block_size=64, home=sys.argv[2])
+    n = data.train.numel() + data.valid.numel()
+    print(json.dumps({"before": before, "after": peak(), "ids": n}))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak memory from /proc")
+def test_tokenizing_20_mb_stays_within_a_bounded_memory(tmp_path):
+    rng = np.random.default_rng(0)
+    words = np.array(["alpha", "beta", "gamma", "delta", "epsilon\n", "zeta", "eta\n", "theta"])
+    path = tmp_path / "big.txt"
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(22):  # 22 x ~0.9 MB
+            fh.write(" ".join(words[rng.integers(0, len(words), 150_000)]) + "\n")
+    n_chars = path.stat().st_size
+    assert n_chars > 19_500_000
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(path), str(tmp_path / "home")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["ids"] == n_chars  # one id per (ASCII) character
+    grown = got["after"] - got["before"]
+    # the ids alone as int64 would be 8 bytes each (~160 MB), today's in-memory path peaks at ~24 bytes a character
+    assert grown < 8 * n_chars / 3, f"peak memory grew by {grown / 1e6:.0f} MB for {n_chars / 1e6:.0f} MB of text"
