@@ -19,7 +19,8 @@ It is the one training loop of :func:`~attnkit.api.train_lm` (``Trainer`` + ``LM
 
 Checkpoints (see :func:`attnkit.training.lora_run.finalize_lora_run`): with LoRA the step checkpoints hold the
 frozen weights plus the adapters (``...qkv_proj.lora_A`` / ``lora_B``), which is what an exact resume needs; when
-the run ends (or is interrupted), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it
+the run ends (or stops on SIGINT / SIGTERM with a checkpoint, or on an error; not when a second signal stops it at
+once), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it
 is a plain GPT checkpoint that ``attnkit sample --ckpt DIR`` (and ``finetune --from DIR``) loads like any other.
 Every checkpoint's ``extra`` holds ``kind: "lm"``, the tokenizer, the chat template (if the model has one), the
 data and the LoRA settings.
@@ -36,6 +37,7 @@ from typing import Any
 from attnkit.data.pipeline.documents import DOCUMENT_MODES
 from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
+from .interruption import resume_hint
 from .launcher import is_main_process
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
                       train_values)
@@ -172,7 +174,11 @@ def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int
 def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, **kwargs: Any) -> RunResult:
     """Fine-tune (or with ``resume=True`` continue fine-tuning) a pretrained decoder; returns the run folder and
     its summary. With LoRA, ``checkpoints/best`` holds the adapters merged into the weights at the end (also
-    after an interruption)."""
+    after an interruption).
+
+    SIGINT / SIGTERM during training: the run stops after the update under way with a checkpoint and raises
+    :class:`~attnkit.training.preemption.Interrupted`, whose ``resume_command`` continues it
+    (``attnkit finetune --out DIR --resume``)."""
     import torch
 
     from attnkit.checkpoints.runs import read_saved_run
@@ -226,10 +232,15 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
         extra["lora"] = dict(lora, merged=False)
     trainer = Trainer(model, task, cfg, o.out, model_config=model_config, extra=extra, resume=o.resume,
                       progress=o.progress)
+    at_once = False  # a second signal (or a third Ctrl-C) wants out now: no merge then
     try:
-        summary = trainer.fit()
+        with resume_hint("finetune", o.out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command
+            summary = trainer.fit()
+    except KeyboardInterrupt as stop:
+        at_once = getattr(stop, "immediate", True)
+        raise
     finally:
-        if lora is not None and is_main_process():  # also after Ctrl-C: leave a best/ that `attnkit sample` can load
-            finalize_lora_run(o.out)
+        if lora is not None and is_main_process() and not at_once:  # also after a stop with a checkpoint or an
+            finalize_lora_run(o.out)  # error: leave a best/ that `attnkit sample` can load
     log(done_line(summary, f"sample with: attnkit sample --ckpt {o.out}"))
     return RunResult(Path(o.out), summary)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .interruption import resume_hint
 from .launcher import world_size
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
                       train_values)
@@ -73,7 +74,9 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
 
     ``options`` or keyword arguments (the fields of :class:`TrainLMOptions`); ``log`` receives the status lines
     (default: stderr, once per torchrun job). Raises ``ValueError`` / ``OSError`` with one clear message for bad
-    options, data or run folders, before anything is written.
+    options, data or run folders, before anything is written. SIGINT / SIGTERM during training: the run stops
+    after the update under way with a checkpoint and raises :class:`~attnkit.training.preemption.Interrupted`
+    (a ``KeyboardInterrupt``), whose ``resume_command`` continues it (``attnkit train lm --out DIR --resume``).
     """
     import torch
 
@@ -130,6 +133,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
              "source": json.loads(json.dumps(lm.source_info, default=str))}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
                       progress=o.progress)
-    summary = trainer.fit()
+    with resume_hint("train lm", out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command
+        summary = trainer.fit()
     log(done_line(summary, f"run folder {out}"))
     return RunResult(Path(out), summary)

@@ -45,6 +45,7 @@ from typing import Any
 from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN,
                              MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_PRESET, MT_DEFAULT_VOCAB, MT_DEFAULTS)
 
+from .interruption import resume_hint
 from .launcher import is_main_process, world_size
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
                       train_values)
@@ -297,7 +298,10 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     ``final_valid``, the whole validation set's greedy BLEU/chrF of ``best/``, when BLEU is on).
 
     ``options`` or keyword arguments (the fields of :class:`TrainMTOptions`); ``log`` receives the status lines
-    and sample translations (default: stderr, once per torchrun job).
+    and sample translations (default: stderr, once per torchrun job). SIGINT / SIGTERM during training: the run
+    stops after the update under way with a checkpoint and raises
+    :class:`~attnkit.training.preemption.Interrupted` (no averaging, no final scoring), whose ``resume_command``
+    continues it (``attnkit train mt --out DIR --resume``).
     """
     import torch
 
@@ -333,7 +337,8 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
              "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
                       progress=o.progress)
-    summary = trainer.fit()
+    with resume_hint("train mt", out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command
+        summary = trainer.fit()
     if not is_main_process():  # rank 0 reports, averages and scores; the other processes are done
         return RunResult(out, summary)
     log(done_line(summary, f"run folder {out}"))

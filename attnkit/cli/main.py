@@ -11,7 +11,9 @@
     attnkit trace --preset NAME | --ckpt DIR   every module's shapes, parameters and masks
     attnkit convert SRC [OUT]                   sharded (--fsdp) checkpoint -> one safetensors file
 
-Every command has ``--help``. Heavy imports happen inside the commands so ``--help`` is instant.
+Every command has ``--help``. Heavy imports happen inside the commands so ``--help`` is instant. Exit codes: 0 done,
+2 a clear error (one line), 130 / 143 stopped by SIGINT / SIGTERM (a training run first writes a checkpoint and
+prints the command that resumes it; see :mod:`attnkit.training.preemption`).
 """
 
 from __future__ import annotations
@@ -39,9 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        return _interrupted(stop)
     except (ValueError, OSError, RuntimeError, FloatingPointError) as e:
         # Expected failures (bad input, missing files, fetch errors) get one clear line, not a traceback.
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
@@ -51,6 +52,21 @@ def main(argv: list[str] | None = None) -> int:
             from attnkit.training.distributed import shutdown
 
             shutdown()
+
+
+def _interrupted(stop: KeyboardInterrupt) -> int:
+    """The one line and the exit code of a command stopped by a signal: a training run stopped by SIGINT / SIGTERM
+    (:class:`attnkit.training.preemption.Interrupted`) says where its checkpoint is and how to resume, and exits
+    with 130 / 143 (printed once per torchrun job); any other Ctrl-C prints "interrupted" and exits with 130."""
+    preemption = sys.modules.get("attnkit.training.preemption")  # not imported: not a training run's stop
+    if preemption is None or not isinstance(stop, preemption.Interrupted):
+        print("interrupted", file=sys.stderr)
+        return 130
+    from attnkit.api.launcher import is_main_process
+
+    if is_main_process():
+        print(f"attnkit: {stop}", file=sys.stderr)
+    return stop.exit_code
 
 
 if __name__ == "__main__":

@@ -36,6 +36,11 @@ optimizer, schedule, RNG states (dropout) and the step, so a run killed at any p
 last checkpoint produces the same losses, bit for bit on the CPU, as a run that was never interrupted.
 (Evaluation runs on a forked RNG, so evaluating more or less often does not change training either.)
 
+Preemption (``preemption.py``): during ``fit`` a SIGINT (Ctrl-C) or SIGTERM (a scheduler's stop) lets the update
+under way finish; then the run writes a checkpoint at that step (no evaluation), flushes the metrics tables and
+raises :class:`~attnkit.training.preemption.Interrupted`. Under torchrun the ranks agree on the step at each
+step boundary. A second signal stops at once; the last published checkpoint stays intact.
+
 Axis legend: B batch, T sequence length (only inside the task).
 """
 
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -64,6 +70,7 @@ from .cuda_graphs import GraphedMicroBatch
 from .device import autocast_context, check_autocast, grad_scaler, resolve_device
 from .metrics import MetricsLogger
 from .optim import LRScheduler, build_optimizer
+from .preemption import Interrupted, StopOnSignal
 from .progress import TrainProgress
 from .sharded import convert_sharded, is_sharded, load_sharded, save_sharded
 from .task import check_task, move_to_device
@@ -84,6 +91,9 @@ def _dict_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
         if a != b:
             out.append(f"{prefix}{key} (checkpoint {a!r}, now {b!r})")
     return out
+
+
+_SIGNAL_NAMES = ("SIGINT", "SIGTERM")  # the stop reasons of a signal (preemption.py)
 
 
 class _NoMetrics:
@@ -221,6 +231,7 @@ class Trainer:
         self._rng_state: dict[str, Any] | None = None
         self._fitted = False
         self._now = lambda: self.elapsed  # replaced by a live clock inside fit()
+        self._signals = StopOnSignal(announce=self.world.is_main)  # entered by fit(): SIGINT/SIGTERM -> a stop
 
         self._lock: RunLock | None = None  # held from here until fit() ends: one process per run folder
         try:
@@ -558,10 +569,31 @@ class Trainer:
         valid_* (last evaluation), best ({"metric", "value", "step"}), checkpoint, best_checkpoint,
         resumed_from``. A final evaluation and checkpoint are made at the last step. Also written to
         ``summary.json``.
+
+        SIGINT (Ctrl-C, a notebook's "interrupt kernel") or SIGTERM during ``fit`` (main thread only): the
+        update under way finishes, a checkpoint is written at that step (no evaluation, no ``summary.json``),
+        the metrics tables are flushed, and :class:`~attnkit.training.preemption.Interrupted` (a
+        ``KeyboardInterrupt``) is raised with the signal, the step and the checkpoint; ``resume=True`` continues
+        from it exactly. A second signal raises it at once (``immediate=True``; the last published checkpoint
+        stays intact). A signal during the final evaluation raises it after the run's end as usual.
         """
         if self._fitted:
             raise RuntimeError("Trainer.fit() can run once; build a new Trainer (resume=True) to continue")
         self._fitted = True
+        with self._signals:  # SIGINT / SIGTERM: stop at the next step boundary with a checkpoint (preemption.py)
+            try:
+                summary = self._fit()
+            except Interrupted as stop:
+                if stop.immediate:  # raised by the second signal wherever the loop was: report what is on disk
+                    stop.step, stop.checkpoint = self.step, latest_checkpoint(self.ckpt_dir)
+                raise
+            _, late = self._agreed_stop(0.0)  # a signal during the final evaluation and checkpoint
+            if late is not None:
+                raise Interrupted(late, step=self.step, checkpoint=self.last_checkpoint)
+        return summary
+
+    def _fit(self) -> dict[str, Any]:
+        """:meth:`fit` inside the signal handlers: start, the loop, the end (or the stop a signal asked for)."""
         train_model = self._start_fit()
         stopped_by = "steps"
         try:
@@ -571,6 +603,8 @@ class Trainer:
                     stopped_by = reason
                     break
                 self._train_step(train_model)
+            if stopped_by in _SIGNAL_NAMES:
+                self._stop_on_signal(signal.Signals[stopped_by])
             self._finish_fit(train_model)
         except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
             kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
@@ -611,16 +645,40 @@ class Trainer:
         return train_model
 
     def _stop_reason(self) -> str | None:
-        """``"steps"`` or ``"max_time"`` when the run is over, else None; moves the clock the schedule reads."""
+        """``"SIGINT"`` / ``"SIGTERM"`` when a signal asked the run to stop (under torchrun any rank's: all stop at
+        this step), ``"steps"`` or ``"max_time"`` when the run is over, else None; moves the clock the schedule
+        reads."""
         cfg = self.config
+        now = self._now()
+        clock, signum = self._agreed_stop(now)
+        if signum is not None:
+            return signal.Signals(signum).name
         if cfg.steps is not None and self.step >= cfg.steps:
             return "steps"
-        self._clock = self._now()
-        if self.world.distributed and cfg.max_time is not None:  # rank 0's clock decides for all
-            self._clock = D.all_sum([self._clock if self.world.is_main else 0.0])[0]
+        self._clock = clock if cfg.max_time is not None else now  # the time budget follows rank 0's clock
         if cfg.max_time is not None and self._clock >= cfg.max_time_s:
             return "max_time"
         return None
+
+    def _agreed_stop(self, clock: float) -> tuple[float, int | None]:
+        """``(rank 0's clock, the signal that asks for a stop or None)``, the same on every rank: one ``all_sum``
+        per step boundary under torchrun (whose updates synchronise the ranks anyway), nothing in one process.
+        If ranks received different signals, SIGTERM wins."""
+        signum = self._signals.requested
+        if not self.world.distributed:
+            return clock, signum
+        total = D.all_sum([clock if self.world.is_main else 0.0, float(signum == signal.SIGTERM),
+                           float(signum == signal.SIGINT)])
+        return total[0], signal.SIGTERM if total[1] > 0 else signal.SIGINT if total[2] > 0 else None
+
+    def _stop_on_signal(self, signum: int) -> None:
+        """Preemption at a step boundary: a checkpoint at this step (unless one is there), the metrics tables,
+        then :class:`Interrupted`. No evaluation: a scheduler's grace period is short."""
+        self._read_updates()
+        if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
+            self._save()
+        self.metrics.write_tables(only_if_changed=True)
+        raise Interrupted(signum, step=self.step, checkpoint=self.last_checkpoint)
 
     def _train_step(self, train_model: nn.Module) -> None:
         """One update, then what is due after it: reading its numbers back, the bar, an evaluation, a checkpoint.
