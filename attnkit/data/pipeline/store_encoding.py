@@ -18,6 +18,8 @@ Axes: ``n`` ids of a block, ``d`` documents of a group.
 from __future__ import annotations
 
 import itertools
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -34,6 +36,7 @@ __all__ = ["aligned_segments", "bpe_training_pieces", "encode_blocks", "encode_d
 CHUNK_CHARS = 1 << 16  # characters per encode_batch item (the chunk size of encode_corpus)
 DOCUMENT_GROUP = 8192  # sentences per encode_batch call
 CHAR_SLICE = 1 << 20  # characters per CharTokenizer.encode_array call
+GROUP_CHARS = 1 << 20  # characters per BPE batch call (two in flight: their Encoding objects are ~50 bytes an id)
 
 
 def aligned_segments(blocks: Iterable[str]) -> Iterator[str]:
@@ -103,15 +106,46 @@ def encode_blocks(tokenizer: Tokenizer, blocks: Iterable[str], writer: TokenStor
             if bar is not None:
                 bar.update(len(block))
         return writer.n_tokens - start
-    for segment in aligned_segments(blocks):
-        if isinstance(tokenizer, BPETokenizer):
-            ids, _ = batch_ids(tokenizer, _newline_chunks(segment, CHUNK_CHARS))
-        else:
-            ids = np.asarray(tokenizer.encode(segment), dtype=np.int64)
-        writer.append(ids)
-        if bar is not None:
-            bar.update(len(segment))
+    if not isinstance(tokenizer, BPETokenizer):
+        for segment in aligned_segments(blocks):
+            writer.append(np.asarray(tokenizer.encode(segment), dtype=np.int64))
+            if bar is not None:
+                bar.update(len(segment))
+        return writer.n_tokens - start
+    # BPE: groups of chunks go to the Rust batch call (which releases the GIL) from two threads, so the cores stay
+    # busy while a group's ids are converted and written and the next text is read; ids are appended in order
+    pending: deque = deque()
+    with ThreadPoolExecutor(2) as pool:
+        for group in _chunk_groups(aligned_segments(blocks)):
+            pending.append((pool.submit(batch_ids, tokenizer, group), sum(map(len, group))))
+            if len(pending) == 2:
+                _write_oldest(pending, writer, bar)
+        while pending:
+            _write_oldest(pending, writer, bar)
     return writer.n_tokens - start
+
+
+def _chunk_groups(segments: Iterable[str]) -> Iterator[list[str]]:
+    """The segments' newline-aligned chunks (``lm_dataset._newline_chunks``) in groups of :data:`GROUP_CHARS`
+    characters or so."""
+    group: list[str] = []
+    size = 0
+    for segment in segments:
+        for chunk in _newline_chunks(segment, CHUNK_CHARS):
+            group.append(chunk)
+            size += len(chunk)
+            if size >= GROUP_CHARS:
+                yield group
+                group, size = [], 0
+    if group:
+        yield group
+
+
+def _write_oldest(pending: deque, writer: TokenStoreWriter, bar: Any) -> None:
+    future, chars = pending.popleft()
+    writer.append(future.result()[0])
+    if bar is not None:
+        bar.update(chars)
 
 
 def encode_documents(tokenizer: Tokenizer, texts: Iterable[str], writer: TokenStoreWriter, *,

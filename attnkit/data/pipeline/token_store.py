@@ -332,10 +332,15 @@ def _verify_blocks(fd: int, header: dict[str, Any], end: int, path: Path) -> Non
 
     def check(k: int) -> bool:
         start = PREAMBLE + k * BLOCK_BYTES
-        data = os.pread(fd, min(BLOCK_BYTES, end - start), start)
+        size = min(BLOCK_BYTES, end - start)
+        if hasattr(os, "pread"):
+            data = os.pread(fd, size, start)
+        else:  # not POSIX: one thread (below) moves the shared file position
+            os.lseek(fd, start, os.SEEK_SET)
+            data = os.read(fd, size)
         return hashlib.sha256(data).hexdigest() == header["blocks"][k]
 
-    workers = max(1, min(os.cpu_count() or 1, 8))
+    workers = max(1, min(os.cpu_count() or 1, 8)) if hasattr(os, "pread") else 1
     with ThreadPoolExecutor(workers) as pool:
         for k, good in enumerate(pool.map(check, range(len(header["blocks"])))):
             if not good:
