@@ -1003,6 +1003,16 @@ def _machine() -> str:
     return cpu
 
 
+def kept_sections(path: Path) -> str:
+    """The hand-written sections after the generated table (from the file's first ``## `` heading on), which a
+    new sweep keeps: the fuzzing counts, preemption, ... ("" when there are none)."""
+    if not path.is_file():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    start = text.find("\n## ")
+    return "" if start < 0 else "\n" + text[start + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import datetime
@@ -1052,7 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
             cell = lambda s: re.sub(r"/tmp/attnkit-[a-z]+-\w+", "<tmp>", s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
             ok = "skipped" if o.kind == "skipped" else ("yes" if v is None else f"NO: {v}")
             lines.append(f"| {i} | {c.area} | {cell(c.input)} | {cell(c.expected)} | {cell(o.describe())} | {cell(ok)} |")
-        Path(args.write).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        Path(args.write).write_text("\n".join(lines) + "\n" + kept_sections(Path(args.write)), encoding="utf-8")
         print(f"wrote {args.write}")
     return 0 if passed + skipped == len(rows) else 1
 

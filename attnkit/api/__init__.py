@@ -28,6 +28,9 @@ Quick start::
     print(sample(ckpt=run.out, prompt="ROMEO:", max_new_tokens=100, seed=1)[0])
     train_lm(out="runs/char", resume=True, max_time=6)       # continue exactly where it stopped
 
+A run stopped by Ctrl-C or SIGTERM writes a checkpoint at its step and raises :class:`Interrupted` (a
+``KeyboardInterrupt`` carrying the signal, the step, the checkpoint and the command that resumes it).
+
 Importing this module imports no torch (the functions do, when called). There are no tensor axes in this file.
 """
 
@@ -53,5 +56,15 @@ __all__ = [
     "TrainLMOptions", "TrainMTOptions", "TrainOptions", "TranslateOptions", "Translator", "convert_checkpoint",
     "data_recipes", "draw_attention", "draw_mask", "draw_params", "draw_positions", "draw_predictions",
     "evaluate_lm", "evaluate_mt", "finetune", "parameter_table", "prepare_data", "preset_names", "sample",
-    "trace_model", "train_lm", "train_mt", "translate",
+    "trace_model", "train_lm", "train_mt", "translate", "Interrupted",
 ]
+
+
+def __getattr__(name: str):
+    # Interrupted lives with the training loop (attnkit.training.preemption), whose package imports torch: loaded
+    # on first use, so that `import attnkit.api` stays torch-free
+    if name == "Interrupted":
+        from attnkit.training.preemption import Interrupted
+
+        return Interrupted
+    raise AttributeError(f"module 'attnkit.api' has no attribute {name!r}")

@@ -27,11 +27,12 @@ from .lm_task import LMTask
 from .metrics import MetricsLogger, read_metrics
 from .mt_task import MTTask, greedy_translator
 from .optim import LRScheduler, build_optimizer, lr_at, param_groups
+from .preemption import Interrupted
 from .task import Task, batch_seed
 from .trainer import Trainer
 
 __all__ = [
-    "CheckpointError", "LMTask", "LRScheduler", "MTTask", "MetricsLogger", "Task", "TrainConfig", "Trainer",
+    "CheckpointError", "Interrupted", "LMTask", "LRScheduler", "MTTask", "MetricsLogger", "Task", "TrainConfig", "Trainer",
     "batch_seed", "build_optimizer", "capture_rng_state", "clean_stale", "greedy_translator", "is_run_dir", "latest_checkpoint",
     "list_checkpoints", "load_checkpoint", "lr_at", "param_groups", "prune_checkpoints", "read_checkpoint_state",
     "read_metrics", "restore_rng_state", "save_checkpoint", "seed_everything",
