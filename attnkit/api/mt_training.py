@@ -69,6 +69,13 @@ class TrainMTOptions(TrainOptions):
         bleu: greedy BLEU/chrF at each evaluation and ``best/`` by BLEU (default True); bleu_sentences: how many.
         anneal_data, anneal_share, anneal_replay: end the budget on these pairs (see ``--anneal-data``).
         average_last: average the last N step checkpoints into ``checkpoints/averaged`` after training.
+        reverse: train the other direction (``--reverse``): every pair of ``data``, ``valid`` and ``anneal_data``
+            swapped, validation and BLEU included; recorded in the run (``mt_options.reverse``), so ``translate``
+            of the run takes the target language as input (``de-en`` reversed: English -> German).
+        synthetic, synthetic_ratio: back-translated pairs to add (``--synthetic FILE``, a file written by
+            ``attnkit translate --output`` with a model of the reverse direction) and how many per real training pair
+            (default 1; all the file's pairs when it has fewer): drawn with the run's seed, each synthetic source
+            tagged ``<bt>`` (:meth:`attnkit.training.MTTask.mix_synthetic`).
     """
 
     data: str | None = None
@@ -86,11 +93,16 @@ class TrainMTOptions(TrainOptions):
     anneal_share: float | None = None
     anneal_replay: float | None = None
     average_last: int = 0
+    reverse: bool | None = None
+    synthetic: str | None = None
+    synthetic_ratio: float | None = None
 
     def _check(self) -> None:
         super()._check()
         if self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
+        if self.synthetic_ratio is not None and not 0.0 < self.synthetic_ratio < float("inf"):
+            raise ValueError(f"--synthetic-ratio must be a number > 0, got {self.synthetic_ratio:g}")
 
 
 def _mt_options(o: TrainMTOptions, saved: dict | None) -> dict[str, Any]:
@@ -128,7 +140,28 @@ def _mt_options(o: TrainMTOptions, saved: dict | None) -> dict[str, Any]:
         "anneal_data": opt("anneal_data", None),
         "anneal_share": _anneal_share(opt("anneal_data", None), opt("anneal_share", None)),
         "anneal_replay": _anneal_replay(opt("anneal_data", None), opt("anneal_replay", None)),
+        **_direction_and_synthetic(o, saved, opts_saved),
     }
+
+
+def _direction_and_synthetic(o: TrainMTOptions, saved: dict | None, opts_saved: dict) -> dict[str, Any]:
+    """``reverse``, ``synthetic`` and ``synthetic_ratio``: each given, else the resumed run's (a resumed run keeps
+    its direction and its synthetic pairs: a different value is refused), else off / 1."""
+    given = {"reverse": o.reverse, "synthetic": o.synthetic, "synthetic_ratio": o.synthetic_ratio}
+    if saved is not None:
+        for name, value in given.items():
+            was = opts_saved.get(name, False if name == "reverse" else None)
+            if value is not None and value != was:
+                raise ValueError(f"--resume: the run was trained with {name} {was!r}, got {value!r}")
+    synthetic = o.synthetic if o.synthetic is not None else opts_saved.get("synthetic")
+    ratio = o.synthetic_ratio if o.synthetic_ratio is not None else opts_saved.get("synthetic_ratio")
+    if synthetic is None and ratio is not None:
+        raise ValueError(f"--synthetic-ratio {ratio:g} needs --synthetic (a back-translation file)")
+    if synthetic is not None and not Path(synthetic).is_file():
+        raise FileNotFoundError(f"--synthetic: no such file: {synthetic}")
+    reverse = bool(o.reverse if o.reverse is not None else opts_saved.get("reverse", False))
+    return {"reverse": reverse, "synthetic": None if synthetic is None else str(synthetic),
+            "synthetic_ratio": None if synthetic is None else float(1.0 if ratio is None else ratio)}
 
 
 def _anneal_share(anneal_data: str | None, share: float | None) -> float | None:
@@ -233,7 +266,8 @@ def _score_best(task: Any, summary: dict[str, Any], out: str | Path, log: Log) -
         f"BLEU {final['bleu']:.2f}, chrF {final['chrf']:.2f}")
 
 
-def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int, log: Log) -> dict[str, Any]:
+def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int, log: Log,
+                 opts: dict[str, Any]) -> dict[str, Any]:
     """Say what was split off, dropped or cut, and how much of each batch is padding (worth seeing before a long
     run); returns the run's ``extra.data_stats``."""
     if task.valid_split is not None:
@@ -252,10 +286,19 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int, log: 
         log(f"anneal: the last {task.anneal_share:.0%} of the budget trains on {pairs} "
             f"({task.skipped['anneal']} malformed lines skipped, {cut['anneal']} sentences truncated, "
             f"{task.batchers['anneal'].num_batches:,} batches per pass)")
+    if opts["reverse"]:
+        log(f"direction: reversed, every pair of {data_desc} read target -> source")
+    syn = task.synthetic
+    if syn is not None:
+        log(f"synthetic: {syn['pairs']:,} back-translated pairs of {syn['available']:,} in {opts['synthetic']} "
+            f"({syn['ratio']:.3g} per real pair; {syn['skipped']} malformed or empty lines skipped), each source "
+            f"tagged {syn['tag']} (id {syn['tag_id']}); {len(task.train) - syn['pairs']:,} real training pairs")
     log(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
         f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {task.tokenizer.type} "
         f"(vocab {task.tokenizer.vocab_size:,})")
     return {"train_pairs": len(task.train), "valid_pairs": len(task.valid), "skipped": task.skipped,
+            **({"synthetic_pairs": syn["pairs"], "synthetic_available": syn["available"]} if syn is not None
+               else {}),
             "truncated": cut, "padding": pad, "valid_split": task.valid_split,
             **({"anneal_pairs": len(task.anneal), "anneal_replayed": task.n_replayed} if task.anneal is not None
                else {})}
@@ -285,6 +328,7 @@ def _build_task(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any], cfg
         seed=cfg.seed, label_smoothing=opts["label_smoothing"], bleu_sentences=opts["bleu_sentences"],
         word_dropout=opts["word_dropout"], anneal=anneal_source, anneal_share=opts["anneal_share"],
         anneal_replay=opts["anneal_replay"], shape_multiple=GRAPH_SHAPE_MULTIPLE if cfg.cuda_graphs else 1,
+        reverse=opts["reverse"], synthetic=opts["synthetic"], synthetic_ratio=opts["synthetic_ratio"] or 1.0,
         verify=first), cfg.device)  # under torchrun rank 0 builds the token stores, the others open them
     if cfg.cuda_graphs:
         shapes = task.batchers["train"].shapes
@@ -318,7 +362,7 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     cfg = _mt_train_config(o, saved, opts["bleu"])
     _mt_model_config(o, saved, preset, None, max_len)  # a bad preset or override fails now, not after the BPE
     task, data_desc = _build_task(o, saved, opts, cfg, log)
-    data_stats = _report_data(task, data_desc, max_len, max_tokens, log)
+    data_stats = _report_data(task, data_desc, max_len, max_tokens, log, opts)
     model_config = _mt_model_config(o, saved, preset, task.tokenizer, max_len)
     out = Path(o.out or default_run_folder("mt", data, preset))
 
@@ -332,7 +376,9 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     mt_options = {"valid": None if opts["valid"] is None else str(opts["valid"]),
                   **{k: opts[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
                                           "bleu_sentences", "word_dropout", "anneal_data", "anneal_share")},
-                  **({"anneal_replay": opts["anneal_replay"]} if opts["anneal_replay"] else {})}
+                  **({"anneal_replay": opts["anneal_replay"]} if opts["anneal_replay"] else {}),
+                  **({"reverse": True} if opts["reverse"] else {}),  # absent when off: older runs read the same
+                  **({k: opts[k] for k in ("synthetic", "synthetic_ratio")} if opts["synthetic"] else {})}
     extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": task.tokenizer.to_dict(),
              "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,

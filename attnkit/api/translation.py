@@ -14,11 +14,27 @@ included) is cut to fit and counted (:attr:`Translator.n_truncated`), or refused
 ``strict``. The translation itself is :mod:`attnkit.generation.translate` (shared with ``evaluate_mt`` and the
 BLEU of training).
 
+:func:`translate_file` translates a whole file into pairs, the middle step of back-translation
+(``attnkit translate --input FILE --output PAIRS.tsv``)::
+
+    translate_file(TranslateFileOptions(ckpt="runs/en-de", input="en-mono", output="synthetic.tsv", beam=1))
+
+It writes one line per input line, ``sentence<TAB>translation`` (both through
+:func:`~attnkit.data.corpora.parallel.normalize_text`, so neither holds a tab or a newline; an empty input line or
+an empty translation leaves that side empty, and readers skip such lines as malformed), in input order, with a
+tqdm bar, and returns the throughput. Lines are read ``batch_size * sort_batches`` at a time and sorted by length
+inside that window (less padding, rows that finish together); each window's lines are appended and flushed once it
+is done. **Resume**: when the output exists, its complete lines are kept (a line cut off by a stop is dropped),
+each must be the translation of the same input line (else it is refused), and the run continues with the next
+line. ``<output>.json`` records the checkpoint, the decoding settings (a resume with others is refused), the
+counts and the throughput.
+
 Axis legend: B sentences in a batch, S source length (inside :mod:`attnkit.generation.translate`).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -26,7 +42,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from .decoding import DecodingOptions
 from .options import inference_device, place_model
 
-__all__ = ["TranslateOptions", "Translator", "translate"]
+__all__ = ["TranslateOptions", "Translator", "translate", "TranslateFileOptions", "TranslateFileResult",
+           "translate_file"]
 
 
 @dataclass
@@ -98,3 +115,199 @@ def translate(sentences: Sequence[str], options: TranslateOptions | None = None,
     if isinstance(sentences, str):
         raise ValueError("translate expects a list of sentences, got one string; wrap it in a list")
     return Translator(options, **kwargs).translate(sentences)
+
+
+@dataclass
+class TranslateFileOptions(TranslateOptions):
+    """Options of :func:`translate_file`: :class:`TranslateOptions` plus
+
+    Attributes:
+        input: a UTF-8 text file, one sentence a line, or the name of a monolingual recipe (``en-mono``: its
+            ``sentences.txt``, prepared on first use).
+        output: the pairs file to write (``sentence<TAB>translation``); continued when it exists.
+        sort_batches: how many batches of ``batch_size`` lines are read and sorted by length together.
+        progress: show a tqdm progress bar (stderr).
+    """
+
+    input: str | Path = ""
+    output: str | Path = ""
+    sort_batches: int = 16
+    progress: bool = True
+
+    def _check(self) -> None:
+        super()._check()
+        if not str(self.input) or not str(self.output):
+            raise ValueError(f"translate_file needs input and output, got input {str(self.input)!r} and output "
+                             f"{str(self.output)!r}")
+        if self.sort_batches < 1:
+            raise ValueError(f"sort_batches must be >= 1, got {self.sort_batches}")
+
+
+@dataclass
+class TranslateFileResult:
+    """What :func:`translate_file` did: ``lines`` in the input, ``resumed_from`` of them already in ``output``,
+    ``translated`` now in ``seconds`` (``source_tokens`` with ``<eos>``, ``target_tokens`` without), ``truncated``
+    sources cut to the model's ``max_len``; ``record``: the path of the JSON record beside the output."""
+
+    output: Path
+    record: Path
+    lines: int
+    resumed_from: int
+    translated: int
+    seconds: float
+    source_tokens: int
+    target_tokens: int
+    truncated: int
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.translated / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def source_tokens_per_s(self) -> float:
+        return self.source_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def target_tokens_per_s(self) -> float:
+        return self.target_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        """One line: how much was translated and how fast."""
+        if not self.translated:
+            return f"nothing to translate: all {self.lines:,} lines are in {self.output}"
+        resumed = f" (continued after line {self.resumed_from:,})" if self.resumed_from else ""
+        return (f"translated {self.translated:,} sentences{resumed} in {self.seconds:.1f} s: "
+                f"{self.sentences_per_s:.1f} sentences/s, {self.source_tokens_per_s:,.0f} source tokens/s, "
+                f"{self.target_tokens_per_s:,.0f} target tokens/s -> {self.output}")
+
+
+def _input_file(name: str | Path) -> Path:
+    """``input`` as a file: itself when it exists, else the ``sentences.txt`` of the monolingual recipe so named."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    if path.exists() or any(c in str(name) for c in "/\\."):
+        raise FileNotFoundError(f"--input: no such file: {name}")
+    from attnkit.data.corpora.registry import get_recipe, prepare, recipe_names
+
+    recipe = get_recipe(str(name))  # unknown name -> ValueError listing the recipes
+    if recipe.kind != "mono":
+        raise ValueError(f"--input {name!r} is a {recipe.kind} recipe; translate reads a text file or a monolingual "
+                         f"recipe ({', '.join(recipe_names('mono'))})")
+    return prepare(str(name)) / "sentences.txt"
+
+
+def _kept_lines(output: Path, input_path: Path) -> int:
+    """How many lines of an existing ``output`` to keep: its complete lines (a last line without its newline is cut
+    off the file), each of which must start with the same input line. Refuses an output of other input."""
+    from attnkit.data.corpora.parallel import normalize_text
+
+    if not output.exists():
+        return 0
+    with open(output, "rb") as f:
+        data = f.read()
+    end = data.rfind(b"\n") + 1  # the bytes of the complete lines
+    done = data[:end].decode("utf-8").split("\n")[:-1]
+    checked = 0
+    with open(input_path, encoding="utf-8") as lines:
+        for checked, (have, line) in enumerate(zip(done, lines), start=1):
+            if "\t" not in have or have.split("\t", 1)[0] != normalize_text(line):
+                raise ValueError(f"{output}:{checked} is not the translation of {input_path}:{checked} "
+                                 f"({have[:60]!r} against {normalize_text(line)[:60]!r}); it holds another file's "
+                                 f"pairs: remove it or choose another --output")
+    if checked < len(done):
+        raise ValueError(f"{output} holds {len(done):,} lines, more than the {checked:,} lines of {input_path}")
+    if end < len(data):  # the line a stop cut off: translated again
+        with open(output, "r+b") as f:
+            f.truncate(end)
+    return len(done)
+
+
+def _record(o: TranslateFileOptions, input_path: Path) -> dict[str, Any]:
+    return {"ckpt": str(Path(o.ckpt).resolve()), "input": str(input_path.resolve()),
+            "decoding": {**o.search, "strict": o.strict}, "format": "sentence<TAB>translation"}
+
+
+def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -> TranslateFileResult:
+    """Translate every line of ``input`` into ``output`` as ``sentence<TAB>translation`` pairs, continuing an
+    output that a stopped run left (see the module docstring)."""
+    import json
+
+    from attnkit.checkpoints import write_text_atomic
+
+    o = TranslateFileOptions.make(options, kwargs)
+    input_path, output = _input_file(o.input), Path(o.output)
+    record_path = output.with_name(output.name + ".json")
+    record = _record(o, input_path)
+    if output.exists() and record_path.is_file():
+        before = json.loads(record_path.read_text(encoding="utf-8"))
+        changed = [k for k in ("ckpt", "input", "decoding") if before.get(k) != record[k]]
+        if changed:
+            raise ValueError(f"{output} was begun with another {', '.join(changed)} ({record_path}: "
+                             + "; ".join(f"{k} {before.get(k)!r}, now {record[k]!r}" for k in changed)
+                             + "); remove it or choose another --output")
+    with open(input_path, encoding="utf-8") as f:
+        n_lines = sum(1 for _ in f)
+    done = _kept_lines(output, input_path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(record_path, json.dumps({**record, "lines": n_lines, "complete": done == n_lines}, indent=2))
+    counts = {"translated": 0, "src": 0, "tgt": 0, "cut": 0, "seconds": 0.0}
+    if done < n_lines:
+        _translate_lines(o, input_path, output, done, n_lines, counts)
+    seconds = counts["seconds"]
+    result = TranslateFileResult(output, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
+                                 counts["tgt"], counts["cut"])
+    write_text_atomic(record_path, json.dumps({
+        **record, "lines": n_lines, "complete": True, "resumed_from": done, "translated": result.translated,
+        "seconds": round(seconds, 3), "sentences_per_s": round(result.sentences_per_s, 2),
+        "source_tokens_per_s": round(result.source_tokens_per_s, 1),
+        "target_tokens_per_s": round(result.target_tokens_per_s, 1), "truncated": result.truncated}, indent=2))
+    return result
+
+
+def _translate_lines(o: TranslateFileOptions, input_path: Path, output: Path, done: int, n_lines: int,
+                     counts: dict[str, int]) -> None:
+    """Translate the lines of ``input_path`` after the first ``done`` and append the pairs to ``output``, one window
+    of ``batch_size * sort_batches`` lines at a time; adds to ``counts`` (``seconds``: from the model loaded to the
+    last line written)."""
+    import os
+    import time
+
+    from tqdm.auto import tqdm
+
+    from attnkit.data.corpora.parallel import normalize_text
+    from attnkit.generation.translate import encode_sources, search_ids
+
+    translator = Translator(o)
+    model, tok = translator.model, translator.tokenizer
+    window = o.batch_size * o.sort_batches
+    t0 = time.perf_counter()
+    with open(input_path, encoding="utf-8") as lines, open(output, "a", encoding="utf-8", newline="\n") as out, \
+            tqdm(total=n_lines, initial=done, unit="sentence", desc="translating", disable=not o.progress) as bar:
+        for first, chunk in _windows(lines, done, window):
+            texts = [normalize_text(line) for line in chunk]
+            ids, cut = encode_sources(tok, texts, max_len=translator.max_len, strict=o.strict, first_line=first)
+            hyps = [""] * len(texts)
+            filled = sorted((i for i in range(len(texts)) if texts[i]), key=lambda i: len(ids[i]))
+            for b in range(0, len(filled), o.batch_size):
+                rows = filled[b:b + o.batch_size]
+                targets = search_ids(model, tok, [ids[i] for i in rows], **o.search)
+                for i, target in zip(rows, targets):
+                    hyps[i] = normalize_text(tok.decode(target, skip_special_tokens=True))
+                    counts["src"] += len(ids[i])
+                    counts["tgt"] += len(target)
+                bar.update(len(rows))
+            bar.update(len(texts) - len(filled))
+            out.write("".join(f"{src}\t{hyp}\n" for src, hyp in zip(texts, hyps)))
+            out.flush()
+            os.fsync(out.fileno())
+            counts["translated"] += len(texts)
+            counts["cut"] += cut
+    counts["seconds"] += time.perf_counter() - t0
+
+
+def _windows(lines: Iterable[str], skip: int, size: int) -> Iterator[tuple[int, list[str]]]:
+    """``(line number of the first, lines)`` of ``size`` lines at a time after the first ``skip`` lines."""
+    start = skip + 1
+    for k, chunk in enumerate(_chunks(itertools.islice(lines, skip, None), size)):
+        yield start + k * size, chunk

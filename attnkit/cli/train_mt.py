@@ -57,6 +57,16 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.add_argument("--anneal-replay", type=float, default=None, metavar="R",
                     help="with --anneal-data: the anneal phase also replays R training pairs per anneal pair (a fixed "
                          "random sample), so that the model keeps the other domains (default 0: anneal pairs only)")
+    mt.add_argument("--reverse", action="store_true", default=None,
+                    help="train the other direction: every pair of --data (and --valid, --anneal-data) read target -> "
+                         "source, e.g. an en->de model from de-en (the reverse model of back-translation); recorded in "
+                         "the run, so translate takes English")
+    mt.add_argument("--synthetic", default=None, metavar="FILE",
+                    help="add back-translated pairs: a file written by `attnkit translate --output` with a model of "
+                         "the reverse direction (sentence<TAB>translation), each synthetic source tagged <bt>")
+    mt.add_argument("--synthetic-ratio", type=float, default=None, metavar="R",
+                    help="with --synthetic: R synthetic pairs per real training pair, a fixed random sample (the "
+                         "run's --seed); default 1, all of the file when it holds fewer")
     mt.add_argument("--average-last", type=int, default=0, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
     add_run_flags(mt)

@@ -8,6 +8,12 @@ Input lines are read from ``--input`` or stdin and translated in batches of ``--
 input order, an empty line for an empty input line) and flushed at once, so the command streams. A source longer
 than the model's ``max_len`` is cut to fit and counted on stderr, or refused with its line number under
 ``--strict``.
+
+With ``--output PAIRS.tsv`` (back-translation's middle step) the input is translated into a pairs file instead,
+``sentence<TAB>translation`` per input line, with a progress bar and the throughput at the end; a re-run continues
+after the last complete line (:func:`attnkit.api.translation.translate_file`)::
+
+    attnkit translate --ckpt runs/en-de --input en-mono --output synthetic.tsv --beam 1
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "`attnkit train mt`; writes one translation per line to stdout, streaming.")
     p.add_argument("--ckpt", type=Path, required=True,
                    help="run folder (uses checkpoints/best) or a checkpoint folder (e.g. checkpoints/averaged)")
-    p.add_argument("--input", type=Path, default=None, help="UTF-8 text file, one sentence per line (default stdin)")
+    p.add_argument("--input", default=None, help="UTF-8 text file, one sentence per line (default stdin); with "
+                   "--output also the name of a monolingual recipe (en-mono)")
+    p.add_argument("--output", type=Path, default=None, metavar="PAIRS",
+                   help="write sentence<TAB>translation pairs to this file instead of translations to stdout (needs "
+                        "--input): the synthetic data of back-translation (train mt --synthetic); a progress bar, the "
+                        "throughput at the end; an existing file is continued after its last complete line")
+    p.add_argument("--sort-batches", type=int, default=16, metavar="K",
+                   help="with --output: read K batches at a time and sort them by length together (default 16)")
+    p.add_argument("--no-progress", action="store_true", help="with --output: no progress bar")
     add_decoding_flags(p)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     p.add_argument("--strict", action="store_true", help="refuse sentences longer than the model allows "
@@ -37,8 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_translate(args: argparse.Namespace) -> int:
     from attnkit.api import TranslateOptions, Translator
 
+    if args.output is not None:
+        return _translate_to_pairs(args)
     translator = Translator(options_from(TranslateOptions, args))
-    if args.input is not None and not args.input.is_file():
+    if args.input is not None and not Path(args.input).is_file():
         raise FileNotFoundError(f"--input: no such file: {args.input}")
     lines = open(args.input, encoding="utf-8") if args.input is not None else sys.stdin
     # Typing at a terminal: answer every line at once instead of waiting for a full batch.
@@ -53,4 +69,17 @@ def run_translate(args: argparse.Namespace) -> int:
     if translator.n_truncated:
         print(f"attnkit translate: {translator.n_truncated} of {translator.n_lines} sentences were longer than "
               f"max_len = {translator.max_len} tokens and were truncated (--strict refuses them)", file=sys.stderr)
+    return 0
+
+
+def _translate_to_pairs(args: argparse.Namespace) -> int:
+    from attnkit.api.translation import TranslateFileOptions, translate_file
+
+    if args.input is None:
+        raise ValueError("--output needs --input (a file, read again to continue a stopped run)")
+    result = translate_file(options_from(TranslateFileOptions, args))
+    if result.truncated:
+        print(f"attnkit translate: {result.truncated} sentences were longer than the model allows and were truncated "
+              "(--strict refuses them)", file=sys.stderr)
+    print(result.summary(), file=sys.stderr)
     return 0

@@ -50,7 +50,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.checks import check_int, is_number
-from attnkit.data.pipeline.mt_batching import IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher
+from attnkit.data.pipeline.mt_batching import (BT_TAG, IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher,
+                                               tag_sources)
 
 from attnkit.generation.translate import greedy_translator
 
@@ -174,6 +175,7 @@ class MTTask:
         self.corpora: dict[str, tuple[list[str], list[str]]] = {}
         self.skipped: dict[str, int] = {"train": 0, "valid": 0}
         self.valid_split: dict[str, Any] | None = None  # the counts of a validation part split off the data
+        self.synthetic: dict[str, Any] | None = None  # from_data with back-translated pairs: their counts and tag
         self._fingerprints = {"train": _pairs_fingerprint(train), "valid": _pairs_fingerprint(valid)}
         self.anneal, self.anneal_share = anneal, None if anneal_share is None else float(anneal_share)
         self.anneal_from: int | None = None  # the first training batch index drawn from ``anneal``
@@ -206,6 +208,7 @@ class MTTask:
                   tokenizer: Any = None, vocab_size: int = 8000, max_len: int = 256, truncate: bool = True,
                   strict: bool = False, bleu: bool = False, max_tokens: int = 4096,
                   anneal: str | Path | Sequence[str | Path] | None = None, verify: bool = True,
+                  reverse: bool = False, synthetic: str | Path | None = None, synthetic_ratio: float = 1.0,
                   **kwargs: Any) -> "MTTask":
         """Build a task from files.
 
@@ -227,6 +230,16 @@ class MTTask:
                 ``in-domain.tsv``), encoded with the same tokenizer and length limit; needs ``anneal_share``.
             verify: check a reused token store's checksums (the pairs' ids are encoded once into token stores,
                 :func:`attnkit.data.pipeline.mt_store.encode_pairs_stored`, and read from them).
+            reverse: train the other direction: every pair of ``data``, ``valid`` and ``anneal`` swapped (target →
+                source), validation and BLEU included.
+            synthetic: a back-translation file (``attnkit translate --output``: ``sentence<TAB>translation``, read
+                by :func:`attnkit.data.corpora.parallel.read_back_translations` as (translation, sentence) pairs).
+                ``round(synthetic_ratio * len(training pairs))`` of its pairs (all when it has fewer), drawn without
+                replacement with a generator seeded by ``seed``, join the training pairs, each source tagged with
+                :data:`~attnkit.data.pipeline.mt_batching.BT_TAG` (tagged back-translation, see
+                :meth:`mix_synthetic`). A BPE trained here then has ``<bt>`` as its special id 4; a given
+                tokenizer must have it as one special token.
+            synthetic_ratio: synthetic pairs per real training pair (> 0).
             max_tokens, **kwargs: passed to the constructor (``seed``, ``label_smoothing``, ``bleu_sentences``,
                 ``word_dropout``, ``n_samples``, ``anneal_share``, ``anneal_replay``); ``unk_id`` defaults to the
                 tokenizer's.
@@ -235,18 +248,26 @@ class MTTask:
         from attnkit.data.pipeline.mt_store import encode_pairs_stored
         from attnkit.data.corpora.parallel import load_train_valid
 
-        train_corpus, valid_corpus, split = load_train_valid(data, valid, strict=strict)
+        train_corpus, valid_corpus, split = load_train_valid(data, valid, strict=strict, reverse=reverse)
         for name, corpus in (("train", train_corpus), ("valid", valid_corpus)):
             if len(corpus) == 0:
                 raise ValueError(f"MTTask {name} data {corpus.path!r} holds no usable pair "
                                  f"({corpus.skipped} malformed lines skipped)")
         if tokenizer is None:
-            tokenizer = train_joint_bpe(train_corpus.sources, train_corpus.targets, vocab_size)
+            tokenizer = train_joint_bpe(train_corpus.sources, train_corpus.targets, vocab_size,
+                                        extra_specials=(BT_TAG,) if synthetic is not None else ())
+        mixed = None
+        if synthetic is not None:
+            mixed = cls.mix_synthetic(train_corpus, valid_corpus, synthetic, tokenizer, ratio=synthetic_ratio,
+                                      seed=kwargs.get("seed", 0), strict=strict)
+            train_corpus = mixed["train"]
         corpora = {"train": train_corpus, "valid": valid_corpus}
         if anneal is not None:
             from attnkit.data.corpora.parallel import load_in_domain
 
             corpora["anneal"] = load_in_domain(anneal, strict=strict)
+            if reverse:
+                corpora["anneal"] = corpora["anneal"].swapped()
             if len(corpora["anneal"]) == 0:
                 raise ValueError(f"MTTask anneal data {corpora['anneal'].path!r} holds no usable pair "
                                  f"({corpora['anneal'].skipped} malformed lines skipped)")
@@ -266,7 +287,52 @@ class MTTask:
                         "valid": (valid_corpus.sources, valid_corpus.targets)}
         task.skipped = {name: c.skipped for name, c in corpora.items()}
         task.valid_split = split
+        if mixed is not None:
+            task.synthetic = {k: v for k, v in mixed.items() if k != "train"}
+            task.skipped["synthetic"] = mixed["skipped"]
         return task
+
+    @staticmethod
+    def mix_synthetic(train: Any, valid: Any, path: str | Path, tokenizer: Any, *, ratio: float, seed: int,
+                      strict: bool = False) -> dict[str, Any]:
+        """Real training pairs plus back-translated ones, each synthetic source tagged with ``<bt>``.
+
+        ``train``/``valid``: :class:`~attnkit.data.corpora.parallel.ParallelCorpus` of the real pairs; ``path``: a
+        back-translation file. ``k = round(ratio * len(train))`` synthetic pairs (all of them when the file has
+        fewer) are drawn without replacement from ``numpy.random.default_rng([seed, 13])`` and kept in file order
+        after the real pairs: the same pairs in every run and resume with that seed. The tag must be one special
+        token of ``tokenizer`` (so it reaches the model as one id that BPE never splits) and appear in no real
+        sentence. Returns ``{"train": the mixed corpus, "pairs": k, "available": pairs in the file, "skipped":
+        malformed lines of the file, "ratio": k / len(train), "tag": BT_TAG, "tag_id": its id}``.
+        """
+        import numpy as np
+
+        from attnkit.data.corpora.parallel import ParallelCorpus, read_back_translations
+
+        if not is_number(ratio) or not 0.0 < ratio < math.inf:
+            raise ValueError(f"synthetic_ratio must be a number > 0, got {ratio!r}")
+        tag_id = tokenizer.token_to_id(BT_TAG)
+        if tag_id is None or tokenizer.encode(BT_TAG) != [tag_id]:
+            raise ValueError(f"synthetic pairs need the tokenizer to have {BT_TAG!r} as one special token (a BPE "
+                             f"trained by train mt with synthetic data has it as id 4); this tokenizer encodes it as "
+                             f"{tokenizer.encode(BT_TAG)}")
+        tagged_real = sum(BT_TAG in s for s in (*train.sources, *valid.sources))
+        if tagged_real:
+            raise ValueError(f"{tagged_real} real source sentences contain the back-translation tag {BT_TAG!r}, which "
+                             f"marks synthetic sources; remove it from the real data")
+        corpus = read_back_translations(path, strict=strict)
+        if len(corpus) == 0:
+            raise ValueError(f"synthetic data {str(path)!r} holds no usable pair ({corpus.skipped} malformed or "
+                             f"empty lines skipped)")
+        k = min(len(corpus), round(ratio * len(train)))
+        if k == 0:
+            raise ValueError(f"synthetic_ratio {ratio:g} of {len(train)} training pairs takes no synthetic pair")
+        picked = np.sort(np.random.default_rng([seed, 13]).choice(len(corpus), size=k, replace=False)).tolist()
+        mixed = ParallelCorpus(list(train.sources) + tag_sources([corpus.sources[i] for i in picked]),
+                               list(train.targets) + [corpus.targets[i] for i in picked],
+                               list(train.skipped_lines), train.path)
+        return {"train": mixed, "pairs": k, "available": len(corpus), "skipped": corpus.skipped,
+                "ratio": k / len(train), "tag": BT_TAG, "tag_id": tag_id}
 
     # --------------------------------------------------------------------------------------------
     @property
@@ -429,6 +495,8 @@ class MTTask:
                 state["anneal_replay"] = self.anneal_replay
         if self.shape_multiple > 1:  # absent at 1 (as anneal_replay at 0): other batches, so resume must match
             state["shape_multiple"] = self.shape_multiple
+        if self.synthetic is not None:  # absent without: the training fingerprint covers the mixed pairs already
+            state["n_synthetic"] = self.synthetic["pairs"]
         return state
 
     def _same_pairs(self, key: str, recorded: Any) -> bool:
@@ -449,7 +517,7 @@ class MTTask:
         mine.pop("anneal_from", None)
         # a checkpoint that annealed is refused by a task that does not (and the other way round)
         keys = list(mine) + [k for k in ("n_anneal", "anneal_share", "anneal_fingerprint", "anneal_replay",
-                                         "shape_multiple")
+                                         "shape_multiple", "n_synthetic")
                              if k in state and k not in mine]
         diffs = [f"{k} (checkpoint {state.get(k)!r}, now {mine.get(k)!r})" for k in keys
                  if state.get(k) != mine.get(k) and not self._same_pairs(k, state.get(k))]

@@ -45,6 +45,7 @@ __all__ = [
     "in_domain_source",
     "load_in_domain",
     "load_eval_pairs",
+    "read_back_translations",
     "ParallelCorpus",
     "normalize_text",
     "read_tsv",
@@ -118,6 +119,10 @@ class ParallelCorpus:
     def pairs(self) -> list[tuple[str, str]]:
         """The pairs as ``(source, target)`` tuples."""
         return list(zip(self.sources, self.targets))
+
+    def swapped(self) -> "ParallelCorpus":
+        """The same pairs the other way round (each target becomes the source): the reverse direction."""
+        return ParallelCorpus(list(self.targets), list(self.sources), list(self.skipped_lines), self.path)
 
     def __repr__(self) -> str:
         where = f", path={self.path!r}" if self.path else ""
@@ -314,19 +319,24 @@ def split_off_valid(corpus: ParallelCorpus, *, fraction: float = AUTO_VALID_FRAC
     return part(train, "train"), part(chosen, "valid"), info
 
 
-def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False
+def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False, reverse: bool = False
                      ) -> tuple[ParallelCorpus, ParallelCorpus, dict[str, Any] | None]:
     """Training and validation pairs: ``(train, valid, split info or None)``.
 
     ``data`` and ``valid`` take the forms of :func:`load_parallel`. Without ``valid``, a prepared folder gives its
     ``valid.tsv``; a file (or two files) gets a validation part split off by :func:`split_off_valid`, whose
-    ``info`` is returned (None when nothing was split).
+    ``info`` is returned (None when nothing was split). ``reverse``: every pair the other way round (target →
+    source), swapped before a validation part is split off, so the two parts are disjoint in the new sources.
     """
-    train = load_parallel(data, split="train", strict=strict)
+    def read(what: Any, split: str) -> ParallelCorpus:
+        corpus = load_parallel(what, split=split, strict=strict)
+        return corpus.swapped() if reverse else corpus
+
+    train = read(data, "train")
     if valid is not None:
-        return train, load_parallel(valid, strict=strict), None
+        return train, read(valid, "train"), None
     if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
-        return train, load_parallel(data, split="valid", strict=strict), None
+        return train, read(data, "valid"), None
     return split_off_valid(train)
 
 
@@ -359,9 +369,20 @@ def resolve_parallel_data(data: str, *, kind: str = "mt", flag: str = "--data") 
     return prepare(data), data
 
 
-def load_eval_pairs(data: str, split: str, *, strict: bool = False) -> "ParallelCorpus":
-    """``--data`` (+ ``--split``) → a :class:`~attnkit.data.corpora.parallel.ParallelCorpus` of the pairs to score."""
+def load_eval_pairs(data: str, split: str, *, strict: bool = False, reverse: bool = False) -> "ParallelCorpus":
+    """``--data`` (+ ``--split``) → a :class:`~attnkit.data.corpora.parallel.ParallelCorpus` of the pairs to score
+    (``reverse``: the other way round, for a model trained with ``train mt --reverse``)."""
     source, _ = resolve_parallel_data(data)
     if isinstance(source, Path) and source.is_dir() and not (source / f"{split}.tsv").is_file():
         raise FileNotFoundError(f"{source} has no {split}.tsv")
-    return load_parallel(source, split=split, strict=strict)
+    corpus = load_parallel(source, split=split, strict=strict)
+    return corpus.swapped() if reverse else corpus
+
+
+def read_back_translations(path: str | os.PathLike, *, strict: bool = False) -> ParallelCorpus:
+    """The synthetic pairs of a back-translation file (``attnkit translate --output``): each line is
+    ``sentence<TAB>translation``, a monolingual sentence in the target language of the model to train and its
+    machine translation into that model's source language. Returns ``(translation, sentence)`` pairs, the
+    synthetic source first; lines with an empty side (an empty input line or translation) are skipped and counted
+    like any malformed TSV line (refused under ``strict``)."""
+    return read_tsv(path, strict=strict).swapped()

@@ -25,7 +25,8 @@ __all__ = ["Recipe", "register", "get_recipe", "recipe_names", "prepare"]
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    kind: str  # "lm" (plain text: train.txt / valid.txt) or "mt" (parallel: train/valid/test .tsv)
+    kind: str  # "lm" (plain text: train.txt / valid.txt), "mt" (parallel: train/valid/test .tsv) or "mono"
+    #            (monolingual sentences for back-translation: sentences.txt, one a line)
     description: str
     fn: Callable[..., Path]
 
@@ -37,13 +38,14 @@ _RECIPE_MODULES = (
     "attnkit.data.corpora.shakespeare",
     "attnkit.data.corpora.de_en",
     "attnkit.data.corpora.fortunes",
+    "attnkit.data.corpora.en_mono",
 )
 
 
 def register(name: str, *, kind: str, description: str) -> Callable[[Callable[..., Path]], Callable[..., Path]]:
     """Decorator registering ``fn(home: Path, force: bool = False) -> Path`` as the recipe ``name``."""
-    if kind not in ("lm", "mt"):
-        raise ValueError(f"recipe kind must be 'lm' or 'mt', got {kind!r}")
+    if kind not in ("lm", "mt", "mono"):
+        raise ValueError(f"recipe kind must be 'lm', 'mt' or 'mono', got {kind!r}")
 
     def deco(fn: Callable[..., Path]) -> Callable[..., Path]:
         _RECIPES[name] = Recipe(name, kind, description, fn)

@@ -60,7 +60,9 @@ from attnkit.data.tokenizers.tokenizer import Tokenizer
 __all__ = [
     "MT_SPECIAL_TOKENS",
     "IGNORE_INDEX",
+    "BT_TAG",
     "train_joint_bpe",
+    "tag_sources",
     "EncodedPairs",
     "encode_pairs",
     "MTBatch",
@@ -73,15 +75,21 @@ __all__ = [
 # Joint vocabulary specials, in id order: <pad>=0, <bos>=1, <eos>=2, <unk>=3.
 MT_SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 IGNORE_INDEX = -100
+# The tag of back-translated pairs (tagged back-translation, Caswell et al. 2019): written before each synthetic
+# source, it tells the model which sources are machine translations. With synthetic pairs the joint BPE has it
+# as its special token id 4 (after MT_SPECIAL_TOKENS), so it is one id, never split, matched in the text.
+BT_TAG = "<bt>"
 
 
 def train_joint_bpe(sources: Sequence[str], targets: Sequence[str], vocab_size: int = 8000, *,
-                    min_frequency: int = 2) -> Tokenizer:
-    """Train one byte-level BPE on both languages, with :data:`MT_SPECIAL_TOKENS` as ids 0..3.
+                    min_frequency: int = 2, extra_specials: Sequence[str] = ()) -> Tokenizer:
+    """Train one byte-level BPE on both languages, with :data:`MT_SPECIAL_TOKENS` as ids 0..3 and
+    ``extra_specials`` (e.g. ``(BT_TAG,)``) as the ids after them.
 
     A joint vocabulary lets source and target share embeddings (``share_embeddings=True``): names, numbers
     and cognates ("Computer", "Film") get the same ids on both sides. Byte-level BPE round-trips exactly
-    (``decode(encode(s)) == s``), which matters because BLEU is computed on detokenized text.
+    (``decode(encode(s)) == s``), which matters because BLEU is computed on detokenized text. A special token
+    written in a text is encoded as its one id (``encode("<bt>Das Haus") == [4] + encode("Das Haus")``).
     """
     from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 
@@ -89,10 +97,17 @@ def train_joint_bpe(sources: Sequence[str], targets: Sequence[str], vocab_size: 
         raise ValueError(f"train_joint_bpe needs as many sources as targets, got {len(sources)} and {len(targets)}")
     if not sources:
         raise ValueError("train_joint_bpe needs at least one sentence pair, got 0")
-    tok = BPETokenizer.train(itertools.chain(sources, targets), vocab_size, special_tokens=list(MT_SPECIAL_TOKENS),
+    specials = list(MT_SPECIAL_TOKENS) + [t for t in extra_specials if t not in MT_SPECIAL_TOKENS]
+    tok = BPETokenizer.train(itertools.chain(sources, targets), vocab_size, special_tokens=specials,
                              min_frequency=min_frequency, pad="<pad>", bos="<bos>", eos="<eos>", unk="<unk>")
     assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
     return tok
+
+
+def tag_sources(sources: Sequence[str], tag: str = BT_TAG) -> list[str]:
+    """Each source with ``tag`` written before it (no space: the tag is a special token, matched as one id, and the
+    sentence after it is encoded as if it stood alone)."""
+    return [tag + s for s in sources]
 
 
 # ---------------------------------------------------------------------------------------------------------------
