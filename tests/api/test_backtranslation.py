@@ -1,0 +1,174 @@
+"""Back-translation from Python: a reverse run (``reverse=True``), translating a file into pairs
+(:func:`attnkit.api.translation.translate_file`: format, record, resume, refusals), and real + synthetic pairs in
+one task (:meth:`attnkit.training.MTTask.mix_synthetic`: the sample, the tag in the batches, its gradient).
+
+Axis legend: ``B`` pairs in a batch, ``S`` source length, ``C`` model width, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit import api
+from attnkit.api.translation import TranslateFileOptions, translate_file
+from attnkit.data.corpora.parallel import read_back_translations
+from attnkit.data.pipeline.mt_batching import BT_TAG
+from attnkit.models.builders import build_model
+from attnkit.models.presets import get_preset
+from attnkit.training import MTTask
+
+TINY_MT = dict(preset="transformer-cpu", overrides={"d_model": 32, "num_heads": 2, "dim_feedforward": 64,
+                                                    "num_encoder_layers": 1, "num_decoder_layers": 1},
+               vocab_size=300, max_tokens=256, eval_every=10, eval_batches=2, ckpt_every=5, log_every=5,
+               bleu_sentences=8, progress=False)
+MONO = ["A B C", "", "H G F E", "C C A B D", "E\tF G", "B", "D D D A", "G H", "A A B B C C"]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory, make_copy_task) -> Path:
+    """Letter sequences (source) and their upper-cased copies (target): train/valid/test.tsv."""
+    folder = tmp_path_factory.mktemp("pairs") / "copy"
+    return make_copy_task(folder, sizes=(("train", 300), ("valid", 20), ("test", 20)))
+
+
+@pytest.fixture(scope="module")
+def reverse_run(pairs, tmp_path_factory) -> api.RunResult:
+    options = api.TrainMTOptions(data=str(pairs), out=tmp_path_factory.mktemp("rev") / "run", steps=10,
+                                 reverse=True, **TINY_MT)
+    return api.train_mt(options, log=lambda line: None)
+
+
+@pytest.fixture
+def mono(tmp_path) -> Path:
+    path = tmp_path / "mono.txt"
+    path.write_text("".join(line + "\n" for line in MONO), encoding="utf-8")
+    return path
+
+
+def test_a_reverse_run_trains_and_validates_the_other_way(pairs, reverse_run):
+    from attnkit.checkpoints import load
+
+    state = load(reverse_run.out, expect_kind="mt").state
+    assert state["extra"]["mt_options"]["reverse"] is True
+    task = MTTask.from_data(pairs, vocab_size=300, max_len=32, reverse=True)
+    sources, targets = task.corpora["valid"]
+    assert all(s.isupper() for s in sources) and all(t.islower() for t in targets)  # English -> "German"
+    assert all(s.isupper() for s in task.corpora["train"][0])
+    forward = MTTask.from_data(pairs, vocab_size=300, max_len=32)
+    assert forward.corpora["valid"] == (targets, sources)
+
+
+def test_translate_file_writes_one_pair_per_input_line(reverse_run, mono, tmp_path):
+    out = tmp_path / "synthetic.tsv"
+    result = translate_file(TranslateFileOptions(ckpt=reverse_run.out, input=mono, output=out, beam=1,
+                                                 batch_size=2, sort_batches=2, progress=False))
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == len(MONO)  # one line per input line, each ending in \n
+    rows = [line.split("\t") for line in lines[:-1]]
+    assert all(len(row) == 2 for row in rows)  # exactly one tab: a tab inside a sentence became a space
+    assert [r[0] for r in rows] == [" ".join(s.split()) for s in MONO]  # input order, normalised
+    assert rows[1] == ["", ""]  # an empty line stays empty
+    assert all(r[1] for i, r in enumerate(rows) if i != 1)
+    assert (result.lines, result.resumed_from, result.translated) == (len(MONO), 0, len(MONO))
+    assert result.source_tokens > 0 and result.target_tokens > 0 and result.sentences_per_s > 0
+    record = json.loads(result.record.read_text())
+    assert record["complete"] and record["decoding"]["beam"] == 1 and record["translated"] == len(MONO)
+    synthetic = read_back_translations(out)  # what train mt --synthetic reads: (translation, sentence)
+    assert synthetic.targets == [r[0] for r in rows if r[0] and r[1]] and synthetic.skipped == 1
+
+
+def test_translate_file_continues_after_the_last_complete_line(reverse_run, mono, tmp_path):
+    opts = dict(ckpt=reverse_run.out, input=mono, beam=2, batch_size=2, sort_batches=1, progress=False)
+    straight = tmp_path / "straight.tsv"
+    translate_file(TranslateFileOptions(output=straight, **opts))
+    full = straight.read_text(encoding="utf-8")
+    stopped = tmp_path / "stopped.tsv"
+    cut = full.index("\n", full.index("\n") + 1) + 1 + 3  # two complete lines and part of the third
+    stopped.write_text(full[:cut], encoding="utf-8")
+    result = translate_file(TranslateFileOptions(output=stopped, **opts))
+    assert result.resumed_from == 2 and result.translated == len(MONO) - 2
+    assert stopped.read_text(encoding="utf-8") == full
+    again = translate_file(TranslateFileOptions(output=stopped, **opts))
+    assert again.translated == 0 and "nothing to translate" in again.summary()
+
+
+def test_translate_file_refuses_an_output_of_other_input_or_decoding(reverse_run, mono, tmp_path):
+    opts = dict(ckpt=reverse_run.out, input=mono, batch_size=4, progress=False)
+    other = tmp_path / "other.tsv"
+    other.write_text("X Y Z\tx y z\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"other.tsv:1 is not the translation of .*mono.txt:1"):
+        translate_file(TranslateFileOptions(output=other, **opts))
+    assert other.read_text(encoding="utf-8") == "X Y Z\tx y z\n"  # untouched
+    out = tmp_path / "out.tsv"
+    translate_file(TranslateFileOptions(output=out, beam=1, **opts))
+    with pytest.raises(ValueError, match="begun with another decoding"):
+        translate_file(TranslateFileOptions(output=out, beam=3, **opts))
+
+
+def _synthetic_file(path: Path, n: int) -> Path:
+    """``n`` back-translation lines: ``SENTENCE<TAB>translation`` (an upper-case target, a lower-case source)."""
+    lines = [f"{'A B C D'[:1 + 2 * (i % 4)]} H{chr(65 + i % 7)}\t{'a b c d'[:1 + 2 * (i % 4)]} h{chr(97 + i % 7)}"
+             for i in range(n)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_mixing_samples_r_synthetic_pairs_per_real_pair_with_a_fixed_seed(pairs, tmp_path):
+    syn = _synthetic_file(tmp_path / "syn.tsv", 500)
+    task = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, seed=3)
+    n_real = 300
+    assert task.synthetic["pairs"] == 150 and len(task.train) == n_real + 150 and task.synthetic["tag_id"] == 4
+    sources, targets = task.corpora["train"]
+    tagged = [s for s in sources if s.startswith(BT_TAG)]
+    assert len(tagged) == 150 and all(t.isupper() for s, t in zip(sources, targets) if s.startswith(BT_TAG))
+    again = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, seed=3)
+    other_seed = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, seed=4)
+    assert again.corpora["train"] == task.corpora["train"] != other_seed.corpora["train"]
+    capped = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=3.0)
+    assert capped.synthetic["pairs"] == 500  # the file holds fewer than 3 x 300: all of it
+    assert task.state_dict()["n_synthetic"] == 150 and "n_synthetic" not in MTTask.from_data(
+        pairs, vocab_size=300, max_len=32).state_dict()
+
+
+def test_the_tag_reaches_the_model_and_its_embedding_learns(pairs, tmp_path):
+    syn = _synthetic_file(tmp_path / "syn.tsv", 200)
+    task = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, max_tokens=256)
+    tag = task.synthetic["tag_id"]
+    config = get_preset("transformer-cpu", src_vocab_size=task.tokenizer.vocab_size, d_model=32, num_heads=2,
+                        tgt_vocab_size=task.tokenizer.vocab_size, dim_feedforward=64, num_encoder_layers=1,
+                        num_decoder_layers=1, max_len=32, pad_id=task.tokenizer.pad_id,
+                        share_embeddings=False, tie_output=False)  # the source table learns from the inputs only
+    model = build_model(config)
+    batches = [task.batch("train", i) for i in range(task.num_batches("train"))]
+    with_tag = [b for b in batches if (b.src == tag).any()]
+    without = [b for b in batches if not (b.src == tag).any()]
+    assert with_tag and without
+    for b in with_tag:  # the tag is the first id of the synthetic rows, nowhere else
+        rows = (b.src == tag).any(dim=1)  # (B,)
+        assert (b.src[rows, 0] == tag).all() and int((b.src == tag).sum()) == int(rows.sum())
+    table = model.src_embed.tok.weight  # (V, C), apart from the target side's table and the output layer
+    for batch, expect in ((with_tag[0], True), (without[0], False)):
+        model.zero_grad(set_to_none=False)
+        loss, _ = task.loss(model, batch)
+        loss.backward()
+        assert bool(table.grad[tag].abs().sum() > 0) is expect
+        assert table.grad[5:].abs().sum() > 0  # ordinary tokens always learn
+
+
+def test_mixing_refuses_a_tokenizer_without_the_tag_and_tagged_real_sources(pairs, tmp_path):
+    from attnkit.data.pipeline.mt_batching import train_joint_bpe
+
+    syn = _synthetic_file(tmp_path / "syn.tsv", 20)
+    plain = train_joint_bpe(["a b c"] * 5, ["A B C"] * 5, 300)
+    with pytest.raises(ValueError, match="one special token"):
+        MTTask.from_data(pairs, tokenizer=plain, max_len=32, synthetic=syn)
+    tagged = tmp_path / "tagged.tsv"
+    tagged.write_text("".join(f"{BT_TAG}a b {i}\tA B {i}\n" for i in range(20)), encoding="utf-8")
+    with pytest.raises(ValueError, match="real source sentences contain the back-translation tag"):
+        MTTask.from_data(tagged, vocab_size=300, max_len=32, synthetic=syn)
+    with pytest.raises(ValueError, match="synthetic_ratio must be a number > 0"):
+        MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.0)
