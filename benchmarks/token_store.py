@@ -11,12 +11,15 @@ repeated with a new shuffle until the size is reached), then measures, each in a
   token stores are built) and then again (they are reused); and BPE with a given tokenizer file (``--tokenizer``,
   trained once on the smallest corpus with ``--vocab``); with ``--baseline-tree DIR`` (an older checkout, e.g.
   ``git archive COMMIT | tar -x -C DIR``) the first command also with that code, for sizes up to
-  ``--baseline-max``;
+  ``--baseline-max``. ``--phases`` picks what to measure and ``--merge`` adds it to an existing record;
 - tokenization throughput on the same text and tokenizer, side by side in the same run: the token store
   (``open_lm_stores``: scan, split, encode into the store) against HF ``datasets`` (``load_dataset("text")`` then
   ``Dataset.map`` with the same ``tokenizers`` tokenizer's ``encode_batch_fast``, batched, Arrow cache written), and
   the character tokenizer's store alone. MB/s = text bytes / seconds inside the process (imports excluded); up to
   ``--rounds-max`` the two alternate ``--rounds`` times and each keeps its best round, larger sizes run once.
+
+With ``--mt-pairs N``: translation pairs drawn from de-en's training pairs, their ids as lists in memory
+(``encode_pairs``) against a token store (``encode_pairs_stored``), and how much the peak RSS grew.
 
 The corpus and everything built from it are deleted after each size. The load averages before and after each
 measurement go into the record (``--record``: ``.json`` and ``.md``). There are no tensor axes in this file.
@@ -71,6 +74,61 @@ print(json.dumps({"seconds": seconds, "load_seconds": loaded, "tokens": n}))
 """
 
 
+MT = """
+import json, random, sys, time
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+from attnkit.data.corpora.parallel import read_tsv
+from attnkit.data.pipeline.mt_batching import TokenBudgetBatcher, encode_pairs
+from attnkit.data.pipeline.mt_store import encode_pairs_stored
+from attnkit.data.tokenizers.tokenizer import load_tokenizer
+tsv, tok_file, cache, mode, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+corpus = read_tsv(tsv)
+rng = random.Random(0)
+picks = [rng.randrange(len(corpus)) for _ in range(n)]
+src, tgt = [corpus.sources[i] for i in picks], [corpus.targets[i] for i in picks]
+tok = load_tokenizer(tok_file)
+before = peak()
+t0 = time.perf_counter()
+data = (encode_pairs(tok, src, tgt, max_src_len=128) if mode == "memory"
+        else encode_pairs_stored(tok, src, tgt, max_src_len=128, cache_dir=cache))
+seconds = time.perf_counter() - t0
+batcher = TokenBudgetBatcher(data, max_tokens=4096, seed=0)
+for step in range(50):
+    batcher.batch(step)
+print(json.dumps({"seconds": seconds, "peak_before_mb": before, "grown_mb": peak() - before}))
+"""
+
+
+def measure_mt(args: argparse.Namespace) -> dict:
+    """Translation: ``--mt-pairs`` de-en training pairs (drawn with replacement) encoded in memory (lists of ids,
+    ``encode_pairs``) and into a token store (built, then reused), 50 batches each: how much the peak grew."""
+    from attnkit.data.corpora.parallel import read_tsv
+    from attnkit.data.corpora.registry import prepare
+    from attnkit.data.pipeline.mt_batching import train_joint_bpe
+    from attnkit.data.tokenizers.tokenizer import save_tokenizer
+
+    tsv = prepare("de-en", home=args.recipes_home) / "train.tsv"
+    corpus = read_tsv(tsv)
+    tok_file = save_tokenizer(train_joint_bpe(corpus.sources[:50_000], corpus.targets[:50_000], 8000),
+                              args.work / "bpe_mt.json")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
+    cache = args.work / "mt-store"
+    row: dict = {"pairs": args.mt_pairs}
+    for name, mode in (("memory", "memory"), ("store_built", "store"), ("store_reused", "store")):
+        got = timed([sys.executable, "-c", MT, str(tsv), str(tok_file), str(cache), mode, str(args.mt_pairs)], env,
+                    args.nice)
+        if got["rc"] == 0:
+            got.update(json.loads(got.pop("stdout").strip().splitlines()[-1]))
+        row[name] = got
+        print(f"[mt {args.mt_pairs:,} pairs] {name}: peak grew {got.get('grown_mb', 0):,.0f} MB, "
+              f"{got.get('seconds', 0):.1f} s (rc {got['rc']})", flush=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    return row
+
+
 def parse_size(text: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMG]?)", text.strip().upper())
     if not m:
@@ -122,12 +180,12 @@ def loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def timed(cmd: list[str], env: dict[str, str], nice: int) -> dict:
+def timed(cmd: list[str], env: dict[str, str], nice: int, cwd: Path | None = None) -> dict:
     """Run ``cmd`` under ``/usr/bin/time -v`` and ``nice``: wall seconds, peak RSS (MB), exit code, stdout."""
     before = loadavg()
     full = ["nice", "-n", str(nice), "/usr/bin/time", "-v", *cmd]
     t0 = time.perf_counter()
-    proc = subprocess.run(full, env=env, capture_output=True, text=True)
+    proc = subprocess.run(full, env=env, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - t0
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
     out = {"rc": proc.returncode, "wall_s": round(wall, 2), "peak_rss_mb": int(rss.group(1)) / 1024 if rss else None,
@@ -153,20 +211,24 @@ def measure_size(label: str, size: int, args: argparse.Namespace, lines: list[st
         e = dict(env, ATTNKIT_HOME=str(home), PYTHONPATH=str(tree or ROOT))
         cmd = py + ["-m", "attnkit", "train", "lm", "--data", str(corpus), "--steps", "2", "--out",
                     str(work / f"run-{name}"), "--no-progress", *extra]
-        got = timed(cmd, e, args.nice)
+        got = timed(cmd, e, args.nice, cwd=tree or ROOT)  # `-m` puts the working folder first on the path
         got.pop("stdout")
         row[name] = got
         print(f"[{label}] {name}: {got['wall_s']} s, peak RSS {got['peak_rss_mb']} MB (rc {got['rc']})", flush=True)
 
-    train("train_char", work / "home")
-    if "reused" not in args.skip:
-        train("train_char_reused", work / "home")
-    shutil.rmtree(work / "home", ignore_errors=True)
-    train("train_bpe_file", work / "home", "--tokenizer", str(tokenizer_file))
-    shutil.rmtree(work / "home", ignore_errors=True)
-    if args.baseline_tree is not None and size <= args.baseline_max:
+    if "train" in args.phases:
+        train("train_char", work / "home")
+        if "reused" not in args.skip:
+            train("train_char_reused", work / "home")
+        shutil.rmtree(work / "home", ignore_errors=True)
+        train("train_bpe_file", work / "home", "--tokenizer", str(tokenizer_file))
+        shutil.rmtree(work / "home", ignore_errors=True)
+    if "baseline" in args.phases and args.baseline_tree is not None and size <= args.baseline_max:
         train("baseline_train_char", work / "home-baseline", tree=args.baseline_tree)
         shutil.rmtree(work / "home-baseline", ignore_errors=True)
+    if "tokenize" not in args.phases:
+        shutil.rmtree(work, ignore_errors=True)
+        return row
 
     def tokenize(name: str, script: str, *script_args: str) -> dict:
         got = timed(py + ["-c", script, str(corpus), *script_args], env, args.nice)
@@ -200,10 +262,12 @@ def measure_size(label: str, size: int, args: argparse.Namespace, lines: list[st
 def render(record: dict) -> str:
     """The record as Markdown: one table of memory, one of throughput."""
     out = [f"# Token store: memory and tokenization throughput ({record['date']})", "",
-           f"Command: `{record['command']}`  ", f"Machine: {record['machine']} ({record['cpus']} cores, shared); "
+           "Commands: " + ", ".join(f"`{c}`" for c in record.get("commands", [record["command"]])) + "  ", f"Machine: {record['machine']} ({record['cpus']} cores, shared); "
            f"load average before/after each measurement in the JSON; at the start {record['load_start']}, at the end "
            f"{record['load_end']}.  ",
-           f"Corpora: {record['corpus']}; BPE: {record['bpe']}.", "",
+           f"Corpora: {record['corpus']}; BPE: {record['bpe']}.",
+           "The column before the store: the same command with the code of the commit before the store "
+           "(`--baseline-tree`).", "",
            "| text | `train lm --steps 2`, char: peak RSS (wall) | again, stores reused | BPE `--tokenizer FILE` "
            "| before the store (in memory) |", "|---|---|---|---|---|"]
 
@@ -227,6 +291,15 @@ def render(record: dict) -> str:
         hf_cell = (f"{best['mb_per_s']} ({best['peak_rss_mb']:,.0f} MB)" if best else "-")
         out.append(f"| {r['bytes'] / 1e6:,.0f} MB | {ours.get('mb_per_s', '-')} ({ours.get('peak_rss_mb', 0):,.0f} MB) "
                    f"| {hf_cell} | {ratio} | {char.get('mb_per_s', '-')} |")
+    mt = record.get("mt")
+    if mt:
+        out += ["", f"Translation, {mt['pairs']:,} de-en pairs (`max_len` 128, joint BPE of 8,000), 50 batches of 4,096 "
+                "tokens: how much the peak RSS grew past the loaded sentences.", "",
+                "| ids | peak grew | seconds to encode |", "|---|---|---|"]
+        for name, label in (("memory", "lists in memory (`encode_pairs`)"), ("store_built", "token store, built"),
+                            ("store_reused", "token store, reused")):
+            m = mt.get(name, {})
+            out.append(f"| {label} | {m.get('grown_mb', 0):,.0f} MB | {m.get('seconds', 0):,.1f} |")
     return "\n".join(out) + "\n"
 
 
@@ -241,18 +314,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hf-num-proc", default="0", help="comma-separated num_proc for datasets.map (0 = None)")
     p.add_argument("--baseline-tree", type=Path, default=None, help="an older checkout to measure train lm with")
     p.add_argument("--baseline-max", type=parse_size, default=parse_size("100M"))
+    p.add_argument("--phases", default="train,baseline,tokenize",
+                   help="what to measure: train (train lm runs), baseline (--baseline-tree), tokenize (MB/s)")
+    p.add_argument("--merge", action="store_true", help="add to the rows of an existing --record, size by size")
     p.add_argument("--rounds", type=int, default=3, help="alternating throughput rounds (best of each kept)")
     p.add_argument("--rounds-max", type=parse_size, default=parse_size("100M"), help="larger sizes: one round")
     p.add_argument("--skip", default="", help="'reused': skip the second char run")
+    p.add_argument("--mt-pairs", type=int, default=0, help="also translation pairs in memory and in a store")
     p.add_argument("--record", type=Path, default=None, help="write RECORD.json and RECORD.md")
     args = p.parse_args(argv)
     args.hf_num_proc = [int(x) for x in args.hf_num_proc.split(",")]
-    sizes = [(s.strip(), parse_size(s)) for s in args.sizes.split(",")]
+    sizes = [(s.strip(), parse_size(s)) for s in args.sizes.split(",") if s.strip()]  # "" = none (--mt-pairs only)
     if not Path("/usr/bin/time").exists():
         raise SystemExit("needs /usr/bin/time (GNU time) for the peak RSS")
     args.work.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(args.work).free
-    if free < 6 * max(s for _, s in sizes):
+    if free < 6 * max([s for _, s in sizes] + [0]):
         raise SystemExit(f"{args.work}: {free / 1e9:.0f} GB free, the largest size needs about 6x its text")
 
     from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
@@ -269,10 +346,25 @@ def main(argv: list[str] | None = None) -> int:
               "corpus": f"{len(lines):,} lines of shakespeare + fortunes + de-en English, shuffled by line, seed "
                         f"{args.seed}", "bpe": f"byte-level BPE of {tok.vocab_size:,} trained on 200,000 of the lines",
               "load_start": loadavg(), "rows": []}
-    for label, size in sizes:
-        record["rows"].append(measure_size(label, size, args, lines, tokenizer_file))
+    if args.merge and args.record is not None and args.record.with_suffix(".json").exists():
+        old = json.loads(args.record.with_suffix(".json").read_text())  # add to it: same sizes, rows updated
+        record["rows"], record["commands"] = old["rows"], old.get("commands", [old["command"]]) + [record["command"]]
+        record["load_start"] = old["load_start"]
+        if "mt" in old:
+            record["mt"] = old["mt"]
+    steps = [("size", label, size) for label, size in sizes] + ([("mt", None, None)] if args.mt_pairs else [])
+    for kind, label, size in steps:
+        if kind == "mt":
+            record["mt"] = measure_mt(args)
+        else:
+            got = measure_size(label, size, args, lines, tokenizer_file)
+            same = [r for r in record["rows"] if r["size"] == label]
+            if same:
+                same[0].update({k: v for k, v in got.items() if k not in ("size", "bytes")})
+            else:
+                record["rows"].append(got)
         record["load_end"] = loadavg()
-        if args.record is not None:  # after every size: a long run keeps what it measured
+        if args.record is not None:  # after every step: a long run keeps what it measured
             args.record.parent.mkdir(parents=True, exist_ok=True)
             args.record.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
             args.record.with_suffix(".md").write_text(render(record))

@@ -140,16 +140,17 @@ class EncodedPairs:
             raise ValueError(f"EncodedPairs needs as many sources as targets, got {len(self.src)} and {len(self.tgt)}")
 
     @classmethod
-    def from_ragged(cls, flat: np.ndarray, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], *,
+    def from_ragged(cls, flat: Any, src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], *,
                     pad_id: int, bos_id: int, eos_id: int, n_truncated_src: int = 0, n_truncated_tgt: int = 0,
                     content_id: str | None = None) -> "EncodedPairs":
-        """Pairs read from one flat id array: source ``i`` is ``flat[o : o + n - 1]`` then ``<eos>`` for
+        """Pairs read from one flat id array (or a :class:`~attnkit.data.pipeline.token_store.TokenStore`, which
+        indexes like one): source ``i`` is ``flat[o : o + n - 1]`` then ``<eos>`` for
         ``(o, n) = (src[0][i], src[1][i])`` (``n`` counts the ``<eos>``, which need not be in ``flat``); target
         ``i`` is ``flat[o : o + n]`` for ``(o, n) = (tgt[0][i], tgt[1][i])``.
 
         Shape: ``flat (M,)`` (at least one id); offsets and lengths ``(N,)`` each.
         """
-        flat = np.asarray(flat) if len(flat) else np.full(1, pad_id, dtype=np.int64)
+        flat = flat if len(flat) else np.full(1, pad_id, dtype=np.int64)
         sides = (_Ragged(flat, *(np.asarray(a, dtype=np.int64) for a in src)),
                  _Ragged(flat, *(np.asarray(a, dtype=np.int64) for a in tgt)))
         pairs = cls(_RaggedView(sides[0], eos_id), _RaggedView(sides[1], None), pad_id, bos_id, eos_id,

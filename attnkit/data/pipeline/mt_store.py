@@ -87,6 +87,6 @@ def encode_pairs_stored(tokenizer: Tokenizer, sources: Sequence[str], targets: S
                          f"max_tgt_len = {max_tgt_len} (truncate=True cuts it instead)")
     content = hashlib.sha256(f"{store.content_id}:{max_src_len}:{max_tgt_len}".encode()).hexdigest()[:32]
     return EncodedPairs.from_ragged(
-        store.ids, (offsets[:n], np.minimum(src_raw + 1, max_src_len)),
+        store, (offsets[:n], np.minimum(src_raw + 1, max_src_len)),
         (offsets[n:2 * n], np.minimum(tgt_raw, max_tgt_len - 1)),
         n_truncated_src=int(cut_src.sum()), n_truncated_tgt=int(cut_tgt.sum()), content_id="store:" + content, **ids)

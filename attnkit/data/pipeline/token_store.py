@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import struct
 import uuid
@@ -190,19 +191,20 @@ class TokenStore:
     """An opened store: its ids as a read-only memory map, indexable like a 1-D ``torch.long`` tensor.
 
     ``store[i]`` is an int; ``store[a:b]`` and ``store[index]`` (an integer tensor or array of positions, any
-    shape) are ``torch.long`` tensors read from the map (only those ids are converted). ``numel()`` / ``len()``
-    is ``N``; ``ids`` is the raw map ``(N,)``; ``document(d)`` the ids of document ``d``; ``content_id``
+    shape) are ``torch.long`` tensors read from a map (only those ids are converted). ``numel()`` / ``len()``
+    is ``N``; ``ids`` a raw map ``(N,)``; ``document(d)`` the ids of document ``d``; ``content_id``
     ``"store:<sha256>"`` names the ids (not the file) for a training run's resume checks.
 
     Shape: ``ids (N,)``; ``doc_offsets (D + 1,)`` or None; ``store[index]`` has the shape of ``index``.
     """
 
-    def __init__(self, path: Path, header: dict[str, Any], ids: np.ndarray, doc_offsets: np.ndarray | None):
+    def __init__(self, path: Path, header: dict[str, Any], fh: Any, doc_offsets: np.ndarray | None):
         self.path = path
         self.header = header
-        self.ids = ids
+        self._fh = fh  # held open: the maps below read this file even if a rebuild renames another over its name
+        self._n = int(header["n_tokens"])
         self.doc_offsets = doc_offsets
-        self.dtype = ids.dtype
+        self.dtype = np.dtype(header["dtype"])
         self.vocab_size = int(header["vocab_size"])
         self.max_id = int(header["max_id"])
         self.fingerprint = header["fingerprint"]
@@ -227,20 +229,32 @@ class TokenStore:
             raise StoreError(f"token store {path} cannot be read: {err}") from None
         if fingerprint is not None and header["fingerprint"] != json.loads(json.dumps(fingerprint)):
             raise StoreError(f"token store {path} was made from another text or tokenizer")
-        dtype, n = np.dtype(header["dtype"]), header["n_tokens"]
-        ids = (np.memmap(path, dtype=dtype, mode="r", offset=PREAMBLE, shape=(n,)) if n
-               else np.zeros(0, dtype=dtype))
+        n = header["n_tokens"]
+        fh = open(path, "rb")
         docs = None
         if header["n_docs"] is not None:
-            docs = np.memmap(path, dtype="<u8", mode="r", offset=header["docs_offset"], shape=(header["n_docs"] + 1,))
+            docs = np.memmap(fh, dtype="<u8", mode="r", offset=header["docs_offset"], shape=(header["n_docs"] + 1,))
             if int(docs[0]) != 0 or int(docs[-1]) != n:
+                fh.close()
                 raise StoreError(f"token store {path}: its document offsets run from {int(docs[0])} to "
                                  f"{int(docs[-1])}, expected 0 to {n}")
-        return cls(path, header, ids, docs)
+        return cls(path, header, fh, docs)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids ``(N,)`` as a new read-only memory map at each access (``madvise(MADV_RANDOM)``: no read-ahead
+        around a window). A map lives as long as the array taken from it, so the pages a batch touched leave this
+        process's resident memory with the batch, and a long run's RSS does not grow towards the store's size."""
+        if self._n == 0:
+            return np.zeros(0, dtype=self.dtype)
+        ids = np.memmap(self._fh, dtype=self.dtype, mode="r", offset=PREAMBLE, shape=(self._n,))
+        if hasattr(mmap, "MADV_RANDOM"):
+            ids._mmap.madvise(mmap.MADV_RANDOM)
+        return ids
 
     # -- reading ---------------------------------------------------------------------------------------------
     def numel(self) -> int:
-        return int(self.ids.shape[0])
+        return self._n
 
     def __len__(self) -> int:
         return self.numel()
@@ -279,7 +293,7 @@ class TokenStore:
     def chunks(self, size: int = 1 << 22) -> Iterator[np.ndarray]:
         """The ids in order, ``size`` at a time, as ``int64`` arrays (copies: bounded memory)."""
         for start in range(0, self.numel(), size):
-            yield np.array(self.ids[start:start + size], dtype=np.int64)
+            yield self[start:start + size].numpy()
 
     def __repr__(self) -> str:
         return (f"TokenStore({str(self.path)!r}, {self.numel():,} ids as {self.dtype.name}, vocab "
