@@ -172,3 +172,18 @@ def test_mixing_refuses_a_tokenizer_without_the_tag_and_tagged_real_sources(pair
         MTTask.from_data(tagged, vocab_size=300, max_len=32, synthetic=syn)
     with pytest.raises(ValueError, match="synthetic_ratio must be a number > 0"):
         MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.0)
+
+
+def test_the_input_is_a_file_or_a_monolingual_recipe(tmp_path):
+    from attnkit.api.translation import _input_file
+
+    path = tmp_path / "mono.txt"
+    path.write_text("A B\n", encoding="utf-8")
+    assert _input_file(path) == path
+    with pytest.raises(ValueError, match="is a mt recipe; translate reads a text file or a monolingual recipe "
+                                         r"\(en-mono\)"):
+        _input_file("de-en")
+    with pytest.raises(ValueError, match="unknown data recipe 'no-such-corpus'"):
+        _input_file("no-such-corpus")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        _input_file(tmp_path / "missing.txt")
