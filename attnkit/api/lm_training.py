@@ -37,12 +37,18 @@ class TrainLMOptions(TrainOptions):
         tokenizer: ``char`` (default), ``bpe`` (trained on the data, ``vocab_size`` tokens), ``gpt2``, or a
             tokenizer JSON file.
         vocab_size: the BPE vocabulary size. block_size: the context length T.
+        stop_at_loss: stop at the first evaluation whose validation loss is at or below this (``stopped_by``
+            "target"; the summary's ``target`` holds its step and time).
+        schedule_steps: the cosine schedule's length in updates (default: ``steps``, or the time budget with
+            ``max_time`` alone): a time budget then ends the run without stretching the schedule.
     """
 
     data: str | None = None
     tokenizer: str | None = None
     vocab_size: int | None = None
     block_size: int | None = None
+    stop_at_loss: float | None = None
+    schedule_steps: int | None = None
 
 
 def describe_batch(cfg: Any) -> str:
@@ -99,8 +105,9 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     preset = o.preset or extra_saved.get("preset") or "char-small"
     if saved is not None and o.data is not None and o.data != extra_saved.get("data"):
         raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {o.data!r}")
-    cfg = resolve_train_config(LM_DEFAULTS, saved.get("train_config") if saved else None,
-                               train_values(o, block_size=o.block_size))
+    given = train_values(o, block_size=o.block_size)
+    given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})
+    cfg = resolve_train_config(LM_DEFAULTS, saved.get("train_config") if saved else None, given)
 
     if saved is not None:
         tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])

@@ -76,6 +76,8 @@ class TrainMTOptions(TrainOptions):
             ``attnkit translate --output`` with a model of the reverse direction) and how many per real training pair
             (default 1; all the file's pairs when it has fewer): drawn with the run's seed, each synthetic source
             tagged ``<bt>`` (:meth:`attnkit.training.MTTask.mix_synthetic`).
+        stop_at_loss, schedule_steps: stop at the first evaluation whose validation loss is at or below this; the
+            cosine schedule's length in updates (as :class:`~attnkit.api.TrainLMOptions`').
     """
 
     data: str | None = None
@@ -96,6 +98,8 @@ class TrainMTOptions(TrainOptions):
     reverse: bool | None = None
     synthetic: str | None = None
     synthetic_ratio: float | None = None
+    stop_at_loss: float | None = None
+    schedule_steps: int | None = None
 
     def _check(self) -> None:
         super()._check()
@@ -196,7 +200,9 @@ def _mt_train_config(o: TrainMTOptions, saved: dict | None, bleu: bool):
         defaults.update(best_metric="valid_bleu", best_mode="max")
     if o.average_last > 0 and o.keep_last is None:
         defaults["keep_last"] = max(defaults["keep_last"], o.average_last)
-    cfg = resolve_train_config(defaults, saved.get("train_config") if saved else None, train_values(o))
+    given = train_values(o)
+    given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})
+    cfg = resolve_train_config(defaults, saved.get("train_config") if saved else None, given)
     if o.average_last > 0 and cfg.fsdp:
         raise ValueError("--average-last reads ordinary step checkpoints; an --fsdp run writes sharded ones "
                          "(turn them into ordinary ones with `attnkit convert` and average those)")

@@ -74,6 +74,13 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=None, help="optimizer updates to run")
     g.add_argument("--max-time", type=float, default=None, metavar="MIN",
                    help="wall-clock budget in minutes (with --steps, whichever comes first)")
+    g.add_argument("--stop-at-loss", type=float, default=None, metavar="X",
+                   help="train lm / train mt: also stop at the first evaluation whose validation loss is <= X "
+                        "(summary.json: stopped_by \"target\", the step and seconds when it was reached)")
+    g.add_argument("--schedule-steps", type=int, default=None, metavar="N",
+                   help="train lm / train mt: the cosine schedule decays over N updates (default --steps, or the "
+                        "--max-time budget when it is given alone); a time budget that ends the run first does "
+                        "not stretch it, a longer run goes on at --min-lr")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<data>-<preset>-<time>); "
                    "an existing run is never overwritten: pass --resume to continue it")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
@@ -92,11 +99,20 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="no progress bar; the log lines (evaluations, sample translations) still print")
 
 
+# run flags that not every training command takes: given to one whose options lack the field, they are refused
+_NOT_EVERYWHERE = {"stop_at_loss": "--stop-at-loss", "schedule_steps": "--schedule-steps"}
+
+
 def options_from(cls: type, args: argparse.Namespace, **values: Any) -> Any:
     """An :mod:`attnkit.api` options dataclass from the parsed flags: every field whose flag has the same name
     (``--max-time`` is ``max_time``), then ``values``. ``--set`` becomes ``overrides`` and ``--no-progress``
-    ``progress`` wherever the options have them."""
+    ``progress`` wherever the options have them. A run flag the options do not take (``--stop-at-loss`` for
+    ``finetune``) raises ``ValueError`` instead of being ignored."""
     names = {f.name for f in dataclasses.fields(cls)}
+    for name, flag in _NOT_EVERYWHERE.items():
+        if getattr(args, name, None) is not None and name not in names:
+            raise ValueError(f"{flag} is not an option of this command (it is one of train lm and train mt), "
+                             f"got {flag} {getattr(args, name)}")
     given = {name: getattr(args, name) for name in names if hasattr(args, name)}
     if "overrides" in names and hasattr(args, "set"):
         given["overrides"] = parse_overrides(args.set)

@@ -28,7 +28,7 @@ BEST_MODES: tuple[str, ...] = ("min", "max")
 
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
 # checkpoints are device-free, so a run started on a GPU may continue on the CPU and back.
-RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device")
+RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss")
 # The length of a run given neither steps nor max_time (TrainConfig's default and resolve_train_config's).
 DEFAULT_STEPS = 2000
 
@@ -55,6 +55,8 @@ class TrainConfig:
         steps: number of optimizer updates (None = unbounded, then ``max_time`` is required).
         max_time: wall-clock budget in minutes, counted over the whole run including earlier resumed
             segments (None = unbounded). Time-limited runs are not reproducible step for step.
+        stop_at_loss: a target (None = none): the run also stops at the first evaluation whose ``valid_loss``
+            is at or below it (``stopped_by`` "target"; the summary's ``target`` says when it was reached).
     Batch:
         batch_size: B, sequences per micro-batch over all processes (the global micro-batch; under torchrun
             each of N processes computes B / N of them, see ``distributed.py``; the CLI's ``--batch-size`` is
@@ -69,8 +71,9 @@ class TrainConfig:
         "for_loop"; with "muon" it applies to the AdamW half), muon_ns_steps (Newton-Schulz steps per Muon
         update), grad_clip (max global L2 norm; None = no clipping).
     Schedule (see ``optim.lr_at``): schedule "cosine" (linear warmup to lr, cosine decay to min_lr at
-        ``steps``; needs ``steps``), "inverse_sqrt" (the paper's ``lr * d_model**-0.5 *
-        min(n**-0.5, n * warmup**-1.5)``, lr is the scale factor, 1.0 reproduces the paper; needs
+        ``schedule_steps`` updates, or at ``steps``, or over the time budget when both are None),
+        "inverse_sqrt" (the paper's ``lr * d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)``, lr is the scale
+        factor, 1.0 reproduces the paper; needs
         warmup_steps >= 1 and ``d_model`` here or from the model config), "constant" (linear warmup to lr,
         then flat). min_lr (cosine only), warmup_steps. warmup_time_share (time-limited runs, ``steps`` None, of
         the cosine and constant schedules; None = off): the warmup also ends once this share of the time budget has
@@ -90,6 +93,7 @@ class TrainConfig:
 
     steps: int | None = DEFAULT_STEPS
     max_time: float | None = None
+    stop_at_loss: float | None = None
     batch_size: int = 32
     block_size: int = 128
     grad_accum: int = 1
@@ -98,6 +102,7 @@ class TrainConfig:
     warmup_steps: int = 100
     warmup_time_share: float | None = None
     schedule: str = "cosine"
+    schedule_steps: int | None = None
     d_model: int | None = None
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
@@ -125,6 +130,7 @@ class TrainConfig:
         self.max_time = _float("max_time", self.max_time, low=0.0, low_inclusive=False, allow_none=True)
         if self.steps is None and self.max_time is None:
             raise ValueError("TrainConfig needs steps or max_time (or both) to know when to stop, got both None")
+        self.stop_at_loss = _float("stop_at_loss", self.stop_at_loss, low=0.0, allow_none=True)
         self.batch_size = _int("batch_size", self.batch_size, minimum=1)
         self.block_size = _int("block_size", self.block_size, minimum=1)
         self.grad_accum = _int("grad_accum", self.grad_accum, minimum=1)
@@ -137,12 +143,18 @@ class TrainConfig:
         self.warmup_time_share = _float("warmup_time_share", self.warmup_time_share, low=0.0, high=1.0,
                                         low_inclusive=False, allow_none=True)
         _choice("schedule", self.schedule, SCHEDULES)
+        self.schedule_steps = _int("schedule_steps", self.schedule_steps, minimum=1, allow_none=True)
+        if self.schedule_steps is not None and self.schedule != "cosine":
+            raise ValueError(f"TrainConfig.schedule_steps is the length of the cosine decay; schedule "
+                             f"{self.schedule!r} has none: use schedule 'cosine' or schedule_steps None, "
+                             f"got {self.schedule_steps}")
         self.d_model = _int("d_model", self.d_model, minimum=1, allow_none=True)
-        if self.schedule == "cosine":
-            # With steps the cosine decays over updates; with max_time only it decays over the time budget.
-            if self.steps is not None and self.warmup_steps > self.steps:
-                raise ValueError(f"TrainConfig.warmup_steps must be <= steps = {self.steps} for the cosine "
-                                 f"schedule, got {self.warmup_steps}")
+        horizon = self.schedule_horizon
+        if self.schedule == "cosine" and horizon is not None and self.warmup_steps > horizon:
+            # With a horizon in steps the cosine decays over updates; without one, over the time budget.
+            name = "schedule_steps" if self.schedule_steps is not None else "steps"
+            raise ValueError(f"TrainConfig.warmup_steps must be <= {name} = {horizon} for the cosine "
+                             f"schedule, got {self.warmup_steps}")
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
             raise ValueError(f"TrainConfig.warmup_steps must be >= 1 for the inverse_sqrt schedule "
                              f"(it divides by warmup**1.5), got {self.warmup_steps}")
@@ -213,14 +225,20 @@ class TrainConfig:
         return cls.from_dict(data)
 
     @property
+    def schedule_horizon(self) -> int | None:
+        """The update at which the cosine decay ends: ``schedule_steps``, else ``steps``; None when the schedule
+        spans the time budget instead."""
+        return self.schedule_steps if self.schedule_steps is not None else self.steps
+
+    @property
     def max_time_s(self) -> float | None:
         """The time budget in seconds (``max_time`` is in minutes), or None without one."""
         return None if self.max_time is None else self.max_time * 60
 
     def budget_fraction(self, elapsed_s: float) -> float | None:
         """How much of the schedule a run has used after ``elapsed_s`` seconds, when the schedule spans the time
-        budget (``steps`` is None and ``max_time`` is set); None when it spans the steps instead."""
-        if self.steps is not None or self.max_time is None:
+        budget (no ``steps``, no ``schedule_steps``, and ``max_time`` set); None when it spans updates instead."""
+        if self.schedule_horizon is not None or self.max_time is None:
             return None
         return elapsed_s / self.max_time_s
 
@@ -275,14 +293,15 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
 
     ``defaults`` are the recipe's (:mod:`attnkit.recipes`); ``saved`` is the resumed run's
     ``train_config`` (None for a new run); ``given`` are the fields the user set (flags left unset are absent).
-    Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs ``DEFAULT_STEPS``
-    (2000) steps; a new
-    run given ``steps`` only has no time budget; ``max_time`` given without ``steps`` removes the step limit
-    (so the schedule spans the time budget). The default warmup scales with the run: a new run with a step limit
-    and no ``warmup_steps`` given warms up for at most a tenth of its steps (:func:`default_warmup`); a new run
-    limited by time only keeps the recipe's ``warmup_steps`` but ends its warmup after a tenth of the time budget
-    at the latest (``warmup_time_share``); a given ``warmup_steps`` is kept as given (and refused if longer than
-    a cosine run's ``steps``); a resumed run keeps its own. ``time_only_schedule`` (e.g. ``"constant"``, what
+    Rules for the length of the run: a new run with neither ``steps`` nor ``max_time`` runs its
+    ``schedule_steps``, else ``DEFAULT_STEPS`` (2000) steps; a new run given ``steps`` only has no time budget;
+    ``max_time`` given without ``steps`` removes the step limit (so the schedule spans the time budget, unless
+    ``schedule_steps`` sets its length in updates). The default warmup scales with the run: a new run with a step
+    limit and no ``warmup_steps`` given warms up for at most a tenth of its steps, or of its ``schedule_steps``
+    when given (:func:`default_warmup`); a new run limited by time only keeps the recipe's ``warmup_steps`` but
+    ends its warmup after a tenth of the time budget at the latest (``warmup_time_share``); a given
+    ``warmup_steps`` is kept as given (and refused if longer than a cosine run's ``schedule_steps`` or ``steps``);
+    a resumed run keeps its own. ``time_only_schedule`` (e.g. ``"constant"``, what
     ``finetune`` passes) is the schedule of a new run limited by time only when no ``schedule`` is given (None:
     the recipe's). ``grad_clip=0`` means no clipping.
     """
@@ -291,16 +310,18 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
         values.update(saved)
     values.update(given)
     if saved is None and "steps" not in given and "max_time" not in given:
-        values["steps"] = DEFAULT_STEPS
+        values["steps"] = given.get("schedule_steps") or DEFAULT_STEPS
     if "steps" in given and "max_time" not in given and saved is None:
         values["max_time"] = None
     if "max_time" in given and "steps" not in given:
         values["steps"] = None
-        if saved is None and time_only_schedule is not None and "schedule" not in given:
+        if (saved is None and time_only_schedule is not None and "schedule" not in given
+                and given.get("schedule_steps") is None):
             values["schedule"] = time_only_schedule
     if saved is None and "warmup_steps" not in given:
-        if values.get("steps") is not None:
-            values["warmup_steps"] = default_warmup(values.get("warmup_steps", 0), values["steps"])
+        horizon = values.get("schedule_steps") or values.get("steps")  # the schedule's length in updates
+        if horizon is not None:
+            values["warmup_steps"] = default_warmup(values.get("warmup_steps", 0), horizon)
         elif values.get("schedule", "cosine") in ("cosine", "constant"):
             values["warmup_time_share"] = 1 / WARMUP_SHARE
     if values.get("grad_clip") == 0:

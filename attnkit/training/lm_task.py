@@ -128,10 +128,11 @@ class LMTask:
         (:func:`next_token_loss`).
 
         The target ids are checked against the model's vocabulary: on the CPU the batch's own largest id; on
-        an accelerator the largest id of the task's token streams (computed once), because reading the batch's
-        back would make every training step wait for the device.
+        an accelerator, and inside ``torch.compile`` (the trainer's ``compile=True`` compiles this method with the
+        model), the largest id of the task's token streams (computed once), because reading the batch's back would
+        make every training step wait for the device (and break the compiled graph in two).
         """
-        on_cpu = batch[1].device.type == "cpu"
+        on_cpu = batch[1].device.type == "cpu" and not torch.compiler.is_compiling()
         return next_token_loss(model, batch, max_id=None if on_cpu else self._max_id)
 
     @torch.no_grad()

@@ -392,9 +392,13 @@ class MTTask:
         """Mean cross-entropy of ``logits`` ``(B, T, V)`` against ``b.labels`` and the number of labels.
 
         The label-id check and the count use the batch's host-side counts: nothing is read back from the device.
+        Inside ``torch.compile`` (the trainer's ``compile=True`` compiles :meth:`loss` with the model) the largest
+        label is not read, so that it does not become part of the compiled code's guards (a recompilation for every
+        new value); the compiled cross-entropy checks its targets itself (an error on the CPU, a device-side assert
+        on CUDA).
         """
         V = logits.shape[-1]
-        if b.max_label >= V:
+        if not torch.compiler.is_compiling() and b.max_label >= V:
             raise ValueError(f"MTTask: label id {b.max_label} is outside the model's target vocabulary [0, {V})")
         loss = F.cross_entropy(logits.float().reshape(-1, V), b.labels.reshape(-1),  # (B*T, V) vs (B*T,)
                                ignore_index=IGNORE_INDEX, label_smoothing=smoothing)

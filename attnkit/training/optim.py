@@ -7,7 +7,8 @@ two parameter groups, "decay" and "no_decay" (the nanoGPT recipe; embeddings dec
 ``optimizer="muon"`` a third group, "muon", comes first: the hidden matrices, updated by Muon (``muon.py``).
 
 Schedules are written as a function of ``n``, the 1-based number of the update about to happen
-(``n = step + 1`` where ``step`` counts completed updates), with ``W = warmup_steps``, ``N = steps``:
+(``n = step + 1`` where ``step`` counts completed updates), with ``W = warmup_steps``, ``N = schedule_steps``
+(else ``steps``):
 
 * ``cosine``       n <= W: ``lr * n / W``; W < n < N: ``min_lr + (lr - min_lr) * (1 + cos(pi * (n - W) / (N - W))) / 2``;
                    n >= N: ``min_lr``. So update W runs at the peak ``lr`` and the last update at ``min_lr``.
@@ -85,11 +86,21 @@ def param_groups(model: nn.Module, weight_decay: float, *, muon: bool = False) -
              "weight_decay": float(weight_decay), "name": "muon", "muon": True}] + groups
 
 
+def _auto_impl(model: nn.Module) -> dict[str, bool]:
+    """``adamw_impl="auto"``: the fused kernel when every parameter is on a CUDA device (one launch per parameter
+    group; its step counts stay on the device, so the update never waits for the host), else torch's own choice
+    (the for-loop on the CPU, whose numbers the CPU tests pin)."""
+    params = list(model.parameters())
+    on_cuda = bool(params) and all(p.device.type == "cuda" for p in params)
+    return {"fused": True} if on_cuda else {}
+
+
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """The optimizer of ``config.optimizer``: AdamW over :func:`param_groups` with the config's lr, betas, eps and
-    implementation choice, or :class:`attnkit.training.muon.MuonWithAdamW` (Muon on the hidden matrices with
-    ``config.muon_ns_steps`` Newton-Schulz steps, AdamW with the same settings on the rest)."""
-    impl = {"auto": {}, "fused": {"fused": True}, "foreach": {"foreach": True},
+    implementation choice ("auto": fused on CUDA, see :func:`_auto_impl`), or
+    :class:`attnkit.training.muon.MuonWithAdamW` (Muon on the hidden matrices with ``config.muon_ns_steps``
+    Newton-Schulz steps, AdamW with the same settings on the rest)."""
+    impl = {"auto": _auto_impl(model), "fused": {"fused": True}, "foreach": {"foreach": True},
             "for_loop": {"foreach": False}}[config.adamw_impl]
     if config.optimizer == "muon":
         return MuonWithAdamW(param_groups(model, config.weight_decay, muon=True), lr=config.lr, betas=config.betas,
@@ -163,8 +174,10 @@ class LRScheduler:
             optimizer.step()
             sched.step()                         # one more update done; sets the lr for the next one
 
-    ``d_model`` overrides ``config.d_model`` (inverse_sqrt only). ``clock`` returns the run's elapsed seconds; a
-    cosine schedule of a time-limited run (``steps=None``) decays over ``config.max_time`` by it
+    ``d_model`` overrides ``config.d_model`` (inverse_sqrt only). The cosine decays over
+    ``config.schedule_horizon`` updates (``schedule_steps``, else ``steps``). ``clock`` returns the run's elapsed
+    seconds; a cosine schedule of a time-limited run (no ``steps``, no ``schedule_steps``) decays over
+    ``config.max_time`` by it
     (:meth:`TrainConfig.budget_fraction`). ``state_dict()`` is JSON-able:
     ``{"step": completed updates, "schedule": name, "lr": current lr}``; ``load_state_dict`` restores the
     step and re-applies the lr (the formula itself always comes from the current config).
@@ -191,10 +204,10 @@ class LRScheduler:
         """The lr for the update after ``step`` completed updates."""
         c = self.config
         fraction = c.budget_fraction(self.clock()) if self.clock is not None else None
-        if c.schedule == "cosine" and c.steps is None and fraction is None:
+        if c.schedule == "cosine" and c.schedule_horizon is None and fraction is None:
             fraction = 0.0
         return lr_at(step, schedule=c.schedule, lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps,
-                     total_steps=c.steps, d_model=self.d_model, time_fraction=fraction,
+                     total_steps=c.schedule_horizon, d_model=self.d_model, time_fraction=fraction,
                      warmup_time_share=c.warmup_time_share)
 
     def get_lr(self) -> float:

@@ -17,6 +17,14 @@ One optimizer update ("step") is::
 
 so accumulation equals one big batch even when micro-batches carry different numbers of tokens.
 
+The batches of the next update are built and copied to the device in a background thread while the current
+update runs (``prefetch.py``; the same code on the CPU, without pinned memory). With ``compile=True`` (one
+process) the model's forward pass and the task's loss are compiled together as one function, so the compiler
+fuses the cross-entropy into the graph instead of materialising float32 logits and their softmax outside it
+(``_loss_function``); under torchrun the model alone is compiled (DDP's and FSDP's hooks stay outside the graph).
+Evaluation runs the model eagerly: compiling it for evaluation (no gradients, dropout off) would be a second
+compilation. The eager step (``compile=False``) is the reference the compiled one is tested against.
+
 Nothing in an update waits for the device: the loss and the gradient norm stay where they were computed, and
 every ``log_every`` updates (and before each evaluation, checkpoint and the end of the run) ``_read_updates``
 reads the pending ones in one go, checks them (the first non-finite loss is named with its update) and logs
@@ -40,6 +48,10 @@ Preemption (``preemption.py``): during ``fit`` a SIGINT (Ctrl-C) or SIGTERM (a s
 under way finish; then the run writes a checkpoint at that step (no evaluation), flushes the metrics tables and
 raises :class:`~attnkit.training.preemption.Interrupted`. Under torchrun the ranks agree on the step at each
 step boundary. A second signal stops at once; the last published checkpoint stays intact.
+
+Target (``stop_at_loss``): the run also stops at the first evaluation whose ``valid_loss`` is at or below it; the
+summary's ``target`` records the step and the time (seconds of training, compilation and evaluations included)
+when it was reached.
 
 Axis legend: B batch, T sequence length (only inside the task).
 """
@@ -70,10 +82,11 @@ from .cuda_graphs import GraphedMicroBatch
 from .device import autocast_context, check_autocast, grad_scaler, resolve_device
 from .metrics import MetricsLogger
 from .optim import LRScheduler, build_optimizer
+from .prefetch import BatchPrefetcher
 from .preemption import Interrupted, StopOnSignal
 from .progress import TrainProgress
 from .sharded import convert_sharded, is_sharded, load_sharded, save_sharded
-from .task import check_task, move_to_device
+from .task import check_task
 
 
 def _json_roundtrip(value: Any, what: str) -> Any:
@@ -94,6 +107,7 @@ def _dict_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 
 _SIGNAL_NAMES = ("SIGINT", "SIGTERM")  # the stop reasons of a signal (preemption.py)
+TARGET_METRIC = "valid_loss"  # what stop_at_loss is compared with
 
 
 class _NoMetrics:
@@ -215,6 +229,11 @@ class Trainer:
         self._clock = 0.0  # the run's clock (seconds) as all ranks agree on it, read by the schedule
         self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model, clock=lambda: self._clock)
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        world = self.world
+        self._batches = BatchPrefetcher(  # this process's rows of training batch i, built one update ahead
+            lambda i: D.shard_batch(self.task.batch("train", i), world.rank, world.size), self.device)
+        self._loss = task.loss  # fit() compiles it with compile=True (_loss_function)
+        self._eval_model: nn.Module = self.model  # fit(): the DDP wrapper under torchrun, never compiled
         self._graphs: GraphedMicroBatch | None = None
         if config.cuda_graphs:
             self._graphs = self._graphed(task)
@@ -226,6 +245,8 @@ class Trainer:
         self.best: dict[str, Any] | None = None   # {"metric", "value", "step"}
         self.last_eval: dict[str, Any] | None = None
         self.last_loss: float | None = None
+        self.reached: dict[str, Any] | None = None  # stop_at_loss: {"loss", "step", "elapsed", "valid_loss"}
+        self.first_update_s: float | None = None  # host seconds of this segment's first update (compilation)
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
         self._rng_state: dict[str, Any] | None = None
@@ -315,6 +336,9 @@ class Trainer:
         self.best = state.get("best")
         self.last_eval = state.get("last_eval")
         self.last_loss = state.get("last_loss")
+        reached = state.get("reached")  # kept only for the same target: another one is judged afresh
+        self.reached = reached if isinstance(reached, dict) and reached.get("loss") == self.config.stop_at_loss \
+            else None
         self._rng_state = state.get("rng")
         self.last_checkpoint = latest
         self.resumed_from = latest
@@ -375,12 +399,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
         counts: list[int] = []
-        for micro in range(cfg.grad_accum):
-            batch = self.task.batch("train", self.step * cfg.grad_accum + micro)  # the global batch
-            batch = move_to_device(D.shard_batch(batch, world.rank, world.size), self.device)
+        first = self.step * cfg.grad_accum
+        batches = [self._batches.get(first + micro) for micro in range(cfg.grad_accum)]  # on the device
+        self._batches.ahead(range(first + cfg.grad_accum, first + 2 * cfg.grad_accum))  # built during this update
+        for micro, batch in enumerate(batches):
             with D.no_sync(train_model, skip=micro < cfg.grad_accum - 1):  # all-reduce once, after the last
                 with self._autocast(), checks_on_device(self.device.type != "cpu"):
-                    loss, n_tokens = self.task.loss(train_model, batch)
+                    loss, n_tokens = self._loss(train_model, batch)
                 n_tokens = self._check_loss(loss, n_tokens)
                 scaled = loss * n_tokens  # gradient of the token sum; normalised below
                 (self._scaler.scale(scaled) if self._scaler is not None else scaled).backward()
@@ -398,9 +423,11 @@ class Trainer:
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
         factor = world.size / total
-        for p in self._params:
-            if p.grad is not None:
-                p.grad.mul_(factor) if world.distributed else p.grad.div_(total)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if grads and not world.distributed:  # a few launches on a GPU; the same numbers as div_ one by one
+            torch._foreach_div_(grads, total)
+        for g in grads if world.distributed else ():  # DDP / FSDP (DTensor shards): one by one
+            g.mul_(factor)
         return _Update(step=self.step + 1, tokens=total, losses=[] if world.distributed else losses,
                        counts=counts, mean=mean, grad_norm=self._clip_and_step())
 
@@ -480,13 +507,14 @@ class Trainer:
                 meter["tokens"], meter["time"] = 0, 0.0
         meter["tps"] = read_tokens / max(waited + sum(u.dt for u in pending), 1e-9)  # shown by the bar
 
-    def _evaluate(self, train_model: nn.Module) -> dict[str, Any]:
-        """Evaluate, log ``valid_*``, refresh CSV/PNG, update ``best/``. Training RNG is left untouched."""
+    def _evaluate(self) -> dict[str, Any]:
+        """Evaluate (the model run eagerly), log ``valid_*``, refresh CSV/PNG, update ``best/``, note whether
+        ``stop_at_loss`` was reached. Training RNG is left untouched."""
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         self.model.eval()
         try:
             with torch.random.fork_rng(devices=devices), torch.no_grad(), self._autocast():
-                results = self.task.evaluate(train_model, self.config.eval_batches)
+                results = self.task.evaluate(self._eval_model, self.config.eval_batches)
         finally:
             self.model.train()
         if not isinstance(results, dict) or not results:
@@ -505,6 +533,10 @@ class Trainer:
         self.metrics.log(row)
         self.metrics.write_tables()
         self.last_eval = row
+        target = self.config.stop_at_loss
+        if target is not None and self.reached is None and row.get(TARGET_METRIC, math.inf) <= target:
+            self.reached = {"loss": target, "step": self.step, "elapsed": self._now(),
+                            TARGET_METRIC: row[TARGET_METRIC]}
 
         metric = self.config.best_metric
         if metric not in row:
@@ -521,13 +553,16 @@ class Trainer:
         report = getattr(self.task, "eval_report", None)  # optional: e.g. sample translations (MTTask)
         for line in (report() if callable(report) else []):
             self._progress.write(line)
+        if self.reached is not None and self.reached["step"] == self.step:
+            self._progress.write(f"step {self.step}: {TARGET_METRIC} {row[TARGET_METRIC]:.4f} <= target "
+                                 f"{self.reached['loss']:g}: the run stops here")
         return row
 
     def _checkpoint_state(self) -> dict[str, Any]:
         return {"step": self.step, "elapsed": self._now(), "tokens": self.tokens,
                 "train_config": self.config.to_dict(), "model_config": self.model_config,
                 "task": self.task.state_dict(), "best": self.best, "last_eval": self.last_eval,
-                "last_loss": self.last_loss}
+                "last_loss": self.last_loss, "reached": self.reached}
 
     def _write_checkpoint(self, path: Path) -> Path:
         """Collective: FSDP -> every rank writes its shard (DCP); otherwise rank 0 writes the one file set."""
@@ -563,12 +598,16 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        """Train until ``steps`` updates or ``max_time`` minutes (whichever first); returns a summary dict.
+        """Train until ``steps`` updates, ``max_time`` minutes or an evaluation at ``stop_at_loss`` (whichever
+        first); returns a summary dict.
 
-        Summary keys: ``out_dir, steps, stopped_by ("steps" | "max_time"), elapsed (s), tokens, train_loss,
-        valid_* (last evaluation), best ({"metric", "value", "step"}), checkpoint, best_checkpoint,
-        resumed_from``. A final evaluation and checkpoint are made at the last step. Also written to
-        ``summary.json``.
+        Summary keys: ``out_dir, steps, stopped_by ("steps" | "max_time" | "target"), elapsed (s), tokens,
+        train_loss, valid_* (last evaluation), best ({"metric", "value", "step"}), checkpoint, best_checkpoint,
+        resumed_from, first_update_s`` (host seconds of the first update of this call: with ``compile=True`` mostly
+        the compilation), ``peak_memory`` (CUDA: the most bytes the caching allocator held for tensors during this
+        call, None elsewhere), and with ``stop_at_loss`` ``target`` (``{"loss", "reached", "step", "elapsed",
+        "valid_loss"}``: the first evaluation at or below the target, its step and seconds of training). A final
+        evaluation and checkpoint are made at the last step. Also written to ``summary.json``.
 
         SIGINT (Ctrl-C, a notebook's "interrupt kernel") or SIGTERM during ``fit`` (main thread only): the
         update under way finishes, a checkpoint is written at that step (no evaluation, no ``summary.json``),
@@ -605,11 +644,12 @@ class Trainer:
                 self._train_step(train_model)
             if stopped_by in _SIGNAL_NAMES:
                 self._stop_on_signal(signal.Signals[stopped_by])
-            self._finish_fit(train_model)
+            self._finish_fit()
         except (FloatingPointError, OSError) as err:  # the first non-finite number, a full disk: keep what was saved
             kept = self.last_checkpoint if self.last_checkpoint is not None else "none (no checkpoint was written yet)"
             raise type(err)(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
         finally:
+            self._batches.close()
             self._progress.close()
             self.metrics.close()
             self._release_lock()
@@ -630,8 +670,13 @@ class Trainer:
         train_model = self.model
         if self.world.distributed and not cfg.fsdp:
             train_model = D.wrap_ddp(self.model, self.device, find_unused_parameters=self._layer_drop > 0)
-        train_model = torch.compile(train_model) if cfg.compile else train_model
+        self._eval_model = train_model  # evaluation runs eagerly (see the module docstring)
+        self._loss = self._loss_function()
+        if cfg.compile and self.world.distributed:
+            train_model = torch.compile(train_model)
         self.model.train()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)  # the summary's peak_memory is this call's
 
         start_elapsed, t0 = self.elapsed, time.perf_counter()
         self._now = lambda: start_elapsed + (time.perf_counter() - t0)
@@ -644,15 +689,24 @@ class Trainer:
                                        enabled=self.progress_enabled, log=self.log_enabled)
         return train_model
 
+    def _loss_function(self):
+        """What an update calls as ``loss(model, batch) -> (loss, n_tokens)``: the task's ``loss``, or with
+        ``compile=True`` in one process that same function compiled, the model's forward pass inside it."""
+        if not self.config.compile or self.world.distributed:
+            return self.task.loss
+        return torch.compile(self.task.loss)
+
     def _stop_reason(self) -> str | None:
         """``"SIGINT"`` / ``"SIGTERM"`` when a signal asked the run to stop (under torchrun any rank's: all stop at
-        this step), ``"steps"`` or ``"max_time"`` when the run is over, else None; moves the clock the schedule
-        reads."""
+        this step), ``"target"`` once an evaluation reached ``stop_at_loss``, ``"steps"`` or ``"max_time"`` when
+        the run is over, else None; moves the clock the schedule reads."""
         cfg = self.config
         now = self._now()
         clock, signum = self._agreed_stop(now)
         if signum is not None:
             return signal.Signals(signum).name
+        if self.reached is not None:  # every rank has rank 0's evaluation, so all stop here
+            return "target"
         if cfg.steps is not None and self.step >= cfg.steps:
             return "steps"
         self._clock = clock if cfg.max_time is not None else now  # the time budget follows rank 0's clock
@@ -690,13 +744,17 @@ class Trainer:
         cfg = self.config
         on_budget = getattr(self.task, "on_budget", None)  # optional: a task whose data follow the budget
         if on_budget is not None:
+            self._batches.settle()  # the task may change: no batch is built meanwhile
             note = on_budget(self.step * cfg.grad_accum, cfg.budget_used(self.step, self._clock))
             if note:
+                self._batches.discard()  # built from the task as it was
                 self._progress.write(f"step {self.step}: {note}")
         lr = self.scheduler.get_lr()  # the lr this update uses
         t_step = time.perf_counter()
         update = self._update(train_model)
         dt = time.perf_counter() - t_step
+        if self.first_update_s is None:
+            self.first_update_s = dt
         self.scheduler.step()
         self.step += 1
         self.elapsed = self._now()
@@ -706,16 +764,19 @@ class Trainer:
             self._read_updates()
         shown = {"loss": self.last_loss, "lr": lr, "tok/s": self._meter["tps"]}  # loss, tok/s: as last read
         self._progress.update(self.step, self.elapsed, **{k: v for k, v in shown.items() if v is not None})
+        if evaluate or save:
+            self._batches.settle()  # the task is used by evaluation and saved with the checkpoint
         if evaluate:
-            self._evaluate(train_model)
+            self._evaluate()
         if save:
             self._save()
 
-    def _finish_fit(self, train_model: nn.Module) -> None:
+    def _finish_fit(self) -> None:
         """The end of the run always has an evaluation and a checkpoint (and the metrics tables, ``best/``)."""
         self._read_updates()
+        self._batches.close()
         if self.last_eval is None or self.last_eval["step"] != self.step:
-            self._evaluate(train_model)
+            self._evaluate()
         if self.last_checkpoint is None or self.last_checkpoint.name != step_dir_name(self.step):
             self._save()
         self.metrics.write_tables(only_if_changed=True)
@@ -731,7 +792,13 @@ class Trainer:
                    **{k: v for k, v in (self.last_eval or {}).items() if k != "step"},
                    "best": self.best, "checkpoint": str(self.last_checkpoint),
                    "best_checkpoint": str(best_dir) if best_dir.is_dir() else None,
-                   "resumed_from": None if self.resumed_from is None else str(self.resumed_from)}
+                   "resumed_from": None if self.resumed_from is None else str(self.resumed_from),
+                   "first_update_s": self.first_update_s,
+                   "peak_memory": torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda"
+                   else None}
+        if self.config.stop_at_loss is not None:  # when the target was reached (None: not in this run)
+            summary["target"] = {"loss": self.config.stop_at_loss, "reached": self.reached is not None,
+                                 **{k: (self.reached or {}).get(k) for k in ("step", "elapsed", TARGET_METRIC)}}
         if self.world.is_main:
             write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
         D.barrier()

@@ -46,14 +46,15 @@ out_dir, mode, hang_at, marker = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys
 GRAD_ACCUM = 2
 
 
-class HangingLMTask(LMTask):
-    """Blocks before optimizer update `hang_at + 1`, so the test can kill the run at a known point."""
+class HangingTrainer(Trainer):
+    """Blocks before optimizer update `hang_at + 1` (in the main thread, after update `hang_at` was logged; the
+    batches themselves are built one update ahead in another thread), so the test can kill the run there."""
 
-    def batch(self, split, step):
-        if hang_at >= 0 and split == "train" and step == hang_at * GRAD_ACCUM:
-            Path(marker).write_text(str(step))
+    def _update(self, train_model):
+        if hang_at >= 0 and self.step == hang_at:
+            Path(marker).write_text(str(self.step))
             time.sleep(600)
-        return super().batch(split, step)
+        return super()._update(train_model)
 
 
 # synthetic text: a repeating pattern with 20% noise (something to learn, nothing to download)
@@ -67,8 +68,8 @@ cfg = TrainConfig(steps=40, batch_size=4, block_size=16, grad_accum=GRAD_ACCUM, 
                   warmup_steps=5, eval_every=15, eval_batches=2, log_every=1, ckpt_every=10, keep_last=2, seed=5)
 seed_everything(cfg.seed)
 model = GPT(gcfg)
-task = HangingLMTask(tokens[:3500], tokens[3500:], cfg.block_size, cfg.batch_size, seed=11)
-Trainer(model, task, cfg, out_dir, model_config=gcfg, extra={"tokenizer": "synthetic"},
+task = LMTask(tokens[:3500], tokens[3500:], cfg.block_size, cfg.batch_size, seed=11)
+HangingTrainer(model, task, cfg, out_dir, model_config=gcfg, extra={"tokenizer": "synthetic"},
         resume=(mode == "resume"), progress=False).fit()
 '''
 

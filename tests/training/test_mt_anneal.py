@@ -127,15 +127,20 @@ def test_the_trainer_anneals_the_last_steps_and_a_resumed_run_continues_identica
     seen: list[bool] = []
 
     class Recording(MTTask):
+        """Records what each update trains on (in ``loss``: the trainer builds batches one update ahead and builds
+        them again when the task switches to the anneal pairs); stops when training batch ``stop_at`` is asked for
+        (built ahead, the error comes when update ``stop_at + 1`` takes it)."""
+
         stop_at: int | None = None
 
         def batch(self, split, step):
             if split == "train" and step == self.stop_at:
                 raise _Stop
-            b = super().batch(split, step)
-            if split == "train":
-                seen.append(_is_anneal(b))
-            return b
+            return super().batch(split, step)
+
+        def loss(self, model, batch):
+            seen.append(_is_anneal(batch))
+            return super().loss(model, batch)
 
     def task(stop_at: int | None = None) -> Recording:
         t = Recording(_pairs(64, 0), _pairs(8, 1), max_tokens=30, seed=0, anneal=_pairs(24, 2, low=10, high=V),

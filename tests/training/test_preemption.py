@@ -143,9 +143,9 @@ def test_a_signal_during_the_final_evaluation_is_raised_after_the_run_ends(tmp_p
     out = tmp_path / "run"
     original = Trainer._finish_fit
 
-    def _finish_fit(self, train_model):
+    def _finish_fit(self):
         os.kill(os.getpid(), signal.SIGINT)
-        return original(self, train_model)
+        return original(self)
 
     monkeypatch.setattr(Trainer, "_finish_fit", _finish_fit)
     with pytest.raises(Interrupted) as caught:
