@@ -74,8 +74,8 @@ class TrainMTOptions(TrainOptions):
             of the run takes the target language as input (``de-en`` reversed: English -> German).
         synthetic, synthetic_ratio: back-translated pairs to add (``--synthetic FILE``, a file written by
             ``attnkit translate --output`` with a model of the reverse direction) and how many per real training pair
-            (default 1; all the file's pairs when it has fewer): drawn with the run's seed, each synthetic source
-            tagged ``<bt>`` (:meth:`attnkit.training.MTTask.mix_synthetic`).
+            (default 1; a file with fewer pairs is taken whole as often as it fits, the rest drawn with the run's seed),
+            each synthetic source tagged ``<bt>`` (:meth:`attnkit.training.MTTask.mix_synthetic`).
         stop_at_loss, schedule_steps: stop at the first evaluation whose validation loss is at or below this; the
             cosine schedule's length in updates (as :class:`~attnkit.api.TrainLMOptions`').
     """
@@ -296,9 +296,11 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int, log: 
         log(f"direction: reversed, every pair of {data_desc} read target -> source")
     syn = task.synthetic
     if syn is not None:
+        sampled = syn["pairs"] - syn["copies"] * syn["available"]
+        whole = f"the whole file {syn['copies']}x and {sampled:,} drawn" if syn["copies"] else "drawn"
         log(f"synthetic: {syn['pairs']:,} back-translated pairs of {syn['available']:,} in {opts['synthetic']} "
-            f"({syn['ratio']:.3g} per real pair; {syn['skipped']} malformed or empty lines skipped), each source "
-            f"tagged {syn['tag']} (id {syn['tag_id']}); {len(task.train) - syn['pairs']:,} real training pairs")
+            f"({syn['ratio']:.3g} per real pair: {whole}; {syn['skipped']} malformed or empty lines skipped), each "
+            f"source tagged {syn['tag']} (id {syn['tag_id']}); {len(task.train) - syn['pairs']:,} real training pairs")
     log(f"batches: {task.num_batches('train'):,} per epoch at --max-tokens {max_tokens}; padding "
         f"{pad['total']:.1%} (source {pad['src']:.1%}, target {pad['tgt']:.1%}); tokenizer {task.tokenizer.type} "
         f"(vocab {task.tokenizer.vocab_size:,})")

@@ -65,8 +65,8 @@ def register(tsub: argparse._SubParsersAction) -> None:
                     help="add back-translated pairs: a file written by `attnkit translate --output` with a model of "
                          "the reverse direction (sentence<TAB>translation), each synthetic source tagged <bt>")
     mt.add_argument("--synthetic-ratio", type=float, default=None, metavar="R",
-                    help="with --synthetic: R synthetic pairs per real training pair, a fixed random sample (the "
-                         "run's --seed); default 1, all of the file when it holds fewer")
+                    help="with --synthetic: R synthetic pairs per real training pair (default 1): the file as often "
+                         "as it fits, the rest a fixed random sample (the run's --seed)")
     mt.add_argument("--average-last", type=int, default=0, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
     add_run_flags(mt)

@@ -234,9 +234,9 @@ class MTTask:
                 source), validation and BLEU included.
             synthetic: a back-translation file (``attnkit translate --output``: ``sentence<TAB>translation``, read
                 by :func:`attnkit.data.corpora.parallel.read_back_translations` as (translation, sentence) pairs).
-                ``round(synthetic_ratio * len(training pairs))`` of its pairs (all when it has fewer), drawn without
-                replacement with a generator seeded by ``seed``, join the training pairs, each source tagged with
-                :data:`~attnkit.data.pipeline.mt_batching.BT_TAG` (tagged back-translation, see
+                ``round(synthetic_ratio * len(training pairs))`` of its pairs (the whole file over again when it has
+                fewer, then a sample drawn with a generator seeded by ``seed``) join the training pairs, each source
+                tagged with :data:`~attnkit.data.pipeline.mt_batching.BT_TAG` (tagged back-translation, see
                 :meth:`mix_synthetic`). A BPE trained here then has ``<bt>`` as its special id 4; a given
                 tokenizer must have it as one special token.
             synthetic_ratio: synthetic pairs per real training pair (> 0).
@@ -298,12 +298,14 @@ class MTTask:
         """Real training pairs plus back-translated ones, each synthetic source tagged with ``<bt>``.
 
         ``train``/``valid``: :class:`~attnkit.data.corpora.parallel.ParallelCorpus` of the real pairs; ``path``: a
-        back-translation file. ``k = round(ratio * len(train))`` synthetic pairs (all of them when the file has
-        fewer) are drawn without replacement from ``numpy.random.default_rng([seed, 13])`` and kept in file order
-        after the real pairs: the same pairs in every run and resume with that seed. The tag must be one special
+        back-translation file. ``k = round(ratio * len(train))`` synthetic pairs follow the real ones: the whole file
+        ``k // n`` times over (``n`` pairs in the file), then ``k % n`` pairs drawn without replacement from
+        ``numpy.random.default_rng([seed, 13])``, each part in file order: the same pairs in every run and resume
+        with that seed. The tag must be one special
         token of ``tokenizer`` (so it reaches the model as one id that BPE never splits) and appear in no real
         sentence. Returns ``{"train": the mixed corpus, "pairs": k, "available": pairs in the file, "skipped":
-        malformed lines of the file, "ratio": k / len(train), "tag": BT_TAG, "tag_id": its id}``.
+        malformed lines of the file, "ratio": k / len(train), "copies": whole passes over the file, "tag": BT_TAG,
+        "tag_id": its id}``.
         """
         import numpy as np
 
@@ -324,15 +326,17 @@ class MTTask:
         if len(corpus) == 0:
             raise ValueError(f"synthetic data {str(path)!r} holds no usable pair ({corpus.skipped} malformed or "
                              f"empty lines skipped)")
-        k = min(len(corpus), round(ratio * len(train)))
+        k = round(ratio * len(train))
         if k == 0:
             raise ValueError(f"synthetic_ratio {ratio:g} of {len(train)} training pairs takes no synthetic pair")
-        picked = np.sort(np.random.default_rng([seed, 13]).choice(len(corpus), size=k, replace=False)).tolist()
+        copies, rest = divmod(k, len(corpus))
+        sample = np.random.default_rng([seed, 13]).choice(len(corpus), size=rest, replace=False)
+        picked = list(range(len(corpus))) * copies + np.sort(sample).tolist()
         mixed = ParallelCorpus(list(train.sources) + tag_sources([corpus.sources[i] for i in picked]),
                                list(train.targets) + [corpus.targets[i] for i in picked],
                                list(train.skipped_lines), train.path)
         return {"train": mixed, "pairs": k, "available": len(corpus), "skipped": corpus.skipped,
-                "ratio": k / len(train), "tag": BT_TAG, "tag_id": tag_id}
+                "ratio": k / len(train), "copies": copies, "tag": BT_TAG, "tag_id": tag_id}
 
     # --------------------------------------------------------------------------------------------
     @property

@@ -110,9 +110,9 @@ def test_translate_file_refuses_an_output_of_other_input_or_decoding(reverse_run
 
 
 def _synthetic_file(path: Path, n: int) -> Path:
-    """``n`` back-translation lines: ``SENTENCE<TAB>translation`` (an upper-case target, a lower-case source)."""
-    lines = [f"{'A B C D'[:1 + 2 * (i % 4)]} H{chr(65 + i % 7)}\t{'a b c d'[:1 + 2 * (i % 4)]} h{chr(97 + i % 7)}"
-             for i in range(n)]
+    """``n`` distinct back-translation lines: ``SENTENCE<TAB>translation`` (an upper-case target, a lower-case
+    source)."""
+    lines = [f"{'A B C D'[:1 + 2 * (i % 4)]} H{i}\t{'a b c d'[:1 + 2 * (i % 4)]} h{i}" for i in range(n)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -128,8 +128,11 @@ def test_mixing_samples_r_synthetic_pairs_per_real_pair_with_a_fixed_seed(pairs,
     again = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, seed=3)
     other_seed = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, seed=4)
     assert again.corpora["train"] == task.corpora["train"] != other_seed.corpora["train"]
-    capped = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=3.0)
-    assert capped.synthetic["pairs"] == 500  # the file holds fewer than 3 x 300: all of it
+    more = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=3.0, seed=3)
+    assert more.synthetic["pairs"] == 900 and more.synthetic["copies"] == 1  # the whole file, then 400 drawn
+    more_sources = more.corpora["train"][0][n_real:]
+    assert more_sources[:500] == [BT_TAG + s for s in read_back_translations(syn).sources]
+    assert len(set(more_sources[500:])) == 400 and set(more_sources[500:]) <= set(more_sources[:500])
     assert task.state_dict()["n_synthetic"] == 150 and "n_synthetic" not in MTTask.from_data(
         pairs, vocab_size=300, max_len=32).state_dict()
 
