@@ -13,6 +13,7 @@ function                                  options                               
 :func:`evaluate_lm` -> :class:`EvalResult`  :class:`EvalLMOptions`               ``attnkit eval lm``
 :func:`evaluate_mt` -> :class:`EvalResult`  :class:`EvalMTOptions`               ``attnkit eval mt``
 :func:`translate`, :class:`Translator`    :class:`TranslateOptions`              ``attnkit translate``
+:func:`translate_file`                    :class:`TranslateFileOptions`          ``attnkit translate --output``
 :func:`sample`, :class:`Sampler`          :class:`SampleOptions`                 ``attnkit sample``
 :func:`draw_attention` and the others     :class:`ModelText`                     ``attnkit viz ...``
 :func:`trace_model`                       :class:`TracePreset`, :class:`ModelText`  ``attnkit trace``
@@ -47,7 +48,8 @@ from .mt_training import TrainMTOptions, train_mt
 from .options import DeviceOptions, RunResult, TrainOptions
 from .sampling import SampleOptions, Sampler, sample
 from .tracing import TracePreset, trace_model
-from .translation import TranslateOptions, Translator, translate
+from .translation import (TranslateFileOptions, TranslateFileResult, TranslateOptions, Translator, translate,
+                          translate_file)
 from .viz import draw_attention, draw_mask, draw_params, draw_positions, draw_predictions
 
 __all__ = [
@@ -56,7 +58,8 @@ __all__ = [
     "TrainLMOptions", "TrainMTOptions", "TrainOptions", "TranslateOptions", "Translator", "convert_checkpoint",
     "data_recipes", "draw_attention", "draw_mask", "draw_params", "draw_positions", "draw_predictions",
     "evaluate_lm", "evaluate_mt", "finetune", "parameter_table", "prepare_data", "preset_names", "sample",
-    "trace_model", "train_lm", "train_mt", "translate", "Interrupted",
+    "trace_model", "train_lm", "train_mt", "translate", "translate_file", "TranslateFileOptions",
+    "TranslateFileResult", "Interrupted",
 ]
 
 

@@ -10,7 +10,7 @@ batches spread evenly over it, and reports the mean cross-entropy and ``exp`` of
 one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer.
 
 ``evaluate_mt`` translates the sources of a split (recipe name or prepared folder + ``split``, a TSV file, or
-``SRC_FILE,TGT_FILE``) with beam search (``beam=1`` = greedy) and scores the *detokenized* output against the
+``SRC_FILE,TGT_FILE``; the other way round for a model trained with ``reverse``) with beam search (``beam=1`` = greedy) and scores the *detokenized* output against the
 references with sacreBLEU: corpus BLEU (default ``13a`` tokenizer, the WMT standard) and chrF.
 
 Both write the figures as JSON (``json``, default a file in the checkpoint folder, written atomically);
@@ -162,7 +162,9 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     loaded = load(o.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     model = place_model(loaded.model, o, device)
     data = _eval_data(o, loaded.state)
-    corpus = load_eval_pairs(data, o.split, strict=o.strict)
+    # a model trained with `train mt --reverse` translates the target side into the source side
+    reverse = bool(((loaded.state.get("extra") or {}).get("mt_options") or {}).get("reverse"))
+    corpus = load_eval_pairs(data, o.split, strict=o.strict, reverse=reverse)
     sources, refs = list(corpus.sources), list(corpus.targets)
     if o.max_sentences is not None:
         sources, refs = sources[:o.max_sentences], refs[:o.max_sentences]
@@ -177,7 +179,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
     from_files = "," in str(data) or Path(str(data)).is_file()  # the split is ignored for files
     split = None if from_files else o.split
-    result = {"kind": "mt", "ckpt": str(o.ckpt), "data": str(data), "split": split,
+    result = {"kind": "mt", "ckpt": str(o.ckpt), "data": str(data), "split": split, "reverse": reverse,
               "sentences": len(sources), "skipped_lines": corpus.skipped, "truncated_sources": n_cut,
               "beam": o.beam, "length_penalty": o.length_penalty, "max_len_a": o.max_len_a,
               "max_len_b": o.max_len_b, **scores, "seconds": seconds}

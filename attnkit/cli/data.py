@@ -38,5 +38,5 @@ def run_list(args: argparse.Namespace) -> int:
     from attnkit.api import data_recipes
 
     for r in data_recipes():
-        print(f"{r.name:12s} {r.kind:3s} {r.description}")
+        print(f"{r.name:12s} {r.kind:4s} {r.description}")
     return 0

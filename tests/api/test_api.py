@@ -169,3 +169,16 @@ def test_options_are_checked_against_their_annotations_and_made_from_keywords():
         api.TrainLMOptions.make(api.TrainMTOptions(), {})
     with pytest.raises(ValueError, match=r"TrainMTOptions.overrides must be a dict, got \['n_layer=2'\]"):
         api.TrainMTOptions(overrides=["n_layer=2"])
+
+
+def test_evaluate_mt_scores_a_reversed_run_the_other_way_round(pairs, tmp_path, monkeypatch):
+    import attnkit.training.bleu as bleu
+
+    run = api.train_mt(data=str(pairs), out=tmp_path / "rev", steps=4, reverse=True, log=lambda s: None, **TINY_MT)
+    seen = {}
+    real = bleu.score_translations
+    monkeypatch.setattr(bleu, "score_translations", lambda hyps, refs: seen.setdefault("refs", refs) and real(hyps, refs))
+    scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1)
+    assert scores.metrics["reverse"] is True and scores.metrics["sentences"] == 20
+    # the references are the source side of test.tsv (lower case; the targets are upper case)
+    assert seen["refs"] == [line.split("\t")[0] for line in (pairs / "test.tsv").read_text().splitlines()]
