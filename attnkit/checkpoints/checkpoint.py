@@ -24,7 +24,9 @@ No tensors flow through the public API of this module, so there are no shapes to
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -49,6 +51,12 @@ FORMAT = "attnkit.checkpoint"
 FORMAT_VERSION = 1
 # keys save_checkpoint writes itself; the caller's `state` may not use them
 RESERVED_KEYS = ("format", "version", "extra", "optimizer", "scheduler", "rng")
+# What a model may allocate up front beyond its weights: position tables (sinusoidal, rotary) are not stored with
+# the weights and grow on demand, so a config that asks for more than the larger of this and the weights' size
+# (block_size = 10**9 in a hand-edited state.json) is refused before anything is allocated.
+TABLE_ALLOWANCE = 64 << 20
+# keys of state.json that every reader takes for JSON objects (a hand-edited file may hold anything there)
+OBJECT_KEYS = ("extra", "optimizer", "scheduler", "rng", "model_config", "train_config", "task")
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -121,12 +129,81 @@ def _optimizer_to_payload(optimizer: torch.optim.Optimizer, model: nn.Module) ->
     return tensors, {"class": type(optimizer).__name__, "param_groups": layout, "scalars": scalars}
 
 
+def _kind(value: Any) -> Any:
+    """What a hyper-parameter is, for comparing a saved one with the optimizer's own: bools, finite numbers,
+    strings, None, and lists/tuples of these (with their length) are told apart; anything else is refused."""
+    if value is None or isinstance(value, (bool, str)):
+        return type(value).__name__
+    if isinstance(value, (int, float)):
+        return "number" if math.isfinite(value) else "non-finite"
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return "number"
+    if isinstance(value, (list, tuple)):
+        return tuple(_kind(v) for v in value)
+    return "unknown"
+
+
+def _check_optimizer_payload(optimizer: torch.optim.Optimizer, meta: dict[str, Any], tensors: dict[str, torch.Tensor],
+                             params: dict[str, nn.Parameter], where: Path) -> None:
+    """The optimizer part of state.json has the structure ``_optimizer_to_payload`` writes, each hyper-parameter
+    the kind of the optimizer's own (a number stays a finite number, betas a pair), and each state tensor with
+    dimensions the shape of its parameter (``exp_avg`` of a (16, 16) weight is (16, 16))."""
+    groups = meta.get("param_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                                and all(isinstance(n, str) for n in g["params"]) for g in groups):
+        raise CheckpointError(f"{where / STATE_FILE}: optimizer param_groups must be a list of objects with a "
+                              f"'params' list of parameter names, got {str(groups)[:120]}")
+    if not isinstance(meta.get("scalars", {}), dict):
+        raise CheckpointError(f"{where / STATE_FILE}: optimizer scalars must be an object, "
+                              f"got {type(meta['scalars']).__name__}")
+    accepted = inspect.signature(type(optimizer)).parameters
+    for gi, (saved, current) in enumerate(zip(groups, optimizer.param_groups)):
+        for key, value in saved.items():
+            if key in ("params", "param_names") or key not in current:
+                continue
+            want, got = _kind(current[key]), _kind(value)
+            if got != want and not (want == "NoneType" and got == "bool"):
+                raise CheckpointError(f"{where / STATE_FILE}: optimizer param group {gi} hyper-parameter {key!r} "
+                                      f"must be like {current[key]!r}, got {value!r}")
+        try:  # the optimizer's own checks of its settings (betas in [0, 1), eps >= 0, ...) on the saved values
+            type(optimizer)([nn.Parameter(torch.zeros(2, 2))],
+                            **{k: v for k, v in saved.items() if k in accepted and k != "params"})
+        except (ValueError, TypeError, RuntimeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CheckpointError(f"{where / STATE_FILE}: optimizer param group {gi} has settings the "
+                                  f"{type(optimizer).__name__} refuses: {first}") from None
+    for stable, value in meta.get("scalars", {}).items():
+        if _kind(value) not in ("number", "bool", "NoneType"):
+            raise CheckpointError(f"{where / STATE_FILE}: optimizer scalar {stable!r} must be a finite number, "
+                                  f"got {value!r}")
+    keys: dict[str, set[str]] = {}
+    for stable in list(tensors) + list(meta.get("scalars", {})):
+        name, _, key = stable.rpartition(":")
+        keys.setdefault(name, set()).add(key)
+    for stable, value in tensors.items():
+        name, _, key = stable.rpartition(":")
+        param = params.get(name)
+        if param is not None and value.dim() > 0 and value.shape != param.shape:
+            raise CheckpointError(f"{where / OPTIMIZER_FILE}: state {stable!r} has shape {tuple(value.shape)}, "
+                                  f"its parameter has {tuple(param.shape)}")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):  # never saved: NaN stops training
+            raise CheckpointError(f"{where / OPTIMIZER_FILE}: state {stable!r} holds values that are not finite")
+        if key.endswith("exp_avg_sq") and bool((value < 0).any()):  # Adam's second moments are squares
+            raise CheckpointError(f"{where / OPTIMIZER_FILE}: state {stable!r} holds negative values")
+    for gi, group in enumerate(groups):  # a parameter's state is all there or (not stepped yet) absent
+        found = {frozenset(keys[n]) for n in group["params"] if n in keys}
+        if len(found) > 1:
+            raise CheckpointError(f"{where / OPTIMIZER_FILE}: the parameters of param group {gi} have different "
+                                  f"state entries {sorted(sorted(k) for k in found)}: an entry is missing")
+
+
 def _optimizer_from_payload(optimizer: torch.optim.Optimizer, model: nn.Module, meta: dict[str, Any],
                             tensors: dict[str, torch.Tensor], where: Path) -> None:
     if meta.get("class") != type(optimizer).__name__:
         raise CheckpointError(f"{where / STATE_FILE}: optimizer class is {meta.get('class')!r}, "
                               f"but the optimizer to restore is {type(optimizer).__name__!r}")
-    saved_groups = [g.get("params", []) for g in meta.get("param_groups", [])]
+    _check_optimizer_payload(optimizer, meta, tensors, dict(model.named_parameters()), where)
+    saved_groups = [g["params"] for g in meta["param_groups"]]
     current_groups = _optimizer_param_names(optimizer, model)
     if saved_groups != current_groups:
         detail = (f"{len(saved_groups)} groups of sizes {[len(g) for g in saved_groups]} vs "
@@ -241,7 +318,101 @@ def read_checkpoint_state(path: str | os.PathLike) -> dict[str, Any]:
     if data.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"{file} has checkpoint format version {data.get('version')!r}, "
                               f"this attnkit reads version {FORMAT_VERSION}")
+    for key in OBJECT_KEYS:
+        if key in data and not isinstance(data[key], dict):
+            raise CheckpointError(f"{file}: {key!r} must be a JSON object, got {type(data[key]).__name__} "
+                                  f"{str(data[key])[:40]!r} (edited by hand?)")
     return data
+
+
+def _lora_settings(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The unmerged LoRA adapters a step checkpoint of ``finetune --lora`` holds (``extra.lora``), or None."""
+    lora = data.get("extra", {}).get("lora")
+    if not isinstance(lora, dict) or lora.get("merged", True) is True:
+        return None
+    if not (type(lora.get("rank")) is int and type(lora.get("alpha")) in (int, float)
+            and isinstance(lora.get("targets"), list)):
+        raise CheckpointError(f"{path / STATE_FILE}: extra.lora must hold rank, alpha and targets, got {lora!r}")
+    return lora
+
+
+def check_model_config(path: str | os.PathLike, config: Any, state: dict[str, Any] | None = None) -> nn.Module:
+    """Check a model config against the weights of the checkpoint at ``path`` before anything is allocated: the
+    model is built on the meta device, its tensors compared with the header of ``model.safetensors`` (an unmerged
+    LoRA step checkpoint, ``extra.lora`` of ``state``, also holds adapters of its rank) and its position tables
+    with its weights (:func:`check_table_sizes`). Returns the meta model; raises :class:`CheckpointError` naming
+    the file.
+
+    Call it before building a model from a ``state.json`` someone may have edited (``block_size = 10**9``,
+    ``n_embd`` times 1,024): building first would allocate what the config asks for."""
+    from attnkit.models.builders import build_model
+
+    path = Path(path)
+    file = path / MODEL_FILE
+    shapes = read_weight_shapes(file)
+    layers = sum(getattr(config, k, 0) for k in ("n_layer", "num_encoder_layers", "num_decoder_layers"))
+    if layers > len(shapes):  # every layer stores tensors: do not even build a million empty layers
+        raise CheckpointError(f"{file} holds {len(shapes)} tensors, too few for the {layers} layers of the config")
+    lora = _lora_settings(path, state or {})
+    adapters = {k: v for k, v in shapes.items() if lora is not None and k.endswith((".lora_A", ".lora_B"))}
+    if lora is not None and (not adapters or any(lora["rank"] not in shape for shape in adapters.values())):
+        raise CheckpointError(f"{file} does not hold LoRA adapters of rank {lora['rank']} (extra.lora of "
+                              f"{path / STATE_FILE}), found {sorted(adapters.items())[:4]}")
+    try:
+        with torch.device("meta"):
+            meta = build_model(config)
+    except (RuntimeError, OverflowError, ValueError, TypeError) as err:  # sizes past what torch can hold
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path / STATE_FILE}: its model_config cannot be built: {first}") from None
+    # the base weights against the config (the adapters' own shapes are checked when they are loaded)
+    check_weights_fit(meta, {k: v for k, v in shapes.items() if k not in adapters}, file)
+    try:
+        check_table_sizes(meta, str(path))
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    return meta
+
+
+def _with_adapters(model: nn.Module, lora: dict[str, Any] | None) -> nn.Module:
+    if lora is not None:
+        from attnkit.modules.lora import apply_lora
+
+        apply_lora(model, rank=lora["rank"], alpha=lora["alpha"], targets=lora["targets"], dropout=0.0)
+    return model
+
+
+def build_checkpoint_model(path: str | os.PathLike, state: dict[str, Any] | None = None) -> nn.Module:
+    """A new model as the checkpoint at ``path`` describes it (``state.json``'s ``model_config``, with the
+    adapters of an unmerged LoRA step checkpoint), built only after :func:`check_model_config`; its weights are
+    random until :func:`load_checkpoint`. Raises :class:`CheckpointError`."""
+    from attnkit.models.builders import build_model
+    from attnkit.models.configs import config_from_dict
+
+    path = Path(path)
+    state = read_checkpoint_state(path) if state is None else state
+    if "model_config" not in state:
+        raise CheckpointError(f"{path / STATE_FILE} has no model_config; it was not written by attnkit train")
+    try:
+        config = config_from_dict(state["model_config"])
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{path / STATE_FILE}: model_config: {err}") from None
+    check_model_config(path, config, state)
+    return _with_adapters(build_model(config), _lora_settings(path, state))
+
+
+def check_table_sizes(model: nn.Module, what: str) -> None:
+    """Refuse a model (built on the meta device: nothing allocated) whose tensors that are not stored with the
+    weights, its position tables, would take more than the larger of its weights and :data:`TABLE_ALLOWANCE`
+    (``ValueError`` naming the sizes)."""
+    stored = model.state_dict(keep_vars=True)
+    weights = sum(t.numel() * t.element_size() for t in {id(t): t for t in stored.values()}.values())
+    tables = sum(b.numel() * b.element_size() for name, b in model.named_buffers() if name not in stored)
+    if tables > max(weights, TABLE_ALLOWANCE):
+        config = getattr(model, "config", None)
+        length = getattr(config, "block_size", None) or getattr(config, "max_len", None)
+        raise ValueError(f"{what}: its position tables for length {length} would take {tables / 2**20:,.0f} MiB up "
+                         f"front, more than its weights ({weights / 2**20:,.1f} MiB) and the {TABLE_ALLOWANCE >> 20} "
+                         f"MiB allowed beyond them (the tables grow on demand; is the length a typo?)")
 
 
 def _read_safetensors(file: Path, device: str) -> dict[str, torch.Tensor]:
@@ -253,8 +424,24 @@ def _read_safetensors(file: Path, device: str) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{file} is corrupt or truncated: {err}") from None
 
 
+def read_weight_shapes(file: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the tensors of a safetensors file, from its header alone (no tensor is read; the
+    header's offsets have been checked against the file's size). Raises :class:`CheckpointError`."""
+    file = Path(file)
+    if not file.is_file():
+        raise CheckpointError(f"checkpoint {file.parent} is incomplete: {file} is missing")
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as err:  # SafetensorError (header/size checks), OSError
+        raise CheckpointError(f"{file} is corrupt or truncated: {err}") from None
+
+
 def _storage_key(t: torch.Tensor) -> tuple:
-    """Identifies the memory a tensor views: tied parameters share it."""
+    """Identifies the memory a tensor views: tied parameters share it (on the meta device, where nothing has
+    memory, the tensor object itself tells them apart)."""
+    if t.device.type == "meta":
+        return (id(t),)
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
 
 
@@ -273,14 +460,16 @@ def _save_model_weights(model: nn.Module, file: Path) -> None:
     save_file(tensors, str(file), metadata={"format": "pt"})
 
 
-def _check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
-    """Names and shapes of ``weights`` must match ``model.state_dict()`` (a tied alias may be absent)."""
-    expected = model.state_dict()
-    unexpected = sorted(set(weights) - set(expected))
-    loaded = {_storage_key(expected[k]) for k in weights if k in expected}
-    missing = sorted(k for k in set(expected) - set(weights) if _storage_key(expected[k]) not in loaded)
-    wrong = [f"{k}: checkpoint {tuple(weights[k].shape)}, model {tuple(expected[k].shape)}"
-             for k in sorted(set(weights) & set(expected)) if weights[k].shape != expected[k].shape]
+def check_weights_fit(model: nn.Module, shapes: dict[str, tuple[int, ...]], file: Path) -> None:
+    """The tensor names and shapes of ``file`` (``{name: shape}``, e.g. :func:`read_weight_shapes`) must match
+    ``model.state_dict()`` (a tied alias may be absent); raises :class:`CheckpointError` listing the
+    differences. ``model`` may live on the meta device: nothing is allocated."""
+    expected = model.state_dict(keep_vars=True)
+    unexpected = sorted(set(shapes) - set(expected))
+    loaded = {_storage_key(expected[k]) for k in shapes if k in expected}
+    missing = sorted(k for k in set(expected) - set(shapes) if _storage_key(expected[k]) not in loaded)
+    wrong = [f"{k}: checkpoint {tuple(shapes[k])}, model {tuple(expected[k].shape)}"
+             for k in sorted(set(shapes) & set(expected)) if tuple(shapes[k]) != tuple(expected[k].shape)]
     if missing or unexpected or wrong:
         raise CheckpointError(f"{file} does not fit {type(model).__name__}: missing keys {missing[:10]}, "
                               f"unexpected keys {unexpected[:10]}, shape mismatches {wrong[:10]}")
@@ -308,8 +497,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     device = str(torch.device(device))
 
     # Validate every file before modifying anything, so a failed load leaves model and optimizer intact.
+    check_weights_fit(model, read_weight_shapes(path / MODEL_FILE), path / MODEL_FILE)  # before reading tensors
     weights = _read_safetensors(path / MODEL_FILE, device)
-    _check_weights_fit(model, weights, path / MODEL_FILE)
     opt_tensors = None
     if optimizer is not None:
         if "optimizer" not in data:

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from .checkpoint import CheckpointError, load_checkpoint, read_checkpoint_state
+from .checkpoint import CheckpointError, build_checkpoint_model, load_checkpoint, read_checkpoint_state
 from .runs import resolve_checkpoint
 
 __all__ = ["KINDS", "LoadedModel", "load", "checkpoint_kind"]
@@ -83,7 +82,21 @@ def checkpoint_kind(state: dict[str, Any]) -> str:
     extra = state.get("extra") or {}
     config = state.get("model_config") or {}
     guess = "mt" if isinstance(config, dict) and config.get("model_type") == "transformer" else "lm"
-    return extra.get("kind") or guess
+    return (extra.get("kind") if isinstance(extra, dict) else None) or guess
+
+
+def _checked_extra(extra: dict[str, Any], file: Path) -> dict[str, Any]:
+    """``extra``'s entries that :func:`load` reads, with the types it needs (CheckpointError otherwise)."""
+    rules = {"kind": (lambda v: isinstance(v, str) and v in KINDS, f"one of {sorted(KINDS)}"),
+             "tokenizer": (lambda v: isinstance(v, dict), "an object"),
+             "chat_template": (lambda v: isinstance(v, str), "a string"),
+             "add_bos_token": (lambda v: isinstance(v, bool), "true or false"),
+             "stop_token_ids": (lambda v: isinstance(v, list) and all(type(i) is int and i >= 0 for i in v),
+                                "a list of token ids")}
+    for key, (ok, expected) in rules.items():
+        if extra.get(key) is not None and not ok(extra[key]):
+            raise CheckpointError(f"{file}: extra.{key} must be {expected}, got {str(extra[key])[:60]!r}")
+    return extra
 
 
 def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "best",
@@ -105,42 +118,36 @@ def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "bes
         ValueError: the wrong kind, or no tokenizer.
     """
     from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
-    from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
 
     if expect_kind not in (None, *KINDS):
         raise ValueError(f"expect_kind must be None, 'lm' or 'mt', got {expect_kind!r}")
     ckpt = resolve_checkpoint(path, prefer=prefer)
     state = read_checkpoint_state(ckpt)
+    file = ckpt / "state.json"
     if "model_config" not in state:
-        raise CheckpointError(f"{ckpt / 'state.json'} has no model_config; it was not written by attnkit train")
+        raise CheckpointError(f"{file} has no model_config; it was not written by attnkit train")
+    extra = _checked_extra(state.get("extra") or {}, file)
     kind = checkpoint_kind(state)
     if expect_kind is not None and kind != expect_kind:
         raise ValueError(f"{ckpt} holds {KINDS.get(kind, kind)}, but this command needs "
                          f"{KINDS.get(expect_kind, expect_kind)}")
-    extra = state.get("extra") or {}
     tok = extra.get("tokenizer")
     if tok is None and require_tokenizer:
         raise ValueError(f"{path} stores no tokenizer, so text cannot be encoded")
-    model = build_model(config_from_dict(state["model_config"]))
-    _load_weights(ckpt, model, extra.get("lora"), device)
+    try:
+        tokenizer = tokenizer_from_dict(tok) if tok is not None else None
+    except ValueError as err:
+        raise CheckpointError(f"{file}: extra.tokenizer: {err}") from None
+    model = build_checkpoint_model(ckpt, state)  # built once its sizes agree with the weights' header
+    load_checkpoint(ckpt, model, device=device)
+    if isinstance(extra.get("lora"), dict) and not extra["lora"].get("merged", True):
+        from attnkit.modules.lora import merge_lora
+
+        merge_lora(model)  # a LoRA step checkpoint: frozen weights + adapters, folded together
     model.eval()
-    tokenizer = tokenizer_from_dict(tok) if tok is not None else None
     template = extra.get("chat_template") or None
     eos = getattr(tokenizer, "eos_id", None)
     stop = extra.get("stop_token_ids") or ([eos] if eos is not None else None)
     return LoadedModel(model, tokenizer, template, template, stop, bool(extra.get("add_bos_token", False)),
                        f"attnkit checkpoint {path}", state, ckpt)
 
-
-def _load_weights(ckpt: Path, model: nn.Module, lora: Any, device: str | torch.device) -> None:
-    """The checkpoint's weights into ``model``; a LoRA step checkpoint (frozen weights + adapters, not yet
-    merged) is loaded with its adapters, which are then folded into the weights."""
-    if isinstance(lora, dict) and not lora.get("merged", True):
-        from attnkit.modules.lora import apply_lora, merge_lora
-
-        apply_lora(model, rank=lora["rank"], alpha=lora["alpha"], targets=lora["targets"], dropout=0.0)
-        load_checkpoint(ckpt, model, device=device)
-        merge_lora(model)
-    else:
-        load_checkpoint(ckpt, model, device=device)

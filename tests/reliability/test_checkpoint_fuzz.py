@@ -1,62 +1,149 @@
-"""Damaged checkpoints, fuzzed (hypothesis): bytes changed in the safetensors header, files cut anywhere,
-state.json cut anywhere. Loading must give the weights or one ``CheckpointError`` (a ValueError) naming the
-file, never another exception, and never run code (nothing is unpickled).
+"""Damaged checkpoints: the regressions of the loader bugs that fuzzing found (``test_fuzz_loaders.py`` runs the
+checkpoint loaders of ``benchmarks/fuzz_loaders.py`` on hypothesis-drawn mutations of a real run folder: bytes
+flipped, files cut or extended, safetensors headers that claim huge tensors or data past the end of the file,
+``state.json`` with wrong types, NaN, huge numbers, deep nesting, config sizes times 1,024). Each test names what
+happened before the fix. Loading gives the weights or one ``CheckpointError`` (a ValueError) naming the file;
+nothing is ever unpickled.
 """
 
-import shutil
-import tempfile
-from pathlib import Path
+import json
+import math
 
+import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from attnkit.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_state, save_checkpoint
+from attnkit.checkpoints.load import load
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
-from attnkit.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_state, save_checkpoint
+from benchmarks.fuzz_loaders import seed_folder
 
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 CONFIG = GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8)
-FOLDER = tempfile.TemporaryDirectory(prefix="attnkit-ckpt-fuzz-")
-GOOD = save_checkpoint(Path(FOLDER.name) / "good", GPT(CONFIG), state={"step": 1})
-WEIGHTS = (GOOD / "model.safetensors").read_bytes()
-HEADER = 8 + int.from_bytes(WEIGHTS[:8], "little")  # the 8-byte length and the JSON header
 
 
-def _load(mutate_file: str, data: bytes) -> None:
-    ckpt = Path(FOLDER.name) / "damaged"
-    shutil.rmtree(ckpt, ignore_errors=True)
-    shutil.copytree(GOOD, ckpt)
-    (ckpt / mutate_file).write_bytes(data)
-    try:
+def test_the_untouched_run_loads():
+    loaded = load(seed_folder() / "lm")
+    assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
+
+
+@pytest.fixture()
+def ckpt(tmp_path):
+    """A copy of the seed run's best checkpoint, to damage."""
+    import shutil
+
+    folder = tmp_path / "best"
+    shutil.copytree(seed_folder() / "lm" / "checkpoints" / "best", folder)
+    return folder
+
+
+def _edit_state(folder, edit):
+    state = json.loads((folder / "state.json").read_text())
+    edit(state)
+    (folder / "state.json").write_text(json.dumps(state))
+
+
+@pytest.mark.parametrize("key, value", [("model_config", ["gpt"]), ("extra", "lm"), ("extra", None),
+                                        ("train_config", 3), ("optimizer", [])])
+def test_state_keys_that_must_be_objects(ckpt, key, value):
+    """Was: AttributeError ('str' object has no attribute 'get') in load() and in resume."""
+    _edit_state(ckpt, lambda s: s.__setitem__(key, value))
+    with pytest.raises(CheckpointError, match=f"'{key}' must be a JSON object"):
         read_checkpoint_state(ckpt)
-        load_checkpoint(ckpt, GPT(CONFIG))
-    except CheckpointError as e:
-        assert str(ckpt) in str(e)
 
 
-@SETTINGS
-@given(st.integers(0, HEADER - 1), st.integers(0, 255))
-def test_a_byte_changed_in_the_header(offset, value):
-    data = bytearray(WEIGHTS)
-    data[offset] = value
-    _load("model.safetensors", bytes(data))
+@pytest.mark.parametrize("field, factor", [("n_embd", 2**20), ("n_layer", 2**31), ("n_embd", 2**62)])
+def test_config_sizes_that_disagree_with_the_weights_are_refused_before_allocating(ckpt, field, factor):
+    """Was: load() built the model of the config first: n_embd x 2**20 asked for terabytes (a crash or the
+    system's out-of-memory killer), n_layer x 2**31 built layers for minutes, 2**62 overflowed in torch."""
+    _edit_state(ckpt, lambda s: s["model_config"].__setitem__(field, s["model_config"][field] * factor))
+    with pytest.raises(CheckpointError, match="does not fit|too few for|cannot be built"):
+        load(ckpt)
 
 
-@SETTINGS
-@given(st.integers(0, len(WEIGHTS) - 1))
-def test_weights_cut_anywhere(length):
-    _load("model.safetensors", WEIGHTS[:length])
+def test_a_block_size_that_asks_for_huge_position_tables(ckpt):
+    """Was: block_size = 2**31 with rotary positions allocated 2 x 2**31 x D floats of cos/sin tables (the
+    weights say nothing about it)."""
+    _edit_state(ckpt, lambda s: s["model_config"].__setitem__("block_size", 2**31))
+    with pytest.raises(CheckpointError, match="position tables for length 2147483648"):
+        load(ckpt)
 
 
-@SETTINGS
-@given(st.data())
-def test_state_json_cut_anywhere(data):
-    text = (GOOD / "state.json").read_bytes()
-    _load("state.json", text[:data.draw(st.integers(0, len(text) - 1))])
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a": ' + "1" * 5000 + "}"])
+def test_json_the_parser_refuses_for_its_size(ckpt, text):
+    """Was: RecursionError (100,000 nested brackets) and a bare ValueError about Python's digit limit."""
+    (ckpt / "state.json").write_text(text)
+    with pytest.raises(CheckpointError, match="state.json is corrupt"):
+        read_checkpoint_state(ckpt)
 
 
-def test_the_untouched_checkpoint_loads():
+@pytest.mark.parametrize("key, value", [("kind", ["lm"]), ("kind", {"a": 1}), ("tokenizer", "char"),
+                                        ("stop_token_ids", [1.5]),
+                                        ("chat_template", 7), ("add_bos_token", "yes")])
+def test_extra_entries_of_the_wrong_type(ckpt, key, value):
+    """Was: TypeError (unhashable kind), AttributeError, or a silently wrong load."""
+    _edit_state(ckpt, lambda s: s["extra"].__setitem__(key, value))
+    with pytest.raises(CheckpointError, match=f"extra.{key} must be"):
+        load(ckpt)
+
+
+def test_a_broken_lora_entry(ckpt):
+    """Was: KeyError 'rank' for an unmerged LoRA entry without its settings."""
+    _edit_state(ckpt, lambda s: s["extra"].__setitem__("lora", {"merged": False}))
+    with pytest.raises(CheckpointError, match="extra.lora must hold rank, alpha and targets"):
+        load(ckpt)
+
+
+def _saved(tmp_path, steps=1):
     model = GPT(CONFIG)
-    load_checkpoint(GOOD, model)
-    assert all(torch.isfinite(p).all() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+        opt.step()
+    return save_checkpoint(tmp_path / "c", model, opt), model, opt
+
+
+def _rewrite(file, edit):
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(file))
+    edit(tensors)
+    save_file(tensors, str(file))
+
+
+def test_optimizer_state_of_the_wrong_shape(tmp_path):
+    """Was: loaded, then RuntimeError (size of tensor a must match b) in the first optimizer step."""
+    path, model, opt = _saved(tmp_path)
+    _rewrite(path / "optimizer.safetensors", lambda t: t.__setitem__("wte.weight:exp_avg", torch.zeros(17, 8)))
+    with pytest.raises(CheckpointError, match=r"'wte.weight:exp_avg' has shape \(17, 8\)"):
+        load_checkpoint(path, GPT(CONFIG), torch.optim.AdamW(GPT(CONFIG).parameters()))
+
+
+def test_an_optimizer_state_entry_missing(tmp_path):
+    """Was: loaded, then KeyError 'exp_avg' in the first optimizer step."""
+    path, model, opt = _saved(tmp_path)
+    _rewrite(path / "optimizer.safetensors", lambda t: t.pop("wte.weight:exp_avg"))
+    m = GPT(CONFIG)
+    with pytest.raises(CheckpointError, match="an entry is missing"):
+        load_checkpoint(path, m, torch.optim.AdamW(m.parameters()))
+
+
+@pytest.mark.parametrize("key, value, match", [("betas", [7, 0.99], "refuses"), ("betas", "x", "must be like"),
+                                               ("eps", -1.0, "refuses"), ("lr", None, "must be like")])
+def test_optimizer_settings_the_optimizer_refuses(tmp_path, key, value, match):
+    """Was: loaded, then NaN or TypeError in the first step (betas = [7, 0.99], betas = "x")."""
+    path, model, opt = _saved(tmp_path)
+    _edit_state(path, lambda s: s["optimizer"]["param_groups"][0].__setitem__(key, value))
+    m = GPT(CONFIG)
+    with pytest.raises(CheckpointError, match=match):
+        load_checkpoint(path, m, torch.optim.AdamW(m.parameters()))
+
+
+@pytest.mark.parametrize("name, bad", [("wte.weight:exp_avg", math.nan), ("wte.weight:exp_avg_sq", -1.0)])
+def test_optimizer_states_that_cannot_be(tmp_path, name, bad):
+    """Was: loaded; training then stopped at a NaN loss (an exponent bit flipped to NaN, a negative second
+    moment under Adam's square root)."""
+    path, model, opt = _saved(tmp_path)
+    _rewrite(path / "optimizer.safetensors", lambda t: t[name].view(-1).__setitem__(0, bad))
+    m = GPT(CONFIG)
+    with pytest.raises(CheckpointError, match="not finite|negative values"):
+        load_checkpoint(path, m, torch.optim.AdamW(m.parameters()))
