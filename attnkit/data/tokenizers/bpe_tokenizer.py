@@ -33,7 +33,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from attnkit.data.tokenizers.tokenizer import Tokenizer, register_tokenizer_type
 
-__all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer"]
+__all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer", "backend_call"]
 
 # GPT-2's pre-tokenization regex: text is first cut into pieces (contractions, a word with its leading space,
 # a number, a run of punctuation, whitespace), and BPE merges never cross a piece boundary.
@@ -47,6 +47,19 @@ _ROLE_NAMES = {
     "pad": ("<pad>", "<|pad|>"),
     "unk": ("<unk>", "<|unk|>"),
 }
+
+
+def backend_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` on the Rust ``tokenizers`` backend, its errors as one ``ValueError``: it raises a
+    bare ``Exception`` for a malformed tokenizer JSON or a model that cannot encode, and a ``PanicException`` (a
+    ``BaseException``) where its own code fails an assertion."""
+    try:
+        return call(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, ValueError):
+        raise
+    except BaseException as err:  # noqa: BLE001 - Exception and pyo3's PanicException
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(f"{what}: {message[:500]}") from None
 
 
 @lru_cache(maxsize=1)
@@ -118,8 +131,10 @@ class BPETokenizer(Tokenizer):
             if tok is None:
                 self._roles[role], self._role_ids[role] = None, None
                 continue
+            if isinstance(tok, bool) or not isinstance(tok, (str, int)):
+                raise ValueError(f"{role} must be a token (a string) or its id (an int), got {tok!r}")
             if isinstance(tok, int):
-                spelled = tokenizer.id_to_token(tok)
+                spelled = tokenizer.id_to_token(tok) if 0 <= tok < 2**32 else None
                 if spelled is None:
                     raise ValueError(f"{role} id must be in [0, {self._vocab_size}), got {tok}")
                 tok = spelled
@@ -192,8 +207,10 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **roles: str | int | None) -> "BPETokenizer":
-        """Wrap a ``tokenizer.json`` file (Hugging Face ``tokenizers`` format)."""
-        return cls(tokenizers.Tokenizer.from_file(str(path)), **roles)
+        """Wrap a ``tokenizer.json`` file (Hugging Face ``tokenizers`` format); ``ValueError`` naming the file if
+        the backend cannot read it."""
+        return cls(backend_call(f"{path} is not a tokenizers JSON file", tokenizers.Tokenizer.from_file, str(path)),
+                   **roles)
 
     @property
     def backend(self) -> tokenizers.Tokenizer:
@@ -206,17 +223,20 @@ class BPETokenizer(Tokenizer):
         return self._vocab_size
 
     def _encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return backend_call("cannot encode the text", self._tok.encode, text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Encode many texts at once (the Rust backend uses several threads)."""
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ValueError(f"encode_batch expects strings, item {i} is {type(t).__name__}")
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        encoded = backend_call("cannot encode the texts", self._tok.encode_batch, list(texts),
+                                add_special_tokens=False)
+        return [e.ids for e in encoded]
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
-        return self._tok.decode(self._check_ids(ids), skip_special_tokens=skip_special_tokens)
+        return backend_call("cannot decode the ids", self._tok.decode, self._check_ids(ids),
+                             skip_special_tokens=skip_special_tokens)
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
@@ -238,5 +258,10 @@ class BPETokenizer(Tokenizer):
         if d.get("type") != cls.type or "tokenizer" not in d:
             raise ValueError(f"expected a dict with type {cls.type!r} and a 'tokenizer' field, got keys {sorted(d)}")
         backend = d["tokenizer"]
-        backend = tokenizers.Tokenizer.from_str(backend if isinstance(backend, str) else json.dumps(backend))
+        if not isinstance(backend, (str, dict)):
+            raise ValueError(f"a bpe tokenizer's 'tokenizer' must be the tokenizers JSON (an object or its text), "
+                             f"got {type(backend).__name__}")
+        text = backend if isinstance(backend, str) else json.dumps(backend)
+        backend = backend_call("the bpe tokenizer's 'tokenizer' is not a valid tokenizers JSON",
+                                tokenizers.Tokenizer.from_str, text)
         return cls(backend, bos=d.get("bos"), eos=d.get("eos"), pad=d.get("pad"), unk=d.get("unk"))

@@ -202,7 +202,7 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
     if not isinstance(d, dict) or "type" not in d:
         raise ValueError(f"a tokenizer description must be a dict with a 'type' field, got {str(d)[:80]!r}")
     known = tokenizer_types()
-    if d["type"] not in _TYPES:
+    if not isinstance(d["type"], str) or d["type"] not in _TYPES:
         raise ValueError(f"unknown tokenizer type {d['type']!r}; known types: {', '.join(known)}")
     return _TYPES[d["type"]].from_dict(d)
 
