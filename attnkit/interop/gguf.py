@@ -32,8 +32,10 @@ Axis legend: ``C`` model width, ``H`` query heads, ``K`` key/value heads, ``D`` 
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
+import struct
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,6 +52,8 @@ __all__ = [
     "SUPPORTED_PRE_TOKENIZERS",
     "GGUFCheckpoint",
     "check_gguf_file",
+    "GGUFLayout",
+    "gguf_layout",
     "read_gguf",
     "gguf_metadata",
     "gguf_to_hf_config",
@@ -158,8 +162,157 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
     return path
 
 
+# The GGUF header, for checking it before ``gguf.GGUFReader`` parses it (the reader trusts every count it
+# reads: an array that claims 2**63 one-byte items past the end of the file keeps it looping and growing).
+_SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_NESTING = 4  # arrays of arrays of ...: deeper than any writer goes
+
+
+@dataclass
+class GGUFLayout:
+    """Where each part of a GGUF header lies (byte offsets into the file), from :func:`gguf_layout`.
+
+    Attributes:
+        byte_order: ``"<"`` or ``">"``.
+        fields: per key/value pair ``(key, value type, offset of the value type, offset of the value)``; for an
+            array the value starts with its item type (4 bytes) and count (8 bytes).
+        tensors: per tensor ``(name, offset of its n_dims, dims, GGML type, data offset relative to
+            data_start)``; the dims follow n_dims, then the type (4 bytes) and the data offset (8 bytes).
+        data_start: where the tensor data begins (after the alignment padding).
+        size: the file's size in bytes.
+    """
+
+    byte_order: str
+    fields: list[tuple[str, int, int, int]]
+    tensors: list[tuple[str, int, tuple[int, ...], int, int]]
+    data_start: int
+    size: int
+
+
+class _HeaderCursor:
+    """Reads a GGUF header front to back, refusing any count or length that runs past the end of the file."""
+
+    def __init__(self, buf: Any, path: Path, byte_order: str):
+        self.buf, self.path, self.order, self.pos = buf, path, byte_order, 0
+
+    def fail(self, what: str) -> ValueError:
+        return ValueError(f"{self.path} is not a valid GGUF file ({len(self.buf)} bytes): {what} (at byte {self.pos}); "
+                          "the file is probably truncated or corrupt")
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise self.fail(f"{what} needs {n} bytes, but only {len(self.buf) - self.pos} remain")
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        size = struct.calcsize(fmt)
+        self.need(size, what)
+        (value,) = struct.unpack_from(self.order + fmt, self.buf, self.pos)
+        self.pos += size
+        return value
+
+    def string(self, what: str) -> bytes:
+        n = self.scalar("Q", what + " length")
+        self.need(n, what)
+        self.pos += n
+        return bytes(self.buf[self.pos - n:self.pos])
+
+    def skip_value(self, vtype: int, what: str, depth: int = 0) -> None:
+        if vtype in _SCALAR_FORMATS:
+            self.need(struct.calcsize(_SCALAR_FORMATS[vtype]), what)
+            self.pos += struct.calcsize(_SCALAR_FORMATS[vtype])
+        elif vtype == _STRING:
+            n = self.scalar("Q", what + " length")
+            self.need(n, what)
+            self.pos += n
+        elif vtype == _ARRAY:
+            if depth >= _MAX_NESTING:
+                raise self.fail(f"{what} nests arrays more than {_MAX_NESTING} deep")
+            itype, count = self.scalar("I", what + " item type"), self.scalar("Q", what + " count")
+            if itype in _SCALAR_FORMATS:  # fixed-size items: check the whole array at once
+                self.need(count * struct.calcsize(_SCALAR_FORMATS[itype]), f"{what} ({count} items)")
+                self.pos += count * struct.calcsize(_SCALAR_FORMATS[itype])
+                return
+            self.need(count * 8 if itype == _STRING else count * 12, f"{what} ({count} items)")  # smallest items
+            for _ in range(count):
+                self.skip_value(itype, what + " item", depth + 1)
+        else:
+            raise self.fail(f"{what} has the unknown value type {vtype}")
+
+
+def gguf_layout(path: str | os.PathLike) -> GGUFLayout:
+    """Walk the header of the GGUF file ``path`` without trusting it: every count, length, type and tensor
+    extent is checked against the file before anything is allocated for it.
+
+    Raises:
+        ValueError: an unknown version, value type or tensor type, more than 4 dimensions, a count or length
+            that runs past the end of the file, or tensor data that lies outside it; the message names the
+            file and the byte offset.
+    """
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    path = check_gguf_file(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise ValueError(f"{path} is not a complete GGUF file: {size} bytes, shorter than the 24-byte header")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            (version,) = struct.unpack_from("<I", buf, 4)
+            order = ">" if version & 0xFFFF == 0 else "<"  # a file written on a big-endian machine
+            cur = _HeaderCursor(buf, path, order)
+            cur.pos = 4
+            version = cur.scalar("I", "version")
+            if version not in (2, 3):
+                raise cur.fail(f"GGUF version {version} is not supported (expected 2 or 3)")
+            n_tensors, n_fields = cur.scalar("Q", "tensor count"), cur.scalar("Q", "key/value count")
+            cur.need(n_fields * 12, f"{n_fields} key/value pairs")  # a key length and a value type each, at least
+            fields, alignment = [], 32
+            for i in range(n_fields):
+                key = cur.string(f"key {i}").decode("utf-8", "replace")
+                type_at = cur.pos
+                vtype = cur.scalar("I", f"the type of {key!r}")
+                value_at = cur.pos
+                if key == "general.alignment" and vtype == 4:
+                    alignment = struct.unpack_from(order + "I", buf, value_at)[0] if value_at + 4 <= size else 0
+                cur.skip_value(vtype, f"the value of {key!r}")
+                fields.append((key, vtype, type_at, value_at))
+            cur.need(n_tensors * 24, f"{n_tensors} tensor descriptions")  # name length, n_dims, type, offset
+            tensors = []
+            for i in range(n_tensors):
+                name = cur.string(f"tensor {i}'s name").decode("utf-8", "replace")
+                dims_at = cur.pos
+                n_dims = cur.scalar("I", f"tensor {name!r}'s dimension count")
+                if n_dims > _MAX_DIMS:
+                    raise cur.fail(f"tensor {name!r} has {n_dims} dimensions, at most {_MAX_DIMS} are allowed")
+                dims = tuple(cur.scalar("Q", f"tensor {name!r}'s dimensions") for _ in range(n_dims))
+                ttype = cur.scalar("I", f"tensor {name!r}'s type")
+                offset = cur.scalar("Q", f"tensor {name!r}'s data offset")
+                tensors.append((name, dims_at, dims, ttype, offset))
+            if alignment == 0 or alignment & (alignment - 1):
+                raise cur.fail(f"general.alignment must be a power of two, got {alignment}")
+            data_start = -(-cur.pos // alignment) * alignment
+    for name, _, dims, ttype, offset in tensors:
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+        except (ValueError, KeyError):
+            raise ValueError(f"{path}: tensor {name!r} has the unknown GGML type {ttype}") from None
+        n = 1
+        for d in dims:
+            n *= d
+        if dims and dims[0] % block:
+            raise ValueError(f"{path}: tensor {name!r} has rows of {dims[0]} values, not a multiple of its type's "
+                             f"block of {block}")
+        end = data_start + offset + n // block * type_size
+        if end > size:
+            raise ValueError(f"{path} is truncated or corrupt: tensor {name!r} (shape {list(dims)}) would end at "
+                             f"byte {end}, but the file has only {size} bytes")
+    return GGUFLayout(order, fields, tensors, data_start, size)
+
+
 def read_gguf(path: str | os.PathLike):
-    """Open a GGUF file with ``gguf.GGUFReader`` (memory-mapped: tensor data is read lazily).
+    """Open a GGUF file with ``gguf.GGUFReader`` (memory-mapped: tensor data is read lazily), after
+    :func:`gguf_layout` has checked its header against the file.
 
     Raises:
         ValueError: not GGUF, a pickle, or truncated/corrupt (the reader's own low-level error is chained).
@@ -167,6 +320,7 @@ def read_gguf(path: str | os.PathLike):
     import gguf  # imported here so that `import attnkit.interop` stays light
 
     path = check_gguf_file(path)
+    gguf_layout(path)  # every count and extent fits in the file: the reader cannot run away
     size = path.stat().st_size
     try:
         reader = gguf.GGUFReader(path)
@@ -207,6 +361,21 @@ def _require(meta: dict[str, Any], key: str) -> Any:
     return meta[key]
 
 
+def _meta_int(meta: dict[str, Any], key: str, default: Any = None, *, minimum: int = 1) -> int:
+    """Metadata ``key`` (``default`` when absent; required when ``default`` is None) as an int >= ``minimum``."""
+    value = _require(meta, key) if default is None else meta.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"GGUF metadata {key!r} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _meta_float(meta: dict[str, Any], key: str, default: float) -> float:
+    value = meta.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ValueError(f"GGUF metadata {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def gguf_to_hf_config(meta: dict[str, Any], *, tensor_names: set[str] | None = None) -> dict[str, Any]:
     """Build a Hugging Face ``LlamaConfig``-style dict from GGUF metadata (keys ``llama.*``, ``tokenizer.ggml.*``).
 
@@ -225,17 +394,17 @@ def gguf_to_hf_config(meta: dict[str, Any], *, tensor_names: set[str] | None = N
             (which attnkit's rotary embedding does not implement).
     """
     arch = _require(meta, "general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(f"unsupported GGUF architecture {arch!r}; supported: {list(SUPPORTED_ARCHITECTURES)}")
     p = arch + "."
-    C = int(_require(meta, p + "embedding_length"))
-    H = int(_require(meta, p + "attention.head_count"))
-    K = int(meta.get(p + "attention.head_count_kv", H))
-    D = int(meta.get(p + "attention.key_length", C // H))
-    if int(meta.get(p + "attention.value_length", D)) != D:
+    C = _meta_int(meta, p + "embedding_length")
+    H = _meta_int(meta, p + "attention.head_count")
+    K = _meta_int(meta, p + "attention.head_count_kv", H)
+    D = _meta_int(meta, p + "attention.key_length", max(C // H, 1))
+    if _meta_int(meta, p + "attention.value_length", D) != D:
         raise ValueError(f"key and value head sizes must be equal, got key_length {D} and "
                          f"value_length {meta[p + 'attention.value_length']}")
-    rot = int(meta.get(p + "rope.dimension_count", D))
+    rot = _meta_int(meta, p + "rope.dimension_count", D)
     if rot != D:
         raise ValueError(f"partial rotary embeddings are not supported: rope.dimension_count must equal the "
                          f"head dim {D}, got {rot}")
@@ -243,25 +412,32 @@ def gguf_to_hf_config(meta: dict[str, Any], *, tensor_names: set[str] | None = N
     if scaling not in ("none", None):
         raise ValueError(f"RoPE scaling is not supported: expected rope.scaling.type 'none', got {scaling!r}")
     if "tokenizer.ggml.tokens" in meta:
+        if not isinstance(meta["tokenizer.ggml.tokens"], list):
+            raise ValueError(f"GGUF metadata 'tokenizer.ggml.tokens' must be an array of strings, "
+                             f"got {meta['tokenizer.ggml.tokens']!r}")
         vocab = len(meta["tokenizer.ggml.tokens"])
     else:
-        vocab = int(_require(meta, p + "vocab_size"))
-    if p + "vocab_size" in meta and int(meta[p + "vocab_size"]) != vocab:
+        vocab = _meta_int(meta, p + "vocab_size")
+    if p + "vocab_size" in meta and _meta_int(meta, p + "vocab_size") != vocab:
         raise ValueError(f"{p}vocab_size is {meta[p + 'vocab_size']} but the tokenizer has {vocab} tokens")
-    theta = float(meta.get(p + "rope.freq_base", 10000.0))
+    theta = _meta_float(meta, p + "rope.freq_base", 10000.0)
     tied = tensor_names is not None and "output.weight" not in tensor_names
+    layers = _meta_int(meta, p + "block_count")
+    if tensor_names is not None and layers > len(tensor_names):  # every layer has tensors
+        raise ValueError(f"GGUF metadata {p}block_count is {layers}, but the file holds only "
+                         f"{len(tensor_names)} tensors")
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": vocab,
         "hidden_size": C,
-        "intermediate_size": int(_require(meta, p + "feed_forward_length")),
-        "num_hidden_layers": int(_require(meta, p + "block_count")),
+        "intermediate_size": _meta_int(meta, p + "feed_forward_length"),
+        "num_hidden_layers": layers,
         "num_attention_heads": H,
         "num_key_value_heads": K,
         "head_dim": D,
-        "max_position_embeddings": int(meta.get(p + "context_length", 2048)),
-        "rms_norm_eps": float(meta.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
+        "max_position_embeddings": _meta_int(meta, p + "context_length", 2048),
+        "rms_norm_eps": _meta_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-5),
         "rope_theta": theta,
         "hidden_act": "silu",
         "attention_bias": False,
@@ -272,7 +448,7 @@ def gguf_to_hf_config(meta: dict[str, Any], *, tensor_names: set[str] | None = N
     for role in ("bos", "eos", "padding"):
         key = f"tokenizer.ggml.{role}_token_id"
         if key in meta:
-            config[("pad" if role == "padding" else role) + "_token_id"] = int(meta[key])
+            config[("pad" if role == "padding" else role) + "_token_id"] = _meta_int(meta, key, minimum=0)
     return config
 
 
@@ -330,12 +506,13 @@ def dequantize_tensor(tensor) -> np.ndarray:
         raise ValueError(f"unsupported GGUF tensor type {kind} for tensor {tensor.name!r}; "
                          f"supported types: {list(SUPPORTED_TENSOR_TYPES)}")
     shape = tuple(int(n) for n in reversed(tensor.shape))
-    if kind == "F32":
-        values = np.array(tensor.data, dtype=np.float32)  # copy out of the memory map
-    elif kind == "F16":
-        values = np.asarray(tensor.data).astype(np.float32)
-    else:
-        values = dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32, copy=False)
+    with np.errstate(invalid="ignore", over="ignore"):  # damaged scales give NaN/inf: refused just below
+        if kind == "F32":
+            values = np.array(tensor.data, dtype=np.float32)  # copy out of the memory map
+        elif kind == "F16":
+            values = np.asarray(tensor.data).astype(np.float32)
+        else:
+            values = dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32, copy=False)
     values = values.reshape(shape)
     if not np.isfinite(values).all():
         raise ValueError(f"GGUF tensor {tensor.name!r} ({kind}) holds non-finite values after dequantization")
@@ -427,17 +604,21 @@ def gguf_tokenizer(meta: dict[str, Any]):
     import tokenizers
     from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
-    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, backend_call
 
     kind = _require(meta, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise ValueError(f"unsupported GGUF tokenizer model {kind!r}; only 'gpt2' (byte-level BPE) is supported")
     pre = meta.get("tokenizer.ggml.pre", "gpt-2")
-    if pre not in _PRE_TOKENIZERS:
+    if not isinstance(pre, str) or pre not in _PRE_TOKENIZERS:
         raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}; supported: {list(SUPPORTED_PRE_TOKENIZERS)}")
-    tokens: list[str] = list(_require(meta, "tokenizer.ggml.tokens"))
-    merges_raw: list[str] = list(_require(meta, "tokenizer.ggml.merges"))
-    types = list(meta.get("tokenizer.ggml.token_type", [_TOKEN_NORMAL] * len(tokens)))
+    tokens = _require(meta, "tokenizer.ggml.tokens")
+    merges_raw = _require(meta, "tokenizer.ggml.merges")
+    types = meta.get("tokenizer.ggml.token_type", [_TOKEN_NORMAL] * len(tokens) if isinstance(tokens, list) else [])
+    for key, value, kinds in (("tokens", tokens, str), ("merges", merges_raw, str), ("token_type", types, int)):
+        if not isinstance(value, list) or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"GGUF metadata 'tokenizer.ggml.{key}' must be an array of "
+                             f"{kinds.__name__}s, got {str(value)[:80]}")
     if len(types) != len(tokens):
         raise ValueError(f"tokenizer.ggml.token_type must have one entry per token ({len(tokens)}), got {len(types)}")
 
@@ -454,7 +635,9 @@ def gguf_tokenizer(meta: dict[str, Any]):
         merges.append((parts[0], parts[1]))
 
     splits, ignore_merges = _PRE_TOKENIZERS[pre]
-    backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges))
+    bpe = backend_call("the GGUF tokenizer cannot be built", models.BPE, vocab=vocab, merges=merges,
+                       ignore_merges=ignore_merges)  # e.g. a merge whose result is not in the vocabulary
+    backend = tokenizers.Tokenizer(bpe)
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(tokenizers.Regex(rx), behavior="isolated") for rx in splits]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
@@ -472,8 +655,8 @@ def gguf_tokenizer(meta: dict[str, Any]):
         backend.add_tokens(user)
 
     def role(key: str) -> int | None:
-        v = meta.get(f"tokenizer.ggml.{key}_token_id")
-        return None if v is None else int(v)
+        key = f"tokenizer.ggml.{key}_token_id"
+        return _meta_int(meta, key, minimum=0) if key in meta else None
 
     return BPETokenizer(backend, bos=role("bos"), eos=role("eos"), pad=role("padding"), unk=role("unknown"))
 

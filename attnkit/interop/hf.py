@@ -35,6 +35,7 @@ config option (named). Pickled ``.bin`` files are only read with ``torch.load(we
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -44,6 +45,8 @@ from typing import Any
 
 import torch
 
+from attnkit.checkpoints.checkpoint import check_table_sizes
+from attnkit.data.json_files import read_json_file
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 
@@ -145,19 +148,46 @@ def hf_family(config: Any) -> str:
     cfg = _config_dict(config)
     kind = cfg.get("model_type")
     if kind is None:
-        archs = cfg.get("architectures") or []
+        archs = cfg.get("architectures")
+        archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
         kind = "gpt2" if any(a.startswith("GPT2") for a in archs) else "llama" if any(
             a.startswith("Llama") for a in archs) else None
-    if kind not in _TEMPLATES:
+    if not isinstance(kind, str) or kind not in _TEMPLATES:
         raise ValueError(f"unsupported Hugging Face model_type {kind!r}; expected one of {sorted(_TEMPLATES)}")
     return kind
 
 
-def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
-    for n in names:
-        if cfg.get(n) is not None:
-            return cfg[n]
-    return default
+def _get(cfg: dict[str, Any], *names: str, default: Any = None, kind: str = "any") -> Any:
+    """The first of ``names`` that ``cfg`` sets (not None), else ``default``; with ``kind`` ``"int"``, ``"float"``
+    or ``"bool"`` the value must be one (an integer-valued float counts as an int), else ``ValueError`` naming the
+    key: a hand-edited ``config.json`` may hold anything."""
+    name = next((n for n in names if cfg.get(n) is not None), None)
+    if name is None:
+        return default
+    value = cfg[name]
+    if kind == "any":
+        return value
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        ok = False
+    elif isinstance(value, float):
+        ok = math.isfinite(value) and (kind == "float" or value.is_integer())
+        value = int(value) if ok and kind == "int" else value
+    else:
+        ok = True
+    if not ok:
+        expected = {"int": "an integer", "float": "a finite number", "bool": "true or false"}[kind]
+        raise ValueError(f"Hugging Face config {name!r} must be {expected}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _int(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    return _get(cfg, *names, default=default, kind="int")
+
+
+def _float(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    return _get(cfg, *names, default=default, kind="float")
 
 
 def gpt_config_from_hf(config: Any) -> GPTConfig:
@@ -169,71 +199,73 @@ def gpt_config_from_hf(config: Any) -> GPTConfig:
     cfg = _config_dict(config)
     family = hf_family(cfg)
     if family == "gpt2":
-        act = cfg.get("activation_function", "gelu_new")
-        if act not in _GPT2_ACT_FROM_HF:
+        act = _get(cfg, "activation_function", default="gelu_new")
+        if not isinstance(act, str) or act not in _GPT2_ACT_FROM_HF:
             raise ValueError(f"GPT-2 activation_function must be one of {sorted(_GPT2_ACT_FROM_HF)}, got {act!r}")
-        if cfg.get("scale_attn_by_inverse_layer_idx", False):
+        if _get(cfg, "scale_attn_by_inverse_layer_idx", default=False, kind="bool"):
             raise ValueError("GPT-2 option scale_attn_by_inverse_layer_idx=True is not supported (expected False)")
-        if not cfg.get("scale_attn_weights", True):
+        if not _get(cfg, "scale_attn_weights", default=True, kind="bool"):
             raise ValueError("GPT-2 option scale_attn_weights=False is not supported (expected True)")
-        if cfg.get("add_cross_attention", False):
+        if _get(cfg, "add_cross_attention", default=False, kind="bool"):
             raise ValueError("GPT-2 option add_cross_attention=True is not supported (expected False)")
+        dropout = _float(cfg, "resid_pdrop", default=0.0)
         return GPTConfig(
-            vocab_size=int(cfg.get("vocab_size", 50257)),
-            block_size=int(_get(cfg, "n_positions", "n_ctx", default=1024)),
-            n_layer=int(cfg.get("n_layer", 12)),
-            n_head=int(cfg.get("n_head", 12)),
-            n_embd=int(cfg.get("n_embd", 768)),
-            ffn_hidden=None if cfg.get("n_inner") is None else int(cfg["n_inner"]),
+            vocab_size=_int(cfg, "vocab_size", default=50257),
+            block_size=_int(cfg, "n_positions", "n_ctx", default=1024),
+            n_layer=_int(cfg, "n_layer", default=12),
+            n_head=_int(cfg, "n_head", default=12),
+            n_embd=_int(cfg, "n_embd", default=768),
+            ffn_hidden=_int(cfg, "n_inner"),
             activation=_GPT2_ACT_FROM_HF[act],
             norm="layernorm",
-            norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
+            norm_eps=_float(cfg, "layer_norm_epsilon", default=1e-5),
             bias=True,
             position="learned",
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-            dropout=float(cfg.get("resid_pdrop", 0.0) or 0.0),
-            attention_dropout=_unless_equal(float(cfg.get("attn_pdrop", cfg.get("resid_pdrop", 0.0)) or 0.0),
-                                            float(cfg.get("resid_pdrop", 0.0) or 0.0)),
+            tie_embeddings=_get(cfg, "tie_word_embeddings", default=True, kind="bool"),
+            dropout=dropout,
+            attention_dropout=_unless_equal(_float(cfg, "attn_pdrop", "resid_pdrop", default=0.0), dropout),
         )
     # llama
-    act = cfg.get("hidden_act", "silu")
-    if act not in _LLAMA_ACT_FROM_HF:
+    act = _get(cfg, "hidden_act", default="silu")
+    if not isinstance(act, str) or act not in _LLAMA_ACT_FROM_HF:
         raise ValueError(f"Llama hidden_act must be one of {sorted(_LLAMA_ACT_FROM_HF)}, got {act!r}")
-    attention_bias = bool(cfg.get("attention_bias", False))
-    mlp_bias = bool(cfg.get("mlp_bias", False))
+    attention_bias = _get(cfg, "attention_bias", default=False, kind="bool")
+    mlp_bias = _get(cfg, "mlp_bias", default=False, kind="bool")
     if attention_bias != mlp_bias:
         raise ValueError(f"attnkit uses one bias flag: Llama attention_bias and mlp_bias must be equal, "
                          f"got attention_bias={attention_bias}, mlp_bias={mlp_bias}")
     rope = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling")
-    for r in (rope, scaling or {}):
+    scaling = cfg.get("rope_scaling") or {}
+    for name, r in (("rope_parameters", rope), ("rope_scaling", scaling)):
+        if not isinstance(r, dict):
+            raise ValueError(f"Hugging Face config {name!r} must be an object, got {r!r}")
         rope_type = r.get("rope_type", r.get("type", "default"))
         if rope_type not in ("default", None):
             raise ValueError(f"RoPE scaling is not supported: expected rope_type 'default', got {rope_type!r}")
-    if rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) not in (1, 1.0):
+    if _float(rope, "partial_rotary_factor", default=_float(cfg, "partial_rotary_factor", default=1.0)) != 1.0:
         raise ValueError("partial rotary embeddings are not supported (expected partial_rotary_factor 1.0)")
-    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-    C = int(cfg.get("hidden_size", 4096))
-    H = int(cfg.get("num_attention_heads", 32))
-    head_dim = cfg.get("head_dim")
+    theta = _float(rope, "rope_theta", default=_float(cfg, "rope_theta", default=10000.0))
+    C = _int(cfg, "hidden_size", default=4096)
+    H = _int(cfg, "num_attention_heads", default=32)
+    head_dim = _int(cfg, "head_dim")
     return GPTConfig(
-        vocab_size=int(cfg.get("vocab_size", 32000)),
-        block_size=int(cfg.get("max_position_embeddings", 2048)),
-        n_layer=int(cfg.get("num_hidden_layers", 32)),
+        vocab_size=_int(cfg, "vocab_size", default=32000),
+        block_size=_int(cfg, "max_position_embeddings", default=2048),
+        n_layer=_int(cfg, "num_hidden_layers", default=32),
         n_head=H,
         n_embd=C,
-        n_kv_head=int(_get(cfg, "num_key_value_heads", default=H)),
-        head_dim=None if head_dim is None or int(head_dim) * H == C else int(head_dim),
-        ffn_hidden=int(cfg.get("intermediate_size", 11008)),
+        n_kv_head=_int(cfg, "num_key_value_heads", default=H),
+        head_dim=None if head_dim is None or head_dim * H == C else head_dim,
+        ffn_hidden=_int(cfg, "intermediate_size", default=11008),
         activation=_LLAMA_ACT_FROM_HF[act],
         norm="rmsnorm",
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        norm_eps=_float(cfg, "rms_norm_eps", default=1e-6),
         bias=attention_bias,
         position="rope",
-        rope_theta=float(theta),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope_theta=theta,
+        tie_embeddings=_get(cfg, "tie_word_embeddings", default=False, kind="bool"),
         dropout=0.0,  # Llama has no residual/embedding dropout, only on the attention weights
-        attention_dropout=_unless_equal(float(cfg.get("attention_dropout", 0.0) or 0.0), 0.0),
+        attention_dropout=_unless_equal(_float(cfg, "attention_dropout", default=0.0), 0.0),
     )
 
 
@@ -408,7 +440,13 @@ def state_dict_from_hf(
     if gcfg.tie_embeddings:
         sd.pop("lm_head.weight", None)  # tied: the head is the embedding (HF ties it the same way)
 
-    entries = _entries(gcfg, family)
+    if gcfg.n_layer > len(sd):  # every layer has tensors: do not even build a million empty layers
+        raise ValueError(f"{family} config has {gcfg.n_layer} layers, but the checkpoint holds only {len(sd)} tensors")
+    try:
+        entries = _entries(gcfg, family)
+    except (RuntimeError, OverflowError, TypeError) as err:  # sizes past what torch can hold, even on meta
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{family} config sizes cannot be built ({first}); they disagree with the weights") from None
     expected = {name: shape for e in entries for name, shape in zip(e.hf, e.hf_shapes)}
     missing = sorted(set(expected) - set(sd))
     extra = sorted(set(sd) - set(expected))
@@ -508,10 +546,9 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise ValueError(f"{str(folder)!r} has no config.json")
-    try:
-        config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{cfg_path} is not valid JSON ({err})") from None
+    config = read_json_file(cfg_path, lambda err: ValueError(f"{cfg_path} is not valid UTF-8 JSON ({err})"))
+    if not isinstance(config, dict):
+        raise ValueError(f"{cfg_path} must hold a JSON object, got {type(config).__name__}")
 
     candidates = [("model.safetensors", _load_safetensors), ("model.safetensors.index.json", _load_safetensors),
                   ("pytorch_model.bin", _load_bin), ("pytorch_model.bin.index.json", _load_bin)]
@@ -520,12 +557,17 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
         if not path.is_file():
             continue
         if name.endswith(".index.json"):
-            index = json.loads(path.read_text(encoding="utf-8"))
-            shards = sorted(set(index.get("weight_map", {}).values()))
+            index = read_json_file(path, lambda err: ValueError(f"{path} is not valid UTF-8 JSON ({err})"))
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise ValueError(f"{path} must hold a weight_map of tensor names to shard files")
+            shards = sorted(set(weight_map.values()))
             if not shards:
                 raise ValueError(f"{path} lists no shards in its weight_map")
             state: dict[str, torch.Tensor] = {}
             for shard in shards:
+                if Path(shard).name != shard:
+                    raise ValueError(f"{path} names the shard {shard!r}; shards must be files in {str(folder)!r}")
                 shard_path = folder / shard
                 if not shard_path.is_file():
                     raise ValueError(f"{path} refers to shard {shard!r}, which is missing from {str(folder)!r}")
@@ -570,6 +612,8 @@ def from_hf(source: Any, *, config: Any = None, dtype: torch.dtype | None = None
                          f"got {type(source).__name__}")
 
     gcfg, ours = state_dict_from_hf(state, hf_cfg)
+    with torch.device("meta"):
+        check_table_sizes(GPT(gcfg), "the Hugging Face model")  # e.g. max_position_embeddings = 10**9
     model = GPT(gcfg)
     with torch.no_grad():
         params = model.state_dict()

@@ -16,7 +16,6 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,9 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
     roles, template = {}, None
     cfg_file = (folder or path.parent) / "tokenizer_config.json"
     if cfg_file.is_file():
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        cfg = read_json_file(cfg_file, lambda err: ValueError(f"{cfg_file} is not UTF-8 JSON: {err}"))
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{cfg_file} must hold a JSON object, got {type(cfg).__name__}")
         for role in ("bos", "eos", "pad", "unk"):
             roles[role] = _token_text(cfg.get(f"{role}_token"))
         template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
