@@ -1,5 +1,6 @@
 """Data files, fuzzed (hypothesis): random bytes and random text through the LM text reader, the TSV reader
-and the tokenizers must give data or one ValueError naming the problem, never another exception.
+and the tokenizers must give data or one ValueError naming the problem, never another exception. (Mutations of
+real data files, as the benchmark makes them, are in ``test_fuzz_loaders.py``.)
 """
 
 import tempfile
