@@ -286,11 +286,16 @@ def render(record: dict) -> str:
     for r in record["rows"]:
         hf = [v for k, v in r.items() if k.startswith("hf_datasets") and not k.endswith("_rounds") and v["rc"] == 0]
         best = max(hf, key=lambda v: v["mb_per_s"]) if hf else None
-        ours, char = r.get("store_bpe", {}), r.get("store_char", {})
-        ratio = f"{ours['mb_per_s'] / best['mb_per_s']:.2f}x" if best and ours.get("mb_per_s") else "-"
-        hf_cell = (f"{best['mb_per_s']} ({best['peak_rss_mb']:,.0f} MB)" if best else "-")
-        out.append(f"| {r['bytes'] / 1e6:,.0f} MB | {ours.get('mb_per_s', '-')} ({ours.get('peak_rss_mb', 0):,.0f} MB) "
-                   f"| {hf_cell} | {ratio} | {char.get('mb_per_s', '-')} |")
+        ours, char = r.get("store_bpe"), r.get("store_char")
+        if ours is None and best is None:
+            out.append(f"| {r['bytes'] / 1e6:,.0f} MB | not measured | not measured | - | "
+                       f"{char['mb_per_s'] if char else 'not measured'} |")
+            continue
+        ratio = f"{ours['mb_per_s'] / best['mb_per_s']:.2f}x" if best and ours and ours.get("mb_per_s") else "-"
+        hf_cell = f"{best['mb_per_s']} ({best['peak_rss_mb']:,.0f} MB)" if best else "-"
+        ours_cell = f"{ours['mb_per_s']} ({ours['peak_rss_mb']:,.0f} MB)" if ours and ours.get("mb_per_s") else "-"
+        out.append(f"| {r['bytes'] / 1e6:,.0f} MB | {ours_cell} | {hf_cell} | {ratio} | "
+                   f"{char.get('mb_per_s', '-') if char else '-'} |")
     mt = record.get("mt")
     if mt:
         out += ["", f"Translation, {mt['pairs']:,} de-en pairs (`max_len` 128, joint BPE of 8,000), 50 batches of 4,096 "
