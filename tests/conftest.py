@@ -8,6 +8,7 @@ core slows tiny-model steps by an order of magnitude. (Tests that need more set 
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -15,6 +16,21 @@ import pytest
 import torch
 
 from helpers import TinyLM
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _attnkit_home_of_the_session(tmp_path_factory):
+    """What the runs of the suite cache (token stores of temporary corpora, prepared data) goes to a temporary
+    folder, never to the user's ``~/.cache/attnkit``; tests that need the fetched recipes pass the tests' package
+    cache (``attnkit_test_home``) explicitly. A given ``$ATTNKIT_HOME`` is kept."""
+    if os.environ.get("ATTNKIT_HOME"):
+        yield
+        return
+    os.environ["ATTNKIT_HOME"] = str(tmp_path_factory.mktemp("attnkit-home"))
+    try:
+        yield
+    finally:
+        os.environ.pop("ATTNKIT_HOME", None)
 
 
 @pytest.fixture(autouse=True)
