@@ -651,7 +651,10 @@ def piece_memory(args: argparse.Namespace) -> dict:
 # the record
 # ---------------------------------------------------------------------------------------------------------------------
 def _gib(n) -> str:
-    return "-" if n is None else f"{n / 2 ** 30:.2f} GiB"
+    """Bytes in GiB, or in MiB below one GiB."""
+    if n is None:
+        return "-"
+    return f"{n / 2 ** 30:.2f} GiB" if n >= 2 ** 30 else f"{n / 2 ** 20:,.1f} MiB"
 
 
 def _num(x, fmt: str = ",.0f") -> str:
