@@ -97,7 +97,7 @@ def without_key_biases(state: dict[str, torch.Tensor], kv_width: int) -> dict[st
     """
     out = {}
     for name, t in state.items():
-        if name.endswith("kv_proj.bias"):
+        if name.endswith(".kv_proj.bias") or name == "kv_proj.bias":  # (not qkv_proj.bias, below)
             out[name] = t[kv_width:]  # v
         elif name.endswith("qkv_proj.bias"):
             q_width = t.numel() - 2 * kv_width

@@ -5,7 +5,9 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
 * ``batch(split, step) -> batch``: the batch number ``step`` of ``split`` ("train" or "valid"), a pure
   function of (task seed, split, step) and the task's state (see ``on_budget``). Nothing else (no iterator, no
   epoch counter) decides which data comes next, so a resumed run only needs the step number and the state in
-  its checkpoint to continue with exactly the same data.
+  its checkpoint to continue with exactly the same data. Random draws come from the task's own generator
+  (:func:`batch_seed`), never torch's global one: the trainer builds the next update's batches ahead, in another
+  thread (``prefetch.py``), while dropout draws from the global generator.
   With gradient accumulation the trainer asks for micro-batch ``update * grad_accum + i``.
 * ``loss(model, batch) -> (loss, n_tokens)``: a scalar loss tensor (the *mean* over the batch's
   predicted tokens, with autograd) and the number of tokens it averages over. The trainer weights
@@ -25,7 +27,7 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
   training batch index and the share of the run's budget used (``TrainConfig.budget_used``: steps or time,
   the clock all processes agree on). A task whose data follow the budget (MTTask's annealing) decides here
   and must keep the decision in ``state_dict`` so that a resumed run draws the same batches; a returned
-  line is printed.
+  line is printed, and tells the trainer that the batches it built ahead are stale (they are built again).
 
 Implementations: :class:`attnkit.training.lm_task.LMTask`, :class:`attnkit.training.mt_task.MTTask`.
 
