@@ -13,14 +13,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.flags import DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, options_from
+from attnkit.cli.flags import (DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, add_translator_flag,
+                               command_group, options_from)
 from attnkit.data.corpora.parallel import SPLITS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a checkpoint: lm (loss, perplexity) or mt (BLEU, chrF)",
-                       description="Evaluate a trained checkpoint on held-out data.")
-    esub = p.add_subparsers(dest="eval_command", metavar="TASK", required=True)
+    esub = command_group(sub, "eval", help="evaluate a checkpoint: lm (loss, perplexity) or mt (BLEU, chrF)",
+                         description="Evaluate a trained checkpoint on held-out data.", metavar="TASK")
 
     lm = esub.add_parser("lm", help="validation loss and perplexity of a language model",
                          description="Mean cross-entropy and perplexity over the validation split (the same split "
@@ -38,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mt = esub.add_parser("mt", help="BLEU and chrF of a translator (sacreBLEU, detokenized)",
                          description="Translate a split with beam search and score it with sacreBLEU "
                                      "(corpus BLEU with the 13a tokenizer, and chrF).")
-    mt.add_argument("--ckpt", type=Path, required=True,
-                    help="run folder (uses checkpoints/best) or checkpoint folder (e.g. checkpoints/averaged)")
+    add_translator_flag(mt)
     mt.add_argument("--data", default=None, help="recipe name or prepared folder (with --split), a TSV file, or "
                     "SRC_FILE,TGT_FILE (default: the data the model was trained on)")
     mt.add_argument("--split", default="test", choices=SPLITS,

@@ -24,10 +24,24 @@ from typing import Any
 from attnkit.models.configs import parse_overrides
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "runs", "add_decoding_flags",
+__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "runs", "command_group", "add_translator_flag", "add_decoding_flags",
            "add_sampling_flags", "add_device_flags", "DEFAULT_BATCH_SIZE"]
 
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps"
+
+
+def command_group(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
+                  metavar: str) -> argparse._SubParsersAction:
+    """A command with sub-commands (``attnkit train lm|mt``, ``attnkit viz ...``): its parser and its sub-parsers."""
+    p = sub.add_parser(name, help=help, description=description)
+    return p.add_subparsers(dest=f"{name}_command", metavar=metavar, required=True)
+
+
+def add_translator_flag(p: argparse.ArgumentParser) -> None:
+    """``--ckpt``: the translator's run folder (``checkpoints/best``) or a checkpoint folder (``translate``,
+    ``eval mt``)."""
+    p.add_argument("--ckpt", type=Path, required=True,
+                   help="run folder (uses checkpoints/best) or a checkpoint folder (e.g. checkpoints/averaged)")
 
 
 def add_device_flags(p: argparse.ArgumentParser | Any, *, training: bool = False, autocast: bool = True) -> None:

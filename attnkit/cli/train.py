@@ -10,15 +10,14 @@ from __future__ import annotations
 import argparse
 
 from attnkit.api import TrainLMOptions, train_lm
-from attnkit.cli.flags import add_run_flags, runs
+from attnkit.cli.flags import add_run_flags, command_group, runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a language model (lm) or a translator (mt)",
-                       description="Train with attnkit's one training loop (AdamW, warmup + cosine or inverse-sqrt "
-                                   "schedule, clipping, accumulation, evaluation, safetensors checkpoints, exact "
-                                   "--resume, metrics CSV/JSONL and loss.png in the run folder).")
-    tsub = p.add_subparsers(dest="train_command", metavar="TASK", required=True)
+    tsub = command_group(sub, "train", help="train a language model (lm) or a translator (mt)", metavar="TASK",
+                         description="Train with attnkit's one training loop (AdamW, warmup + cosine or inverse-sqrt "
+                                     "schedule, clipping, accumulation, evaluation, safetensors checkpoints, exact "
+                                     "--resume, metrics CSV/JSONL and loss.png in the run folder).")
 
     lm = tsub.add_parser("lm", help="train a decoder-only language model",
                          description="Train a GPT (default preset char-small) on a text corpus: a recipe name "

@@ -22,15 +22,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.flags import DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, options_from
+from attnkit.cli.flags import (DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, add_translator_flag,
+                               options_from)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate stdin or --input FILE with a trained translator",
                        description="Translate one sentence per line (stdin or --input) with a model trained by "
                                    "`attnkit train mt`; writes one translation per line to stdout, streaming.")
-    p.add_argument("--ckpt", type=Path, required=True,
-                   help="run folder (uses checkpoints/best) or a checkpoint folder (e.g. checkpoints/averaged)")
+    add_translator_flag(p)
     p.add_argument("--input", default=None, help="UTF-8 text file, one sentence per line (default stdin); with "
                    "--output also the name of a monolingual recipe (en-mono)")
     p.add_argument("--output", type=Path, default=None, metavar="PAIRS",

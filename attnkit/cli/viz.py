@@ -22,15 +22,14 @@ import argparse
 from pathlib import Path
 
 from attnkit.api.viz import ATTENTION_KINDS as _ATTN_KINDS
-from attnkit.cli.flags import add_device_flags, options_from
+from attnkit.cli.flags import add_device_flags, command_group, options_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("viz", help="draw figures: positional encodings, masks, attention maps, predictions, "
-                                   "parameters",
-                       description="Draw a figure of a Transformer's insides and write it as a PNG (its path is "
-                                   "printed). One sub-command per figure; each has --help.")
-    viz = p.add_subparsers(dest="viz_command", metavar="FIGURE", required=True)
+    viz = command_group(sub, "viz", help="draw figures: positional encodings, masks, attention maps, predictions, "
+                                         "parameters", metavar="FIGURE",
+                        description="Draw a figure of a Transformer's insides and write it as a PNG (its path is "
+                                    "printed). One sub-command per figure; each has --help.")
 
     q = viz.add_parser("positions", help="sinusoidal positional encoding: heatmap and a few channels",
                        description="Heatmap of the sinusoidal position table (positions x channels) next to a few "

@@ -247,6 +247,18 @@ def check_pair_inputs(tokenizer: Tokenizer, sources: Sequence[str], targets: Seq
     return max_tgt_len, ids
 
 
+def _fit(ids: list[int], limit: int, truncate: bool, what: str, marker: str, limit_name: str) -> int:
+    """Cut ``ids`` in place so that with its one special token (``marker``) it holds at most ``limit`` tokens;
+    returns 1 if it was cut, 0 if not. Without ``truncate`` an over-long sentence raises ``ValueError``."""
+    if len(ids) + 1 <= limit:
+        return 0
+    if not truncate:
+        raise ValueError(f"{what} is {len(ids) + 1} tokens with {marker}, longer than {limit_name} = {limit} "
+                         f"(truncate=True cuts it instead)")
+    del ids[limit - 1:]
+    return 1
+
+
 def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str], *, max_src_len: int,
                  max_tgt_len: int | None = None, truncate: bool = True) -> EncodedPairs:
     """Tokenize pairs for translation, enforcing the model's length limits.
@@ -268,18 +280,8 @@ def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence
     src_ids, tgt_ids = tokenizer.encode_batch(list(sources)), tokenizer.encode_batch(list(targets))
     n_cut_src = n_cut_tgt = 0
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-        if len(s) + 1 > max_src_len:
-            if not truncate:
-                raise ValueError(f"pair {i}: the source is {len(s) + 1} tokens with <eos>, longer than "
-                                 f"max_src_len = {max_src_len} (truncate=True cuts it instead)")
-            del s[max_src_len - 1:]
-            n_cut_src += 1
-        if len(t) + 1 > max_tgt_len:
-            if not truncate:
-                raise ValueError(f"pair {i}: the target is {len(t) + 1} tokens with <bos>, longer than "
-                                 f"max_tgt_len = {max_tgt_len} (truncate=True cuts it instead)")
-            del t[max_tgt_len - 1:]
-            n_cut_tgt += 1
+        n_cut_src += _fit(s, max_src_len, truncate, f"pair {i}: the source", "<eos>", "max_src_len")
+        n_cut_tgt += _fit(t, max_tgt_len, truncate, f"pair {i}: the target", "<bos>", "max_tgt_len")
         s.append(eos)
     return EncodedPairs(src_ids, tgt_ids, n_truncated_src=n_cut_src, n_truncated_tgt=n_cut_tgt, **ids)
 
