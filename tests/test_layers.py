@@ -98,3 +98,9 @@ def test_the_checker_sees_upward_imports(tmp_path):
     rel = tmp_path / "__init__.py"
     rel.write_text("from .pipeline import lm_dataset\nfrom ..checkpoints import load\n", encoding="utf-8")
     assert [n for _, n in imports_of(rel, "attnkit.data")] == ["attnkit.data.pipeline", "attnkit.checkpoints"]
+
+
+def test_the_command_line_stays_thin():
+    """The CLI only parses flags and prints what attnkit.api returns (issue #42: at most 900 lines)."""
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "attnkit" / "cli").glob("*.py"))
+    assert lines <= 900, f"attnkit/cli/ has {lines} lines; move logic into attnkit.api"

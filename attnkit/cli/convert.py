@@ -1,9 +1,7 @@
-"""``attnkit convert``: a sharded (``--fsdp``) checkpoint -> the ordinary single-file safetensors checkpoint.
+"""``attnkit convert``: a sharded (``--fsdp``) checkpoint -> the ordinary single-file safetensors checkpoint, which
+loads anywhere, in one process, on any device (:func:`attnkit.api.convert_checkpoint`).
 
     attnkit convert runs/big                                   # the run's latest step checkpoint
-    attnkit convert runs/big/checkpoints/step_00000400 runs/big/step400
-
-The result loads anywhere (``sample``, ``eval``, ``finetune --from``), in one process, on any device.
 """
 
 from __future__ import annotations

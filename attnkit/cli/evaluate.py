@@ -1,10 +1,7 @@
-"""``attnkit eval lm`` and ``attnkit eval mt``: measure a trained model on held-out data.
+"""``attnkit eval lm|mt``: :func:`attnkit.api.evaluate_lm` (loss, perplexity) and :func:`attnkit.api.evaluate_mt`
+(sacreBLEU BLEU, chrF); each prints one summary line and writes the figures as JSON.
 
-    attnkit eval lm --ckpt runs/shakespeare --data shakespeare            # valid loss, perplexity
-    attnkit eval mt --ckpt runs/de-en --data de-en --split test --beam 4  # BLEU, chrF
-
-The evaluations are :func:`attnkit.api.evaluate_lm` and :func:`attnkit.api.evaluate_mt` (their docstrings say
-what is measured and how); each prints one summary line and writes the figures as JSON.
+    attnkit eval mt --ckpt runs/de-en --data de-en --split test --beam 4
 """
 
 from __future__ import annotations

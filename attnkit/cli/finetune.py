@@ -1,10 +1,7 @@
-"""``attnkit finetune``: continue training a pretrained decoder on your text, fully or with LoRA adapters.
+"""``attnkit finetune``: continue training a pretrained decoder on your text, fully or with LoRA adapters: the flags
+of :func:`attnkit.api.finetune` (whose docstring says how it differs from ``train lm``).
 
     attnkit finetune --from smollm2-135m-instruct --data fortunes --lora --max-time 20 --out runs/ft
-    attnkit sample --ckpt runs/ft --prompt "Q: Why" --max-new-tokens 60
-
-The run is :func:`attnkit.api.finetune` (its docstring says how it differs from ``train lm`` and what its
-checkpoints hold); here are its flags.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Flags shared by several commands, and how parsed flags become :mod:`attnkit.api` options.
-
-* the run and training flags (``train lm``, ``train mt``, ``finetune``): :func:`add_run_flags` (``--set
-  FIELD=VALUE`` is read by :func:`attnkit.models.configs.parse_overrides`);
-* decoding (``translate``, ``eval mt``) and sampling (``sample``) flags;
-* devices (``train lm``, ``train mt``, ``finetune``, ``sample``, ``translate``, ``eval``, ``viz``):
-  ``--device auto|cpu|cuda|cuda:N|mps`` (auto = CUDA when available, else the CPU) and
-  ``--autocast bf16|fp16|off`` (training: autocast of the forward pass, fp16 with a gradient scaler;
-  inference: the weights in that precision). Training commands also get ``--fsdp``. The meaning of each value
-  lives in :mod:`attnkit.training.device`; here they are only parsed;
-* :func:`options_from`: the parsed flags as an options dataclass (each flag's value goes to the field of the same
-  name).
-
-Only argparse lives here (no torch: ``--help`` stays instant); defaults come from :mod:`attnkit.recipes`.
+"""Flags shared by several commands, and how parsed flags become :mod:`attnkit.api` options (:func:`options_from`:
+each flag's value goes to the field of the same name). The run and training flags, decoding and sampling flags,
+``--device`` / ``--autocast`` / ``--fsdp`` (their meaning lives in :mod:`attnkit.training.device`). Only argparse
+lives here (no torch: ``--help`` stays instant); defaults come from :mod:`attnkit.recipes`.
 """
 
 from __future__ import annotations

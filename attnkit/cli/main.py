@@ -1,19 +1,9 @@
-"""The ``attnkit`` command line: one entry point, a sub-command per job.
+"""The ``attnkit`` command line: one entry point, a sub-command per job (``attnkit --help`` lists them; each has
+``--help``). Each command turns its flags into :mod:`attnkit.api` options, calls one function and prints the
+result; heavy imports happen inside the commands, so ``--help`` is instant.
 
-    attnkit params PRESET                      parameter table of a preset
-    attnkit data prepare NAME                  fetch, convert and cache a data recipe
-    attnkit train lm|mt ...                    train a language model / a translator
-    attnkit finetune --from MODEL --data ...   fine-tune a pretrained decoder
-    attnkit sample --ckpt DIR | --model NAME   generate text
-    attnkit eval lm|mt ...                     loss, perplexity / BLEU, chrF
-    attnkit translate --ckpt DIR               translate stdin or --input FILE
-    attnkit viz positions|mask|attention|...   PNG figures of what happens inside
-    attnkit trace --preset NAME | --ckpt DIR   every module's shapes, parameters and masks
-    attnkit convert SRC [OUT]                   sharded (--fsdp) checkpoint -> one safetensors file
-
-Every command has ``--help``. Heavy imports happen inside the commands so ``--help`` is instant. Exit codes: 0 done,
-2 a clear error (one line), 130 / 143 stopped by SIGINT / SIGTERM (a training run first writes a checkpoint and
-prints the command that resumes it; see :mod:`attnkit.training.preemption`).
+Exit codes: 0 done, 2 a clear error (one line), 130 / 143 stopped by SIGINT / SIGTERM (a training run first writes
+a checkpoint and prints the command that resumes it; see :mod:`attnkit.training.preemption`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""``attnkit trace``: run a model once and print every module's input and output shapes, in forward order.
+"""``attnkit trace``: every module's shapes with named axes, parameters, mult-adds and memory, in forward order
+(:func:`attnkit.api.trace_model`; hooks only, the model's code is unchanged).
 
-    attnkit trace --preset char-small --batch 2 --len 11                  random weights, random token ids
     attnkit trace --preset transformer-seed000 --batch 3 --src-len 12 --len 7 --depth 3
-    attnkit trace --ckpt runs/char --text "ROMEO:"                        a trained run, a real text
     attnkit trace --ckpt runs/de-en --src "Das Haus ist groß."            a translator (greedy target)
-    attnkit trace --model smollm2-135m-instruct --text "Hello" --depth 2 --json
-
-Axis legend: ``B`` batch, ``T`` text / target positions, ``S`` source positions, ``C`` width, ``H`` heads,
-``D`` head dim, ``F`` feed-forward width, ``V`` vocabulary.
-
-The run is :func:`attnkit.api.trace_model`; the tracing itself :func:`attnkit.viz.trace.trace` (hooks only; the
-model's code is unchanged).
 """
 
 from __future__ import annotations

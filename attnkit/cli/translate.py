@@ -1,18 +1,8 @@
-"""``attnkit translate``: translate sentences with a trained encoder-decoder, one per line.
+"""``attnkit translate``: translate stdin or ``--input`` line by line, streaming (:class:`attnkit.api.Translator`:
+one line out per line in, in order; over-long sources cut and counted, or refused under ``--strict``), or with
+``--output PAIRS.tsv`` into a resumable pairs file (:func:`attnkit.api.translate_file`, back-translation).
 
     echo "Das Haus ist groß." | attnkit translate --ckpt runs/de-en
-    attnkit translate --ckpt runs/de-en/checkpoints/averaged --input sentences.de --beam 5 > sentences.en
-
-Input lines are read from ``--input`` or stdin and translated in batches of ``--batch-size`` by
-:class:`attnkit.api.Translator`; each batch's translations are written to stdout (one line per input line, in
-input order, an empty line for an empty input line) and flushed at once, so the command streams. A source longer
-than the model's ``max_len`` is cut to fit and counted on stderr, or refused with its line number under
-``--strict``.
-
-With ``--output PAIRS.tsv`` (back-translation's middle step) the input is translated into a pairs file instead,
-``sentence<TAB>translation`` per input line, with a progress bar and the throughput at the end; a re-run continues
-after the last complete line (:func:`attnkit.api.translation.translate_file`)::
-
     attnkit translate --ckpt runs/en-de --input en-mono --output synthetic.tsv --beam 1
 """
 

@@ -1,19 +1,11 @@
-"""``attnkit viz``: figures that show what is inside a Transformer, written as PNG files.
+"""``attnkit viz``: figures of what is inside a Transformer (:mod:`attnkit.api.viz`, drawn by :mod:`attnkit.viz`).
 
-    attnkit viz positions --dim 128 --len 100 --out pe.png          sinusoidal table heatmap + curves
-    attnkit viz mask --kind causal --len 6 --key-len 9 --out m.png  masks: causal | banded | padding
-    attnkit viz attention --ckpt runs/char --text "ROMEO:" --layer 0 --out attn.png
-    attnkit viz attention --ckpt runs/de-en --src "Das Haus ist groß." --attn cross --out cross.png
-    attnkit viz attention --ckpt runs/char --text "ROMEO:" --html attention.html   interactive page, offline
-    attnkit viz predict --ckpt runs/char --text "ROMEO:" --top-k 5 --out pred.png
-    attnkit viz params gpt2-seed002 --out params.png
+    attnkit viz positions --dim 128 --len 100 --out pe.png          (also: mask, params)
+    attnkit viz attention --ckpt runs/char --text "ROMEO:" --layer 0 --out attn.png   (--html: the page)
+    attnkit viz predict --ckpt runs/de-en --src "Das Haus ist groß." --top-k 5 --out pred.png
 
-Axis legend (of the figures): ``T`` query positions, ``S`` key positions, ``H`` heads, ``B`` batch rows,
-``k`` next-token candidates.
-
-Each command writes one PNG, creating its folder, and prints the file's path on stdout (anything else, such
-as the translation a cross-attention map was computed for, goes to stderr). The runs are :mod:`attnkit.api.viz`;
-the drawing is :mod:`attnkit.viz`.
+Each command writes one PNG and prints its path on stdout (notes, such as the translation a cross-attention map
+was computed for, go to stderr). Axis legend of the figures: ``T`` queries, ``S`` keys, ``H`` heads.
 """
 
 from __future__ import annotations
@@ -21,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnkit import api
 from attnkit.api.viz import ATTENTION_KINDS as _ATTN_KINDS
 from attnkit.cli.flags import add_device_flags, command_group, options_from
 
@@ -123,46 +116,33 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
-def _model_text(args: argparse.Namespace):
-    from attnkit.api import ModelText
-
-    return options_from(ModelText, args)
+def _printed(path: Path) -> int:
+    print(path)
+    return 0
 
 
 def run_positions(args: argparse.Namespace) -> int:
-    from attnkit.api import draw_positions
-
     dims = None if args.dims is None else _int_list(args.dims, "--dims")
-    print(draw_positions(args.out, dim=args.dim, length=args.length, dims=dims, base=args.base, dpi=args.dpi))
-    return 0
+    return _printed(api.draw_positions(args.out, dim=args.dim, length=args.length, dims=dims, base=args.base,
+                                       dpi=args.dpi))
 
 
 def run_mask(args: argparse.Namespace) -> int:
-    from attnkit.api import draw_mask
-
     lengths = None if args.lengths is None else _int_list(args.lengths, "--lengths")
-    print(draw_mask(args.out, kind=args.kind, length=args.length, key_length=args.key_len,
-                    masked_len=args.masked_len, lengths=lengths, dpi=args.dpi))
-    return 0
+    return _printed(api.draw_mask(args.out, kind=args.kind, length=args.length, key_length=args.key_len,
+                                  masked_len=args.masked_len, lengths=lengths, dpi=args.dpi))
 
 
 def run_params(args: argparse.Namespace) -> int:
-    from attnkit.api import draw_params
-
-    print(draw_params(args.out, args.preset, depth=args.depth, dpi=args.dpi))
-    return 0
+    return _printed(api.draw_params(args.out, args.preset, depth=args.depth, dpi=args.dpi))
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from attnkit.api import draw_attention
-
-    print(draw_attention(_model_text(args), out=args.out, attn=args.attn, layer=args.layer, head=args.head,
-                         html=args.html, top_k=args.top_k, dpi=args.dpi))
-    return 0
+    return _printed(api.draw_attention(options_from(api.ModelText, args), out=args.out, attn=args.attn,
+                                       layer=args.layer, head=args.head, html=args.html, top_k=args.top_k,
+                                       dpi=args.dpi))
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from attnkit.api import draw_predictions
-
-    print(draw_predictions(_model_text(args), out=args.out, top_k=args.top_k, dpi=args.dpi))
-    return 0
+    return _printed(api.draw_predictions(options_from(api.ModelText, args), out=args.out, top_k=args.top_k,
+                                         dpi=args.dpi))
