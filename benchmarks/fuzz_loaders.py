@@ -51,6 +51,7 @@ import math
 import multiprocessing
 import os
 import random
+import runpy
 import shutil
 import struct
 import sys
@@ -831,20 +832,21 @@ def _translate_api(root: Path) -> Any:
 
 
 def _run_cli(argv: list[str], stdin: bytes | None = None) -> tuple[int, str, str]:
-    """``attnkit ARGV`` in this process: (exit code, stdout, stderr); stdin as a terminal-less UTF-8 stream."""
-    from attnkit.cli.main import main
-
+    """``attnkit ARGV`` in this process, through the entry point ``python -m attnkit`` runs (``attnkit/__main__.py``,
+    which ends in ``sys.exit``): (exit code, stdout, stderr); stdin as a terminal-less UTF-8 stream."""
     out, err = io.StringIO(), io.StringIO()
-    old_stdin = sys.stdin
+    old_stdin, old_argv = sys.stdin, sys.argv
     sys.stdin = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8")
+    sys.argv = ["attnkit", *argv]
+    code = 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main(argv)
-            except SystemExit as stop:  # argparse
-                code = stop.code if isinstance(stop.code, int) else 2
+                runpy.run_module("attnkit", run_name="__main__")
+            except SystemExit as stop:  # the entry point's sys.exit, or argparse's
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
     finally:
-        sys.stdin = old_stdin
+        sys.stdin, sys.argv = old_stdin, old_argv
     return code, out.getvalue(), err.getvalue()
 
 
