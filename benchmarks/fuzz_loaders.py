@@ -20,13 +20,14 @@ weights are caught nowhere else) or a **correct load** (checked: the model has t
 the tokenizer encodes and decodes, the data are pairs of non-empty one-line sentences, one translation comes out per
 input line and the command line prints exactly those, a sample starts with its prompt, a resumed run takes one more
 step). Anything else is counted: **other** (another exception, a wrong load, a multi-line message), **hang** (more
-than 5 s), **memory** (peak resident growth above the bound below). Findings beside the outcome are counted as
+than 5 s of the worker's CPU time, which other jobs on the machine do not move, or still running after 60 s of wall
+time: a loop, or a wait), **memory** (peak resident growth above the bound below). Findings beside the outcome are counted as
 notes (:data:`NOTES`).
 
 Each input runs in a worker process (``--jobs`` of them) that measures its wall time and the peak of its resident
 memory above the level before the input (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``; glibc returns
 every allocation above 64 KiB at once, so the peak sees each large temporary). The parent kills a worker that takes
-longer than 15 s or grows past 3 GiB. The bound on the peak is ``64 MiB + 16 x the input's bytes`` (``256 x`` for
+longer than 60 s or grows past 3 GiB. The bound on the peak is ``64 MiB + 16 x the input's bytes`` (``256 x`` for
 text that is tokenized whole, a prompt or lines to translate: the tokenizers library keeps about 200 bytes per
 token while it encodes): a header that claims more than its file holds, or a config whose sizes disagree with the
 weights, must be refused before anything of that size is allocated.
@@ -34,7 +35,7 @@ weights, must be refused before anything of that size is allocated.
 The summary table (per loader: inputs, clear errors, correct loads, other exceptions, hangs, inputs over the memory
 bound, max seconds, max resident growth) is printed and written, with the first failures of each kind (each
 reproducible with ``--replay``), to ``benchmarks/records/reliability/fuzz_loaders.{json,md}``. The tests
-(``tests/reliability/test_fuzz_loaders.py``) run the same loaders and mutations with inputs drawn by hypothesis, a
+(``tests/reliability/test_fuzz.py``) run the same loaders and mutations with inputs drawn by hypothesis, a
 few hundred per loader.
 
 There are no tensor axes in this file.
@@ -71,8 +72,8 @@ if str(ROOT) not in sys.path:
 
 RECORD = HERE / "records" / "reliability" / "fuzz_loaders"
 MiB = 1 << 20
-HANG_S = 5.0  # an input that takes longer is a hang
-KILL_S = 15.0  # the parent kills a worker whose input takes longer
+HANG_S = 5.0  # an input that takes more CPU seconds is a hang
+KILL_S = 60.0  # the parent kills a worker whose input takes longer (wall seconds; a hang)
 KILL_RSS = 3 << 30  # ... or whose resident memory passes this
 RSS_BASE = 64 * MiB  # the bound on an input's peak resident growth: RSS_BASE + RSS_PER_BYTE x its bytes
 RSS_PER_BYTE = 16
@@ -1014,9 +1015,10 @@ class Outcome:
     """What one input gave: ``kind`` in :data:`OUTCOMES`, seconds, peak resident growth (bytes), the message."""
 
     kind: str
-    seconds: float
+    seconds: float  # wall
     rss_growth: int
     detail: str = ""
+    cpu_seconds: float = 0.0  # the worker's own CPU time
     notes: dict[str, int] = field(default_factory=dict)  # findings beside the outcome (see NOTES)
 
 
@@ -1098,15 +1100,16 @@ def rss_bound(size: int, per_byte: int = RSS_PER_BYTE) -> int:
 
 
 def measure(fn: Callable[[], Any], bound: int, hang_s: float = HANG_S) -> Outcome:
-    """Run ``fn`` once: its outcome, wall seconds and peak resident growth (Linux; 0 elsewhere), judged against
-    ``hang_s`` and ``bound`` (bytes of peak resident growth)."""
+    """Run ``fn`` once: its outcome, wall and CPU seconds and peak resident growth (Linux; 0 elsewhere), judged
+    against ``hang_s`` (CPU seconds: a loaded machine stretches wall time, not the work) and ``bound`` (bytes of peak
+    resident growth)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the high-water mark
         before = _status_kib("VmRSS")
     except OSError:
         before = None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         fn()
         kind, detail = "load", ""
@@ -1118,14 +1121,14 @@ def measure(fn: Callable[[], Any], bound: int, hang_s: float = HANG_S) -> Outcom
         else:
             kind = "other"
             detail = f"{type(err).__name__}: {err}\n" + "".join(traceback.format_exception(err)[-6:])
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     growth = 0 if before is None else max(0, _status_kib("VmHWM") - before) * 1024
     if kind in ("error", "load"):
-        if seconds > hang_s:
-            kind, detail = "hang", f"{seconds:.1f} s; {detail}"
+        if cpu > hang_s:
+            kind, detail = "hang", f"{cpu:.1f} CPU s ({seconds:.1f} s wall); {detail}"
         elif growth > bound:
             kind, detail = "memory", f"{growth / MiB:.0f} MiB, over the bound of {bound / MiB:.0f} MiB; {detail}"
-    return Outcome(kind, seconds, growth, detail[:4000])
+    return Outcome(kind, seconds, growth, detail[:4000], cpu_seconds=cpu)
 
 
 # =================================================================================================================
@@ -1201,11 +1204,12 @@ class Tally:
 
     inputs: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
-    max_seconds: float = 0.0
+    max_seconds: float = 0.0  # wall
+    max_cpu_seconds: float = 0.0
     max_rss: int = 0
     max_rss_input: int = 0  # the input size (bytes) of the largest growth
     max_rss_index: int = -1  # ... and its index
-    max_seconds_index: int = -1
+    max_seconds_index: int = -1  # the input of the most CPU seconds
     examples: list[dict] = field(default_factory=list)  # the first failures (and a few clear errors)
     notes: dict[str, int] = field(default_factory=dict)
     note_examples: list[int] = field(default_factory=list)  # inputs with a note (the first 10)
@@ -1218,13 +1222,22 @@ class Tally:
             if len(self.note_examples) < 10:
                 self.note_examples.append(index)
         if outcome.seconds > self.max_seconds:
-            self.max_seconds, self.max_seconds_index = outcome.seconds, index
+            self.max_seconds = outcome.seconds
+        if outcome.cpu_seconds > self.max_cpu_seconds:
+            self.max_cpu_seconds, self.max_seconds_index = outcome.cpu_seconds, index
         if outcome.rss_growth > self.max_rss:
             self.max_rss, self.max_rss_input, self.max_rss_index = outcome.rss_growth, size, index
         shown = sum(1 for e in self.examples if e["kind"] == outcome.kind)
         if (outcome.kind not in ("load", "error") and shown < 10) or (outcome.kind == "error" and shown < 3):
             self.examples.append({"index": index, "kind": outcome.kind, "seconds": round(outcome.seconds, 3),
+                                  "cpu_seconds": round(outcome.cpu_seconds, 3),
                                   "rss_growth_mib": round(outcome.rss_growth / MiB, 1), "detail": outcome.detail})
+
+
+def _finding(name: str, index: int, outcome: Outcome) -> str:
+    """One line for an input that was not a clear error or a correct load, printed as the run goes."""
+    first = outcome.detail.splitlines()[0][:200] if outcome.detail else ""
+    return f"{outcome.kind}: {name} #{index} (--only {name} --replay {index}): {first}"
 
 
 def run_benchmark(names: list[str], inputs: int, seed: int, jobs: int) -> dict[str, Tally]:
@@ -1259,6 +1272,8 @@ def run_benchmark(names: list[str], inputs: int, seed: int, jobs: int) -> dict[s
                     w.kill()
                     workers[workers.index(w)] = w = Worker(ctx, seed)
                 tallies[name].add(index, outcome, size)
+                if outcome.kind not in ("error", "load"):
+                    bar.write(_finding(name, index, outcome))
                 w.task = None
                 bar.update()
             for i, w in enumerate(workers):
@@ -1269,8 +1284,10 @@ def run_benchmark(names: list[str], inputs: int, seed: int, jobs: int) -> dict[s
                     name, index = w.task
                     kind = "hang" if elapsed > KILL_S else "memory"
                     w.kill()
-                    tallies[name].add(index, Outcome(kind, elapsed, max(0, rss - w.base), f"killed after "
-                                                     f"{elapsed:.1f} s at {rss / MiB:.0f} MiB resident"), 0)
+                    outcome = Outcome(kind, elapsed, max(0, rss - w.base), f"killed after {elapsed:.1f} s at "
+                                      f"{rss / MiB:.0f} MiB resident")
+                    tallies[name].add(index, outcome, 0)
+                    bar.write(_finding(name, index, outcome))
                     workers[i] = Worker(ctx, seed)
                     bar.update()
             bar.set_postfix_str(" ".join(f"{k}={sum(t.counts[k] for t in tallies.values())}"
@@ -1285,12 +1302,13 @@ def run_benchmark(names: list[str], inputs: int, seed: int, jobs: int) -> dict[s
 
 def table(tallies: dict[str, Tally]) -> str:
     """The summary as a Markdown table."""
-    rows = ["| loader | inputs | clear errors | correct loads | other exceptions | hangs (> 5 s) | over the memory "
-            "bound | max seconds | max RSS growth |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| loader | inputs | clear errors | correct loads | other exceptions | hangs (> 5 CPU s) | over the "
+            "memory bound | max CPU seconds | max wall seconds | max RSS growth |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, t in tallies.items():
         c = t.counts
         rows.append(f"| {name} | {t.inputs:,} | {c['error']:,} | {c['load']:,} | {c['other']:,} | {c['hang']:,} | "
-                    f"{c['memory']:,} | {t.max_seconds:.2f} | {t.max_rss / MiB:.1f} MiB |")
+                    f"{c['memory']:,} | {t.max_cpu_seconds:.2f} | {t.max_seconds:.2f} | {t.max_rss / MiB:.1f} MiB |")
     return "\n".join(rows)
 
 
@@ -1308,12 +1326,13 @@ def write_record(path: Path, tallies: dict[str, Tally], args: argparse.Namespace
     machine = _machine()
     record = {
         "command": command, "date": when, "minutes": round((time.time() - started) / 60, 1), "seed": args.seed,
-        "inputs_per_loader": args.inputs, "jobs": args.jobs, "hang_s": HANG_S,
+        "inputs_per_loader": args.inputs, "jobs": args.jobs, "hang_cpu_s": HANG_S, "kill_wall_s": KILL_S,
         "rss_bound": f"{RSS_BASE // MiB} MiB + {RSS_PER_BYTE} x input bytes", "machine": machine,
         "loaders": {name: {"what": LOADERS[name].what, "inputs": t.inputs, **t.counts,
-                           "max_seconds": round(t.max_seconds, 3), "max_rss_growth_mib": round(t.max_rss / MiB, 1),
+                           "max_seconds": round(t.max_seconds, 3), "max_cpu_seconds": round(t.max_cpu_seconds, 3),
+                           "max_rss_growth_mib": round(t.max_rss / MiB, 1),
                            "max_rss_input_bytes": t.max_rss_input, "max_rss_index": t.max_rss_index,
-                           "max_seconds_index": t.max_seconds_index, "notes": t.notes,
+                           "max_cpu_seconds_index": t.max_seconds_index, "notes": t.notes,
                            "note_examples": t.note_examples, "examples": t.examples}
                     for name, t in tallies.items()},
     }

@@ -1051,9 +1051,10 @@ def main(argv: list[str] | None = None) -> int:
                  "`tests/training/test_kill_resume.py` (8 kills at random moments, 4 of them inside checkpoint "
                  "writes; resume ends bit for bit where an uninterrupted run does).", "",
                  "Beside the table, property-based fuzzing (hypothesis) checks the same promises on random "
-                 "input: hand-edited configs (`tests/reliability/test_config_fuzz.py`), data files of random "
-                 "bytes and text (`test_data_fuzz.py`), damaged checkpoints (`test_checkpoint_fuzz.py`), "
-                 "attention and masks (`tests/modules/test_attention_properties.py`: finite, all-masked rows "
+                 "input: every loader of a file a user may receive on mutated real files, hand-edited configs and "
+                 "data files of random bytes and text (`tests/reliability/test_fuzz.py`, one parametrized test "
+                 "over one table of targets; the 10,000-input benchmark behind it is under 'Fuzzing the loaders' "
+                 "below), attention and masks (`tests/modules/test_attention_properties.py`: finite, all-masked rows "
                  "zero, fast path = reference, cached chunks = one pass) and generation "
                  "(`tests/generation/test_generation_properties.py`: cached = uncached, left-padded greedy batch "
                  "= one by one, beam 1 = greedy, any option value gives a config or a ValueError).", "",

@@ -1,4 +1,4 @@
-"""attnkit's tokenizer files: the regressions of the loader bugs that fuzzing found (``test_fuzz_loaders.py``
+"""attnkit's tokenizer files: the regressions of the loader bugs that fuzzing found (``tests/reliability/test_fuzz.py``
 runs ``load_tokenizer`` / ``tokenizer_from_dict`` on hypothesis-drawn mutations of a character and a BPE tokenizer
 JSON). Each test names what happened before the fix.
 """

@@ -1,5 +1,5 @@
 """Models from elsewhere: the regressions of the loader bugs that fuzzing found in GGUF files and Hugging Face
-folders (``test_fuzz_loaders.py`` runs ``interop.load.load_model`` on hypothesis-drawn mutations of a real GGUF
+folders (``tests/reliability/test_fuzz.py`` runs ``interop.load.load_model`` on hypothesis-drawn mutations of a real GGUF
 file and HF folder: headers with huge counts, lengths, dimensions and offsets, configs whose sizes disagree with
 the weights, JSON with wrong types, NaN, deep nesting). Each test names what happened before the fix.
 """

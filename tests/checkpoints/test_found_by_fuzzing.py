@@ -1,4 +1,4 @@
-"""Damaged checkpoints: the regressions of the loader bugs that fuzzing found (``test_fuzz_loaders.py`` runs the
+"""Damaged checkpoints: the regressions of the loader bugs that fuzzing found (``tests/reliability/test_fuzz.py`` runs the
 checkpoint loaders of ``benchmarks/fuzz_loaders.py`` on hypothesis-drawn mutations of a real run folder: bytes
 flipped, files cut or extended, safetensors headers that claim huge tensors or data past the end of the file,
 ``state.json`` with wrong types, NaN, huge numbers, deep nesting, config sizes times 1,024). Each test names what
