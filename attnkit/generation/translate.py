@@ -23,22 +23,44 @@ __all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "enco
            "translate_ids", "translate_sentences", "greedy_translator"]
 
 
+# A source line of more than CHARS_PER_TOKEN x max_len characters is cut to that length before it is tokenized:
+# only its first max_len - 1 tokens are kept anyway, and the tokenizers library takes seconds over a line of
+# megabytes (10 CPU s for 4 MiB). Real sentences have a few characters per token; the cut loses none of them.
+CHARS_PER_TOKEN = 64
+
+
+def _cut_line(sentence: str, limit: int) -> str:
+    """``sentence`` cut to at most ``limit`` characters, at the last word boundary (a non-space character followed
+    by a space) when there is one: the words before it tokenize as they do in the whole line (attnkit's tokenizers
+    split words at spaces first), so its first tokens are the same."""
+    head = sentence[:limit + 1]
+    for at in range(len(head) - 1, 0, -1):
+        if head[at].isspace() and not head[at - 1].isspace():
+            return head[:at]
+    return head[:limit]
+
+
 def encode_sources(tokenizer: Any, sentences: Sequence[str], *, max_len: int | None, strict: bool = False,
                    first_line: int = 1) -> tuple[list[list[int]], int]:
     """Tokenize source sentences for the encoder: ids + ``<eos>``, at most ``max_len`` tokens.
 
     Longer sentences are cut (keeping their first ``max_len - 1`` tokens, then ``<eos>``) and counted; with
     ``strict`` the first one raises ``ValueError`` naming its line (``first_line`` numbers ``sentences[0]``).
-    Returns ``(ids, number truncated)``.
+    A line of more than ``CHARS_PER_TOKEN * max_len`` characters is cut to that length (at a word boundary) before
+    it is tokenized, and counted as cut. Returns ``(ids, number truncated)``.
     """
     if tokenizer.eos_id is None or tokenizer.pad_id is None or tokenizer.bos_id is None:
         raise ValueError(f"translation needs a tokenizer with <pad>, <bos> and <eos>; got {tokenizer!r}")
+    limit = None if max_len is None else CHARS_PER_TOKEN * max_len
+    texts = [s if limit is None or len(s) <= limit else _cut_line(s, limit) for s in sentences]
     out, n_cut = [], 0
-    for i, ids in enumerate(tokenizer.encode_batch(list(sentences))):
-        if max_len is not None and len(ids) + 1 > max_len:
+    for i, ids in enumerate(tokenizer.encode_batch(texts)):
+        if max_len is not None and (len(ids) + 1 > max_len or len(texts[i]) < len(sentences[i])):
             if strict:
-                raise ValueError(f"line {first_line + i}: the sentence is {len(ids) + 1} tokens with <eos>, longer "
-                                 f"than the model's max_len = {max_len} (drop --strict to truncate it)")
+                size = (f"{len(ids) + 1} tokens with <eos>" if len(texts[i]) == len(sentences[i])
+                        else f"{len(sentences[i]):,} characters")
+                raise ValueError(f"line {first_line + i}: the sentence is {size}, longer than the model's max_len "
+                                 f"= {max_len} (drop --strict to truncate it)")
             del ids[max_len - 1:]
             n_cut += 1
         out.append(ids + [tokenizer.eos_id])

@@ -1,0 +1,56 @@
+"""encode_sources: source lines to ids under the model's length limit; a line of megabytes is cut to
+CHARS_PER_TOKEN x max_len characters before it is tokenized, and its first tokens are those of the whole line."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.generation.translate import CHARS_PER_TOKEN, encode_sources
+
+TEXT = ("Die Katze sitzt auf der Matte. Der Hund schläft im Garten, 42 Mal! Was ist das? "
+        "Ein Übersetzer übersetzt Sätze; er zählt Wörter und Zeichen.\n") * 40
+MAX_LEN = 8
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return BPETokenizer.train(TEXT, vocab_size=400, special_tokens=["<pad>", "<bos>", "<eos>"])
+
+
+def test_short_and_long_sentences(tok):
+    ids, cut = encode_sources(tok, ["Die Katze", "Die Katze sitzt auf der Matte und der Hund schläft"],
+                              max_len=MAX_LEN)
+    assert ids[0] == tok.encode("Die Katze") + [tok.eos_id] and len(ids[1]) == MAX_LEN and cut == 1
+    assert ids[1][:-1] == tok.encode("Die Katze sitzt auf der Matte und der Hund schläft")[:MAX_LEN - 1]
+
+
+def test_a_line_of_megabytes_is_cut_before_it_is_tokenized(tok):
+    line = "Der Hund schläft im Garten. " * 40_000  # 1.1 million characters
+    ids, cut = encode_sources(tok, [line, "Was ist das?"], max_len=MAX_LEN)
+    assert cut == 1 and ids[0][:-1] == tok.encode(line[:10_000])[:MAX_LEN - 1] and ids[0][-1] == tok.eos_id
+    assert ids[1] == tok.encode("Was ist das?") + [tok.eos_id]
+    with pytest.raises(ValueError, match=r"line 3: the sentence is 1,120,000 characters, longer than the model's "
+                                         r"max_len = 8"):
+        encode_sources(tok, ["Was", line], max_len=MAX_LEN, strict=True, first_line=2)
+
+
+def test_a_long_line_of_few_tokens_is_cut_and_counted(tok):
+    """Whitespace and one word of a million letters: no word boundary to cut at, cut at the limit."""
+    for line in [" " * (CHARS_PER_TOKEN * MAX_LEN + 5) + "Katze", "a" * 1_000_000]:
+        ids, cut = encode_sources(tok, [line], max_len=MAX_LEN)
+        assert cut == 1 and 1 <= len(ids[0]) <= MAX_LEN and ids[0][-1] == tok.eos_id
+
+
+words = st.text(alphabet="abcKäß0123.,!?'-", min_size=1, max_size=12)
+spaces = st.sampled_from([" ", "  ", "\t", " \u00a0", "\u3000"])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(words, spaces), min_size=1, max_size=30), st.integers(2, 12))
+def test_the_cut_keeps_the_tokens_of_the_whole_line(tok, pieces, max_len):
+    """Cut at a word boundary, the line's first max_len - 1 tokens are those of the whole line."""
+    unit = "".join(w + s for w, s in pieces)
+    line = unit * (CHARS_PER_TOKEN * max_len // len(unit) + 2)
+    ids, cut = encode_sources(tok, [line], max_len=max_len)
+    assert cut == 1 and ids[0] == tok.encode(line)[:max_len - 1] + [tok.eos_id]
