@@ -333,9 +333,12 @@ class Trainer:
                                   f"!= checkpoint step {self.step}")
         self.elapsed = float(state.get("elapsed", 0.0))
         self.tokens = int(state.get("tokens", 0))
-        self.best = state.get("best")
-        self.last_eval = state.get("last_eval")
+        self.best = _saved_best(state.get("best"), latest)
+        self.last_eval = _saved_eval(state.get("last_eval"), latest)
         self.last_loss = state.get("last_loss")
+        if self.last_loss is not None and not is_number(self.last_loss):
+            raise CheckpointError(f"{latest / 'state.json'}: 'last_loss' must be a number or null, got "
+                                  f"{self.last_loss!r} (edited by hand?)")
         reached = state.get("reached")  # kept only for the same target: another one is judged afresh
         self.reached = reached if isinstance(reached, dict) and reached.get("loss") == self.config.stop_at_loss \
             else None
@@ -347,7 +350,7 @@ class Trainer:
         best_dir = self.ckpt_dir / BEST_DIR
         if best_dir.is_dir():
             try:
-                on_disk = read_checkpoint_state(best_dir).get("best")
+                on_disk = _saved_best(read_checkpoint_state(best_dir).get("best"), best_dir)
             except CheckpointError:
                 on_disk = None
             if on_disk is not None:
@@ -803,3 +806,25 @@ class Trainer:
             write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
         D.barrier()
         return summary
+
+
+def _saved_best(best: Any, folder: Path) -> dict[str, Any] | None:
+    """A checkpoint's ``best`` entry, checked: null or ``{"metric": str, "value": finite number, "step": int}``."""
+    if best is None:
+        return None
+    if not (isinstance(best, dict) and isinstance(best.get("metric"), str) and is_number(best.get("value"))
+            and math.isfinite(best["value"]) and is_int(best.get("step"))):
+        raise CheckpointError(f"{folder / 'state.json'}: 'best' must be null or {{\"metric\": name, \"value\": "
+                              f"a finite number, \"step\": an integer}}, got {best!r:.200} (edited by hand?)")
+    return best
+
+
+def _saved_eval(row: Any, folder: Path) -> dict[str, Any] | None:
+    """A checkpoint's ``last_eval`` entry, checked: null or ``{"step": int, name: number, ...}``."""
+    if row is None:
+        return None
+    if not (isinstance(row, dict) and is_int(row.get("step"))
+            and all(is_number(v) for k, v in row.items() if k != "step")):
+        raise CheckpointError(f"{folder / 'state.json'}: 'last_eval' must be null or {{\"step\": an integer, "
+                              f"name: a number, ...}}, got {row!r:.200} (edited by hand?)")
+    return row

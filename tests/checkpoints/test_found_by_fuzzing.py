@@ -147,3 +147,20 @@ def test_optimizer_states_that_cannot_be(tmp_path, name, bad):
     m = GPT(CONFIG)
     with pytest.raises(CheckpointError, match="not finite|negative values"):
         load_checkpoint(path, m, torch.optim.AdamW(m.parameters()))
+
+
+@pytest.mark.parametrize("key, value", [("last_eval", 1.5), ("last_eval", {"step": "1"}), ("best", [2.0]),
+                                        ("best", {"metric": "loss", "value": None, "step": 1}), ("last_loss", "1.2")])
+def test_a_resumed_run_refuses_trainer_state_of_the_wrong_type(tmp_path, monkeypatch, key, value):
+    """Was: TypeError ('float' object is not subscriptable) at the end of the resumed run, after its training
+    (benchmarks/fuzz_loaders.py, resume-train #530)."""
+    import shutil
+
+    from attnkit import api
+    from attnkit.checkpoints.checkpoint import latest_checkpoint
+
+    shutil.copytree(seed_folder(), tmp_path / "seeds")
+    monkeypatch.chdir(tmp_path / "seeds")  # the seed run's data is "corpus.txt", relative
+    _edit_state(latest_checkpoint(tmp_path / "seeds" / "lm" / "checkpoints"), lambda s: s.__setitem__(key, value))
+    with pytest.raises(CheckpointError, match=f"'{key}' must be"):
+        api.train_lm(out="lm", resume=True, data="corpus.txt", steps=2, progress=False, log=lambda line: None)
