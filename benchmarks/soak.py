@@ -12,11 +12,12 @@ and sample it from outside: resident memory (``VmRSS`` of ``/proc/PID/status``),
 tokenizer) through :func:`attnkit.generation.generate` with the KV cache, sampled, prompts of 1 to 64 tokens and
 48 new tokens, and samples its own process every 100 calls.
 
-What "flat" means here: after a warm-up (the first 10% of the run), the median of each quantity over the last
-tenth of the run against its median over the first tenth after the warm-up; growth under 5% passes (open files:
-at most one more, since a checkpoint being written holds one). Time per step
-is measured as CPU seconds per update (per call), which does not depend on what else the machine runs, and also as
-wall seconds (reported, not judged: other jobs on a shared machine move it).
+What "flat" means here: after a warm-up (the first 10% of the run), the last tenth of the run against the first
+tenth after the warm-up: the medians of resident memory and open files, and time per step as each window's rate
+(seconds spent over updates made between the window's first and last sample); growth under 5% passes (open files:
+at most one more, since a checkpoint being written holds one). Time per step is judged as CPU seconds per update
+(per call), which other jobs on the machine move far less than wall seconds (reported, not judged), though not
+entirely on a shared virtual machine: keep the machine quiet, and read the record's load column.
 
 Records go to ``benchmarks/records/soak/`` (``<mode>.json``; ``report`` writes ``soak.md`` and ``soak.png``).
 There are no tensor axes in this file.
@@ -141,33 +142,50 @@ def soak_generate(calls: int, every: int, new_tokens: int, seed: int) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 # judging flatness
 # ---------------------------------------------------------------------------------------------------------
-def per_step(samples: list[dict], key: str) -> list[tuple[float, float]]:
-    """``(t, d key / d step)`` between consecutive samples whose step moved."""
-    out = []
-    for a, b in zip(samples, samples[1:]):
-        if b["step"] > a["step"]:
-            out.append((b["t"], (b[key] - a[key]) / (b["step"] - a["step"])))
+def window_rate(samples: list[dict], key: str, lo: float, hi: float) -> float:
+    """``d key / d step`` over the samples with ``lo <= t < hi`` (and the one before): the window's total over its
+    steps. (A median of the rates between neighbouring samples is biased when the logged step moves in jumps, as a
+    run's metrics.jsonl does every --log-every updates: it judged a flat hour of ``train lm`` +31.7%.)"""
+    inside = [i for i, x in enumerate(samples) if lo <= x["t"] < hi]
+    w = samples[max(inside[0] - 1, 0):inside[-1] + 1] if inside else []  # from the sample before the window
+    if len(w) < 2 or w[-1]["step"] <= w[0]["step"]:
+        raise ValueError(f"too few samples to compare windows ({len(w)} between {lo:.0f} s and {hi:.0f} s); "
+                         f"soak longer")
+    return (w[-1][key] - w[0][key]) / (w[-1]["step"] - w[0]["step"])
+
+
+def rates(samples: list[dict], key: str, span: float) -> list[tuple[float, float]]:
+    """``(t, d key / d step)`` over consecutive spans of ``span`` seconds (for the figure)."""
+    out, end = [], samples[-1]["t"]
+    lo = samples[0]["t"]
+    while lo < end:
+        try:
+            out.append((lo + span / 2, window_rate(samples, key, lo, lo + span + 1e-9)))
+        except ValueError:
+            pass
+        lo += span
     return out
 
 
-def windows(points: list[tuple[float, float]], end: float) -> tuple[float, float]:
-    """Medians of ``points`` in the first window after the warm-up and in the last window."""
-    first = [v for t, v in points if WARMUP * end <= t < (WARMUP + WINDOW) * end]
-    last = [v for t, v in points if t >= (1 - WINDOW) * end]
-    if not first or not last:
-        raise ValueError(f"too few samples to compare windows ({len(first)} and {len(last)}); soak longer")
-    return statistics.median(first), statistics.median(last)
-
-
 def judge(record: dict) -> dict:
-    """Growth of RSS, descriptors, CPU and wall seconds per step from the first to the last window."""
+    """Growth from the first window after the warm-up to the last window: medians of RSS and descriptors, and
+    CPU and wall seconds per step as the window's rate (:func:`window_rate`)."""
     s = record["samples"]
     end = s[-1]["t"]
+    first, last = (WARMUP * end, (WARMUP + WINDOW) * end), ((1 - WINDOW) * end, end + 1)
     rows = {}
-    series = {"rss_mb": [(x["t"], x["rss_mb"]) for x in s], "fds": [(x["t"], float(x["fds"])) for x in s],
-              "cpu_s_per_step": per_step(s, "cpu_s"), "wall_s_per_step": per_step(s, "t")}
-    for name, points in series.items():
-        a, b = windows(points, end)
+    for name in ("rss_mb", "fds", "cpu_s_per_step", "wall_s_per_step"):
+        if name in ("rss_mb", "fds"):
+            def median(lo: float, hi: float, key: str = name) -> float:
+                values = [float(x[key]) for x in s if lo <= x["t"] < hi]
+                if not values:
+                    raise ValueError(f"too few samples to compare windows (none between {lo:.0f} s and {hi:.0f} s); "
+                                     f"soak longer")
+                return statistics.median(values)
+            a, b = median(*first), median(*last)
+        else:
+            key = "cpu_s" if name == "cpu_s_per_step" else "t"
+            a, b = window_rate(s, key, *first), window_rate(s, key, *last)
         growth = (b - a) / a if a else 0.0
         judged = name != "wall_s_per_step"
         # descriptors are a handful, and one is open while a checkpoint is written: a leak climbs by many
@@ -184,7 +202,8 @@ def report(names: list[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [json.loads((RECORDS / f"{n}.json").read_text()) for n in names if (RECORDS / f"{n}.json").is_file()]
+    records = [{**json.loads((RECORDS / f"{n}.json").read_text()), "name": n} for n in names
+               if (RECORDS / f"{n}.json").is_file()]
     if not records:
         raise SystemExit(f"no records in {RECORDS}; run the soaks first")
     fig, axes = plt.subplots(len(records), 3, figsize=(13, 3.2 * len(records)), squeeze=False)
@@ -195,7 +214,8 @@ def report(names: list[str]) -> None:
              "| run | length | steps | peak RSS | RSS first → last | open files | CPU s / step | wall s / step | "
              "growth (RSS, files, CPU s/step) | flat | command | date | machine |", "|" + "---|" * 13]
     for row, rec in zip(axes, records):
-        j = rec["judgement"]
+        j = rec["judgement"] = judge(rec)  # from the samples, by this script's rule
+        (RECORDS / f"{rec['name']}.json").write_text(json.dumps(rec, indent=1), encoding="utf-8")
         r = j["rows"]
         flat = all(v["pass"] for v in r.values() if v["judged"])
         lines.append(
@@ -211,9 +231,10 @@ def report(names: list[str]) -> None:
         row[0].set_ylabel(f"{rec['mode']}: RSS (MB)")
         row[1].plot(t, [x["fds"] for x in s])
         row[1].set_ylabel("open files")
-        cpu = per_step(s, "cpu_s")
+        span = WINDOW * t[-1] * 60 / 2  # a point per twentieth of the run
+        cpu = rates(s, "cpu_s", span)
         row[2].plot([p[0] / 60 for p in cpu], [p[1] for p in cpu], label="CPU s")
-        wall = per_step(s, "t")
+        wall = rates(s, "t", span)
         row[2].plot([p[0] / 60 for p in wall], [p[1] for p in wall], label="wall s", alpha=0.5)
         row[2].set_ylabel(f"s per {rec['unit']}")
         row[2].legend(fontsize=7)

@@ -33,6 +33,16 @@ def test_a_flat_run_passes_and_a_leak_fails():
     assert soak.judge({"samples": _samples(400.0, lambda i: 7 if i > 90 else 6, 0.1)})["rows"]["fds"]["pass"]
 
 
+def test_the_rate_of_a_run_that_logs_its_step_in_jumps():
+    """A run logs its step every 10 updates and is sampled every 15 s at 1.7 s an update: the window's rate is
+    the true 0.8 CPU s per update, however the jumps fall."""
+    samples = [{"t": 15.0 * i, "step": int(15.0 * i / 1.7) // 10 * 10, "rss_mb": 400.0, "hwm_mb": 500.0, "fds": 6,
+                "threads": 1, "cpu_s": 15.0 * i * 0.8 / 1.7, "load": 1.0} for i in range(240)]
+    rows = soak.judge({"samples": samples})["rows"]
+    assert rows["cpu_s_per_step"]["first"] == pytest.approx(0.8, rel=0.03)
+    assert rows["cpu_s_per_step"]["last"] == pytest.approx(0.8, rel=0.03) and rows["cpu_s_per_step"]["pass"]
+
+
 def test_too_short_a_run_is_refused():
     with pytest.raises(ValueError, match="too few samples"):
         soak.judge({"samples": _samples(400.0, 6, 0.1, n=3)})
