@@ -1067,6 +1067,9 @@ class Sandbox:
                 shutil.copyfile(self.seeds / rel, self.root / rel)
             for marker in case.markers:
                 (self.root / marker).unlink(missing_ok=True)
+            if loader.copy:  # what the loader wrote there (a resumed run's new checkpoints) must not reach the next
+                shutil.rmtree(self.root / loader.copy, ignore_errors=True)
+                shutil.copytree(self.seeds / loader.copy, self.root / loader.copy)
 
 
 @lru_cache(maxsize=1)

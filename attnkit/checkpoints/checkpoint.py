@@ -229,6 +229,8 @@ def _optimizer_from_payload(optimizer: torch.optim.Optimizer, model: nn.Module, 
         for k, v in hyper.items():
             # JSON turned tuples (betas) into lists; give torch back what it had
             group[k] = tuple(v) if isinstance(current.get(k), tuple) and isinstance(v, list) else v
+        for k, v in current.items():  # a setting the checkpoint lacks (an older torch, an edit): the run's own
+            group.setdefault(k, v)
         group["params"] = [index[n] for n in hyper["params"]]
         groups.append(group)
     try:

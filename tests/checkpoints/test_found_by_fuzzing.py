@@ -164,3 +164,34 @@ def test_a_resumed_run_refuses_trainer_state_of_the_wrong_type(tmp_path, monkeyp
     _edit_state(latest_checkpoint(tmp_path / "seeds" / "lm" / "checkpoints"), lambda s: s.__setitem__(key, value))
     with pytest.raises(CheckpointError, match=f"'{key}' must be"):
         api.train_lm(out="lm", resume=True, data="corpus.txt", steps=2, progress=False, log=lambda line: None)
+
+
+def test_optimizer_settings_missing_from_the_checkpoint_take_the_runs_own(tmp_path):
+    """Was: loaded, then KeyError 'weight_decay' in the first step (torch's load_state_dict takes the saved
+    param groups as they are); now a setting the file lacks (an older torch, an edit) is the run's own."""
+    path, model, opt = _saved(tmp_path)
+    _edit_state(path, lambda s: s["optimizer"]["param_groups"][0].pop("weight_decay"))
+    m = GPT(CONFIG)
+    fresh = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.05)
+    load_checkpoint(path, m, fresh)
+    assert fresh.param_groups[0]["weight_decay"] == 0.05
+    m(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+    fresh.step()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda s: s.pop("train_config"), "lacks 'train_config': not written by the Trainer"),  # was: KeyError
+    (lambda s: s["model_config"].__setitem__("block_size", 2**35), "position tables for length 34359738368"),
+])
+def test_resume_checks_the_saved_run_before_building_from_it(tmp_path, edit, match):
+    """Was: KeyError, and a 256 GiB allocation of rotary tables in train_lm(resume=True) for a block_size of 2**35
+    (benchmarks/fuzz_loaders.py, resume-train #1909): the resume path built the saved config unchecked."""
+    import shutil
+
+    from attnkit.checkpoints.checkpoint import latest_checkpoint
+    from attnkit.checkpoints.runs import read_saved_run
+
+    shutil.copytree(seed_folder() / "lm", tmp_path / "lm")
+    _edit_state(latest_checkpoint(tmp_path / "lm" / "checkpoints"), edit)
+    with pytest.raises(CheckpointError, match=match):
+        read_saved_run(tmp_path / "lm")
