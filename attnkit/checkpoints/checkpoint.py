@@ -388,10 +388,18 @@ def build_checkpoint_model(path: str | os.PathLike, state: dict[str, Any] | None
     adapters of an unmerged LoRA step checkpoint), built only after :func:`check_model_config`; its weights are
     random until :func:`load_checkpoint`. Raises :class:`CheckpointError`."""
     from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
 
     path = Path(path)
     state = read_checkpoint_state(path) if state is None else state
+    return _with_adapters(build_model(checked_model_config(path, state)), _lora_settings(path, state))
+
+
+def checked_model_config(path: str | os.PathLike, state: dict[str, Any]) -> Any:
+    """The model config of the checkpoint at ``path`` (its ``state``), read and checked against the weights by
+    :func:`check_model_config` before anything is built. Raises :class:`CheckpointError` naming the file."""
+    from attnkit.models.configs import config_from_dict
+
+    path = Path(path)
     if "model_config" not in state:
         raise CheckpointError(f"{path / STATE_FILE} has no model_config; it was not written by attnkit train")
     try:
@@ -399,7 +407,7 @@ def build_checkpoint_model(path: str | os.PathLike, state: dict[str, Any] | None
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{path / STATE_FILE}: model_config: {err}") from None
     check_model_config(path, config, state)
-    return _with_adapters(build_model(config), _lora_settings(path, state))
+    return config
 
 
 def check_table_sizes(model: nn.Module, what: str) -> None:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import STATE_FILE, CheckpointError, check_model_config, latest_checkpoint, read_checkpoint_state
+from .checkpoint import STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint, read_checkpoint_state
 
 __all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "resolve_checkpoint",
            "read_saved_run", "default_run_folder"]
@@ -71,8 +71,6 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
     anything is built from it: it holds what the Trainer writes (step, train_config, model_config, task), and its
     model config fits its weights (:func:`check_model_config`: a ``block_size`` of 2**31 in an edited file is
     refused, not allocated). Raises :class:`CheckpointError` naming the file."""
-    from attnkit.models.configs import config_from_dict
-
     if out is None:
         raise ValueError("--resume needs --out pointing at the run folder to continue")
     latest = latest_checkpoint(Path(out) / CHECKPOINTS_DIR)
@@ -82,11 +80,7 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
     for key in ("step", "train_config", "model_config", "task"):
         if key not in state:
             raise CheckpointError(f"{latest / STATE_FILE} lacks {key!r}: not written by the Trainer")
-    try:
-        config = config_from_dict(state["model_config"])
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{latest / STATE_FILE}: model_config: {err}") from None
-    check_model_config(latest, config, state)
+    checked_model_config(latest, state)
     return state
 
 
