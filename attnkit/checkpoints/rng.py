@@ -12,13 +12,14 @@ No tensors flow through this module's public API, so there are no shapes to docu
 from __future__ import annotations
 
 import base64
+import math
 import random
 from typing import Any
 
 import numpy as np
 import torch
 
-from attnkit.checks import check_int
+from attnkit.checks import check_int, is_int, is_number
 
 
 def seed_everything(seed: int) -> None:
@@ -72,17 +73,30 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     for key in ("python", "numpy", "torch_cpu"):
         if key not in state:
             raise ValueError(f"RNG state is missing {key!r}; it has {sorted(state)}")
+    # Both Mersenne Twisters hold 624 words and a position <= 624; numpy and Python index and convert what they
+    # are given (an empty key is an IndexError, an infinite position an OverflowError): check before either runs.
     try:
         py = state["python"]
-        random.setstate((py["version"], tuple(int(w) for w in _unwords_b64(py["state"])), py["gauss"]))
-    except (KeyError, TypeError, ValueError) as err:
+        words = tuple(int(w) for w in _unwords_b64(py["state"]))
+        if len(words) != 625 or not 0 <= words[-1] <= 624:
+            raise ValueError(f"624 words and a position <= 624 expected, got {len(words)} words")
+        if not (py["gauss"] is None or (is_number(py["gauss"]) and math.isfinite(py["gauss"]))):
+            raise ValueError(f"gauss must be null or a finite number, got {py['gauss']!r}")
+        random.setstate((py["version"], words, py["gauss"]))
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ValueError(f"RNG state 'python' is malformed: {err}") from None
     try:
         npx = state["numpy"]
-        np.random.set_state({"bit_generator": npx["bit_generator"],
-                             "state": {"key": _unwords_b64(npx["key"]), "pos": npx["pos"]},
+        key = _unwords_b64(npx["key"])
+        if len(key) != 624 or not (is_int(npx["pos"]) and 0 <= npx["pos"] <= 624):
+            raise ValueError(f"a key of 624 words and a position in [0, 624] expected, got {len(key)} words and "
+                             f"{npx['pos']!r}")
+        if not (npx["has_gauss"] in (0, 1) and is_number(npx["gauss"]) and math.isfinite(npx["gauss"])):
+            raise ValueError(f"has_gauss 0 or 1 and a finite gauss expected, got {npx['has_gauss']!r}, "
+                             f"{npx['gauss']!r}")
+        np.random.set_state({"bit_generator": npx["bit_generator"], "state": {"key": key, "pos": npx["pos"]},
                              "has_gauss": npx["has_gauss"], "gauss": npx["gauss"]})
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ValueError(f"RNG state 'numpy' is malformed: {err}") from None
     try:
         torch.set_rng_state(_unb64(state["torch_cpu"]))

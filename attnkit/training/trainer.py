@@ -665,7 +665,10 @@ class Trainer:
         """
         cfg = self.config
         if self._rng_state is not None:
-            restore_rng_state(self._rng_state)  # continue dropout etc. exactly where the checkpoint stopped
+            try:
+                restore_rng_state(self._rng_state)  # continue dropout etc. exactly where the checkpoint stopped
+            except ValueError as err:
+                raise CheckpointError(f"{self.resumed_from / 'state.json'}: {err}") from None
         else:
             seed_everything(cfg.seed)
         if self.world.rank > 0:  # dropout masks differ between ranks (each rank's own stream, reproducible)

@@ -195,3 +195,16 @@ def test_resume_checks_the_saved_run_before_building_from_it(tmp_path, edit, mat
     _edit_state(latest_checkpoint(tmp_path / "lm" / "checkpoints"), edit)
     with pytest.raises(CheckpointError, match=match):
         read_saved_run(tmp_path / "lm")
+
+
+@pytest.mark.parametrize("part, key, value", [("numpy", "pos", float("inf")), ("numpy", "key", ""),
+                                              ("python", "state", ""), ("python", "gauss", "x")])
+def test_rng_states_numpy_and_python_would_fail_on(part, key, value):
+    """Was: OverflowError (an infinite position) and IndexError (an empty key) out of numpy's set_state."""
+    from attnkit.checkpoints.rng import capture_rng_state, restore_rng_state
+
+    state = capture_rng_state()
+    state[part][key] = value
+    with pytest.raises(ValueError, match=f"RNG state '{part}' is malformed"):
+        restore_rng_state(state)
+    restore_rng_state(capture_rng_state())  # a good state still restores
