@@ -212,7 +212,7 @@ def report(names: list[str]) -> None:
              f"{WARMUP:.0%} warm-up; {LIMIT:.0%} allowed. Time per step is CPU seconds per update (per call), which "
              "other jobs on the machine do not move; wall seconds are reported beside it.", "",
              "| run | length | steps | peak RSS | RSS first → last | open files | CPU s / step | wall s / step | "
-             "growth (RSS, files, CPU s/step) | flat | command | date | machine |", "|" + "---|" * 13]
+             "growth (RSS, files, CPU s/step) | flat | load (median) | command | date | machine |", "|" + "---|" * 14]
     for row, rec in zip(axes, records):
         j = rec["judgement"] = judge(rec)  # from the samples, by this script's rule
         (RECORDS / f"{rec['name']}.json").write_text(json.dumps(rec, indent=1), encoding="utf-8")
@@ -224,7 +224,7 @@ def report(names: list[str]) -> None:
             f"{r['fds']['last']:.0f} | {r['cpu_s_per_step']['first']:.4f} → {r['cpu_s_per_step']['last']:.4f} | "
             f"{r['wall_s_per_step']['first']:.4f} → {r['wall_s_per_step']['last']:.4f} | "
             f"{r['rss_mb']['growth']:+.1%}, {r['fds']['growth']:+.1%}, {r['cpu_s_per_step']['growth']:+.1%} | "
-            f"{'yes' if flat else 'NO'} | `{rec['command']}` | {rec['date']} | {rec['machine']} |")
+            f"{'yes' if flat else 'NO'} | {j['load_median']:.1f} | `{rec['command']}` | {rec['date']} | {rec['machine']} |")
         s = rec["samples"]
         t = [x["t"] / 60 for x in s]
         row[0].plot(t, [x["rss_mb"] for x in s])
