@@ -121,8 +121,14 @@ def translate_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, b
             ids = search_ids(model, tokenizer, [chunk[i] for i in filled], beam=beam, length_penalty=length_penalty,
                              max_len_a=max_len_a, max_len_b=max_len_b)
             for i, target in zip(filled, ids):
-                hyps[i] = tokenizer.decode(target, skip_special_tokens=True)
+                hyps[i] = single_line(tokenizer.decode(target, skip_special_tokens=True))
         yield hyps
+
+
+def single_line(text: str) -> str:
+    """A translation as one line: each line break the model wrote (``\\n``, ``\\r``, U+2028, ... as
+    ``str.splitlines`` knows them) becomes a space, so ``attnkit translate`` writes exactly one line per input line."""
+    return " ".join(text.splitlines()) if text else text
 
 
 def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *, strict: bool = False,

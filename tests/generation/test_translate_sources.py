@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
-from attnkit.generation.translate import CHARS_PER_TOKEN, encode_sources
+from attnkit.generation.translate import CHARS_PER_TOKEN, encode_sources, single_line
 
 TEXT = ("Die Katze sitzt auf der Matte. Der Hund schläft im Garten, 42 Mal! Was ist das? "
         "Ein Übersetzer übersetzt Sätze; er zählt Wörter und Zeichen.\n") * 40
@@ -54,3 +54,9 @@ def test_the_cut_keeps_the_tokens_of_the_whole_line(tok, pieces, max_len):
     line = unit * (CHARS_PER_TOKEN * max_len // len(unit) + 2)
     ids, cut = encode_sources(tok, [line], max_len=max_len)
     assert cut == 1 and ids[0] == tok.encode(line)[:max_len - 1] + [tok.eos_id]
+
+
+def test_a_translation_is_one_line():
+    """Was: a model that writes a line break split one output line in two (fuzz_loaders, translate-cli)."""
+    assert single_line("Das Haus\nist\r\ngroß\u2028.\x85") == "Das Haus ist groß ."
+    assert single_line("") == "" and single_line("ein Satz") == "ein Satz"
