@@ -25,9 +25,10 @@ from typing import Any
 from .checkpoint import STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint, read_checkpoint_state
 
 __all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "resolve_checkpoint",
-           "read_saved_run", "default_run_folder"]
+           "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS"]
 
 RUN_FILE = "run.json"
+TRAINER_STATE_KEYS = ("step", "train_config", "model_config", "task")  # what every Trainer checkpoint's state holds
 SUMMARY_FILE = "summary.json"
 CHECKPOINTS_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -77,7 +78,7 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
     if latest is None:
         raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from")
     state = read_checkpoint_state(latest)
-    for key in ("step", "train_config", "model_config", "task"):
+    for key in TRAINER_STATE_KEYS:
         if key not in state:
             raise CheckpointError(f"{latest / STATE_FILE} lacks {key!r}: not written by the Trainer")
     checked_model_config(latest, state)

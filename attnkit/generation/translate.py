@@ -128,7 +128,7 @@ def translate_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, b
 def single_line(text: str) -> str:
     """A translation as one line: each line break the model wrote (``\\n``, ``\\r``, U+2028, ... as
     ``str.splitlines`` knows them) becomes a space, so ``attnkit translate`` writes exactly one line per input line."""
-    return " ".join(text.splitlines()) if text else text
+    return " ".join(text.splitlines())
 
 
 def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *, strict: bool = False,
