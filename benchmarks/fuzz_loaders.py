@@ -3,6 +3,7 @@
     python -m benchmarks.fuzz_loaders                          # 10,000 mutated inputs per loader, seed 0
     python -m benchmarks.fuzz_loaders --only gguf,hf-config --inputs 2000
     python -m benchmarks.fuzz_loaders --only gguf --replay 1234   # run one input again, in this process
+    python -m benchmarks.fuzz_loaders --start 3000 --inputs 7000 --merge   # inputs 3000-9999, added to the record
 
 Each loader (:data:`LOADERS`) starts from real files, the seeds (a run folder written by ``train_lm`` and one by
 ``train_mt``, tokenizer files, Hugging Face GPT-2 and Llama folders, a GGUF file, TSV and text data, lines to
@@ -34,7 +35,9 @@ weights, must be refused before anything of that size is allocated.
 
 The summary table (per loader: inputs, clear errors, correct loads, other exceptions, hangs, inputs over the memory
 bound, max seconds, max resident growth) is printed and written, with the first failures of each kind (each
-reproducible with ``--replay``), to ``benchmarks/records/reliability/fuzz_loaders.{json,md}``. The tests
+reproducible with ``--replay``), to ``benchmarks/records/reliability/fuzz_loaders.{json,md}``. Input ``i`` of a
+loader depends only on the seed, the loader and ``i``, so a long run can be done in parts: ``--start N --merge``
+runs inputs ``N``, ``N + 1``, ... and adds them to the record of inputs ``0`` to ``N - 1``. The tests
 (``tests/reliability/test_fuzz.py``) run the same loaders and mutations with inputs drawn by hypothesis, a
 few hundred per loader.
 
@@ -1237,20 +1240,50 @@ class Tally:
                                   "rss_growth_mib": round(outcome.rss_growth / MiB, 1), "detail": outcome.detail})
 
 
+    @classmethod
+    def from_record(cls, entry: dict) -> "Tally":
+        """The tally of one loader as :func:`write_record` wrote it (``max_rss`` to the 0.1 MiB it kept)."""
+        return cls(inputs=entry["inputs"], counts={k: entry[k] for k in OUTCOMES},
+                   max_seconds=entry["max_seconds"], max_cpu_seconds=entry["max_cpu_seconds"],
+                   max_rss=round(entry["max_rss_growth_mib"] * MiB), max_rss_input=entry["max_rss_input_bytes"],
+                   max_rss_index=entry["max_rss_index"], max_seconds_index=entry["max_cpu_seconds_index"],
+                   examples=list(entry["examples"]), notes=dict(entry["notes"]),
+                   note_examples=list(entry["note_examples"]))
+
+    def merged(self, later: "Tally") -> "Tally":
+        """This tally and ``later``'s (inputs after this one's) as one."""
+        out = copy.deepcopy(self)
+        out.inputs += later.inputs
+        out.counts = {k: self.counts[k] + later.counts[k] for k in OUTCOMES}
+        out.max_seconds = max(self.max_seconds, later.max_seconds)
+        if later.max_cpu_seconds > self.max_cpu_seconds:
+            out.max_cpu_seconds, out.max_seconds_index = later.max_cpu_seconds, later.max_seconds_index
+        if later.max_rss > self.max_rss:
+            out.max_rss, out.max_rss_input, out.max_rss_index = later.max_rss, later.max_rss_input, later.max_rss_index
+        for note, n in later.notes.items():
+            out.notes[note] = out.notes.get(note, 0) + n
+        out.note_examples = (self.note_examples + later.note_examples)[:10]
+        for e in later.examples:  # the caps of add(): the first 10 failures and 3 clear errors of each kind
+            shown = sum(1 for x in out.examples if x["kind"] == e["kind"])
+            if shown < (3 if e["kind"] == "error" else 10):
+                out.examples.append(e)
+        return out
+
+
 def _finding(name: str, index: int, outcome: Outcome) -> str:
     """One line for an input that was not a clear error or a correct load, printed as the run goes."""
     first = outcome.detail.splitlines()[0][:200] if outcome.detail else ""
     return f"{outcome.kind}: {name} #{index} (--only {name} --replay {index}): {first}"
 
 
-def run_benchmark(names: list[str], inputs: int, seed: int, jobs: int) -> dict[str, Tally]:
-    """Every input of every loader through ``jobs`` worker processes; the tallies."""
+def run_benchmark(names: list[str], inputs: int, seed: int, jobs: int, start: int = 0) -> dict[str, Tally]:
+    """Inputs ``start`` to ``start + inputs - 1`` of every loader through ``jobs`` worker processes; the tallies."""
     from tqdm.auto import tqdm
 
     ctx = multiprocessing.get_context("spawn")
     scratch = tempfile.mkdtemp(prefix="attnkit-fuzz-")  # the workers' seeds and sandboxes, even a killed one's
     os.environ["TMPDIR"] = scratch
-    tasks = [(name, i) for i in range(inputs) for name in names]  # interleaved: each loader sees the same load
+    tasks = [(name, i) for i in range(start, start + inputs) for name in names]  # interleaved: each loader sees the same load
     tasks.reverse()
     tallies = {name: Tally() for name in names}
     workers = [Worker(ctx, seed) for _ in range(jobs)]
@@ -1321,15 +1354,28 @@ def _machine() -> dict[str, Any]:
     return {**machine_info(), "loadavg": loadavg()}
 
 
+def read_record(path: Path) -> tuple[dict, dict[str, Tally]]:
+    """The runs of the record at ``path`` (without suffix) and its tallies."""
+    record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    runs = record.get("runs") or [{k: record[k] for k in ("command", "date", "minutes", "jobs", "machine")}
+                                  | {"first": 0, "last": record["inputs_per_loader"] - 1}]
+    return {**record, "runs": runs}, {name: Tally.from_record(e) for name, e in record["loaders"].items()}
+
+
 def write_record(path: Path, tallies: dict[str, Tally], args: argparse.Namespace, started: float,
-                 command: str) -> None:
-    """``path.json`` (everything, with the first failures of each kind) and ``path.md`` (the table)."""
+                 command: str, earlier: list[dict] = ()) -> None:
+    """``path.json`` (everything, with the first failures of each kind) and ``path.md`` (the table); ``earlier``:
+    the runs of a record these tallies were merged with."""
     path.parent.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
     machine = _machine()
+    runs = [*earlier, {"command": command, "date": when, "minutes": round((time.time() - started) / 60, 1),
+                       "jobs": args.jobs, "machine": machine, "first": args.start,
+                       "last": args.start + args.inputs - 1}]
+    total = sum(r["last"] - r["first"] + 1 for r in runs)
     record = {
-        "command": command, "date": when, "minutes": round((time.time() - started) / 60, 1), "seed": args.seed,
-        "inputs_per_loader": args.inputs, "jobs": args.jobs, "hang_cpu_s": HANG_S, "kill_wall_s": KILL_S,
+        "command": command, "date": when, "minutes": round(sum(r["minutes"] for r in runs), 1), "seed": args.seed,
+        "inputs_per_loader": total, "jobs": args.jobs, "runs": runs, "hang_cpu_s": HANG_S, "kill_wall_s": KILL_S,
         "rss_bound": f"{RSS_BASE // MiB} MiB + {RSS_PER_BYTE} x input bytes", "machine": machine,
         "loaders": {name: {"what": LOADERS[name].what, "inputs": t.inputs, **t.counts,
                            "max_seconds": round(t.max_seconds, 3), "max_cpu_seconds": round(t.max_cpu_seconds, 3),
@@ -1340,8 +1386,11 @@ def write_record(path: Path, tallies: dict[str, Tally], args: argparse.Namespace
                     for name, t in tallies.items()},
     }
     path.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    md = [f"# Fuzzing the loaders ({when})", "", f"`{command}` ({record['minutes']} min, {args.jobs} worker "
-          f"process(es); {machine.get('cpu_model', '?')}, load {machine.get('loadavg')})", "", table(tallies), "",
+    md = [f"# Fuzzing the loaders ({when})", ""]
+    md += [f"- inputs {r['first']:,} to {r['last']:,} of each loader: `{r['command']}` ({r['date']}, {r['minutes']} min, "
+           f"{r['jobs']} worker process(es); {r['machine'].get('cpu_model', '?')}, load {r['machine'].get('loadavg')})"
+           for r in runs]
+    md += ["", table(tallies), "",
           "| loader | what is loaded |", "|---|---|"]
     md += [f"| {name} | {LOADERS[name].what} |" for name in tallies]
     notes = [f"- {name}: {n:,} {note} (inputs {t.note_examples})" for name, t in tallies.items()
@@ -1367,12 +1416,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, default=RECORD, help="record path without suffix "
                         "(default benchmarks/records/reliability/fuzz_loaders); --record '' writes none")
     parser.add_argument("--replay", type=int, default=None, help="run input N of the one loader named by --only")
+    parser.add_argument("--start", type=int, default=0, help="the first input's index (default 0)")
+    parser.add_argument("--merge", action="store_true", help="add to the --record of the inputs before --start "
+                        "(same seed and loaders)")
     args = parser.parse_args(argv)
     names = list(LOADERS) if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(LOADERS))
-    if unknown or args.inputs < 1 or args.jobs < 1:
+    if unknown or args.inputs < 1 or args.jobs < 1 or args.start < 0:
         parser.error(f"unknown loaders {unknown} (known: {', '.join(LOADERS)})" if unknown
-                     else "--inputs and --jobs must be >= 1")
+                     else "--inputs and --jobs must be >= 1, --start >= 0")
+    earlier: list[dict] = []
+    before: dict[str, Tally] = {}
+    if args.merge:
+        if not args.record.name or not args.record.with_suffix(".json").exists():
+            parser.error(f"--merge needs an existing --record; there is no {args.record.with_suffix('.json')}")
+        old, before = read_record(args.record)
+        end = old["runs"][-1]["last"] + 1
+        if old["seed"] != args.seed or set(before) != set(names) or end != args.start:
+            parser.error(f"--merge adds inputs right after the record's, of the same seed and loaders: expected "
+                         f"--seed {old['seed']} --start {end} and loaders {sorted(before)}, got --seed {args.seed} "
+                         f"--start {args.start} and {sorted(names)}")
+        earlier = old["runs"]
     if args.replay is not None:
         if len(names) != 1:
             parser.error("--replay needs exactly one loader in --only")
@@ -1381,7 +1445,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.time()
     command = "python -m benchmarks.fuzz_loaders " + " ".join(argv if argv is not None else sys.argv[1:])
-    tallies = run_benchmark(names, args.inputs, args.seed, args.jobs)
+    tallies = run_benchmark(names, args.inputs, args.seed, args.jobs, args.start)
     print(table(tallies))
     for name, t in tallies.items():
         for note, n in t.notes.items():
@@ -1392,7 +1456,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n{name} #{e['index']} ({e['kind']}, replay: --only {name} --replay {e['index']}):\n"
                       f"{e['detail'][:1500]}")
     if args.record.name:  # --record '' writes none
-        write_record(args.record, tallies, args, started, command.strip())
+        merged = {name: before[name].merged(t) for name, t in tallies.items()} if before else tallies
+        write_record(args.record, merged, args, started, command.strip(), earlier)
         print(f"record: {args.record.with_suffix('.md')}")
     bad = sum(t.counts[k] for t in tallies.values() for k in ("other", "hang", "memory"))
     return 1 if bad else 0

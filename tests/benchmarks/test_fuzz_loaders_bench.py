@@ -45,3 +45,35 @@ def test_the_table_counts_each_outcome_and_the_maxima():
     row = table({"gguf": t}).splitlines()[-1]
     assert row == "| gguf | 3 | 1 | 1 | 1 | 0 | 0 | 0.90 | 2.00 | 2.0 MiB |"
     assert t.max_seconds_index == 1 and [e["kind"] for e in t.examples] == ["error", "other"]
+
+
+def _outcomes():
+    kinds = ["error", "load", "other", "error", "hang", "load", "memory", "error"]
+    return [Outcome(k, 0.1 * i, i * MiB, f"detail {i}", cpu_seconds=0.05 * (i % 5), notes={"n": 1} if i % 3 else {})
+            for i, k in enumerate(kinds)]
+
+
+def test_a_run_in_parts_merges_into_the_tally_of_one_run(tmp_path):
+    """``--start N --merge``: inputs 0..N-1 from the record, N.. from this run, the same tally as one run, also
+    after the round trip through the JSON record."""
+    import argparse
+
+    from benchmarks.fuzz_loaders import read_record, write_record
+
+    whole, first, second = Tally(), Tally(), Tally()
+    for i, o in enumerate(_outcomes()):
+        whole.add(i, o, 10 * i)
+        (first if i < 3 else second).add(i, o, 10 * i)
+    args = argparse.Namespace(seed=0, jobs=1, start=0, inputs=3)
+    write_record(tmp_path / "r", {"gguf": first}, args, time.time(), "first")
+    runs, before = read_record(tmp_path / "r")
+    merged = before["gguf"].merged(second)
+    assert table({"gguf": merged}) == table({"gguf": whole})
+    assert (merged.counts, merged.notes, merged.max_seconds_index, merged.max_rss_index) == \
+        (whole.counts, whole.notes, whole.max_seconds_index, whole.max_rss_index)
+    assert [e["index"] for e in merged.examples] == [e["index"] for e in whole.examples]
+    write_record(tmp_path / "r", {"gguf": merged}, argparse.Namespace(seed=0, jobs=1, start=3, inputs=5),
+                 time.time(), "second", runs["runs"])
+    record, _ = read_record(tmp_path / "r")
+    assert [(r["first"], r["last"]) for r in record["runs"]] == [(0, 2), (3, 7)]
+    assert record["inputs_per_loader"] == 8 and record["loaders"]["gguf"]["inputs"] == 8
