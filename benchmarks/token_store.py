@@ -296,6 +296,9 @@ def render(record: dict) -> str:
         ours_cell = f"{ours['mb_per_s']} ({ours['peak_rss_mb']:,.0f} MB)" if ours and ours.get("mb_per_s") else "-"
         out.append(f"| {r['bytes'] / 1e6:,.0f} MB | {ours_cell} | {hf_cell} | {ratio} | "
                    f"{char.get('mb_per_s', '-') if char else '-'} |")
+    elsewhere = [f"{r['bytes'] / 1e6:,.0f} MB: {r['measured_on']}" for r in record["rows"] if r.get("measured_on")]
+    if elsewhere:
+        out += ["", "Rows measured on another machine or day (merged): " + "; ".join(elsewhere) + "."]
     mt = record.get("mt")
     if mt:
         out += ["", f"Translation, {mt['pairs']:,} de-en pairs (`max_len` 128, joint BPE of 8,000), 50 batches of 4,096 "
@@ -346,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer_file = save_tokenizer(tok, args.work / "bpe.json")
     machine = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True)
                     .stdout.splitlines() if ln.startswith("Model name")), "unknown")
-    record = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": machine, "cpus": os.cpu_count(),
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    record = {"date": today, "machine": machine, "cpus": os.cpu_count(),
               "command": "python -m benchmarks.token_store " + " ".join(argv if argv is not None else sys.argv[1:]),
               "corpus": f"{len(lines):,} lines of shakespeare + fortunes + de-en English, shuffled by line, seed "
                         f"{args.seed}", "bpe": f"byte-level BPE of {tok.vocab_size:,} trained on 200,000 of the lines",
@@ -354,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge and args.record is not None and args.record.with_suffix(".json").exists():
         old = json.loads(args.record.with_suffix(".json").read_text())  # add to it: same sizes, rows updated
         record["rows"], record["commands"] = old["rows"], old.get("commands", [old["command"]]) + [record["command"]]
-        record["load_start"] = old["load_start"]
+        record["load_start"], record["date"], record["machine"] = old["load_start"], old["date"], old["machine"]
         if "mt" in old:
             record["mt"] = old["mt"]
     steps = [("size", label, size) for label, size in sizes] + ([("mt", None, None)] if args.mt_pairs else [])
@@ -363,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             record["mt"] = measure_mt(args)
         else:
             got = measure_size(label, size, args, lines, tokenizer_file)
+            if machine != record["machine"] or record["date"] != today:  # merged from another day or machine
+                got["measured_on"] = f"{args.phases} on {machine}, {today}"
             same = [r for r in record["rows"] if r["size"] == label]
             if same:
                 same[0].update({k: v for k, v in got.items() if k not in ("size", "bytes")})
