@@ -60,6 +60,14 @@ def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -
     return check_choice(f"{owner}.{name}", value, choices)
 
 
+def _check_divisible(config: Any, name: str, by: str, when: str = "") -> None:
+    """``config.<name>`` must be a multiple of ``config.<by>``; ``when`` says why or when it must."""
+    value, divisor = getattr(config, name), getattr(config, by)
+    if value % divisor != 0:
+        raise ValueError(f"{type(config).__name__}.{name} must be divisible by {by}{when}, "
+                         f"got {name}={value}, {by}={divisor}")
+
+
 class _ConfigMixin:
     """Dict/JSON round-trip shared by both configs, and their two dropout rates (``dropout`` on the residual
     branches and embeddings, ``attention_dropout`` on the attention weights)."""
@@ -159,18 +167,11 @@ class GPTConfig(_ConfigMixin):
             _check_int(o, name, getattr(self, name))
         if self.n_kv_head is not None:
             _check_int(o, "n_kv_head", self.n_kv_head)
-            if self.n_head % self.n_kv_head != 0:
-                raise ValueError(
-                    f"GPTConfig.n_head must be divisible by n_kv_head (grouped-query attention), "
-                    f"got n_head={self.n_head}, n_kv_head={self.n_kv_head}"
-                )
+            _check_divisible(self, "n_head", "n_kv_head", " (grouped-query attention)")
         if self.head_dim is not None:
             _check_int(o, "head_dim", self.head_dim)
-        elif self.n_embd % self.n_head != 0:
-            raise ValueError(
-                f"GPTConfig.n_embd must be divisible by n_head when head_dim is None, "
-                f"got n_embd={self.n_embd}, n_head={self.n_head}"
-            )
+        else:
+            _check_divisible(self, "n_embd", "n_head", " when head_dim is None")
         if self.ffn_hidden is not None:
             _check_int(o, "ffn_hidden", self.ffn_hidden)
         _check_choice(o, "activation", self.activation, ACTIVATIONS)
@@ -256,11 +257,7 @@ class TransformerConfig(_ConfigMixin):
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_encoder_layers",
                      "num_decoder_layers", "dim_feedforward", "max_len"):
             _check_int(o, name, getattr(self, name))
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"TransformerConfig.d_model must be divisible by num_heads, "
-                f"got d_model={self.d_model}, num_heads={self.num_heads}"
-            )
+        _check_divisible(self, "d_model", "num_heads")
         self._check_dropouts(o)
         self.layer_drop = _check_float(o, "layer_drop", self.layer_drop, low=0.0, high=1.0, low_inclusive=True)
         _check_choice(o, "activation", self.activation, ACTIVATIONS)

@@ -21,6 +21,12 @@ from torch import nn
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 
+def _positive_dim(dim: int, name: str) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+        raise ValueError(f"{name} dim must be a positive int, got {dim!r}")
+    return dim
+
+
 def _check_last_dim(x: torch.Tensor, dim: int, name: str) -> None:
     if x.dim() == 0 or x.shape[-1] != dim:
         raise ValueError(f"{name} expects input with last axis C = {dim}, got shape {tuple(x.shape)}")
@@ -40,14 +46,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, *, eps: float = 1e-6, elementwise_affine: bool = True):
         super().__init__()
-        if dim <= 0:
-            raise ValueError(f"RMSNorm dim must be a positive int, got {dim}")
-        self.dim = dim
-        self.eps = eps
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.ones(dim))
-        else:
-            self.register_parameter("weight", None)
+        self.dim, self.eps = _positive_dim(dim, "RMSNorm"), eps
+        self.register_parameter("weight", nn.Parameter(torch.ones(dim)) if elementwise_affine else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise ``x`` by its root mean square.
@@ -84,15 +84,9 @@ class LayerNorm(nn.Module):
 
     def __init__(self, dim: int, *, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        if dim <= 0:
-            raise ValueError(f"LayerNorm dim must be a positive int, got {dim}")
-        self.dim = dim
-        self.eps = eps
+        self.dim, self.eps = _positive_dim(dim, "LayerNorm"), eps
         self.weight = nn.Parameter(torch.ones(dim))
-        if bias:
-            self.bias = nn.Parameter(torch.zeros(dim))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", nn.Parameter(torch.zeros(dim)) if bias else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise ``x`` to zero mean and unit variance, then scale (and shift).
