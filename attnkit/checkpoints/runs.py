@@ -25,7 +25,7 @@ from typing import Any
 from .checkpoint import STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint, read_checkpoint_state
 
 __all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "resolve_checkpoint",
-           "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS"]
+           "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
 
 RUN_FILE = "run.json"
 TRAINER_STATE_KEYS = ("step", "train_config", "model_config", "task")  # what every Trainer checkpoint's state holds
@@ -67,6 +67,13 @@ def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:
                             "checkpoints/step_* inside a run folder)")
 
 
+def check_trainer_state(ckpt: Path, state: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointError` unless the state of checkpoint ``ckpt`` holds every :data:`TRAINER_STATE_KEYS`."""
+    for key in TRAINER_STATE_KEYS:
+        if key not in state:
+            raise CheckpointError(f"{ckpt / STATE_FILE} lacks {key!r}: not written by the Trainer")
+
+
 def read_saved_run(out: str | Path | None) -> dict[str, Any]:
     """The latest checkpoint's state of the run in ``out`` (what ``--resume`` continues from), checked before
     anything is built from it: it holds what the Trainer writes (step, train_config, model_config, task), and its
@@ -78,9 +85,7 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
     if latest is None:
         raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from")
     state = read_checkpoint_state(latest)
-    for key in TRAINER_STATE_KEYS:
-        if key not in state:
-            raise CheckpointError(f"{latest / STATE_FILE} lacks {key!r}: not written by the Trainer")
+    check_trainer_state(latest, state)
     checked_model_config(latest, state)
     return state
 

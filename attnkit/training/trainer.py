@@ -73,7 +73,7 @@ from attnkit.checkpoints.checkpoint import (CheckpointError, clean_stale, latest
                                             prune_checkpoints, read_checkpoint_state, save_checkpoint, step_dir_name)
 from attnkit.checkpoints.rng import restore_rng_state, seed_everything
 from attnkit.checkpoints.run_lock import RunLock
-from attnkit.checkpoints.runs import (BEST_DIR, CHECKPOINTS_DIR, RUN_FILE, SUMMARY_FILE, TRAINER_STATE_KEYS,
+from attnkit.checkpoints.runs import (BEST_DIR, CHECKPOINTS_DIR, RUN_FILE, SUMMARY_FILE, check_trainer_state,
                                      is_run_dir)
 from attnkit.checks import checks_on_device, is_int, is_number
 
@@ -301,9 +301,7 @@ class Trainer:
             raise CheckpointError(f"cannot resume: no checkpoint in {self.ckpt_dir} (the first one is written at "
                                   f"step {self.config.ckpt_every}); start a fresh run in a new folder instead")
         state = read_checkpoint_state(latest)
-        for key in TRAINER_STATE_KEYS:
-            if key not in state:
-                raise CheckpointError(f"{latest / 'state.json'} lacks {key!r}: not written by the Trainer")
+        check_trainer_state(latest, state)
         for key, kind in (("step", int), ("elapsed", float), ("tokens", int)):
             value = state.get(key, 0)
             if not (is_int(value) if kind is int else is_number(value)) or value < 0:
