@@ -33,7 +33,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from attnkit.data.tokenizers.tokenizer import Tokenizer, register_tokenizer_type
 
-__all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer", "backend_call"]
+__all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer", "backend_call",
+           "tokenizer_from_json"]
 
 # GPT-2's pre-tokenization regex: text is first cut into pieces (contractions, a word with its leading space,
 # a number, a run of punctuation, whitespace), and BPE merges never cross a piece boundary.
@@ -61,6 +62,38 @@ def backend_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         message = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(f"{what}: {message[:500]}") from None
 
+
+
+def _check_bpe_merges(spec: Any, what: str) -> None:
+    """Refuse a BPE model whose merges the backend would panic on. With a ``continuing_subword_prefix`` the model
+    merges ``a`` and ``b`` into ``a + b[len(prefix):]``, slicing ``b`` by the prefix's length in bytes without a
+    check: a second part that does not start with the prefix (shorter than it, or cut inside a character) makes
+    the Rust code panic, which prints a backtrace to stderr before Python sees the error."""
+    model = spec.get("model") if isinstance(spec, dict) else None
+    if not isinstance(model, dict) or model.get("type", "BPE") != "BPE":
+        return
+    prefix, merges = model.get("continuing_subword_prefix"), model.get("merges")
+    if not isinstance(prefix, str) or not prefix or not isinstance(merges, list):
+        return
+    for i, merge in enumerate(merges):
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str) and not pair[1].startswith(prefix):
+            raise ValueError(f"{what}: merge {i} joins {pair[0][:40]!r} and {pair[1][:40]!r}, but the second part of "
+                             f"a merge must start with the model's continuing_subword_prefix {prefix[:40]!r}"
+                             f"{f' ({len(prefix):,} characters)' if len(prefix) > 40 else ''}")
+
+
+def tokenizer_from_json(text: str, what: str) -> tokenizers.Tokenizer:
+    """A ``tokenizers.Tokenizer`` from its JSON text; any error, the backend's included, as one ``ValueError``
+    starting with ``what``."""
+    try:
+        spec = json.loads(text)
+    except ValueError as err:  # JSONDecodeError; RecursionError is not a ValueError and goes to the backend
+        raise ValueError(f"{what}: {err}") from None
+    except RecursionError:
+        spec = None
+    _check_bpe_merges(spec, what)
+    return backend_call(what, tokenizers.Tokenizer.from_str, text)
 
 @lru_cache(maxsize=1)
 def bytes_to_unicode() -> dict[int, str]:
@@ -209,8 +242,12 @@ class BPETokenizer(Tokenizer):
     def from_file(cls, path: str | os.PathLike, **roles: str | int | None) -> "BPETokenizer":
         """Wrap a ``tokenizer.json`` file (Hugging Face ``tokenizers`` format); ``ValueError`` naming the file if
         the backend cannot read it."""
-        return cls(backend_call(f"{path} is not a tokenizers JSON file", tokenizers.Tokenizer.from_file, str(path)),
-                   **roles)
+        what = f"{path} is not a tokenizers JSON file"
+        try:
+            text = open(path, encoding="utf-8").read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"{what}: {err}") from None
+        return cls(tokenizer_from_json(text, what), **roles)
 
     @property
     def backend(self) -> tokenizers.Tokenizer:
@@ -262,6 +299,5 @@ class BPETokenizer(Tokenizer):
             raise ValueError(f"a bpe tokenizer's 'tokenizer' must be the tokenizers JSON (an object or its text), "
                              f"got {type(backend).__name__}")
         text = backend if isinstance(backend, str) else json.dumps(backend)
-        backend = backend_call("the bpe tokenizer's 'tokenizer' is not a valid tokenizers JSON",
-                                tokenizers.Tokenizer.from_str, text)
+        backend = tokenizer_from_json(text, "the bpe tokenizer's 'tokenizer' is not a valid tokenizers JSON")
         return cls(backend, bos=d.get("bos"), eos=d.get("eos"), pad=d.get("pad"), unk=d.get("unk"))

@@ -63,3 +63,37 @@ def test_a_tokenizer_file_nested_too_deeply(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ValueError, match="nested too deeply"):
         load_tokenizer(path)
+
+
+@pytest.mark.parametrize("prefix", ["a" * 1_000_000, "##", "é"])
+def test_a_continuing_subword_prefix_the_merges_do_not_start_with(prefix, capfd):
+    """Was (tokenizer-bpe input #4687): the tokenizers library panicking while it built the model, slicing each
+    merge's second part by the prefix's length, and printing a Rust backtrace to stderr before the ValueError."""
+    d = _bpe()
+    d["tokenizer"]["model"]["continuing_subword_prefix"] = prefix
+    with pytest.raises(ValueError, match="must start with the model's continuing_subword_prefix"):
+        tokenizer_from_dict(d)
+    assert "panicked" not in capfd.readouterr().err
+
+
+def test_a_tokenizer_file_whose_merges_do_not_start_with_the_prefix(tmp_path, capfd):
+    """The same check on a ``tokenizer.json`` read from a file (a Hugging Face model's tokenizer)."""
+    spec = _bpe()["tokenizer"]
+    spec["model"]["continuing_subword_prefix"] = "##"
+    spec["model"]["merges"] = [" ".join(m) for m in spec["model"]["merges"]]  # the older "a b" spelling
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=r"tokenizer.json is not a tokenizers JSON file: merge 0 joins"):
+        BPETokenizer.from_file(path)
+    assert "panicked" not in capfd.readouterr().err
+
+
+def test_a_continuing_subword_prefix_the_merges_do_start_with():
+    """A model that uses the prefix as intended still loads and encodes: "b" after "a" is spelled "##b"."""
+    import tokenizers
+    from tokenizers import models
+
+    vocab = {"a": 0, "b": 1, "##b": 2, "ab": 3}
+    backend = tokenizers.Tokenizer(models.BPE(vocab, [("a", "##b")], continuing_subword_prefix="##"))
+    tok = tokenizer_from_dict(BPETokenizer(backend).to_dict())
+    assert tok.encode("ab") == [3]
