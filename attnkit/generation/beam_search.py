@@ -42,15 +42,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit.checks import check_bool, check_id, check_int, is_number
+from attnkit.checks import check_int, is_number
 from .generate import eval_mode
-from .seq2seq import (
-    IncrementalDecoder,
-    _target_limits,
-    check_length_args,
-    encode_source,
-    prepare_source,
-)
+from .seq2seq import IncrementalDecoder, encode_source, start_search
 
 __all__ = ["Hypothesis", "length_penalty_factor", "beam_search", "beam_search_hypotheses", "LENGTH_PENALTY_STYLES"]
 
@@ -176,17 +170,11 @@ def beam_search_hypotheses(
     Shape:
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists of :class:`Hypothesis`.
     """
-    V_cfg = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
-    check_id("bos_id", bos_id, V_cfg)
-    check_id("eos_id", eos_id, V_cfg)
-    check_id("pad_id", pad_id, None)
     _check_beam_args(beam_size, length_penalty, length_penalty_style)
-    check_length_args(max_len, max_len_a, max_len_b)
-    check_bool("use_cache", use_cache)
-    src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
+    src, mask, limits = start_search(model, src, src_key_padding_mask, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                                     max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache)
     device = src.device
     B, k = src.shape[0], beam_size
-    limits = _target_limits(model, mask, max_len, max_len_a, max_len_b)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
 
     with eval_mode(model):

@@ -35,7 +35,7 @@ from attnkit.checks import check_bool, check_id, check_padding_mask, is_int, is_
 from .generate import eval_mode, model_device
 from .stopping import StoppingCriteria
 
-__all__ = ["greedy_search", "IncrementalDecoder", "prepare_source", "max_target_lengths"]
+__all__ = ["greedy_search", "IncrementalDecoder", "prepare_source", "max_target_lengths", "start_search"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -182,11 +182,27 @@ def encode_source(model: nn.Module, src: torch.Tensor, mask: torch.Tensor) -> tu
     return memory, (mask if bool(mask.any()) else None)
 
 
-def _target_limits(model, mask, max_len, max_len_a, max_len_b) -> list[int]:
-    src_lengths = (~mask).sum(dim=1).tolist()
+def start_search(
+    model: nn.Module, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None, *, bos_id: int, eos_id: int,
+    pad_id: int, max_len: int | None, max_len_a: float, max_len_b: float, use_cache: bool,
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """What greedy and beam search do first: check the options they share, put the source on the model's device
+    with its padding mask (:func:`prepare_source`) and give each sentence its target length limit.
+
+    Shape:
+        src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> src, mask ``(B, S)`` and ``B`` limits.
+    """
+    V = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
+    check_id("bos_id", bos_id, V)
+    check_id("eos_id", eos_id, V)
+    check_id("pad_id", pad_id, None)
+    check_length_args(max_len, max_len_a, max_len_b)
+    check_bool("use_cache", use_cache)
+    src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
     model_max = getattr(getattr(model, "config", None), "max_len", None)
-    return max_target_lengths(src_lengths, max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b,
-                              model_max_len=model_max)
+    limits = max_target_lengths((~mask).sum(dim=1).tolist(), max_len=max_len, max_len_a=max_len_a,
+                                max_len_b=max_len_b, model_max_len=model_max)
+    return src, mask, limits
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -223,15 +239,9 @@ def greedy_search(
     Shape:
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists.
     """
-    V = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
-    check_id("bos_id", bos_id, V)
-    check_id("eos_id", eos_id, V)
-    check_id("pad_id", pad_id, None)
-    check_length_args(max_len, max_len_a, max_len_b)
-    check_bool("use_cache", use_cache)
-    src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
+    src, mask, limits = start_search(model, src, src_key_padding_mask, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                                     max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache)
     B = src.shape[0]
-    limits = _target_limits(model, mask, max_len, max_len_a, max_len_b)
 
     with eval_mode(model):
         memory, memory_mask = encode_source(model, src, mask)  # (B, S, C), once
