@@ -123,6 +123,10 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
         if extra_saved.get("task") != "finetune":
             raise ValueError(f"--resume: {o.out} is not a finetune run (continue it with the command that "
                              f"started it)")
+        for key in ("from", "data"):
+            if not isinstance(extra_saved.get(key), str):
+                raise ValueError(f"--resume: the checkpoint of {o.out} must name its {key!r} in extra (a string), "
+                                 f"got {extra_saved.get(key)!r}")
         for flag, key, value in (("--from", "from", o.source), ("--data", "data", o.data),
                                  ("--documents", "documents", None if o.documents == "auto" else o.documents)):
             if value is not None and value != extra_saved.get(key):

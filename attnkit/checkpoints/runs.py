@@ -76,9 +76,10 @@ def check_trainer_state(ckpt: Path, state: dict[str, Any]) -> None:
 
 def read_saved_run(out: str | Path | None) -> dict[str, Any]:
     """The latest checkpoint's state of the run in ``out`` (what ``--resume`` continues from), checked before
-    anything is built from it: it holds what the Trainer writes (step, train_config, model_config, task), and its
-    model config fits its weights (:func:`check_model_config`: a ``block_size`` of 2**31 in an edited file is
-    refused, not allocated). Raises :class:`CheckpointError` naming the file."""
+    anything is built from it: it holds what the Trainer writes (step, train_config, model_config, task) and the
+    tokenizer every ``attnkit`` run stores (``extra.tokenizer``), and its model config fits its weights
+    (:func:`check_model_config`: a ``block_size`` of 2**31 in an edited file is refused, not allocated). Raises
+    :class:`CheckpointError` naming the file."""
     if out is None:
         raise ValueError("--resume needs --out pointing at the run folder to continue")
     latest = latest_checkpoint(Path(out) / CHECKPOINTS_DIR)
@@ -86,6 +87,8 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
         raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from")
     state = read_checkpoint_state(latest)
     check_trainer_state(latest, state)
+    if "tokenizer" not in state.get("extra", {}):
+        raise CheckpointError(f"{latest / STATE_FILE} lacks extra.tokenizer: not a run of attnkit train or finetune")
     checked_model_config(latest, state)
     return state
 

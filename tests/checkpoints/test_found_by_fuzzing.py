@@ -182,10 +182,12 @@ def test_optimizer_settings_missing_from_the_checkpoint_take_the_runs_own(tmp_pa
 @pytest.mark.parametrize("edit, match", [
     (lambda s: s.pop("train_config"), "lacks 'train_config': not written by the Trainer"),  # was: KeyError
     (lambda s: s["model_config"].__setitem__("block_size", 2**35), "position tables for length 34359738368"),
+    # was: KeyError 'tokenizer' in train_lm (resume-train #6653)
+    (lambda s: s["extra"].pop("tokenizer"), "lacks extra.tokenizer: not a run of attnkit train or finetune"),
 ])
 def test_resume_checks_the_saved_run_before_building_from_it(tmp_path, edit, match):
     """Was: KeyError, and a 256 GiB allocation of rotary tables in train_lm(resume=True) for a block_size of 2**35
-    (benchmarks/fuzz_loaders.py, resume-train #1909): the resume path built the saved config unchecked."""
+    (benchmarks/fuzz_loaders.py, resume-train #1909 and #6653): the resume path built the saved config unchecked."""
     import shutil
 
     from attnkit.checkpoints.checkpoint import latest_checkpoint

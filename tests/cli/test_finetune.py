@@ -201,7 +201,7 @@ def test_lora_resume_is_exact(pretrained, corpus, tmp_path):
         assert torch.equal(v, b.state_dict()[k]), k
 
 
-def test_full_resume_is_exact_and_refuses_changes(pretrained, corpus, tmp_path):
+def test_full_resume_is_exact_and_refuses_changes(pretrained, corpus, tmp_path, capsys):
     straight, resumed = tmp_path / "s", tmp_path / "r"
     assert _finetune(pretrained["ckpt"], corpus, straight, "--steps", "8", "--warmup-steps", "1", "--schedule", "constant") == 0
     assert _finetune(pretrained["ckpt"], corpus, resumed, "--steps", "4", "--warmup-steps", "1", "--schedule", "constant") == 0
@@ -209,6 +209,16 @@ def test_full_resume_is_exact_and_refuses_changes(pretrained, corpus, tmp_path):
     assert _train_losses(resumed) == _train_losses(straight)
     # a full run cannot be resumed as LoRA
     assert main(["finetune", "--resume", "--out", str(resumed), "--steps", "9", "--lora"]) == 2
+    # a checkpoint that does not name the model it started from: one line, not a KeyError
+    from attnkit.checkpoints.checkpoint import latest_checkpoint
+
+    state_file = latest_checkpoint(resumed / "checkpoints") / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["extra"]["from"]
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(["finetune", "--resume", "--out", str(resumed), "--steps", "9", "--no-progress"]) == 2
+    assert "must name its 'from' in extra (a string), got None" in capsys.readouterr().err
 
 
 def test_from_hugging_face_folder(pretrained, corpus, tmp_path, capsys):
