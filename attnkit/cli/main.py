@@ -15,6 +15,29 @@ from attnkit import __version__
 from attnkit.cli import commands
 
 
+# Options whose value is free text: the next argument is their value even when it starts with "-" (a prompt such as
+# "-5 degrees" or "--- a poem"), which argparse alone would take for an option and refuse with a usage message.
+TEXT_OPTIONS = frozenset({"--prompt", "--stop", "--text", "--src", "--tgt"})
+
+
+def join_text_values(argv: list[str]) -> list[str]:
+    """``argv`` with each ``TEXT_OPTION VALUE`` whose value starts with "-" written as ``TEXT_OPTION=VALUE``
+    (nothing after a bare ``--`` is touched)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        if arg in TEXT_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnkit",
@@ -28,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_text_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as stop:

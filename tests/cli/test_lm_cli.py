@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.cli.main import main
+from attnkit.cli.main import join_text_values, main
 from attnkit.checkpoints import load
 
 TINY = ["--preset", "char-small", "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32",
@@ -206,6 +206,28 @@ def test_prompt_outside_char_vocabulary(corpus, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "☃" in err
 
+
+
+def test_text_values_that_start_with_a_dash(corpus, tmp_path, capsys):
+    """Was: argparse's usage message, "argument --prompt: expected one argument", for a prompt starting with "-"
+    (benchmarks/fuzz_loaders.py, sample-cli #9798). A free-text option takes the next argument as it is."""
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "2") == 0
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(out), "--prompt", "ROMEO:", "--stop", "-x-", "--max-new-tokens", "3",
+                 "--seed", "0", "--no-stream"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
+    assert main(["sample", "--ckpt", str(out), "--prompt", "-5 degrees", "--max-new-tokens", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnkit sample: error: ") and "'-'" in err[0], err
+
+
+def test_join_text_values():
+    assert join_text_values(["sample", "--prompt", "-x", "--stop", "--", "--seed", "1"]) == \
+        ["sample", "--prompt=-x", "--stop=--", "--seed", "1"]
+    assert join_text_values(["trace", "--text", "plain", "--src", "-"]) == ["trace", "--text", "plain", "--src=-"]
+    assert join_text_values(["sample", "--", "--prompt", "-x"]) == ["sample", "--", "--prompt", "-x"]
+    assert join_text_values(["sample", "--prompt"]) == ["sample", "--prompt"]  # argparse says what is missing
 
 def test_checkpoint_missing_or_corrupt_file(corpus, tmp_path, capsys):
     out = tmp_path / "run"
