@@ -28,3 +28,13 @@ def say(message: str) -> None:
     """Print a status line to stderr once per job (rank 0 only): the default ``log`` of every run."""
     if is_main_process():
         print(message, file=sys.stderr)
+
+
+def interruption(stop: KeyboardInterrupt) -> tuple[str | None, int]:
+    """The line to print (None: nothing, on a torchrun rank other than 0) and the exit code of a command stopped by
+    a signal: a training run stopped by SIGINT / SIGTERM (:class:`attnkit.training.preemption.Interrupted`) says
+    where its checkpoint is and how to resume, and exits with 130 / 143; any other Ctrl-C says "interrupted", 130."""
+    preemption = sys.modules.get("attnkit.training.preemption")  # not imported: not a training run's stop
+    if preemption is None or not isinstance(stop, preemption.Interrupted):
+        return "interrupted", 130
+    return (f"attnkit: {stop}" if is_main_process() else None), stop.exit_code

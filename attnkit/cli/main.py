@@ -15,34 +15,22 @@ from attnkit import __version__
 from attnkit.cli import commands
 
 
-# Options whose value is free text: the next argument is their value even when it starts with "-" (a prompt such as
-# "-5 degrees" or "--- a poem"), which argparse alone would take for an option and refuse with a usage message.
+# Free-text options take the next argument as their value even when it starts with "-" ("-5 degrees").
 TEXT_OPTIONS = frozenset({"--prompt", "--stop", "--text", "--src", "--tgt"})
 
 
 def join_text_values(argv: list[str]) -> list[str]:
-    """``argv`` with each ``TEXT_OPTION VALUE`` whose value starts with "-" written as ``TEXT_OPTION=VALUE``
-    (nothing after a bare ``--`` is touched)."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return out + argv[i:]
-        if arg in TEXT_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
-            out.append(f"{arg}={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(arg)
-        i += 1
-    return out
+    """``argv`` with ``TEXT_OPTION -VALUE`` written as ``TEXT_OPTION=-VALUE`` (nothing after a bare ``--``)."""
+    out, rest = [], list(argv)
+    while rest and rest[0] != "--":
+        arg = rest.pop(0)
+        out.append(f"{arg}={rest.pop(0)}" if arg in TEXT_OPTIONS and rest and rest[0].startswith("-") else arg)
+    return out + rest
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="attnkit",
-        description="The Transformer built by hand in PyTorch: train, sample, translate, inspect.",
-    )
+    parser = argparse.ArgumentParser(prog="attnkit", description="The Transformer built by hand in PyTorch: train, "
+                                     "sample, translate, inspect.")
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands.register_all(sub)
@@ -55,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as stop:
-        return _interrupted(stop)
+        from attnkit.api.launcher import interruption
+        message, code = interruption(stop)
+        if message:
+            print(message, file=sys.stderr)
+        return code
     except (ValueError, OSError, RuntimeError, FloatingPointError) as e:
         # Expected failures (bad input, missing files, fetch errors) get one clear line, not a traceback.
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
@@ -65,21 +57,6 @@ def main(argv: list[str] | None = None) -> int:
             from attnkit.training.distributed import shutdown
 
             shutdown()
-
-
-def _interrupted(stop: KeyboardInterrupt) -> int:
-    """The one line and the exit code of a command stopped by a signal: a training run stopped by SIGINT / SIGTERM
-    (:class:`attnkit.training.preemption.Interrupted`) says where its checkpoint is and how to resume, and exits
-    with 130 / 143 (printed once per torchrun job); any other Ctrl-C prints "interrupted" and exits with 130."""
-    preemption = sys.modules.get("attnkit.training.preemption")  # not imported: not a training run's stop
-    if preemption is None or not isinstance(stop, preemption.Interrupted):
-        print("interrupted", file=sys.stderr)
-        return 130
-    from attnkit.api.launcher import is_main_process
-
-    if is_main_process():
-        print(f"attnkit: {stop}", file=sys.stderr)
-    return stop.exit_code
 
 
 if __name__ == "__main__":
