@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import tokenizers
@@ -63,7 +64,6 @@ def backend_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(f"{what}: {message[:500]}") from None
 
 
-
 def _check_bpe_merges(spec: Any, what: str) -> None:
     """Refuse a BPE model whose merges the backend would panic on. With a ``continuing_subword_prefix`` the model
     merges ``a`` and ``b`` into ``a + b[len(prefix):]``, slicing ``b`` by the prefix's length in bytes without a
@@ -94,6 +94,7 @@ def tokenizer_from_json(text: str, what: str) -> tokenizers.Tokenizer:
         spec = None
     _check_bpe_merges(spec, what)
     return backend_call(what, tokenizers.Tokenizer.from_str, text)
+
 
 @lru_cache(maxsize=1)
 def bytes_to_unicode() -> dict[int, str]:
@@ -244,7 +245,7 @@ class BPETokenizer(Tokenizer):
         the backend cannot read it."""
         what = f"{path} is not a tokenizers JSON file"
         try:
-            text = open(path, encoding="utf-8").read()
+            text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise ValueError(f"{what}: {err}") from None
         return cls(tokenizer_from_json(text, what), **roles)
