@@ -34,3 +34,10 @@ def test_the_committed_record_renders_its_tables():
     text = bench.render(record)
     assert text.startswith("# Token store: memory and tokenization throughput")
     assert text.count("\n| 10 MB |") == 2 and "store / datasets" in text
+
+
+def test_a_throughput_only_record_has_no_memory_table():
+    record = json.loads((Path(bench.__file__).parent / "records/data/token_store_amd.json").read_text())
+    text = bench.render(record)
+    assert "before the store (in memory)" not in text and text.count("\n| 1,000 MB |") == 1
+    assert "store / datasets" in text
