@@ -266,14 +266,6 @@ def render(record: dict) -> str:
            f"load average before/after each measurement in the JSON; at the start {record['load_start']}, at the end "
            f"{record['load_end']}.  ",
            f"Corpora: {record['corpus']}; BPE: {record['bpe']}."]
-    memory = ("train_char", "train_char_reused", "train_bpe_file", "baseline_train_char")
-    measured = any(r.get(k) for r in record["rows"] for k in memory)  # --phases tokenize: no memory table
-    if measured:
-        out += ["The column before the store: the same command with the code of the commit before the store "
-                "(`--baseline-tree`).", "",
-                "| text | `train lm --steps 2`, char: peak RSS (wall) | again, stores reused | BPE `--tokenizer FILE` "
-                "| before the store (in memory) |", "|---|---|---|---|---|"]
-
     def cell(m: dict | None) -> str:
         if not m:
             return "-"
@@ -281,9 +273,14 @@ def render(record: dict) -> str:
             return f"failed (rc {m['rc']})"
         return f"{m['peak_rss_mb']:,.0f} MB ({m['wall_s']:,.0f} s)"
 
-    for r in record["rows"] if measured else []:
-        out.append(f"| {r['bytes'] / 1e6:,.0f} MB | {cell(r.get('train_char'))} | {cell(r.get('train_char_reused'))} "
-                   f"| {cell(r.get('train_bpe_file'))} | {cell(r.get('baseline_train_char'))} |")
+    memory = ("train_char", "train_char_reused", "train_bpe_file", "baseline_train_char")
+    if any(r.get(k) for r in record["rows"] for k in memory):  # none with --phases tokenize: no memory table
+        out += ["The column before the store: the same command with the code of the commit before the store "
+                "(`--baseline-tree`).", "",
+                "| text | `train lm --steps 2`, char: peak RSS (wall) | again, stores reused | BPE `--tokenizer FILE` "
+                "| before the store (in memory) |", "|---|---|---|---|---|"]
+        out += [f"| {r['bytes'] / 1e6:,.0f} MB | " + " | ".join(cell(r.get(k)) for k in memory) + " |"
+                for r in record["rows"]]
     out += ["", "| text | token store, BPE: MB/s (peak RSS) | HF datasets.map, same tokenizer: MB/s (peak RSS) "
             "| store / datasets | token store, char: MB/s |", "|---|---|---|---|---|"]
     for r in record["rows"]:
