@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,17 @@ def _attnkit_home_of_the_session(tmp_path_factory):
         yield
     finally:
         os.environ.pop("ATTNKIT_HOME", None)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sigint_as_in_a_terminal():
+    """pytest-xdist's workers (``scripts/test.sh`` runs the suite in them) ignore SIGINT, leaving Ctrl-C to the
+    controller, and a subprocess inherits an ignored signal. The preemption tests stop training runs with SIGINT as a
+    terminal's Ctrl-C does, and a run started with SIGINT ignored rightly keeps it ignored; so the suite gives itself
+    (and so its subprocesses) Python's usual SIGINT handler back."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -7,15 +7,22 @@ A recipe registers itself with :func:`register`::
     def prepare_shakespeare(home: Path, force: bool = False) -> Path: ...
 
 :func:`prepare` looks a recipe up by name and runs it; unknown names raise a ``ValueError`` listing the known
-ones. Recipes are idempotent: a second call returns the cached folder without fetching anything.
+ones. Recipes are idempotent: a second call returns the cached folder without fetching anything. Two processes that
+prepare the same recipe in the same cache at once (two commands, or the workers of the parallel test run) take turns:
+:func:`prepare` holds an advisory ``fcntl.flock`` on the recipe's folder while the recipe runs, so the second waits
+(saying so on stderr) and then finds the folder ready.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from attnkit.data.fetch import attnkit_home
 
@@ -81,4 +88,23 @@ def prepare(name: str, *, force: bool = False, home: Path | None = None) -> Path
     recipe = get_recipe(name)
     root = (home or attnkit_home()) / "data" / name
     root.mkdir(parents=True, exist_ok=True)
-    return recipe.fn(root, force=force)
+    with _preparing(root, name):
+        return recipe.fn(root, force=force)
+
+
+@contextmanager
+def _preparing(root: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive lock on the recipe folder ``root`` (waiting for another process that holds it). The lock
+    lives on an open descriptor of the folder: the kernel drops it when the process ends, ``kill -9`` included, so
+    no stale lock file is left and nothing is written into the folder."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process that is preparing the recipe {name!r} in {root} ...",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -1,0 +1,84 @@
+"""The recipe registry: lookup errors, and two preparers of one recipe taking turns on the folder's lock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from attnkit.data.corpora import registry
+
+
+@pytest.fixture
+def slow_recipe():
+    """A recipe ``test-slow`` that builds ``data.txt`` (slowly: 0.3 s) unless it is there, and logs each build."""
+    builds: list[float] = []
+
+    def prepare_slow(home: Path, force: bool = False) -> Path:
+        if force or not (home / "data.txt").is_file():
+            builds.append(time.monotonic())
+            part = home / "data.txt.part"
+            part.write_text("first half\n", encoding="utf-8")
+            time.sleep(0.3)
+            with part.open("a", encoding="utf-8") as f:
+                f.write("second half\n")
+            part.replace(home / "data.txt")
+        return home
+
+    registry.register("test-slow", kind="lm", description="a test recipe")(prepare_slow)
+    yield builds
+    registry._RECIPES.pop("test-slow", None)
+
+
+def test_two_preparers_of_one_recipe_take_turns(slow_recipe, tmp_path, capfd):
+    """Two threads (each opens the folder itself, as two processes would) prepare the same recipe at once: the
+    recipe runs once, the second caller waits, says so, and gets the finished folder."""
+    results: list[Path] = []
+    errors: list[BaseException] = []
+
+    def call():
+        try:
+            results.append(registry.prepare("test-slow", home=tmp_path))
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)  # the first holds the lock before the second asks
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    folder = tmp_path / "data" / "test-slow"
+    assert results == [folder, folder]
+    assert len(slow_recipe) == 1, f"the recipe ran {len(slow_recipe)} times"
+    assert (folder / "data.txt").read_text(encoding="utf-8") == "first half\nsecond half\n"
+    assert not (folder / "data.txt.part").exists()
+    assert "waiting for another process that is preparing the recipe 'test-slow'" in capfd.readouterr().err
+
+
+def test_the_lock_is_released_when_the_recipe_fails(tmp_path):
+    """A recipe that raises leaves the folder unlocked: the next call runs it again."""
+    calls: list[int] = []
+
+    def prepare_failing(home: Path, force: bool = False) -> Path:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the fetch failed")
+        return home
+
+    registry.register("test-failing", kind="lm", description="a test recipe")(prepare_failing)
+    try:
+        with pytest.raises(RuntimeError, match="the fetch failed"):
+            registry.prepare("test-failing", home=tmp_path)
+        assert registry.prepare("test-failing", home=tmp_path) == tmp_path / "data" / "test-failing"
+        assert len(calls) == 2
+    finally:
+        registry._RECIPES.pop("test-failing", None)
+
+
+def test_an_unknown_recipe_names_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown data recipe 'no-such'; known recipes: .*de-en"):
+        registry.prepare("no-such", home=tmp_path)
