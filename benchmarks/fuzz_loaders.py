@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import gc
 import io
 import json
 import math
@@ -1109,9 +1108,7 @@ def rss_bound(size: int, per_byte: int = RSS_PER_BYTE) -> int:
 def measure(fn: Callable[[], Any], bound: int, hang_s: float = HANG_S) -> Outcome:
     """Run ``fn`` once: its outcome, wall and CPU seconds and peak resident growth (Linux; 0 elsewhere), judged
     against ``hang_s`` (CPU seconds: a loaded machine stretches wall time, not the work) and ``bound`` (bytes of peak
-    resident growth). Garbage left by earlier work is collected first, so that its freeing inside ``fn`` does not
-    hide ``fn``'s own growth."""
-    gc.collect()
+    resident growth)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the high-water mark
