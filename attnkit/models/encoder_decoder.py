@@ -136,10 +136,17 @@ class DecoderCache(LayerCaches):
 # layers
 # ----------------------------------------------------------------------------------------------------
 
-def _check_width(name: str, x: torch.Tensor, d_model: int) -> None:
+def _check_width(name: str, x: torch.Tensor, d_model: int, *, axes: str = "(B, L, C)") -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must have shape (B, L, C) with C = d_model = {d_model}, got {shape}")
+        raise ValueError(f"{name} must have shape {axes} with C = d_model = {d_model}, got {shape}")
+
+
+def check_memory(memory: torch.Tensor, batch_size: int, d_model: int, *, axes: str = "(B, L, C)") -> None:
+    """Raise ``ValueError`` unless ``memory`` is a 3-D tensor of width ``d_model`` and ``batch_size`` rows."""
+    _check_width("memory", memory, d_model, axes=axes)
+    if memory.shape[0] != batch_size:
+        raise ValueError(f"memory batch size must equal tgt batch size B = {batch_size}, got {memory.shape[0]}")
 
 
 class _ResidualSublayers(nn.Module):
@@ -373,10 +380,8 @@ class Decoder(nn.Module):
             memory_key_padding_mask ``(B, S)`` -> ``(B, T, C)``.
         """
         _check_width("tgt", tgt, self.d_model)
-        _check_width("memory", memory, self.d_model)
         B, T, _ = tgt.shape
-        if memory.shape[0] != B:
-            raise ValueError(f"memory batch size must equal tgt batch size B = {B}, got {memory.shape[0]}")
+        check_memory(memory, B, self.d_model)
         if cache is not None:
             if not isinstance(cache, DecoderCache):
                 raise ValueError(f"cache must be a DecoderCache, got {type(cache).__name__}")

@@ -30,7 +30,7 @@ from attnkit.modules.embeddings import TransformerEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 
 from .configs import TransformerConfig
-from .encoder_decoder import DecoderCache, EncoderDecoder, xavier_init_
+from .encoder_decoder import DecoderCache, EncoderDecoder, check_memory, xavier_init_
 
 
 
@@ -128,11 +128,7 @@ class Transformer(nn.Module):
         c = self.config
         check_token_ids(tgt, name="tgt", vocab_size=c.tgt_vocab_size, vocab_name="tgt_vocab_size")
         B, T = tgt.shape
-        if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[-1] != c.d_model:
-            shape = tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__
-            raise ValueError(f"memory must have shape (B, S, C) with C = d_model = {c.d_model}, got {shape}")
-        if memory.shape[0] != B:
-            raise ValueError(f"memory batch size must equal tgt batch size B = {B}, got {memory.shape[0]}")
+        check_memory(memory, B, c.d_model, axes="(B, S, C)")
         S = memory.shape[1]
         if memory_key_padding_mask is not None:
             check_padding_mask("memory_key_padding_mask", memory_key_padding_mask, (B, S))

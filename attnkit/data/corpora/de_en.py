@@ -121,6 +121,12 @@ class DebSource:
     globs: tuple[str, ...]  # paths inside the package, relative to its root
 
 
+# The globs several packages share.
+_LOCALE_DE = ("usr/share/locale/de/LC_MESSAGES/*.mo",)  # gettext catalogs
+_MAN_DE = ("usr/share/man/de/man*/*",)  # German manual pages
+_MAN_EN = ("usr/share/man/man*/*",)  # English manual pages
+_GNOME_HELP = ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")  # English (C) and German Mallard pages
+
 # Download sizes (Debian 12 "bookworm", amd64) are given for orientation: about 230 MB in all (the Wesnoth
 # campaigns are 131 MB of it: their maps, images and sounds come with the catalogs).
 PACKAGES: tuple[DebSource, ...] = (
@@ -128,66 +134,58 @@ PACKAGES: tuple[DebSource, ...] = (
     # LibreOffice keeps its catalogs outside /usr/share/locale.
     DebSource("libreoffice-l10n-de", "MPL-2.0", "gettext",
               ("usr/lib/libreoffice/program/resource/de/LC_MESSAGES/*.mo",)),  # 0.9 MB
-    DebSource("gcc-12-locales", "GPL-3+", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 1.8 MB
-    DebSource("git", "GPL-2", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 7.3 MB
-    DebSource("gimp-data", "GPL-3+", "gettext", ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 14.2 MB
-    DebSource("evolution-common", "LGPL-2 or LGPL-3", "gettext",
-              ("usr/share/locale/de/LC_MESSAGES/*.mo",)),  # 8.5 MB
+    DebSource("gcc-12-locales", "GPL-3+", "gettext", _LOCALE_DE),  # 1.8 MB
+    DebSource("git", "GPL-2", "gettext", _LOCALE_DE),  # 7.3 MB
+    DebSource("gimp-data", "GPL-3+", "gettext", _LOCALE_DE),  # 14.2 MB
+    DebSource("evolution-common", "LGPL-2 or LGPL-3", "gettext", _LOCALE_DE),  # 8.5 MB
     DebSource("libreoffice-help-de", "MPL-2.0", "help-de", ("usr/share/libreoffice/help/de/text/**/*.html",)),  # 3.3 MB
     DebSource("libreoffice-help-en-us", "MPL-2.0", "help-en",
               ("usr/share/libreoffice/help/en-US/text/**/*.html",)),  # 1.8 MB
-    DebSource("manpages-de", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 3.6 MB
-    DebSource("manpages-de-dev", "GPL-3+ (translations)", "man-de", ("usr/share/man/de/man*/*",)),  # 1.1 MB
-    DebSource("manpages", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 1.3 MB
-    DebSource("manpages-dev", "Linux man-pages copyleft and others", "man-en", ("usr/share/man/man*/*",)),  # 2.0 MB
+    DebSource("manpages-de", "GPL-3+ (translations)", "man-de", _MAN_DE),  # 3.6 MB
+    DebSource("manpages-de-dev", "GPL-3+ (translations)", "man-de", _MAN_DE),  # 1.1 MB
+    DebSource("manpages", "Linux man-pages copyleft and others", "man-en", _MAN_EN),  # 1.3 MB
+    DebSource("manpages-dev", "Linux man-pages copyleft and others", "man-en", _MAN_EN),  # 2.0 MB
     # The packages that own the English originals of more pages manpages-de translates (and whose own German
     # pages, as in apt, dpkg, debhelper and devscripts, are translated with po4a by the Debian teams): ~22 MB.
-    DebSource("systemd", "LGPL-2.1+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("util-linux", "GPL-2+ and others", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("devscripts", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("coreutils", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("dpkg-dev", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("mount", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("apt", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("debhelper", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("dpkg", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("less", "GPL-3+ or BSD-2-clause (less licence)", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("xz-utils", "public domain, GPL-2+, LGPL-2.1+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("procps", "GPL-2+, LGPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("findutils", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("fdisk", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("tar", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("bsdextrautils", "GPL-2+, BSD", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("bsdutils", "GPL-2+, BSD", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("passwd", "BSD-3-clause (shadow)", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("gzip", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("grep", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("bzip2", "BSD-style (bzip2 licence)", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("psmisc", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("cron", "Paul Vixie's licence (ISC-style)", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("diffutils", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("debianutils", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("e2fsprogs", "GPL-2", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("sed", "GPL-3+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("login", "BSD-3-clause (shadow)", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("man-db", "GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
-    DebSource("kmod", "LGPL-2.1+, GPL-2+", "man-owner", ("usr/share/man/man*/*",)),
+    *(DebSource(package, license, "man-owner", _MAN_EN) for package, license in (
+        ("systemd", "LGPL-2.1+"),
+        ("util-linux", "GPL-2+ and others"),
+        ("devscripts", "GPL-2+"),
+        ("coreutils", "GPL-3+"),
+        ("dpkg-dev", "GPL-2+"),
+        ("mount", "GPL-2+"),
+        ("apt", "GPL-2+"),
+        ("debhelper", "GPL-2+"),
+        ("dpkg", "GPL-2+"),
+        ("less", "GPL-3+ or BSD-2-clause (less licence)"),
+        ("xz-utils", "public domain, GPL-2+, LGPL-2.1+"),
+        ("procps", "GPL-2+, LGPL-2+"),
+        ("findutils", "GPL-3+"),
+        ("fdisk", "GPL-2+"),
+        ("tar", "GPL-3+"),
+        ("bsdextrautils", "GPL-2+, BSD"),
+        ("bsdutils", "GPL-2+, BSD"),
+        ("passwd", "BSD-3-clause (shadow)"),
+        ("gzip", "GPL-3+"),
+        ("grep", "GPL-3+"),
+        ("bzip2", "BSD-style (bzip2 licence)"),
+        ("psmisc", "GPL-2+"),
+        ("cron", "Paul Vixie's licence (ISC-style)"),
+        ("diffutils", "GPL-3+"),
+        ("debianutils", "GPL-2+"),
+        ("e2fsprogs", "GPL-2"),
+        ("sed", "GPL-3+"),
+        ("login", "BSD-3-clause (shadow)"),
+        ("man-db", "GPL-2+"),
+        ("kmod", "LGPL-2.1+, GPL-2+"),
+    )),
     # GNOME's desktop help, English (C) and German Mallard pages in one package: 8.5 MB.
-    DebSource("gnome-user-docs", "CC-BY-SA-3.0", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    DebSource("gnome-user-docs", "CC-BY-SA-3.0", "gnome", _GNOME_HELP),
     # GNOME applications' own help, in the same layout (each page says CC-BY-SA 3.0): 11.3 MB.
-    DebSource("evince-common", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("seahorse", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("gnome-terminal-data", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("eog", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("gnome-calculator", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("file-roller", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("epiphany-browser-data", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("gnome-system-monitor", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("totem-common", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("cheese-common", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("simple-scan", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("gnome-clocks", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
-    DebSource("baobab", "CC-BY-SA-3.0 (the help pages)", "gnome", ("usr/share/help/C/*/*.page", "usr/share/help/de/*/*.page")),
+    *(DebSource(package, "CC-BY-SA-3.0 (the help pages)", "gnome", _GNOME_HELP)
+      for package in ("evince-common", "seahorse", "gnome-terminal-data", "eog", "gnome-calculator", "file-roller",
+                      "epiphany-browser-data", "gnome-system-monitor", "totem-common", "cheese-common", "simple-scan",
+                      "gnome-clocks", "baobab")),
     # Debian's manuals, translated with po4a / Sphinx gettext: 7.1 MB.
     DebSource("debian-reference-de", "GPL-2+", "manual-de", ("usr/share/debian-reference/*.de.html",)),
     DebSource("debian-reference-en", "GPL-2+", "manual-en", ("usr/share/debian-reference/*.en.html",)),
