@@ -94,7 +94,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("training")
     for flag, field, typ, help_ in TRAIN_FLAGS:
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
-    t.add_argument("--compile", action="store_true", default=None, help="opt in to torch.compile")
+    t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model with the loss")
     t.add_argument("--cuda-graphs", action="store_true", default=None,
                    help="replay each batch shape's forward and backward as a recorded CUDA graph (one CUDA process; "
                         "train mt then pads batches to a few fixed shapes): far fewer host launches per update")

@@ -370,6 +370,12 @@ class MTTask:
             return self.batchers["anneal"].batch(step - self.anneal_from)
         return batcher.batch(step)
 
+    @property
+    def dynamic_shapes(self) -> bool:
+        """True when the training batches come in any shape (``shape_multiple`` 1): ``compile=True`` then compiles
+        the loss once for every shape instead of once for the first batch and again for the second."""
+        return self.shape_multiple == 1
+
     def on_budget(self, step: int, fraction: float) -> str | None:
         """Called by the trainer before each update: ``step`` is the update's first training batch index and
         ``fraction`` the share of the run's budget used so far. The first time ``fraction >= 1 - anneal_share``

@@ -23,9 +23,11 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
 * optional ``count_tokens(batch) -> int``: the ``n_tokens`` that ``loss`` will return for ``batch``, counted on
   the host without running the model. Needed for CUDA graphs (``TrainConfig.cuda_graphs``), whose replayed
   updates do not call ``loss``; the batches' tensors must then come in a few fixed shapes.
+* optional ``dynamic_shapes: bool``: True when the training batches change shape from one update to the next
+  (MTTask's sentence batches); with ``TrainConfig.compile`` the loss is then compiled for any shape at once.
 * optional ``on_budget(step, fraction) -> str | None``: called before every update with the update's first
   training batch index and the share of the run's budget used (``TrainConfig.budget_used``: steps or time,
-  the clock all processes agree on). A task whose data follow the budget (MTTask's annealing) decides here
+  the clock all processes agree on, less compilation). A task whose data follow the budget (MTTask's annealing) decides here
   and must keep the decision in ``state_dict`` so that a resumed run draws the same batches; a returned
   line is printed, and tells the trainer that the batches it built ahead are stale (they are built again).
 

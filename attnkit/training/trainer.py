@@ -23,7 +23,12 @@ process) the model's forward pass and the task's loss are compiled together as o
 fuses the cross-entropy into the graph instead of materialising float32 logits and their softmax outside it
 (``_loss_function``); under torchrun the model alone is compiled (DDP's and FSDP's hooks stay outside the graph).
 Evaluation runs the model eagerly: compiling it for evaluation (no gradients, dropout off) would be a second
-compilation. The eager step (``compile=False``) is the reference the compiled one is tested against.
+compilation. The eager step (``compile=False``) is the reference the compiled one is tested against. A task whose
+batches change shape (``dynamic_shapes = True``: translation) is compiled for any shape at once, so the second
+batch does not compile again. The compilation (the first update of each ``fit``) counts in a ``max_time`` budget,
+but not in the schedule that spans it: the warmup and the cosine decay (and a task's budget share) follow the
+time left after compiling (``_schedule_clock``), so a two-minute compilation neither replaces the warmup nor
+shifts the decay.
 
 Nothing in an update waits for the device: the loss and the gradient norm stay where they were computed, and
 every ``log_every`` updates (and before each evaluation, checkpoint and the end of the run) ``_read_updates``
@@ -228,7 +233,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config)
         d_model = config.d_model or self.model_config.get("d_model") or self.model_config.get("n_embd")
         self._clock = 0.0  # the run's clock (seconds) as all ranks agree on it, read by the schedule
-        self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model, clock=lambda: self._clock)
+        self._compile_s = 0.0  # seconds of compilation in the run so far (first updates with compile=True)
+        self.scheduler = LRScheduler(self.optimizer, config, d_model=d_model, clock=self._schedule_clock)
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
         world = self.world
         self._batches = BatchPrefetcher(  # this process's rows of training batch i, built one update ahead
@@ -332,6 +338,10 @@ class Trainer:
                                   f"!= checkpoint step {self.step}")
         self.elapsed = float(state.get("elapsed", 0.0))
         self.tokens = int(state.get("tokens", 0))
+        self._compile_s = state.get("compile_s", 0.0)  # absent in checkpoints written before it was kept
+        if not is_number(self._compile_s) or not 0 <= self._compile_s <= self.elapsed:
+            raise CheckpointError(f"{latest / 'state.json'}: 'compile_s' must be a number in [0, elapsed = "
+                                  f"{self.elapsed:g}], got {self._compile_s!r} (edited by hand?)")
         self.best = _saved_best(state.get("best"), latest)
         self.last_eval = _saved_eval(state.get("last_eval"), latest)
         self.last_loss = state.get("last_loss")
@@ -561,7 +571,7 @@ class Trainer:
         return row
 
     def _checkpoint_state(self) -> dict[str, Any]:
-        return {"step": self.step, "elapsed": self._now(), "tokens": self.tokens,
+        return {"step": self.step, "elapsed": self._now(), "tokens": self.tokens, "compile_s": self._compile_s,
                 "train_config": self.config.to_dict(), "model_config": self.model_config,
                 "task": self.task.state_dict(), "best": self.best, "last_eval": self.last_eval,
                 "last_loss": self.last_loss, "reached": self.reached}
@@ -699,7 +709,16 @@ class Trainer:
         ``compile=True`` in one process that same function compiled, the model's forward pass inside it."""
         if not self.config.compile or self.world.distributed:
             return self.task.loss
-        return torch.compile(self.task.loss)
+        return torch.compile(self.task.loss, dynamic=True if getattr(self.task, "dynamic_shapes", False) else None)
+
+    def _schedule_clock(self) -> float:
+        """The run's clock as the schedule and the task's budget share read it: with a ``max_time`` budget, the
+        seconds after compiling, stretched over the whole budget (``elapsed - compile_s`` of
+        ``max_time - compile_s``, in seconds of ``max_time``); the plain clock otherwise."""
+        total = self.config.max_time_s
+        if self._compile_s <= 0 or total is None or self._compile_s >= total:
+            return self._clock
+        return max(0.0, self._clock - self._compile_s) * total / (total - self._compile_s)
 
     def _stop_reason(self) -> str | None:
         """``"SIGINT"`` / ``"SIGTERM"`` when a signal asked the run to stop (under torchrun any rank's: all stop at
@@ -750,7 +769,7 @@ class Trainer:
         on_budget = getattr(self.task, "on_budget", None)  # optional: a task whose data follow the budget
         if on_budget is not None:
             self._batches.settle()  # the task may change: no batch is built meanwhile
-            note = on_budget(self.step * cfg.grad_accum, cfg.budget_used(self.step, self._clock))
+            note = on_budget(self.step * cfg.grad_accum, cfg.budget_used(self.step, self._schedule_clock()))
             if note:
                 self._batches.discard()  # built from the task as it was
                 self._progress.write(f"step {self.step}: {note}")
@@ -760,6 +779,8 @@ class Trainer:
         dt = time.perf_counter() - t_step
         if self.first_update_s is None:
             self.first_update_s = dt
+            if cfg.compile and not self.world.distributed:
+                self._compile_s += dt  # compiling, not training: the schedule does not count it
         self.scheduler.step()
         self.step += 1
         self.elapsed = self._now()

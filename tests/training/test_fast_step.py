@@ -4,7 +4,8 @@ compiled together with the model, nothing read back from the device between logg
 * the Trainer's update equals a hand-written loop of the update as the trainer documents it (bit for bit on
   the CPU, with dropout, word dropout, label smoothing and gradient accumulation), for LM and MT;
 * ``compile=True`` (the model and the task's loss compiled as one function) follows ``compile=False`` within
-  float tolerance, for LM and MT with accumulation, and a compiled run resumes exactly;
+  float tolerance, for LM and MT with accumulation (MT batches of any shape from one compilation), and a
+  compiled run resumes exactly; the compilation counts in a time budget but not in the schedule;
 * an update reads nothing back (``.item()`` / ``.tolist()`` / ``float()`` / ``bool()`` counted by patching; CUDA:
   ``helpers.sync_sites``); the numbers are read once per ``log_every`` updates;
 * the prefetcher builds in its own thread, returns what the task makes, and keeps errors for ``get``.
@@ -14,11 +15,13 @@ Axis legend: B batch, T sequence length, V vocabulary.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 import torch
 
+from attnkit.checkpoints.checkpoint import CheckpointError, read_checkpoint_state
 from attnkit.checkpoints.rng import seed_everything
 from attnkit.checks import checks_on_device
 from attnkit.data.pipeline.mt_batching import EncodedPairs
@@ -174,6 +177,65 @@ def test_a_compiled_run_resumes_exactly(tmp_path):
     assert resumed[0] == straight[0]
     for name, value in straight[1].items():
         assert_close(resumed[1][name], value, "exact")
+
+
+def test_a_compiled_translator_takes_batches_of_any_shape_from_one_compilation(tmp_path):
+    """Sentence batches change shape at every update (``dynamic_shapes``): the loss is compiled for any shape
+    at once, one graph for six updates of different shapes, and follows the eager step."""
+    task = _mt_task()
+    shapes = {tuple(task.batch("train", i).tgt_in.shape) for i in range(12)}
+    assert task.dynamic_shapes and len(shapes) > 2  # the batches do change shape
+    assert not _mt_task(shape_multiple=8).dynamic_shapes  # a few fixed shapes: one graph each
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = _fit(tmp_path, "compiled", _transformer(0.0), _mt_task(), _config(compile=True))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    eager = _fit(tmp_path, "eager", _transformer(0.0), _mt_task(), _config())
+    assert_close(torch.tensor(compiled[0]), torch.tensor(eager[0]), "float32")
+
+
+def test_compilation_counts_in_the_time_budget_but_not_in_the_schedule(tmp_path):
+    """With ``max_time`` the schedule reads the seconds after compiling, stretched over the whole budget: 20 s
+    of compilation in a 60 s budget leave the warmup and the decay to the other 40 s."""
+    model, config = _gpt(0.0)
+    cfg = TrainConfig(steps=None, max_time=1.0, lr=1e-3, min_lr=0.0, warmup_steps=1000, warmup_time_share=0.1,
+                      batch_size=4, block_size=16)
+    trainer = Trainer(model, _lm_task(), cfg, tmp_path / "run", model_config=config, progress=False)
+    lr = {}
+    for compile_s, clock in ((0.0, 3.0), (0.0, 30.0), (20.0, 20.0), (20.0, 22.0), (20.0, 40.0), (20.0, 60.0)):
+        trainer._compile_s, trainer._clock = compile_s, clock
+        lr[compile_s, clock] = trainer.scheduler.get_lr()
+    assert lr[20.0, 20.0] == pytest.approx(0.0, abs=1e-6)  # right after compiling: the warmup begins
+    assert lr[20.0, 22.0] == pytest.approx(lr[0.0, 3.0])  # 2 of 40 s after compiling = 3 of 60 s
+    assert lr[20.0, 40.0] == pytest.approx(lr[0.0, 30.0]) == pytest.approx(0.5e-3)  # half way: half the lr
+    assert lr[20.0, 60.0] == pytest.approx(0.0, abs=1e-12)  # the decay ends with the budget
+
+
+def test_a_compiled_run_keeps_its_compilation_time_across_a_resume(tmp_path):
+    """The compilation seconds (each segment's first update) go into every checkpoint and add up on resume; a
+    hand-edited value is refused by name."""
+    def state(step: int) -> dict:
+        return read_checkpoint_state(tmp_path / "run" / "checkpoints" / f"step_{step:08d}")
+
+    first = _fit_summary(tmp_path, _config(compile=True, steps=3, schedule_steps=6))
+    assert state(3)["compile_s"] == first["first_update_s"] > 0
+    second = _fit_summary(tmp_path, _config(compile=True, schedule_steps=6), resume=True)
+    assert state(6)["compile_s"] == pytest.approx(first["first_update_s"] + second["first_update_s"])
+    eager = _fit_summary(tmp_path / "eager", _config(steps=3))
+    assert read_checkpoint_state(tmp_path / "eager" / "run" / "checkpoints" / "step_00000003")["compile_s"] == 0.0
+    assert eager["first_update_s"] > 0
+
+    path = tmp_path / "run" / "checkpoints" / "step_00000006" / "state.json"
+    edited = json.loads(path.read_text()) | {"compile_s": 1e9}
+    path.write_text(json.dumps(edited))
+    with pytest.raises(CheckpointError, match=r"'compile_s' must be a number in \[0, elapsed = .*\], got 1000000000"):
+        _fit_summary(tmp_path, _config(compile=True, steps=9, schedule_steps=6), resume=True)
+
+
+def _fit_summary(tmp_path, cfg: TrainConfig, **kwargs) -> dict:
+    model, config = _gpt(0.0)
+    return Trainer(model, _lm_task(), cfg, tmp_path / "run", model_config=config, progress=False, log=False,
+                   **kwargs).fit()
 
 
 def test_compile_compiles_the_loss_with_the_model_and_evaluates_eagerly(tmp_path):
