@@ -27,9 +27,9 @@ The trainer knows nothing about tokens, windows, source sentences or BLEU. It dr
   (MTTask's sentence batches); with ``TrainConfig.compile`` the loss is then compiled for any shape at once.
 * optional ``on_budget(step, fraction) -> str | None``: called before every update with the update's first
   training batch index and the share of the run's budget used (``TrainConfig.budget_used``: steps or time,
-  the clock all processes agree on, less compilation). A task whose data follow the budget (MTTask's annealing) decides here
-  and must keep the decision in ``state_dict`` so that a resumed run draws the same batches; a returned
-  line is printed, and tells the trainer that the batches it built ahead are stale (they are built again).
+  the clock all processes agree on, less compilation). A task whose data follow the budget (MTTask's annealing)
+  decides here and must keep the decision in ``state_dict`` so that a resumed run draws the same batches; a
+  returned line is printed, and tells the trainer that the batches it built ahead are stale (built again).
 
 Implementations: :class:`attnkit.training.lm_task.LMTask`, :class:`attnkit.training.mt_task.MTTask`.
 

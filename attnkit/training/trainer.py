@@ -25,10 +25,10 @@ fuses the cross-entropy into the graph instead of materialising float32 logits a
 Evaluation runs the model eagerly: compiling it for evaluation (no gradients, dropout off) would be a second
 compilation. The eager step (``compile=False``) is the reference the compiled one is tested against. A task whose
 batches change shape (``dynamic_shapes = True``: translation) is compiled for any shape at once, so the second
-batch does not compile again. The compilation (the first update of each ``fit``) counts in a ``max_time`` budget,
-but not in the schedule that spans it: the warmup and the cosine decay (and a task's budget share) follow the
-time left after compiling (``_schedule_clock``), so a two-minute compilation neither replaces the warmup nor
-shifts the decay.
+batch does not compile again. In one process the compilation (the first update of each ``fit``) counts in a
+``max_time`` budget, but not in the schedule that spans it: the warmup and the cosine decay (and a task's budget
+share) follow the time left after compiling (``_schedule_clock``), so a two-minute compilation neither replaces
+the warmup nor shifts the decay.
 
 Nothing in an update waits for the device: the loss and the gradient norm stay where they were computed, and
 every ``log_every`` updates (and before each evaluation, checkpoint and the end of the run) ``_read_updates``
