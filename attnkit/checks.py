@@ -2,7 +2,7 @@
 
 Configs validate their fields in ``__post_init__`` (``models/configs.py``, ``training/config.py``) with
 :func:`check_int`, :func:`check_float`, :func:`check_bool` and :func:`check_choice`; functions and modules
-check their arguments with the same calls (or with :func:`is_int`/:func:`is_number` where the message names a
+check their arguments with the same calls (dropout rates with :func:`check_probability`; or with :func:`is_int`/:func:`is_number` where the message names a
 range of its own); the decoders check single ids with :func:`check_id`, the models their token ids with :func:`check_token_ids` and index tensors with
 :func:`check_index_tensor` and key-padding masks with :func:`check_padding_mask`. ``name`` is what the message calls the value, e.g. ``"TrainConfig.steps"``.
 
@@ -25,7 +25,7 @@ import math
 import threading
 from typing import Any, Iterator
 
-__all__ = ["is_int", "is_number", "check_int", "check_float", "check_bool", "check_choice",
+__all__ = ["is_int", "is_number", "check_int", "check_float", "check_probability", "check_bool", "check_choice",
            "check_id", "check_index_tensor", "check_padding_mask",
            "check_token_ids", "checks_on_device", "no_host_reads"]
 
@@ -96,6 +96,11 @@ def check_float(name: str, value: Any, *, low: float, high: float | None = None,
         raise ValueError(f"{name} must be a finite number in {'[' if low_inclusive else '('}{low}, {upper}, "
                          f"got {value}")
     return value
+
+
+def check_probability(name: str, value: Any) -> float:
+    """A dropout-style probability: a number in ``[0, 1)``, returned as a ``float`` (1 would drop everything)."""
+    return check_float(name, value, low=0.0, high=1.0, high_inclusive=False)
 
 
 def check_bool(name: str, value: Any) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.checks import (check_bool, check_choice, check_float, check_id, check_index_tensor, check_int,
-                            check_padding_mask, check_token_ids, is_int, is_number)
+                            check_padding_mask, check_probability, check_token_ids, is_int, is_number)
 
 
 @pytest.mark.parametrize("ids, message", [
@@ -57,6 +57,8 @@ def test_good_ids_pass_and_the_decoder_only_wording():
     (lambda: check_float("x", float("inf"), low=0.0), r"^x must be a finite number in \[0.0, inf\), got inf$"),
     (lambda: check_float("x", 1.0, low=0.0, high=1.0, high_inclusive=False),
      r"^x must be a finite number in \[0.0, 1.0\), got 1.0$"),
+    (lambda: check_probability("p", 1), r"^p must be a finite number in \[0.0, 1.0\), got 1.0$"),
+    (lambda: check_probability("p", "0.1"), r"^p must be a number, got '0.1' \(str\)$"),
     (lambda: check_bool("b", 1), r"^b must be a bool, got 1 \(int\)$"),
     (lambda: check_choice("c", "x", ("a", "b")), r"^c must be one of \['a', 'b'\], got 'x'$"),
     (lambda: check_index_tensor("position_ids", torch.zeros(2)), r"^position_ids must be an int64/int32 tensor, got torch.float32$"),

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit.checks import check_int, is_number
+from attnkit.checks import check_choice, check_int, is_number
 from .generate import eval_mode
 from .seq2seq import IncrementalDecoder, encode_source, start_search
 
@@ -87,8 +87,7 @@ def _check_beam_args(beam_size, length_penalty, length_penalty_style) -> None:
     check_int("beam_size", beam_size, minimum=1)
     if not is_number(length_penalty) or not math.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
-    if length_penalty_style not in LENGTH_PENALTY_STYLES:
-        raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {length_penalty_style!r}")
+    check_choice("length_penalty_style", length_penalty_style, LENGTH_PENALTY_STYLES)
 
 
 def _add_finished(pool: list[Hypothesis], hyp: Hypothesis, k: int) -> None:

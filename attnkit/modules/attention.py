@@ -39,7 +39,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import no_host_reads
+from attnkit.checks import check_probability, no_host_reads
 
 from .dropout import dropout
 from .masks import causal_mask
@@ -202,8 +202,7 @@ def reference_attention(
         out ``(B, H, T, Dv)``, weights ``(B, H, T, S)``.
     """
     B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    check_probability("dropout_p", dropout_p)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     mask, dead = _build_mask(attn_mask, key_padding_mask, is_causal, B, H, T, S, q.dtype, q.device)
 
@@ -271,6 +270,7 @@ def scaled_dot_product_attention(
     """
     if need_weights:
         return reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
+    check_probability("dropout_p", dropout_p)
     if dropout_p > 0.0 and q.device.type == "cpu":
         # torch has no fused CPU kernel with dropout: its math fallback draws the mask with bernoulli_ and scales
         # q and k separately; the reference path with attnkit's dropout made a translation training step ~5%
@@ -278,8 +278,6 @@ def scaled_dot_product_attention(
         out, _ = reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
         return out, None
     B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     gqa = K != H
     if is_causal and T == 1:
         is_causal = False  # one query (a decoding step): bottom-right alignment lets it see every key

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import check_lookup_ids
+from attnkit.checks import check_choice, check_lookup_ids, check_probability
 
 from .dropout import Dropout
 from .learned_positions import LearnedPositionalEmbedding
@@ -91,10 +91,8 @@ class TransformerEmbedding(nn.Module):
         padding_idx: int | None = None,
     ):
         super().__init__()
-        if position not in POSITION_KINDS:
-            raise ValueError(f"position must be one of {POSITION_KINDS}, got {position!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_choice("position", position, POSITION_KINDS)
+        check_probability("dropout", dropout)
         self.dim = dim
         self.position = position
         self.scale = scale

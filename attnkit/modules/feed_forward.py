@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import check_choice, check_probability
+
 from .dropout import Dropout
 
 # Element-wise activations, by name.
@@ -82,12 +84,10 @@ class FeedForward(nn.Module):
         out_dim: int | None = None,
     ):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        check_choice("activation", activation, ACTIVATIONS)
         if dim <= 0 or hidden_dim <= 0:
             raise ValueError(f"dim and hidden_dim must be positive, got dim={dim}, hidden_dim={hidden_dim}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_probability("dropout", dropout)
         self.dim = dim
         self.hidden_dim = hidden_dim
         self.out_dim = dim if out_dim is None else out_dim

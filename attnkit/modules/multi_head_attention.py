@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import check_probability
+
 from .attention import scaled_dot_product_attention
 from .kv_cache import KVCache
 from .rotary import RotaryEmbedding
@@ -81,8 +83,7 @@ class MultiHeadAttention(nn.Module):
         if self_attention and (kdim != embed_dim or vdim != embed_dim):
             raise ValueError(f"self-attention needs kdim == vdim == embed_dim = {embed_dim}, got kdim={kdim}, "
                              f"vdim={vdim} (use self_attention=False for cross-attention)")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_probability("dropout", dropout)
         if rotary is not None:
             if not self_attention:
                 raise ValueError("rotary embeddings are only supported for self-attention (self_attention=True)")

@@ -56,6 +56,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import check_choice
+
 MODES: tuple[str, ...] = ("reference", "two_digit", "dynamic", "weight_only")
 _KERNEL_EXACT: bool | None = None  # fast_int8_is_exact(), probed on first use
 
@@ -163,8 +165,7 @@ class QuantizedLinear(nn.Module):
         super().__init__()
         if in_features <= 0 or out_features <= 0:
             raise ValueError(f"in_features and out_features must be positive, got {in_features}, {out_features}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        check_choice("mode", mode, MODES)
         self.in_features = in_features
         self.out_features = out_features
         self.mode = mode
@@ -291,8 +292,7 @@ def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: t
     Shape:
         unchanged: every replaced layer maps ``(*, K) -> (*, N)`` as before.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    check_choice("mode", mode, MODES)
     targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and name not in skip]
     hessians = None
     if calibration is not None:

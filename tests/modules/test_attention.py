@@ -273,3 +273,12 @@ def test_gqa_requires_enable_gqa():
     q, k, v = qkv(3, 5, K=2)
     with pytest.raises(ValueError, match=r"K = 2 heads but q has H = 4"):
         scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("fn", [reference_attention, scaled_dot_product_attention])
+def test_dropout_p_must_be_a_probability(fn):
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"^dropout_p must be a finite number in \[0.0, 1.0\), got 1.0$"):
+        fn(q, q, q, dropout_p=1.0)
+    with pytest.raises(ValueError, match=r"^dropout_p must be a number, got '0.1' \(str\)$"):
+        fn(q, q, q, dropout_p="0.1")

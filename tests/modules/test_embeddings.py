@@ -88,5 +88,5 @@ def test_sequence_longer_than_learned_table():
 
 
 def test_unknown_position_kind():
-    with pytest.raises(ValueError, match=r"\('sinusoidal', 'learned', 'none'\), got 'rope'"):
+    with pytest.raises(ValueError, match=r"^position must be one of \['sinusoidal', 'learned', 'none'\], got 'rope'$"):
         TransformerEmbedding(20, 8, max_len=6, position="rope")

@@ -79,3 +79,10 @@ def test_unknown_activation_lists_valid_names():
 def test_feed_forward_wrong_width():
     with pytest.raises(ValueError, match=r"C = 8, got shape \(3, 5\)"):
         FeedForward(8, 16)(torch.randn(3, 5))
+
+
+@pytest.mark.parametrize("p, message", [(1.0, r"^dropout must be a finite number in \[0.0, 1.0\), got 1.0$"),
+                                        ("0.1", r"^dropout must be a number, got '0.1' \(str\)$")])
+def test_dropout_outside_zero_one_or_not_a_number_is_refused(p, message):
+    with pytest.raises(ValueError, match=message):
+        FeedForward(8, 16, dropout=p)

@@ -324,3 +324,9 @@ def test_kv_cache_overflow_through_module():
         m(torch.randn(1, 2, 16), kv_cache=cache, is_causal=True)
         with pytest.raises(ValueError, match=r"max_len = 3, cached 2 \+ new 2"):
             m(torch.randn(1, 2, 16), kv_cache=cache, is_causal=True)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, "0.1", None])
+def test_dropout_must_be_a_probability(p):
+    with pytest.raises(ValueError, match=r"^dropout must be a (finite )?number"):
+        MultiHeadAttention(8, 2, dropout=p)
