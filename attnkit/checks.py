@@ -98,9 +98,14 @@ def check_float(name: str, value: Any, *, low: float, high: float | None = None,
     return value
 
 
-def check_probability(name: str, value: Any) -> float:
-    """A dropout-style probability: a number in ``[0, 1)``, returned as a ``float`` (1 would drop everything)."""
-    return check_float(name, value, low=0.0, high=1.0, high_inclusive=False)
+def check_probability(name: str, value: Any) -> Any:
+    """A dropout-style probability: a number in ``[0, 1)`` (1 would drop everything; NaN fails the comparison).
+
+    Plain comparisons only, so that ``torch.compile`` traces it without a graph break (attention calls it on every
+    forward); the value is returned unchanged."""
+    if not is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return value
 
 
 def check_bool(name: str, value: Any) -> bool:

@@ -57,8 +57,9 @@ def test_good_ids_pass_and_the_decoder_only_wording():
     (lambda: check_float("x", float("inf"), low=0.0), r"^x must be a finite number in \[0.0, inf\), got inf$"),
     (lambda: check_float("x", 1.0, low=0.0, high=1.0, high_inclusive=False),
      r"^x must be a finite number in \[0.0, 1.0\), got 1.0$"),
-    (lambda: check_probability("p", 1), r"^p must be a finite number in \[0.0, 1.0\), got 1.0$"),
-    (lambda: check_probability("p", "0.1"), r"^p must be a number, got '0.1' \(str\)$"),
+    (lambda: check_probability("p", 1), r"^p must be a number in \[0, 1\), got 1$"),
+    (lambda: check_probability("p", float("nan")), r"^p must be a number in \[0, 1\), got nan$"),
+    (lambda: check_probability("p", "0.1"), r"^p must be a number in \[0, 1\), got '0.1'$"),
     (lambda: check_bool("b", 1), r"^b must be a bool, got 1 \(int\)$"),
     (lambda: check_choice("c", "x", ("a", "b")), r"^c must be one of \['a', 'b'\], got 'x'$"),
     (lambda: check_index_tensor("position_ids", torch.zeros(2)), r"^position_ids must be an int64/int32 tensor, got torch.float32$"),
@@ -87,3 +88,9 @@ def test_scalar_checks_return_the_value():
     assert is_int(3) and not is_int(True) and not is_int(3.0)
     assert is_number(3.5) and is_number(float("nan")) and not is_number(False) and not is_number("1")
 
+
+
+def test_check_probability_compiles_without_a_graph_break():
+    """Attention checks its dropout rate on every forward, also inside the trainer's compiled step."""
+    step = torch.compile(lambda x, p: x * (1.0 - check_probability("p", p)), fullgraph=True, backend="eager")
+    assert torch.equal(step(torch.ones(2), 0.25), torch.full((2,), 0.75))

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import check_int, is_number
+from attnkit.checks import check_int, check_probability, is_number
 
 from .dropout import Dropout
 
@@ -143,8 +143,7 @@ def _check_hyper(rank, alpha, dropout) -> None:
     check_int("LoRA rank", rank, minimum=1)
     if not is_number(alpha) or not math.isfinite(alpha) or alpha <= 0:
         raise ValueError(f"LoRA alpha must be a finite number > 0, got {alpha!r}")
-    if not is_number(dropout) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"LoRA dropout must be a number in [0, 1), got {dropout!r}")
+    check_probability("LoRA dropout", dropout)
 
 
 def _check_model(model) -> None:

@@ -278,7 +278,7 @@ def test_gqa_requires_enable_gqa():
 @pytest.mark.parametrize("fn", [reference_attention, scaled_dot_product_attention])
 def test_dropout_p_must_be_a_probability(fn):
     q = torch.randn(1, 2, 3, 4)
-    with pytest.raises(ValueError, match=r"^dropout_p must be a finite number in \[0.0, 1.0\), got 1.0$"):
+    with pytest.raises(ValueError, match=r"^dropout_p must be a number in \[0, 1\), got 1.0$"):
         fn(q, q, q, dropout_p=1.0)
-    with pytest.raises(ValueError, match=r"^dropout_p must be a number, got '0.1' \(str\)$"):
+    with pytest.raises(ValueError, match=r"^dropout_p must be a number in \[0, 1\), got '0.1'$"):
         fn(q, q, q, dropout_p="0.1")

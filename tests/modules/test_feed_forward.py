@@ -81,8 +81,8 @@ def test_feed_forward_wrong_width():
         FeedForward(8, 16)(torch.randn(3, 5))
 
 
-@pytest.mark.parametrize("p, message", [(1.0, r"^dropout must be a finite number in \[0.0, 1.0\), got 1.0$"),
-                                        ("0.1", r"^dropout must be a number, got '0.1' \(str\)$")])
+@pytest.mark.parametrize("p, message", [(1.0, r"^dropout must be a number in \[0, 1\), got 1.0$"),
+                                        ("0.1", r"^dropout must be a number in \[0, 1\), got '0.1'$")])
 def test_dropout_outside_zero_one_or_not_a_number_is_refused(p, message):
     with pytest.raises(ValueError, match=message):
         FeedForward(8, 16, dropout=p)
