@@ -44,11 +44,13 @@ def test_memory_pass_sees_a_temporary_the_allocator_could_reuse():
 
 
 def test_peak_memory_sees_a_large_allocation():
+    # The peak is measured against the resident memory at the start, so memory another thread of the test process
+    # frees meanwhile comes off it (57.7 MB were seen for 64 MiB once, under xdist): 256 MiB, 32 MiB of slack.
     with PeakMemory() as mem:
-        t = torch.ones(64 * 2**20 // 4)  # 64 MiB, pages touched
+        t = torch.ones(256 * 2**20 // 4)  # 256 MiB, pages touched
         del t
     if mem.peak_bytes is not None:  # Linux /proc available
-        assert mem.peak_bytes >= 60 * 2**20
+        assert mem.peak_bytes >= 224 * 2**20
 
 
 def test_results_md_keeps_other_sections(tmp_path):
