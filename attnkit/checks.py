@@ -1,10 +1,11 @@
 """Argument checks shared across the package: each raises ``ValueError`` naming the expected and the actual value.
 
 Configs validate their fields in ``__post_init__`` (``models/configs.py``, ``training/config.py``) with
-:func:`check_int`, :func:`check_float`, :func:`check_bool` and :func:`check_choice`; functions and modules
-check their arguments with the same calls (dropout rates with :func:`check_probability`; or with :func:`is_int`/:func:`is_number` where the message names a
-range of its own); the decoders check single ids with :func:`check_id`, the models their token ids with :func:`check_token_ids` and index tensors with
-:func:`check_index_tensor` and key-padding masks with :func:`check_padding_mask`. ``name`` is what the message calls the value, e.g. ``"TrainConfig.steps"``.
+:func:`check_int`, :func:`check_float`, :func:`check_bool` and :func:`check_choice`; functions and modules check
+their arguments with the same calls (dropout rates with :func:`check_probability`; or with :func:`is_int` /
+:func:`is_number` where the message names a range of its own); the decoders check single ids with :func:`check_id`,
+the models their token ids with :func:`check_token_ids`, index tensors with :func:`check_index_tensor` and key-padding
+masks with :func:`check_padding_mask`. ``name`` is what the message calls the value, e.g. ``"TrainConfig.steps"``.
 
 This module imports torch only inside the tensor checks, so that configs import without torch.
 
