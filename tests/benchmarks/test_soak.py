@@ -54,8 +54,23 @@ def test_this_process_is_sampled():
     assert soak.proc_sample(2 ** 22 + 12345) is None  # no such process
 
 
+class _Clock:
+    """A clock that moves 10 ms each time it is read: the test's samples fall evenly, whatever the machine's load
+    (real time made the 10% windows of a one-second soak hold a single sample now and then, and judge refused)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def _tick(self) -> float:
+        self.now += 0.01
+        return self.now
+
+    monotonic = process_time = _tick
+
+
 def test_generate_soak_and_report(tmp_path, monkeypatch):
     monkeypatch.setattr(soak, "RECORDS", tmp_path)
+    monkeypatch.setattr(soak, "time", _Clock())
     record = soak.soak_generate(calls=60, every=5, new_tokens=3, seed=0)
     assert [s["step"] for s in record["samples"]] == list(range(5, 61, 5))
     record.update(date="2026-11-28", machine="test", judgement=soak.judge(record))
