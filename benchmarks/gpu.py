@@ -18,10 +18,10 @@ one that fails or runs out of time leaves the others' figures):
   and step of the first evaluation at or below the target (compilation included), the best and final
   validation loss, the compilation, and iterations/s outside evaluation.
 * ``generate``: greedy decoding with GPT-2 small (random weights, bf16), a 16-token prompt, 256 new tokens, batch
-  1 and 16: attnkit's ``generate(compile=True)`` against Hugging Face ``generate`` with its static cache and its
-  forward under ``torch.compile(mode="reduce-overhead")``; tokens/s (after a warm-up call that compiles) and
-  the share of the memory-bandwidth bound (weights + the KV cache read once per step, at the copy bandwidth
-  measured in the same process).
+  1 and 16: attnkit's ``generate(compile=True)`` against Hugging Face ``generate`` with its static cache, whose
+  forward generate compiles itself on a GPU (``reduce-overhead``: CUDA graphs); tokens/s (after a warm-up call that
+  compiles) and the share of the memory-bandwidth bound (weights + the KV cache read once per step, at the copy
+  bandwidth measured in the same process).
 * ``mt``: ``transformer-base`` sizes (6 + 6 layers, 512 wide, post-norm, dropout 0.1, 8,000 tokens) against
   ``torch.nn.Transformer`` of the same sizes (``benchmarks/bench_seq2seq.py``'s peer), both through attnkit's
   Trainer on the same token-budget batches (16,384 tokens; synthetic pairs with a seeded length distribution)
@@ -418,8 +418,9 @@ def piece_generate(args: argparse.Namespace) -> dict:
     model = build_gpt(config).eval()
     hf = to_hf(model).to(device=device, dtype=dtype).eval()
     model = model.to(device=device, dtype=dtype)
+    # With a static cache on a GPU, HF's generate compiles the forward itself (its CompileConfig: reduce-overhead,
+    # CUDA graphs); compiling hf.forward here as well nested the two and crashed on an overwritten CUDA-graph output.
     hf.generation_config.cache_implementation = "static"
-    hf.forward = torch.compile(hf.forward, mode="reduce-overhead", fullgraph=True) if not args.smoke else hf.forward
     weights = sum(t.numel() * t.element_size() for t in {id(p): p for p in model.parameters()}.values())
     bandwidth = copy_bandwidth(device)
     out = {"bandwidth": bandwidth, "weight_bytes": weights, "batches": {}}
