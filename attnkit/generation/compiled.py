@@ -20,6 +20,9 @@ on-disk cache holds the result; ``generate`` rounds
 ``S`` up to a multiple of :data:`SLOT_MULTIPLE` so nearby lengths share a compilation); inductor needs a C++
 compiler; batch rows are not dropped when they finish (that would change ``B``). Used by
 ``generate(..., compile=True)``.
+
+On a GPU the same fixed shapes allow one more step: ``mode="reduce-overhead"`` records each ``(B, S)`` step as
+a CUDA graph and replays it with one launch (Hugging Face's static-cache ``generate`` compiles the same way).
 """
 
 from __future__ import annotations
@@ -49,8 +52,34 @@ def _step(model: nn.Module, idx: torch.Tensor, key_padding_mask: torch.Tensor | 
     return logits[:, -1, :]  # (B, V)
 
 
-_COMPILED = None
+_COMPILED: dict[bool, object] = {}  # with and without CUDA graphs: the compiled step, made on first use
 RECOMPILE_LIMIT = 64  # distinct (model structure, B, S) combinations per process before it is an error
+
+
+def uses_cuda_graphs(device: torch.device) -> bool:
+    """Whether the compiled step on ``device`` is replayed as CUDA graphs: on CUDA devices."""
+    return device.type == "cuda"
+
+
+def _compiled_for(graphs: bool):
+    """The compiled :func:`_step`: with ``graphs`` (CUDA) ``mode="reduce-overhead"`` (each ``(B, S)`` recorded
+    once as a CUDA graph and replayed: at batch 1 a step is a few hundred small kernels, and launching them one by
+    one from the host takes longer than running them), else with inductor's C++ wrapper."""
+    if graphs not in _COMPILED:
+        _COMPILED[graphs] = (torch.compile(_step, dynamic=False, fullgraph=True, mode="reduce-overhead") if graphs
+                             else torch.compile(_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True}))
+    return _COMPILED[graphs]
+
+
+def _mark_static(cache) -> None:
+    """Tell the compiler the cache's buffers keep their addresses (CUDA graphs then write into them in place
+    instead of refusing a graph whose inputs it mutates); once per cache."""
+    if getattr(cache, "_static_marked", False):
+        return
+    for layer in cache:
+        for buffer in (layer.k_cache, layer.v_cache):
+            torch._dynamo.mark_static_address(buffer)
+    cache._static_marked = True
 
 
 def compiled_step(model: nn.Module, idx: torch.Tensor, key_padding_mask: torch.Tensor | None,
@@ -61,18 +90,22 @@ def compiled_step(model: nn.Module, idx: torch.Tensor, key_padding_mask: torch.T
     first use: importing attnkit does not load the compiler). ``fullgraph``: a graph break would quietly
     put Python back between the kernels, so it is an error instead. Pass fresh ``(B, 1)`` tensors for
     ``idx`` and ``position_ids``: the compiled code is specialised on strides, and a slice of a growing
-    tensor has new strides every step.
+    tensor has new strides every step. On CUDA the step is replayed as a CUDA graph (:func:`_compiled_for`);
+    the logits returned are then a copy, since the graph's own output is overwritten by the next step.
 
     Shape:
         idx ``(B, 1)``; key_padding_mask ``(B, S)`` or None; position_ids ``(B, 1)``; cache_position ``(1,)``
         -> logits ``(B, V)``.
     """
-    global _COMPILED
-    if _COMPILED is None:
-        _COMPILED = torch.compile(_step, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
+    graphs = uses_cuda_graphs(idx.device)
+    fn = _compiled_for(graphs)
+    if graphs:
+        _mark_static(cache)
+        torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are no longer read
     # dynamo's default allows 8 compilations per function; a long-lived process may decode many shapes
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        return _COMPILED(model, idx, key_padding_mask, position_ids, cache, cache_position)
+        logits = fn(model, idx, key_padding_mask, position_ids, cache, cache_position)
+    return logits.clone() if graphs else logits
 
 
 def check_compilable(model: nn.Module) -> None:

@@ -92,3 +92,17 @@ def test_compile_rejects_models_without_cache_position(make_gpt, prompts):
     assert generate(Wrapped(), prompts, max_new_tokens=3) == generate(inner, prompts, max_new_tokens=3)
     with pytest.raises(ValueError, match="forward takes cache_position"):
         generate(Wrapped(), prompts, max_new_tokens=3, compile=True)
+
+
+def test_the_cuda_graph_way_gives_the_eager_tokens(make_gpt, prompts, monkeypatch):
+    """The way a CUDA device decodes (``mode="reduce-overhead"``, the cache's buffers marked static, each step's
+    logits copied out), taken on the CPU, where inductor records no graph: the same tokens as eager decoding, and
+    the buffers are marked once per cache."""
+    compiled = importlib.import_module("attnkit.generation.compiled")
+    monkeypatch.setattr(compiled, "uses_cuda_graphs", lambda device: True)
+    marked = []
+    monkeypatch.setattr(torch._dynamo, "mark_static_address", lambda t, *a, **k: marked.append(t.data_ptr()))
+    model = make_gpt("gpt2", seed=4)
+    eager = generate(model, prompts, max_new_tokens=6, pad_token_id=0)
+    assert generate(model, prompts, max_new_tokens=6, pad_token_id=0, compile=True) == eager
+    assert len(marked) == len(set(marked)) == 2 * model.config.n_layer  # k and v of every layer, once

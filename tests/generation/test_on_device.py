@@ -26,6 +26,26 @@ def test_gpt_generation_on_the_device_equals_the_cpu(device, make_gpt, prompts):
     assert generate(model, prompts, GenerationConfig(max_new_tokens=8, pad_token_id=0, use_cache=False)) == on_cpu
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CUDA graphs)")
+def test_compiled_decoding_replays_cuda_graphs_with_the_eager_tokens(make_gpt, prompts):
+    """On CUDA ``compile=True`` records each (B, S) step as a CUDA graph (reduce-overhead): the tokens equal eager
+    decoding's, the logits handed back survive the next step, and a second call replays the same graphs."""
+    from attnkit.generation.compiled import compiled_step
+
+    model = make_gpt("gpt2", seed=0).to("cuda")
+    eager = generate(model, prompts, GenerationConfig(max_new_tokens=12, pad_token_id=0))
+    cfg = GenerationConfig(max_new_tokens=12, pad_token_id=0, compile=True)
+    assert generate(model, prompts, cfg) == eager
+    assert generate(model, prompts, cfg) == eager  # replayed
+    cache = model.new_cache(1, 32)
+    step = [torch.tensor([[3]], device="cuda"), None, torch.tensor([[0]], device="cuda"), cache]
+    first = compiled_step(model, *step, torch.tensor([0], device="cuda"))
+    kept = first.clone()
+    compiled_step(model, torch.tensor([[5]], device="cuda"), None, torch.tensor([[1]], device="cuda"), cache,
+                  torch.tensor([1], device="cuda"))
+    assert torch.equal(first, kept)  # a copy, not the graph's output buffer
+
+
 @on_accelerator
 def test_seq2seq_greedy_and_beam_on_the_device_equal_the_cpu(device, make_transformer, make_sources, mt_ids):
     model = make_transformer(seed=0, eos_bias=4.0)
