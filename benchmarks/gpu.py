@@ -12,20 +12,27 @@ one that fails or runs out of time leaves the others' figures):
   every step), timed in windows of 5 steps after 10 warm-up steps. Ratio of the medians.
 * ``char``: the Tiny Shakespeare character model of nanoGPT's ``train_shakespeare_char`` config (6 x 384, batch
   64 x 256, dropout 0.2, lr 1e-3 cosine to 1e-4 over 5,000 steps, warmup 100, beta2 0.99). attnkit: ``attnkit
-  train lm --stop-at-loss 1.47 --schedule-steps 5000`` (``benchmarks.gpu_proof``'s command); nanoGPT: its model
-  in the loop of its ``train.py`` (evaluation every 250 steps on 200 validation batches), each within ``--minutes``
-  (default 1.25, compilation included). For each: the time
-  and step of the first evaluation at or below the target (compilation included), the best and final
-  validation loss, the compilation, and iterations/s outside evaluation.
+  train lm --stop-at-loss 1.47 --schedule-steps 5000`` (``benchmarks.gpu_proof``'s command) each way of
+  ``--char-ways`` (default ``cuda-graphs`` and ``compile``); nanoGPT: its model in the loop of its ``train.py``
+  (evaluation every 250 steps on 200 validation batches), each within ``--minutes`` (default 1.25, compilation
+  included). For each: the time and step of the first evaluation at or below the target (compilation included),
+  the best and final validation loss, the first update (the compilation), and iterations/s outside evaluation.
+* ``moonshot``: the issue's moonshot, valid <= 1.47 in half of nanoGPT's time: candidate recipes
+  (:data:`MOONSHOT`: learning rate, Muon, batch, a shorter cosine) with CUDA graphs, each within 30 s.
 * ``generate``: greedy decoding with GPT-2 small (random weights, bf16), a 16-token prompt, 256 new tokens, batch
   1 and 16: attnkit's ``generate(compile=True)`` against Hugging Face ``generate`` with its static cache, whose
   forward generate compiles itself on a GPU (``reduce-overhead``: CUDA graphs); tokens/s (after a warm-up call that
   compiles) and the share of the memory-bandwidth bound (weights + the KV cache read once per step, at the copy
-  bandwidth measured in the same process).
+  bandwidth measured in the same process). Each side and batch size runs in a process of its own.
 * ``mt``: ``transformer-base`` sizes (6 + 6 layers, 512 wide, post-norm, dropout 0.1, 8,000 tokens) against
   ``torch.nn.Transformer`` of the same sizes (``benchmarks/bench_seq2seq.py``'s peer), both through attnkit's
-  Trainer on the same token-budget batches (16,384 tokens; synthetic pairs with a seeded length distribution)
-  and optimizer, bf16 autocast: updates/s and the GPU's busy share (NVML, sampled every 0.1 s).
+  Trainer on the same token-budget batches (16,384 tokens; synthetic pairs with a seeded length distribution, of
+  a few fixed shapes) and optimizer, bf16 autocast, in the ways of :data:`MT_WAYS` (attnkit with CUDA graphs as
+  ``train mt --cuda-graphs`` runs, torch.nn eager and with the same graphs, attnkit eager): updates/s of the
+  intervals in which no graph was recorded, and the GPU's busy share (NVML, sampled every 0.1 s) within them.
+* ``profile``: ``torch.profiler`` over 3 steps after the warm-up ones, each side of the targets missed
+  (:data:`PROFILE_WAYS`: GPT-2 small compiled, attnkit's Trainer and nanoGPT's loop; transformer-base eager,
+  attnkit and torch.nn): the step's wall and GPU time and the kernels that take most of it.
 * ``memory``: peak memory of one LM training step (GPT-2 vocabulary, a small model) four ways: eager; the model
   compiled and the loss outside it; the model and the task's loss compiled together (what ``train lm
   --compile`` does); a chunked cross-entropy (eager, the logits of 256 rows at a time, recomputed in the
@@ -37,8 +44,10 @@ git-ignored ``peers/`` folder, which a GPU call carries); a piece whose peer is 
 attnkit alone. ``--smoke`` runs every piece at tiny sizes on the CPU (the tests do); ``--record`` writes
 ``benchmarks/records/gpu/gpu_issue40.json`` and ``.md`` and the table between the ``gpu-issue40`` markers of
 the "GPU speed" section of ``benchmarks/RESULTS.md``; ``--json PATH`` writes the results after every piece, and
-``--record-from PATH`` records such a file later (what a GPU call brings back in its ``$OUT``). On a GPU the default
-pieces are ``lm,char,mt,generate`` (``memory`` compiles four times: ask for it with ``--only``).
+``--record-from PATH`` records such a file later (what a GPU call brings back in its ``$OUT``); a record keeps the
+pieces of the previous one that a call did not measure, each marked with its own call. On a GPU the default pieces
+are ``lm,char,moonshot,mt,generate`` (``profile`` and ``memory`` compile several times: ask for them with
+``--only``).
 
 Axis legend: B batch, T sequence length, C width, V vocabulary.
 """
@@ -64,7 +73,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import gpu_proof as P  # noqa: E402
 
-PIECES = ("lm", "char", "mt", "generate", "memory")
+PIECES = ("lm", "char", "moonshot", "mt", "generate", "profile", "memory")
 RECORD_JSON = ROOT / "benchmarks" / "records" / "gpu" / "gpu_issue40.json"
 RECORD_MD = ROOT / "benchmarks" / "records" / "gpu" / "gpu_issue40.md"
 RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
@@ -72,18 +81,24 @@ BEGIN = "<!-- gpu-issue40:begin (written by `python -m benchmarks.gpu --record`)
 END = "<!-- gpu-issue40:end -->"
 DEFAULT_NANOGPT = ROOT / "peers" / "nanogpt" / "model.py"
 _RESULT = "RESULT "  # the line a child prints its JSON result on
-# seconds each piece may take on a GPU, compilations and process starts included ("char": per side, on top of its
-# --minutes); the call as a whole stops starting pieces at --budget (default 8 minutes of device time); memory (four
-# compilations) is left out of the default list on a GPU
-LIMITS = {"lm": 180, "char": 40, "mt": 60, "generate": 150, "memory": 100}
-DEFAULT_GPU = ("lm", "char", "mt", "generate")
+# seconds each piece may take on a GPU, compilations and process starts included ("char": per run, on top of its
+# --minutes; "moonshot": per candidate, on top of its budget); the call as a whole stops starting pieces at --budget
+# (default 8 minutes of device time); profile and memory (compilations) are left out of the default list on a GPU
+LIMITS = {"lm": 180, "char": 40, "moonshot": 25, "mt": 160, "generate": 320, "profile": 240, "memory": 100}
+DEFAULT_GPU = ("lm", "char", "moonshot", "mt", "generate")
 DEFAULT_MINUTES = 1.25  # char: each side's budget (the issue's H100 run reached 1.4638 after 59 s)
 
 
 def _limit(piece: str, args: argparse.Namespace) -> float:
-    """A piece's time limit: :data:`LIMITS` (char: both sides' ``--minutes`` and their starts) on a GPU; ten times
-    it on a CPU (compilation there takes far longer)."""
-    seconds = 2 * (args.minutes * 60 + LIMITS["char"]) if piece == "char" else LIMITS[piece]
+    """A piece's time limit: :data:`LIMITS` (char: each run's ``--minutes`` and its start, for every way and
+    nanoGPT; moonshot: each candidate's budget and start) on a GPU; ten times it on a CPU (compilation there takes
+    far longer)."""
+    if piece == "char":
+        seconds = (len(_char_ways(args)) + 1) * (args.minutes * 60 + LIMITS["char"])
+    elif piece == "moonshot":
+        seconds = len(MOONSHOT) * (min(args.minutes, MOONSHOT_MINUTES) * 60 + LIMITS["moonshot"])
+    else:
+        seconds = LIMITS[piece]
     return seconds * (1 if str(args.device).startswith("cuda") else 10)
 
 SIZES = {  # the measurements of the issue, and --smoke's
@@ -92,7 +107,7 @@ SIZES = {  # the measurements of the issue, and --smoke's
     "char": dict(P.NANOGPT_CHAR, steps=5000, eval_every=250, eval_batches=200, vocab_size=None),
     "generate": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, prompt=16, new=256, batches=(1, 16)),
     "mt": dict(d_model=512, num_heads=8, layers=6, dim_feedforward=2048, dropout=0.1, vocab_size=8000,
-               max_tokens=16384, steps=60, log_every=10),
+               max_tokens=16384, steps=200, log_every=20),
     "memory": dict(n_layer=2, n_head=4, n_embd=128, block_size=256, vocab_size=50304, batch_size=8, chunk=256),
 }
 SMOKE = {
@@ -179,6 +194,7 @@ def _child(piece: str, args: argparse.Namespace, timeout: float, env: dict | Non
     cmd += [flag for flag, on in (("--smoke", args.smoke), ("--bf16", args.bf16)) if on]
     cmd += [] if args.peak_tflops is None else ["--peak-tflops", str(args.peak_tflops)]
     cmd += [] if way is None else ["--way", way]
+    cmd += [] if args.char_ways is None else ["--char-ways", args.char_ways]
     try:
         proc = _run(cmd, timeout, env)
     except subprocess.TimeoutExpired:
@@ -207,8 +223,9 @@ def lm_command(data: Path, out: Path, *, device: str, s: dict, smoke: bool) -> l
     return cmd + ([] if smoke else ["--autocast", "bf16", "--compile"])
 
 
-def nanogpt_bench(args: argparse.Namespace) -> dict:
-    """nanoGPT's model and optimizer in the loop of its bench.py: tokens/s per window of 5 steps, peak memory."""
+def nanogpt_bench(args: argparse.Namespace, steps: int | None = None, after_step=None) -> dict:
+    """nanoGPT's model and optimizer in the loop of its bench.py: tokens/s per window of 5 steps, peak memory.
+    ``steps`` (default: the warm-up and timed ones) steps, ``after_step()`` called after each (the profile's)."""
     import torch
 
     nano = load_nanogpt(args.nanogpt)
@@ -228,7 +245,7 @@ def nanogpt_bench(args: argparse.Namespace) -> dict:
     first_step_s = None
     x, y = _to(_windows(ids, s["batch_size"], s["block_size"], gen), device)
     window = 5
-    for step in range(s["warmup"] + s["timed"]):
+    for step in range(steps or s["warmup"] + s["timed"]):
         if step >= s["warmup"] and (step - s["warmup"]) % window == 0:
             _sync(device)
             t0 = time.perf_counter()
@@ -244,6 +261,8 @@ def nanogpt_bench(args: argparse.Namespace) -> dict:
         if step >= s["warmup"] and (step - s["warmup"]) % window == window - 1:
             _sync(device)
             rates.append(window * s["batch_size"] * s["block_size"] / (time.perf_counter() - t0))
+        if after_step is not None:
+            after_step()
     return {"tokens_per_s": _median(rates), "windows": rates, "first_step_s": first_step_s,
             "peak_memory": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
 
@@ -359,26 +378,85 @@ def nanogpt_char(args: argparse.Namespace) -> dict:
             "iterations_per_s": _median(rates)}
 
 
-def piece_char(args: argparse.Namespace) -> dict:
-    s = SMOKE["char"] if args.smoke else SIZES["char"]
-    out = args.work / "char"
-    cmd = P.shakespeare_command(args.data, out, device=args.device, minutes=args.minutes, smoke=args.smoke,
-                                schedule_steps=s["steps"], eval_every=s["eval_every"],
-                                eval_batches=s["eval_batches"])
-    attnkit: dict = {"command": shlex.join(["python", *cmd[1:]])}
+CHAR_WAYS = ("cuda-graphs", "compile")  # on a GPU (--char-ways); --smoke (and the CPU) runs the eager way
+
+
+def _char_ways(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.smoke or not str(args.device).startswith("cuda"):
+        return ("eager",)
+    return tuple(w.strip() for w in (args.char_ways or ",".join(CHAR_WAYS)).split(",") if w.strip())
+
+
+def _char_run(args: argparse.Namespace, name: str, timeout: float, *, way: str, recipe: dict | None = None,
+              extra: tuple[str, ...] = (), schedule_steps: int | None = None, eval_every: int | None = None,
+              eval_batches: int | None = None, minutes: float | None = None) -> dict:
+    """One ``attnkit train lm`` run of the Shakespeare char model: its command, time to target and the
+    iterations/s outside evaluation (an ``error`` when it failed)."""
+    s = dict(SMOKE["char"] if args.smoke else SIZES["char"], **(recipe or {}))
+    out = args.work / name
+    minutes = args.minutes if minutes is None else minutes
+    cmd = P.shakespeare_command(args.data, out, device=args.device, minutes=minutes, smoke=args.smoke,
+                                schedule_steps=schedule_steps or s["steps"], eval_every=eval_every or s["eval_every"],
+                                eval_batches=eval_batches or s["eval_batches"], way=way, recipe=recipe, extra=extra)
+    result: dict = {"command": shlex.join(["python", *cmd[1:]]), "way": way}
     try:
-        _run(cmd, _limit("char", args) * 0.5)
-        attnkit.update(P.time_to_target(out, P.GOAL_LOSS, budget_s=args.minutes * 60))
-        attnkit["iterations_per_s"] = P.steady_tokens_per_s(out / "metrics.jsonl") / (s["batch_size"] *
-                                                                                      s["block_size"])
+        _run(cmd, timeout)
+        result.update(P.time_to_target(out, P.GOAL_LOSS, budget_s=minutes * 60))
+        result["iterations_per_s"] = P.steady_tokens_per_s(out / "metrics.jsonl") / (s["batch_size"] *
+                                                                                    s["block_size"])
     except (subprocess.TimeoutExpired, OSError, ValueError, KeyError) as err:
-        attnkit["error"] = f"{type(err).__name__}: {err}"
-    nanogpt = _child("nanogpt-char", args, _limit("char", args) * 0.5) if Path(args.nanogpt).is_file() else \
-        {"error": f"skipped: no nanoGPT model.py at {args.nanogpt}"}
-    result = {"attnkit": attnkit, "nanogpt": nanogpt, "target": P.GOAL_LOSS, "budget_s": args.minutes * 60}
-    if attnkit.get("iterations_per_s") and nanogpt.get("iterations_per_s"):
-        result["ratio"] = attnkit["iterations_per_s"] / nanogpt["iterations_per_s"]
+        result["error"] = f"{type(err).__name__}: {err}"
     return result
+
+
+def piece_char(args: argparse.Namespace) -> dict:
+    """attnkit's ``train lm`` with nanoGPT's recipe each way of :data:`CHAR_WAYS` (eager with ``--smoke``), then
+    nanoGPT's train.py loop; ``attnkit`` and the ratio are those of the way with the most iterations/s."""
+    ways = _char_ways(args)
+    share = _limit("char", args) / (len(ways) + 1)
+    result: dict = {"ways": {way: _char_run(args, f"char-{way}", share, way=way) for way in ways}}
+    nanogpt = _child("nanogpt-char", args, share) if Path(args.nanogpt).is_file() else \
+        {"error": f"skipped: no nanoGPT model.py at {args.nanogpt}"}
+    fast = max((w for w in ways if result["ways"][w].get("iterations_per_s")),
+               key=lambda w: result["ways"][w]["iterations_per_s"], default=ways[0])
+    result.update(attnkit=result["ways"][fast], nanogpt=nanogpt, target=P.GOAL_LOSS, budget_s=args.minutes * 60)
+    if result["attnkit"].get("iterations_per_s") and nanogpt.get("iterations_per_s"):
+        result["ratio"] = result["attnkit"]["iterations_per_s"] / nanogpt["iterations_per_s"]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# moonshot: valid <= 1.47 on Tiny Shakespeare in half of nanoGPT's time, by any means the library offers
+# ---------------------------------------------------------------------------------------------------------------------
+# Candidate recipes, each run with CUDA graphs (no compilation to wait for), an evaluation every 100 updates on 50
+# batches, stopping at the target: (name, changes to nanoGPT's config, extra flags, cosine horizon in updates).
+# nanoGPT's recipe reaches 1.47 at about update 1,750 of a 5,000-update cosine; a shorter horizon lowers the learning
+# rate sooner, Muon (scaled to AdamW's update size) takes larger useful steps, a larger batch costs a small model on
+# a large GPU little more time per update.
+MOONSHOT = (
+    ("adamw lr 2e-3, horizon 2000", dict(lr=2e-3), (), 2000),
+    ("muon lr 2e-3, horizon 2000", dict(lr=2e-3), ("--optimizer", "muon", "--muon-ns-steps", "5"), 2000),
+    ("muon lr 3e-3, batch 128, horizon 1200", dict(lr=3e-3, batch_size=128), ("--optimizer", "muon",
+                                                                               "--muon-ns-steps", "5"), 1200),
+    ("muon lr 2e-3, dropout 0.1, horizon 1500", dict(lr=2e-3, dropout=0.1), ("--optimizer", "muon",
+                                                                             "--muon-ns-steps", "5"), 1500),
+)
+MOONSHOT_MINUTES = 0.5  # each candidate's budget: past half of nanoGPT's 40 s it cannot meet the goal anyway
+
+
+def piece_moonshot(args: argparse.Namespace) -> dict:
+    """Each :data:`MOONSHOT` candidate (eager and at smoke sizes with ``--smoke``): time and step to the target."""
+    way = "cuda-graphs" if str(args.device).startswith("cuda") and not args.smoke else "eager"
+    share = _limit("moonshot", args) / len(MOONSHOT)
+    minutes = min(args.minutes, MOONSHOT_MINUTES)
+    runs = {}
+    for i, (name, recipe, extra, horizon) in enumerate(MOONSHOT):
+        runs[name] = _char_run(args, f"moonshot-{i}", share, way=way, recipe=recipe, extra=extra,
+                               schedule_steps=horizon if not args.smoke else None, eval_every=None if args.smoke
+                               else 100, eval_batches=None if args.smoke else 50, minutes=minutes)
+    reached = {n: r["reached"]["seconds"] for n, r in runs.items() if r.get("reached")}
+    best = min(reached, key=reached.get, default=None)
+    return {"runs": runs, "way": way, "target": P.GOAL_LOSS, "budget_s": minutes * 60, "best": best}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -401,67 +479,91 @@ def copy_bandwidth(device) -> float | None:
     return 2 * 5 * src.numel() / (time.perf_counter() - t0)
 
 
-def piece_generate(args: argparse.Namespace) -> dict:
+def _generate_models(args: argparse.Namespace):
+    """``(attnkit GPT-2 small, the same weights as an HF GPT2LMHeadModel, sizes, dtype)`` on the device."""
     import torch
 
-    from attnkit.generation.generate import generate
     from attnkit.interop.hf import to_hf
     from attnkit.models.builders import build_gpt
     from attnkit.models.presets import get_preset
 
     s = SMOKE["generate"] if args.smoke else SIZES["generate"]
-    device = torch.device(args.device)
     dtype = torch.float32 if args.smoke else torch.bfloat16
     torch.manual_seed(0)
     config = get_preset("gpt2", n_layer=s["n_layer"], n_head=s["n_head"], n_embd=s["n_embd"],
                         vocab_size=s["vocab_size"])
     model = build_gpt(config).eval()
-    hf = to_hf(model).to(device=device, dtype=dtype).eval()
-    model = model.to(device=device, dtype=dtype)
+    hf = to_hf(model).to(device=args.device, dtype=dtype).eval()
     # With a static cache on a GPU, HF's generate compiles the forward itself (its CompileConfig: reduce-overhead,
     # CUDA graphs); compiling hf.forward here as well nested the two and crashed on an overwritten CUDA-graph output.
     hf.generation_config.cache_implementation = "static"
+    return model.to(device=args.device, dtype=dtype), hf, s, dtype
+
+
+def generate_way(args: argparse.Namespace) -> dict:
+    """One side at one batch size (``--way SIDE:B``, SIDE attnkit or hf): the first call (compilation), then
+    tokens/s, the median of 3 timed calls after a warm-up call, and row 0's first tokens."""
+    import torch
+
+    from attnkit.generation.generate import generate
+
+    side, B = args.way.split(":")
+    B = int(B)
+    model, hf, s, _ = _generate_models(args)
+    device = torch.device(args.device)
+    prompts = torch.randint(0, s["vocab_size"], (B, s["prompt"]), generator=torch.Generator().manual_seed(B))
+
+    def ours():
+        return generate(model, prompts.to(device), max_new_tokens=s["new"], compile=not args.smoke, pad_token_id=0)
+
+    def theirs():
+        ids = prompts.to(device)
+        with torch.no_grad():
+            return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s["new"],
+                               min_new_tokens=s["new"], do_sample=False, pad_token_id=0)[:, s["prompt"]:]
+
+    fn = ours if side == "attnkit" else theirs
+    t0 = time.perf_counter()
+    first = fn()  # compiles (HF's reduce-overhead records its CUDA graphs over the first calls)
+    _sync(device)
+    row = {"first_call_s": time.perf_counter() - t0}
+    fn()
+    times = []
+    for _ in range(3):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    first = first.tolist() if torch.is_tensor(first) else first
+    return dict(row, tokens_per_s=B * s["new"] / statistics.median(times),
+                first_tokens=[int(t) for t in first[0][:8]])  # row 0's first tokens (bf16: may differ)
+
+
+def piece_generate(args: argparse.Namespace) -> dict:
+    """Each side and batch size in a child process of its own (a side that overruns its share of the time limit
+    leaves the others' figures); the copy bandwidth and the bound in this one."""
+    import torch
+
+    model, _, s, dtype = _generate_models(args)
+    device = torch.device(args.device)
     weights = sum(t.numel() * t.element_size() for t in {id(p): p for p in model.parameters()}.values())
+    del model
     bandwidth = copy_bandwidth(device)
     out = {"bandwidth": bandwidth, "weight_bytes": weights, "batches": {}}
+    share = _limit("generate", args) / (2 * len(s["batches"])) - 5
     for B in s["batches"]:
-        prompts = torch.randint(0, s["vocab_size"], (B, s["prompt"]), generator=torch.Generator().manual_seed(B))
-
-        def ours():
-            return generate(model, prompts.to(device), max_new_tokens=s["new"], compile=not args.smoke,
-                            pad_token_id=0)
-
-        def theirs():
-            ids = prompts.to(device)
-            with torch.no_grad():
-                return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s["new"],
-                                   min_new_tokens=s["new"], do_sample=False, pad_token_id=0)[:, s["prompt"]:]
-
-        row = {}
-        for name, fn in (("attnkit", ours), ("hf", theirs)):
-            t0 = time.perf_counter()
-            first = fn()  # compiles (HF's reduce-overhead records its CUDA graphs over the first calls)
-            _sync(device)
-            row[f"{name}_first_call_s"] = time.perf_counter() - t0
-            fn()
-            times = []
-            for _ in range(3):
-                _sync(device)
-                t0 = time.perf_counter()
-                fn()
-                _sync(device)
-                times.append(time.perf_counter() - t0)
-            row[f"{name}_tokens_per_s"] = B * s["new"] / statistics.median(times)
-            first = first.tolist() if torch.is_tensor(first) else first
-            row[f"{name}_first_tokens"] = [int(t) for t in first[0][:8]]  # row 0's first tokens (bf16: may differ)
+        sides = {side: _child("generate-way", args, share, way=f"{side}:{B}") for side in ("attnkit", "hf")}
+        row = {f"{side}_{key}": value for side, r in sides.items() for key, value in r.items()}
         # keys and values of every layer, read once per step (the mean cache length over the new tokens)
         kv_bytes = 2 * s["n_layer"] * B * (s["prompt"] + s["new"] / 2) * s["n_embd"] * (2 if dtype != torch.float32
                                                                                          else 4)
-        if bandwidth:
-            bound = B * bandwidth / (weights + kv_bytes)  # tokens/s if each step only read weights and cache
-            row["attnkit_share_of_bound"] = row["attnkit_tokens_per_s"] / bound
-            row["hf_share_of_bound"] = row["hf_tokens_per_s"] / bound
-        row["ratio"] = row["attnkit_tokens_per_s"] / row["hf_tokens_per_s"]
+        bound = B * bandwidth / (weights + kv_bytes) if bandwidth else None  # tokens/s reading weights + cache
+        for side in sides:
+            if bound and f"{side}_tokens_per_s" in row:
+                row[f"{side}_share_of_bound"] = row[f"{side}_tokens_per_s"] / bound
+        if "attnkit_tokens_per_s" in row and "hf_tokens_per_s" in row:
+            row["ratio"] = row["attnkit_tokens_per_s"] / row["hf_tokens_per_s"]
         out["batches"][str(B)] = row
     return out
 
@@ -486,54 +588,224 @@ def _synthetic_pairs(n: int, vocab: int, seed: int):
     return EncodedPairs(src, tgt, pad_id=0, bos_id=1, eos_id=2)
 
 
-def piece_mt(args: argparse.Namespace) -> dict:
-    import torch
-    from torch import nn
+class _TorchTranslator:
+    """Made on first use (it needs torch): the torch.nn peer with the call MTTask makes (padding masks passed)."""
 
-    from attnkit.training import MTTask, TrainConfig, Trainer
-    from benchmarks.bench_seq2seq import Seq2SeqSizes, TorchSeq2Seq, attnkit_transformer
-    from benchmarks.mt_step_scaling import UtilizationSampler, update_rates
+    cls = None
+
+    @classmethod
+    def make(cls, sizes):
+        if cls.cls is None:
+            from torch import nn
+
+            from benchmarks.bench_seq2seq import TorchSeq2Seq
+
+            class TorchTranslator(TorchSeq2Seq):
+                def forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None):
+                    S, T = src.shape[1], tgt_in.shape[1]
+                    x = self.drop(self.src_tok(src) * self.scale + self.pe[:S])  # (B, S, C)
+                    y = self.drop(self.tgt_tok(tgt_in) * self.scale + self.pe[:T])  # (B, T, C)
+                    causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
+                    h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_key_padding_mask,
+                                  tgt_key_padding_mask=tgt_key_padding_mask,
+                                  memory_key_padding_mask=src_key_padding_mask, tgt_is_causal=True)  # (B, T, C)
+                    return self.head(h)  # (B, T, V)
+
+            cls.cls = TorchTranslator
+        return cls.cls(sizes)
+
+
+def _mt_setup(args: argparse.Namespace, side: str, fixed: bool):
+    """``(model, task, sizes dict)`` of the mt piece: ``side`` attnkit or torch_nn at transformer-base sizes, the
+    synthetic pairs' token-budget batches (of a few fixed shapes when ``fixed``)."""
+    import torch
+
+    from attnkit.data.pipeline.mt_batching import GRAPH_SHAPE_MULTIPLE
+    from attnkit.training import MTTask
+    from benchmarks.bench_seq2seq import Seq2SeqSizes, attnkit_transformer
 
     s = SMOKE["mt"] if args.smoke else SIZES["mt"]
     sizes = Seq2SeqSizes(d_model=s["d_model"], num_heads=s["num_heads"], num_encoder_layers=s["layers"],
                          num_decoder_layers=s["layers"], dim_feedforward=s["dim_feedforward"], dropout=s["dropout"],
                          vocab_size=s["vocab_size"], src_len=128, tgt_len=128)
+    train = _synthetic_pairs(20000 if not args.smoke else 200, s["vocab_size"], 0)
+    valid = _synthetic_pairs(64, s["vocab_size"], 1)
+    torch.manual_seed(0)
+    model = attnkit_transformer(sizes) if side == "attnkit" else _TorchTranslator.make(sizes)
+    task = MTTask(train, valid, max_tokens=s["max_tokens"], seed=0, label_smoothing=0.1,
+                  shape_multiple=GRAPH_SHAPE_MULTIPLE if fixed else 1)
+    return model, task, s
 
-    class TorchTranslator(TorchSeq2Seq):
-        """The torch.nn peer with the call MTTask makes (the padding masks passed, as attnkit gets them)."""
 
-        def forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None):
-            S, T = src.shape[1], tgt_in.shape[1]
-            x = self.drop(self.src_tok(src) * self.scale + self.pe[:S])  # (B, S, C)
-            y = self.drop(self.tgt_tok(tgt_in) * self.scale + self.pe[:T])  # (B, T, C)
-            causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
-            h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_key_padding_mask,
-                          tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=src_key_padding_mask,
-                          tgt_is_causal=True)  # (B, T, C)
-            return self.head(h)  # (B, T, V)
+def busy_in_windows(samples: list[tuple[float, float]], windows: list[tuple[float, float]]) -> float | None:
+    """Median of the ``(seconds, percent)`` samples that fall inside one of the ``(start, end)`` windows, as a
+    share in [0, 1]; None when none does."""
+    inside = [v for t, v in samples if any(a <= t <= b for a, b in windows)]
+    return _median(inside) / 100 if inside else None
 
-    train, valid = _synthetic_pairs(20000 if not args.smoke else 200, s["vocab_size"], 0), \
-        _synthetic_pairs(64, s["vocab_size"], 1)
+
+def mt_way(args: argparse.Namespace) -> dict:
+    """One side of the mt piece in one way (``--way SIDE:MODE``, SIDE attnkit or torch_nn, MODE eager, fixed
+    (fixed shapes) or graphs (fixed shapes, CUDA graphs)): updates/s of the steady intervals (those in which no
+    graph was recorded) and the GPU's busy share within them."""
+    import torch
+
+    from attnkit.training import TrainConfig, Trainer
+    from benchmarks.mt_step_scaling import UtilizationSampler, steady_windows, update_rates
+
+    side, mode = args.way.split(":")
+    model, task, s = _mt_setup(args, side, fixed=mode in ("fixed", "graphs"))
     cfg = TrainConfig(steps=s["steps"], batch_size=1, lr=1e-3, warmup_steps=2, eval_every=10 ** 6, eval_batches=1,
                       log_every=s["log_every"], ckpt_every=10 ** 6, seed=0, device=args.device,
-                      autocast=None if args.smoke else "bf16")
-    out = {"max_tokens": s["max_tokens"], "updates": s["steps"]}
-    for name, make in (("attnkit", lambda: attnkit_transformer(sizes)), ("torch_nn", lambda: TorchTranslator(sizes))):
-        torch.manual_seed(0)
-        model = make()
-        task = MTTask(train, valid, max_tokens=s["max_tokens"], seed=0, label_smoothing=0.1)
-        device = torch.device(args.device)
-        busy = UtilizationSampler(device) if device.type == "cuda" else None
-        if busy is not None:
-            busy.start()
-        Trainer(model, task, cfg, args.work / f"mt-{name}", model_config={"kind": name}, progress=False,
-                log=False).fit()
-        samples = busy.stop() if busy is not None else []
-        rows = [json.loads(line) for line in (args.work / f"mt-{name}" / "metrics.jsonl").read_text().splitlines()]
-        rates = update_rates(rows)
-        out[name] = {"updates_per_s": rates["updates_per_s"], "gpu_busy": _median(samples) / 100 if samples else None}
-    out["ratio"] = out["attnkit"]["updates_per_s"] / out["torch_nn"]["updates_per_s"]
+                      autocast=None if args.smoke else "bf16", cuda_graphs=mode == "graphs")
+    device = torch.device(args.device)
+    busy = UtilizationSampler(device) if device.type == "cuda" else None
+    out = args.work / f"mt-{side}-{mode}"
+    trainer = Trainer(model, task, cfg, out, model_config={"kind": side}, progress=False, log=False)
+    if busy is not None:
+        busy.start()
+    t0 = time.perf_counter()
+    trainer.fit()
+    samples = busy.stop() if busy is not None else []
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = update_rates(rows)
+    timed = [(t - t0, v) for t, v in zip(busy.times, samples)] if busy is not None else []
+    return {"updates_per_s": rates["updates_per_s"], "timed_updates": rates["timed_updates"],
+            "gpu_busy": busy_in_windows(timed, steady_windows(rows)), "gpu_busy_all": _median(samples) / 100
+            if samples else None}
+
+
+MT_WAYS = ("attnkit:graphs", "torch_nn:eager", "torch_nn:graphs", "attnkit:fixed")
+
+
+def piece_mt(args: argparse.Namespace) -> dict:
+    """Both sides through attnkit's Trainer on batches of a few fixed shapes (``GRAPH_SHAPE_MULTIPLE``): attnkit
+    with CUDA graphs (``train mt --cuda-graphs``), torch.nn eager (what a torch.nn user has) and with the same CUDA
+    graphs, attnkit eager; on the CPU (``--smoke``) the eager ways only."""
+    s = SMOKE["mt"] if args.smoke else SIZES["mt"]
+    on_gpu = str(args.device).startswith("cuda")
+    ways = [w for w in MT_WAYS if on_gpu or not w.endswith(":graphs")]
+    out: dict = {"max_tokens": s["max_tokens"], "updates": s["steps"], "ways": {}}
+    for way in ways:
+        out["ways"][way] = _child("mt-way", args, _limit("mt", args) / len(ways), way=way)
+
+    def rate(way):
+        return out["ways"].get(way, {}).get("updates_per_s")
+    ours = max((w for w in out["ways"] if w.startswith("attnkit") and rate(w)), key=rate, default=None)
+    theirs = max((w for w in out["ways"] if w.startswith("torch_nn") and rate(w)), key=rate, default=None)
+    if ours and theirs:
+        out.update(attnkit=dict(out["ways"][ours], way=ours), torch_nn=dict(out["ways"][theirs], way=theirs),
+                   ratio=rate(ours) / rate(theirs))
+        if rate("torch_nn:eager"):
+            out["ratio_to_eager_peer"] = rate(ours) / rate("torch_nn:eager")
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# profile: where the time of a step goes, each side of the targets missed
+# ---------------------------------------------------------------------------------------------------------------------
+PROFILE_WAYS = ("lm:attnkit", "lm:nanogpt", "mt:attnkit", "mt:torch_nn")
+PROFILE_STEPS = 3  # steps recorded, after the warm-up ones
+
+
+def profile_summary(prof, steps: int, wall_s: float, top: int = 12) -> dict:
+    """What a ``torch.profiler`` recording of ``steps`` steps that took ``wall_s`` seconds says: the device (GPU)
+    time a step and its share of the wall time (how busy the GPU was), the host's time a step, the ``top`` kernels
+    by device time (on the CPU: the operators by their own CPU time) with milliseconds and calls a step."""
+    from torch.autograd import DeviceType
+
+    averages = list(prof.key_averages())
+    kernels = [a for a in averages if a.device_type != DeviceType.CPU and a.self_device_time_total > 0]
+    if kernels:
+        rows = [(a.key, a.self_device_time_total, a.count) for a in kernels]
+    else:  # the CPU: operators by their own time
+        rows = [(a.key, a.self_cpu_time_total, a.count) for a in averages if a.self_cpu_time_total > 0]
+    rows.sort(key=lambda r: -r[1])
+    device_us = sum(r[1] for r in rows) if kernels else None
+    total = sum(r[1] for r in rows) or 1.0
+    return {"steps": steps, "wall_ms_per_step": 1e3 * wall_s / steps,
+            "device_ms_per_step": None if device_us is None else device_us / 1e3 / steps,
+            "device_busy": None if device_us is None else device_us / 1e6 / wall_s,
+            "top": [{"name": name[:100], "ms_per_step": us / 1e3 / steps, "calls_per_step": n / steps,
+                     "share": us / total} for name, us, n in rows[:top]]}
+
+
+class _Recorder:
+    """Records steps ``warmup`` .. ``warmup + PROFILE_STEPS - 1`` of a loop: call :meth:`step` after each step."""
+
+    def __init__(self, device, warmup: int):
+        self.device, self.warmup, self.n, self.prof, self.t0, self.result = device, warmup, 0, None, None, None
+
+    def step(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.n += 1
+        if self.n == self.warmup:
+            _sync(self.device)
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+            self.prof = profile(activities=activities)
+            self.prof.__enter__()
+            self.t0 = time.perf_counter()
+        elif self.n == self.warmup + PROFILE_STEPS:
+            _sync(self.device)
+            wall = time.perf_counter() - self.t0
+            self.prof.__exit__(None, None, None)
+            self.result = profile_summary(self.prof, PROFILE_STEPS, wall)
+
+
+def profile_way(args: argparse.Namespace) -> dict:
+    """``--way MODEL:SIDE``: lm (GPT-2 small 16 x 1024, bf16, compiled) attnkit's ``train_lm`` (its Trainer's
+    steps, recorded from inside) or nanoGPT's bench.py loop; mt (transformer-base sizes, fixed shapes, bf16, eager)
+    attnkit or torch.nn through the Trainer."""
+    import torch
+
+    from attnkit.training import trainer as T
+
+    what, side = args.way.split(":")
+    device = torch.device(args.device)
+    warmup = 6 if not args.smoke else 2
+    rec = _Recorder(device, warmup)
+    if what == "lm" and side == "nanogpt":
+        nanogpt_bench(args, steps=warmup + PROFILE_STEPS, after_step=rec.step)
+        return rec.result
+    original = T.Trainer._train_step
+
+    def recorded(self, train_model):
+        original(self, train_model)
+        rec.step()
+
+    T.Trainer._train_step = recorded
+    try:
+        if what == "lm":
+            from attnkit.api import train_lm
+
+            s = SMOKE["lm"] if args.smoke else SIZES["lm"]
+            steps = warmup + PROFILE_STEPS + 1  # the evaluation and checkpoint at the end come after the recording
+            train_lm(data=str(args.data), tokenizer="char", preset="gpt2", overrides=dict(
+                n_layer=s["n_layer"], n_head=s["n_head"], n_embd=s["n_embd"], vocab_size=s["vocab_size"], bias=False),
+                block_size=s["block_size"], batch_size=s["batch_size"], steps=steps, lr=6e-4, min_lr=6e-5,
+                warmup_steps=2, eval_every=steps, eval_batches=1, ckpt_every=steps, log_every=steps,
+                device=args.device, autocast=None if args.smoke else "bf16", compile=not args.smoke,
+                out=args.work / f"profile-lm-{side}", progress=False, log=lambda line: None)
+        else:
+            from attnkit.training import TrainConfig, Trainer
+
+            model, task, s = _mt_setup(args, side, fixed=True)
+            cfg = TrainConfig(steps=warmup + PROFILE_STEPS + 1, batch_size=1, lr=1e-3, warmup_steps=2,
+                              eval_every=10 ** 6, eval_batches=1, log_every=10 ** 6, ckpt_every=10 ** 6, seed=0,
+                              device=args.device, autocast=None if args.smoke else "bf16")
+            Trainer(model, task, cfg, args.work / f"profile-mt-{side}", model_config={"kind": side}, progress=False,
+                    log=False).fit()
+    finally:
+        T.Trainer._train_step = original
+    return rec.result
+
+
+def piece_profile(args: argparse.Namespace) -> dict:
+    """:func:`profile_way` for each of :data:`PROFILE_WAYS`, each in a child process."""
+    ways = [w for w in PROFILE_WAYS if w != "lm:nanogpt" or Path(args.nanogpt).is_file()]
+    return {"steps": PROFILE_STEPS, "ways": {w: _child("profile-way", args, _limit("profile", args) / len(ways),
+                                                        way=w) for w in ways}}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -678,32 +950,66 @@ def table(results: dict) -> list[str]:
                     f"{_num(n.get('tokens_per_s'))}{err(n)}; {_gib(n.get('peak_memory'))} | "
                     f"{_num(p['lm'].get('ratio'), '.3f')} | >= 1.15 (floor 1.0), MFU >= 45%, memory <= nanoGPT's |")
     if "char" in p and "error" not in p["char"]:
-        a, n = p["char"]["attnkit"], p["char"]["nanogpt"]
+        n = p["char"]["nanogpt"]
 
         def reach(side):
             r = side.get("reached")
             return "not reached" if not r else f"{r['valid_loss']:.4f} at step {r['step']}, {r['seconds']:.0f} s"
-        rows.append(f"| Shakespeare char, iterations/s outside evaluation | {_num(a.get('iterations_per_s'), '.1f')}"
-                    f"{err(a)} | nanoGPT train.py loop {_num(n.get('iterations_per_s'), '.1f')}{err(n)} | "
-                    f"{_num(p['char'].get('ratio'), '.3f')} | >= 1.15 |")
-        rows.append(f"| the same: first valid <= {p['char']['target']} (compilation included); best / final valid; "
-                    f"compilation | {reach(a) if 'error' not in a else err(a)}; {_num(a.get('best_valid'), '.4f')} / "
-                    f"{_num(a.get('final_valid'), '.4f')}; {_num(a.get('first_update_s'), '.0f')} s | "
-                    f"{reach(n) if 'error' not in n else err(n)}; {_num(n.get('best_valid'), '.4f')} / "
-                    f"{_num(n.get('final_valid'), '.4f')}; {_num(n.get('first_step_s'), '.0f')} s | | "
-                    f"met = reached within {p['char']['budget_s']:.0f} s |")
+        ways = p["char"].get("ways") or {"compile": p["char"]["attnkit"]}
+        for way, a in ways.items():
+            ratio = a["iterations_per_s"] / n["iterations_per_s"] if a.get("iterations_per_s") and \
+                n.get("iterations_per_s") else None
+            rows.append(f"| Shakespeare char, iterations/s outside evaluation (attnkit `{way}`) | "
+                        f"{_num(a.get('iterations_per_s'), '.1f')}{err(a)} | nanoGPT train.py loop "
+                        f"{_num(n.get('iterations_per_s'), '.1f')}{err(n)} | {_num(ratio, '.3f')} | >= 1.15 |")
+            rows.append(f"| the same: first valid <= {p['char']['target']} (compilation included); best / final "
+                        f"valid; first update | {reach(a) if 'error' not in a else err(a)}; "
+                        f"{_num(a.get('best_valid'), '.4f')} / {_num(a.get('final_valid'), '.4f')}; "
+                        f"{_num(a.get('first_update_s'), '.0f')} s | {reach(n) if 'error' not in n else err(n)}; "
+                        f"{_num(n.get('best_valid'), '.4f')} / {_num(n.get('final_valid'), '.4f')}; "
+                        f"{_num(n.get('first_step_s'), '.0f')} s | | met = reached within "
+                        f"{p['char']['budget_s']:.0f} s |")
+    if "moonshot" in p and "error" not in p["moonshot"]:
+        nano = ((p.get("char") or {}).get("nanogpt") or {}).get("reached")
+        half = f"half of nanoGPT's {nano['seconds']:.0f} s" if nano else "half of nanoGPT's time"
+        for name, r in p["moonshot"]["runs"].items():
+            got = r.get("reached")
+            share = got["seconds"] / nano["seconds"] if got and nano else None
+            rows.append(f"| moonshot, `{p['moonshot']['way']}`, {name}: first valid <= {p['moonshot']['target']}; "
+                        f"best valid | {reach(r) if 'error' not in r else err(r)}; {_num(r.get('best_valid'), '.4f')}"
+                        f" | nanoGPT {reach({'reached': nano})} | {_num(share, '.3f')} | <= 0.5 ({half}) |")
     if "generate" in p and "error" not in p["generate"]:
         for B, row in p["generate"]["batches"].items():
             share = (f" ({row['attnkit_share_of_bound']:.0%} / {row['hf_share_of_bound']:.0%} of the bandwidth bound)"
-                     if "attnkit_share_of_bound" in row else "")
-            rows.append(f"| greedy GPT-2 small, batch {B}, tokens/s{share} | {_num(row['attnkit_tokens_per_s'])} | "
-                        f"HF static cache + compile {_num(row['hf_tokens_per_s'])} | {row['ratio']:.3f} | >= 1.3 |")
+                     if "attnkit_share_of_bound" in row and "hf_share_of_bound" in row else "")
+            ours = _num(row.get("attnkit_tokens_per_s")) + (f" ({row['attnkit_error']})" if "attnkit_error" in row
+                                                            else "")
+            theirs = _num(row.get("hf_tokens_per_s")) + (f" ({row['hf_error']})" if "hf_error" in row else "")
+            rows.append(f"| greedy GPT-2 small, batch {B}, tokens/s{share} | {ours} | HF static cache + compile "
+                        f"{theirs} | {_num(row.get('ratio'), '.3f')} | >= 1.3 |")
     if "mt" in p and "error" not in p["mt"]:
-        a, n = p["mt"]["attnkit"], p["mt"]["torch_nn"]
-        busy = "" if a.get("gpu_busy") is None else f" (GPU busy {a['gpu_busy']:.0%} / {n['gpu_busy']:.0%})"
-        rows.append(f"| `train mt` transformer-base sizes, {p['mt']['max_tokens']:,}-token batches, updates/s{busy} | "
-                    f"{a['updates_per_s']:.2f} | `torch.nn.Transformer` {n['updates_per_s']:.2f} | "
-                    f"{p['mt']['ratio']:.3f} | >= 1.2, busy >= 90% |")
+        mt = p["mt"]
+        for way, r in (mt.get("ways") or {}).items():
+            busy = "" if r.get("gpu_busy") is None else f", GPU busy {r['gpu_busy']:.0%}"
+            rows.append(f"| `train mt` transformer-base sizes, {mt['max_tokens']:,}-token batches, `{way}`: "
+                        f"updates/s{busy} | {_num(r.get('updates_per_s'), '.2f')}{err(r)} | | | |")
+        if "ratio" in mt:
+            a, n = mt["attnkit"], mt["torch_nn"]
+            busy = "" if a.get("gpu_busy") is None else f" (GPU busy {a['gpu_busy']:.0%} / " + (
+                "-" if n.get("gpu_busy") is None else f"{n['gpu_busy']:.0%}") + ")"
+            way = f" (`{a['way']}` / `{n['way']}`)" if "way" in a else ""
+            eager = f"; against the eager peer {mt['ratio_to_eager_peer']:.3f}" if "ratio_to_eager_peer" in mt else ""
+            rows.append(f"| `train mt`, the fastest way of each side{way}, updates/s{busy} | "
+                        f"{a['updates_per_s']:.2f} | `torch.nn.Transformer` {n['updates_per_s']:.2f} | "
+                        f"{mt['ratio']:.3f}{eager} | >= 1.2, busy >= 90% |")
+    if "profile" in p and "error" not in p["profile"]:
+        for way, r in p["profile"]["ways"].items():
+            if "error" in r:
+                rows.append(f"| profile {way} | {r['error']} | | | |")
+                continue
+            busy = "" if r.get("device_busy") is None else f", GPU {r['device_ms_per_step']:.1f} ms ({r['device_busy']:.0%})"
+            top = "; ".join(f"{k['name'][:60]} {k['share']:.0%}" for k in r["top"][:3])
+            rows.append(f"| profile {way}: a step {r['wall_ms_per_step']:.1f} ms{busy} | {top} | | | |")
     if "memory" in p and "error" not in p["memory"]:
         ways = p["memory"]["ways"]
         shown = "; ".join(f"{w}: {_gib(r.get('peak_bytes'))}" if "error" not in r else f"{w}: {r['error']}"
@@ -716,23 +1022,39 @@ def table(results: dict) -> list[str]:
 
 
 def markdown(results: dict) -> str:
+    earlier = {name: piece["call"] for name, piece in results["pieces"].items() if "call" in piece}
+    calls = "".join(f" `{name}` comes from an earlier call: `{c['command']}`, {c['date']}." for name, c in earlier.items())
     return "\n".join([
         BEGIN,
         f"Command: `{results['command']}`. Date: {results['date']}. Device: {results['device']}; host "
-        f"{results['host']}; load before {results['load']}. Record: "
+        f"{results['host']}; load before {results['load']}.{calls} Record: "
         f"[records/gpu/gpu_issue40.json](records/gpu/gpu_issue40.json).", "", *table(results), END])
+
+
+def merged(earlier: dict, results: dict) -> dict:
+    """``results`` with the pieces of an ``earlier`` record that it lacks, each marked with the ``call`` (command,
+    date, device) it came from: a call that measures some pieces again does not drop the others' figures."""
+    pieces = {}
+    for name, piece in earlier.get("pieces", {}).items():
+        if name not in results["pieces"]:
+            pieces[name] = piece if "call" in piece else dict(piece, call={k: earlier.get(k) for k in
+                                                                         ("command", "date", "device")})
+    return dict(results, pieces={**pieces, **results["pieces"]})
 
 
 def record(results: dict, json_path: Path | None = None, md_path: Path | None = None,
            results_md: Path | None = None) -> None:
-    """Write the record (JSON and markdown; default :data:`RECORD_JSON`, :data:`RECORD_MD`) and replace the table
-    between the markers of ``results_md`` (default :data:`RESULTS_MD`; a page without them raises ``ValueError``
-    before anything is written)."""
+    """Write the record (JSON and markdown; default :data:`RECORD_JSON`, :data:`RECORD_MD`), keeping the pieces of
+    the record there that ``results`` lacks (:func:`merged`), and replace the table between the markers of
+    ``results_md`` (default :data:`RESULTS_MD`; a page without them raises ``ValueError`` before anything is
+    written)."""
     json_path, md_path = json_path or RECORD_JSON, md_path or RECORD_MD
     results_md = results_md or RESULTS_MD
     text = results_md.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise ValueError(f"{results_md} has no {BEGIN!r} ... {END!r} markers for the table")
+    if json_path.is_file():
+        results = merged(json.loads(json_path.read_text(encoding="utf-8")), results)
     section = markdown(results)
     head, rest = text.split(BEGIN, 1)
     json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -759,6 +1081,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=480.0, metavar="SECONDS",
                    help="the whole call: a piece gets at most what is left of it, and none starts with under 20 s "
                         "left (default 480: 8 minutes)")
+    p.add_argument("--char-ways", default=None, help=f"char: attnkit's ways on a GPU, comma-separated, out of "
+                   f"compile, cuda-graphs, eager (default {','.join(CHAR_WAYS)})")
     p.add_argument("--peak-tflops", type=float, default=None, help="lm: the GPU's dense bf16 peak, TFLOP/s")
     p.add_argument("--bf16", action="store_true", help="memory: under bf16 autocast (the default is float32)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, no compilation: every piece on a CPU")
@@ -773,7 +1097,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 CHILDREN = {"nanogpt-bench": nanogpt_bench, "nanogpt-char": nanogpt_char, "memory-way": memory_way,
-            "lm": piece_lm, "char": piece_char, "generate": piece_generate, "mt": piece_mt, "memory": piece_memory}
+            "mt-way": mt_way, "generate-way": generate_way, "profile-way": profile_way,
+            "lm": piece_lm, "char": piece_char, "moonshot": piece_moonshot, "generate": piece_generate, "mt": piece_mt,
+            "profile": piece_profile, "memory": piece_memory}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -790,6 +1116,9 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(only) - set(PIECES))
         if unknown or not only:
             raise ValueError(f"--only takes pieces out of {list(PIECES)}, got {chosen!r}")
+        bad_ways = sorted(set(_char_ways(args)) - {"compile", "cuda-graphs", "eager"})
+        if bad_ways or not _char_ways(args):
+            raise ValueError(f"--char-ways takes compile, cuda-graphs and eager, got {args.char_ways!r}")
         if args.record and args.smoke:
             raise ValueError("--record writes the real figures; it cannot be combined with --smoke")
         if not args.data.is_file():

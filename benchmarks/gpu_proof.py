@@ -105,10 +105,17 @@ def _sets(sizes: dict, keys: tuple[str, ...]) -> list[str]:
 
 def shakespeare_command(data: Path, out: Path, *, device: str, minutes: float, smoke: bool,
                         target: float | None = GOAL_LOSS, schedule_steps: int | None = None, eval_every: int = 250,
-                        eval_batches: int | None = None) -> list[str]:
+                        eval_batches: int | None = None, way: str = "auto", recipe: dict | None = None,
+                        extra: tuple[str, ...] = ()) -> list[str]:
     """``attnkit train lm`` with nanoGPT's Shakespeare config: the cosine over ``schedule_steps`` (default nanoGPT's
-    5,000) whatever the budget, stopping at the first evaluation at or below ``target`` (None: at the budget)."""
-    s = SMOKE_CHAR if smoke else NANOGPT_CHAR
+    5,000) whatever the budget, stopping at the first evaluation at or below ``target`` (None: at the budget).
+
+    ``way``: ``"compile"`` (``--compile``), ``"cuda-graphs"`` (``--cuda-graphs``), ``"eager"``, or ``"auto"``
+    (compile on a GPU, eager with ``smoke`` or on the CPU). ``recipe``: fields of the config replaced (``lr``,
+    ``min_lr``, ``warmup_steps``, ``batch_size``, ``dropout``, ...); ``extra``: more flags (``--optimizer muon``)."""
+    if way not in ("auto", "compile", "cuda-graphs", "eager"):
+        raise ValueError(f"way must be auto, compile, cuda-graphs or eager, got {way!r}")
+    s = dict(SMOKE_CHAR if smoke else NANOGPT_CHAR, **(recipe or {}))
     horizon = schedule_steps or s["schedule_steps"]
     cmd = [sys.executable, "-m", "attnkit", "train", "lm", "--data", str(data), "--tokenizer", "char",
            "--preset", "gpt2", *_sets(s, ("n_layer", "n_head", "n_embd", "dropout")), "--set", "bias=false",
@@ -117,8 +124,10 @@ def shakespeare_command(data: Path, out: Path, *, device: str, minutes: float, s
            "--steps", str(horizon), "--schedule-steps", str(horizon), "--max-time", str(minutes),
            "--eval-every", str(eval_every), "--eval-batches", str(eval_batches or (20 if smoke else 50)),
            "--ckpt-every", "100000", "--log-every", "10", "--device", device, "--autocast", "bf16", "--out", str(out),
-           "--no-progress"] + ([] if target is None else ["--stop-at-loss", str(target)])
-    return cmd if smoke or device == "cpu" else cmd + ["--compile"]
+           "--no-progress"] + ([] if target is None else ["--stop-at-loss", str(target)]) + list(extra)
+    if way == "auto":
+        way = "eager" if smoke or device == "cpu" else "compile"
+    return cmd + {"compile": ["--compile"], "cuda-graphs": ["--cuda-graphs"], "eager": []}[way]
 
 
 def mfu_command(data: Path, out: Path, *, device: str, steps: int, smoke: bool) -> list[str]:

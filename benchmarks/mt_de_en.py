@@ -118,15 +118,18 @@ class LoadSampler(threading.Thread):
 
     def __init__(self, every: float = 30.0, read: Callable[[], float] | None = None):
         super().__init__(daemon=True)
-        self.every, self.samples, self._done = every, [], threading.Event()  # (Thread has a _stop of its own)
+        self.every, self.samples, self.times = every, [], []
+        self._done = threading.Event()  # (Thread has a _stop of its own)
         self.read = read or (lambda: round(os.getloadavg()[0], 2))
 
     def run(self) -> None:
         while not self._done.is_set():
             try:
-                self.samples.append(self.read())
+                value = self.read()
             except Exception:
                 return
+            self.times.append(time.perf_counter())
+            self.samples.append(value)
             self._done.wait(self.every)
 
     def stop(self) -> list[float]:

@@ -46,6 +46,20 @@ class UtilizationSampler(LoadSampler):
         super().__init__(every, read=lambda: float(torch.cuda.utilization(device)))
 
 
+def _steady_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """The consecutive training log rows whose interval counts as steady state: every one after the first (warm-up)
+    in which no CUDA graph was recorded (the row's ``cuda_graphs`` count did not grow)."""
+    logs = [r for r in rows if "tokens_per_s" in r]
+    if len(logs) < 2:
+        raise ValueError(f"need at least two logged intervals (one is warm-up), got {len(logs)}: raise --steps")
+    return [(prev, row) for prev, row in zip(logs, logs[1:]) if row.get("cuda_graphs") == prev.get("cuda_graphs")]
+
+
+def steady_windows(rows: list[dict]) -> list[tuple[float, float]]:
+    """The ``(start, end)`` run-clock seconds (the rows' ``elapsed``) of the intervals :func:`update_rates` times."""
+    return [(prev["elapsed"], row["elapsed"]) for prev, row in _steady_pairs(rows)]
+
+
 def update_rates(rows: list[dict]) -> dict[str, float]:
     """Updates/s and target tokens/s of the logged intervals after the first (warm-up) one, leaving out those in which
     a CUDA graph was recorded (their rows' ``cuda_graphs`` count grew).
@@ -53,14 +67,9 @@ def update_rates(rows: list[dict]) -> dict[str, float]:
     ``rows``: the run's ``metrics.jsonl`` rows; those with ``tokens_per_s`` are the training logs (one every
     ``--log-every`` updates), each holding the running ``tokens`` and the interval's tokens/s of timed updates.
     """
-    logs = [r for r in rows if "tokens_per_s" in r]
-    if len(logs) < 2:
-        raise ValueError(f"need at least two logged intervals (one is warm-up), got {len(logs)}: raise --steps")
     seconds = tokens = 0.0
     updates = 0
-    for prev, row in zip(logs, logs[1:]):
-        if row.get("cuda_graphs") != prev.get("cuda_graphs"):
-            continue  # a new batch shape was recorded in this interval: not the steady state
+    for prev, row in _steady_pairs(rows):
         updates += row["step"] - prev["step"]
         interval = row["tokens"] - prev["tokens"]
         tokens += interval

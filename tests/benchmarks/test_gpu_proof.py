@@ -70,6 +70,17 @@ def test_commands_carry_nanogpts_config(tmp_path):
     for piece in ("--set n_layer=12", "--set n_embd=768", "--set vocab_size=50304", "--block-size 1024",
                   "--autocast bf16", "--compile", "--steps 60"):
         assert piece in mfu_cmd, piece
+    # the other ways and a changed recipe (the moonshot's candidates)
+    graphs = G.shakespeare_command(Path("t.txt"), tmp_path, device="cuda", minutes=0.5, smoke=False, way="cuda-graphs",
+                                   recipe=dict(lr=3e-3, batch_size=128), extra=("--optimizer", "muon"),
+                                   schedule_steps=1200)
+    text = " ".join(graphs)
+    assert "--cuda-graphs" in graphs and "--compile" not in graphs and "--optimizer muon" in text
+    assert "--lr 0.003" in text and "--batch-size 128" in text and "--schedule-steps 1200" in text
+    assert "--compile" not in G.shakespeare_command(Path("t.txt"), tmp_path, device="cuda", minutes=1.0, smoke=False,
+                                                    way="eager")
+    with pytest.raises(ValueError, match="way must be auto, compile, cuda-graphs or eager, got 'fast'"):
+        G.shakespeare_command(Path("t.txt"), tmp_path, device="cuda", minutes=1.0, smoke=False, way="fast")
 
 
 def _run_folder(folder: Path, evals: list[tuple[int, float]], summary: dict) -> Path:
@@ -212,6 +223,60 @@ def test_record_from_the_json_a_gpu_call_brings_back(tmp_path, monkeypatch):
     assert "GPU busy 91% / 80%" in page.read_text() and json.loads((tmp_path / "r.json").read_text()) == results
 
 
+def test_the_gpu_busy_share_counts_the_steady_intervals_only():
+    from benchmarks.mt_step_scaling import steady_windows, update_rates
+
+    rows = [{"step": 20, "tokens": 2000, "tokens_per_s": 100.0, "elapsed": 20.0, "cuda_graphs": 3},
+            {"step": 40, "tokens": 4000, "tokens_per_s": 1000.0, "elapsed": 22.0, "cuda_graphs": 3},
+            {"step": 60, "tokens": 6000, "tokens_per_s": 500.0, "elapsed": 26.0, "cuda_graphs": 4},  # recorded one
+            {"step": 80, "tokens": 8000, "tokens_per_s": 1000.0, "elapsed": 28.0, "cuda_graphs": 4}]
+    assert steady_windows(rows) == [(20.0, 22.0), (26.0, 28.0)]
+    assert update_rates(rows)["updates_per_s"] == 10.0  # 40 updates in 4 s
+    samples = [(1.0, 5.0), (21.0, 90.0), (22.0, 94.0), (24.0, 10.0), (27.0, 98.0)]  # (seconds, percent)
+    assert GPU.busy_in_windows(samples, steady_windows(rows)) == 0.94  # the median of 90, 94, 98
+    assert GPU.busy_in_windows(samples[:1], steady_windows(rows)) is None
+
+
+def test_a_record_keeps_the_pieces_a_later_call_did_not_measure(tmp_path):
+    first = {"date": "d1", "command": "python -m benchmarks.gpu --budget 500", "device": "NVIDIA H200",
+             "host": "Intel Xeon", "load": "n/a", "pieces": {
+                 "lm": {"attnkit": {"tokens_per_s": 496_000.0}, "nanogpt": {"tokens_per_s": 490_000.0},
+                        "ratio": 496 / 490, "shape": "16 x 1024, 12 x 768"},
+                 "generate": {"error": "over its time limit of 150 s"}}}
+    later = dict(first, date="d2", command="python -m benchmarks.gpu --only generate", pieces={"generate": {
+        "bandwidth": 4e12, "weight_bytes": 2.5e8, "batches": {"1": {
+            "attnkit_tokens_per_s": 600.0, "hf_error": "over its time limit of 75 s"}}}})
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"{GPU.BEGIN}\n{GPU.END}\n")
+    paths = tmp_path / "r.json", tmp_path / "r.md", page
+    GPU.record(first, *paths)
+    GPU.record(later, *paths)
+    kept = json.loads(paths[0].read_text())
+    assert kept["date"] == "d2" and list(kept["pieces"]) == ["lm", "generate"]
+    assert kept["pieces"]["lm"]["call"] == {"command": "python -m benchmarks.gpu --budget 500", "date": "d1",
+                                            "device": "NVIDIA H200"}
+    assert "call" not in kept["pieces"]["generate"]  # measured by this call
+    text = page.read_text()
+    assert "`lm` comes from an earlier call: `python -m benchmarks.gpu --budget 500`, d1." in text
+    assert "| greedy GPT-2 small, batch 1, tokens/s | 600 | HF static cache + compile - (over its time limit of " \
+           "75 s) | - | >= 1.3 |" in text
+    GPU.record(later, *paths)  # again: the lm piece keeps its first call, not this one
+    assert json.loads(paths[0].read_text())["pieces"]["lm"]["call"]["date"] == "d1"
+
+
+def test_a_profile_summary_on_the_cpu_lists_the_operators():
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(2):
+            (a @ a).relu().sum()
+    got = GPU.profile_summary(prof, steps=2, wall_s=0.01, top=3)
+    assert got["wall_ms_per_step"] == 5.0 and got["device_ms_per_step"] is None and got["device_busy"] is None
+    assert len(got["top"]) == 3 and abs(sum(k["share"] for k in got["top"])) <= 1.0 + 1e-9
+    assert "aten::mm" in [k["name"] for k in got["top"]] and got["top"][0]["ms_per_step"] >= got["top"][1]["ms_per_step"]
+
+
 def _gpu(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "benchmarks.gpu", *args], cwd=ROOT, env=env, capture_output=True,
@@ -223,6 +288,8 @@ def test_gpu_arguments_are_one_line(tmp_path):
     assert proc.returncode == 2 and "--only takes pieces out of" in proc.stderr
     proc = _gpu("--smoke", "--record", "--device", "cpu")
     assert proc.returncode == 2 and "cannot be combined with --smoke" in proc.stderr
+    proc = _gpu("--char-ways", "compile,fast", "--only", "char", "--data", str(tmp_path / "none.txt"))
+    assert proc.returncode == 2 and "--char-ways takes compile, cuda-graphs and eager, got 'compile,fast'" in proc.stderr
 
 
 @pytest.mark.slow  # a dozen child processes: about three minutes on a busy 2-core machine
@@ -239,6 +306,13 @@ def test_gpu_smoke_runs_every_piece_on_the_cpu(tmp_path):
     assert list(pieces) == list(GPU.PIECES) and not any("error" in p for p in pieces.values())
     assert pieces["lm"]["attnkit"]["tokens_per_s"] > 0 and pieces["char"]["attnkit"]["best_valid"] > 0
     assert pieces["mt"]["attnkit"]["updates_per_s"] > 0 and pieces["mt"]["torch_nn"]["updates_per_s"] > 0
+    assert set(pieces["mt"]["ways"]) == {"attnkit:fixed", "torch_nn:eager"}  # no CUDA graphs on a CPU
+    assert list(pieces["char"]["ways"]) == ["eager"] and pieces["moonshot"]["way"] == "eager"
+    assert list(pieces["moonshot"]["runs"]) == [m[0] for m in GPU.MOONSHOT]
+    assert all(r["best_valid"] > 0 and "error" not in r for r in pieces["moonshot"]["runs"].values())
+    assert "--optimizer muon" in pieces["moonshot"]["runs"][GPU.MOONSHOT[1][0]]["command"]
+    for way, prof in pieces["profile"]["ways"].items():
+        assert prof["steps"] == GPU.PROFILE_STEPS and prof["wall_ms_per_step"] > 0 and prof["top"], way
     for B in ("1", "2"):
         row = pieces["generate"]["batches"][B]
         assert row["attnkit_tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
