@@ -41,6 +41,8 @@ class TrainLMOptions(TrainOptions):
             "target"; the summary's ``target`` holds its step and time).
         schedule_steps: the cosine schedule's length in updates (default: ``steps``, or the time budget with
             ``max_time`` alone): a time budget then ends the run without stretching the schedule.
+        recipe: a named recipe (:data:`attnkit.recipes.LM_RECIPES`, e.g. ``shakespeare-char-gpu``) whose values
+            fill every field left unset (``--recipe``); a new run only.
     """
 
     data: str | None = None
@@ -49,6 +51,29 @@ class TrainLMOptions(TrainOptions):
     block_size: int | None = None
     stop_at_loss: float | None = None
     schedule_steps: int | None = None
+    recipe: str | None = None
+
+    def _check(self) -> None:
+        super()._check()
+        from attnkit.recipes import LM_RECIPES
+
+        if self.recipe is not None and self.recipe not in LM_RECIPES:
+            raise ValueError(f"TrainLMOptions.recipe must be one of {', '.join(sorted(LM_RECIPES))}, "
+                             f"got {self.recipe!r}")
+        if self.recipe is not None and self.resume:
+            raise ValueError("TrainLMOptions.recipe starts a run; resume=True continues one with the settings it "
+                             "was started with")
+
+    def with_recipe(self) -> "TrainLMOptions":
+        """These options with the values of :attr:`recipe` (:data:`attnkit.recipes.LM_RECIPES`) in every field
+        left unset; the recipe's model overrides under those given. Without a recipe, the options themselves."""
+        if self.recipe is None:
+            return self
+        from attnkit.recipes import LM_RECIPES
+
+        recipe = LM_RECIPES[self.recipe]
+        changes = {k: v for k, v in recipe.items() if k != "overrides" and getattr(self, k) is None}
+        return self.replace(**changes, overrides={**recipe.get("overrides", {}), **self.overrides})
 
 
 def describe_batch(cfg: Any) -> str:
@@ -97,7 +122,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     from attnkit.training import LMTask, Trainer, seed_everything
     from attnkit.training.config import resolve_train_config
 
-    o = TrainLMOptions.make(options, kwargs)
+    o = TrainLMOptions.make(options, kwargs).with_recipe()
     log = default_log(log)
     saved = read_saved_run(o.out) if o.resume else None
     extra_saved = (saved or {}).get("extra", {})

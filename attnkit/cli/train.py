@@ -1,16 +1,16 @@
 """``attnkit train lm`` and ``attnkit train mt``: the one training loop, driven from the command line.
 
-Every flag left unset takes the recipe default (or, with ``--resume``, the value the run was started with: a
-resumed run may only change ``--steps`` and ``--max-time``). The runs are :func:`attnkit.api.train_lm` and
-:func:`attnkit.api.train_mt`; their status lines go to stderr.
-"""
+Every flag left unset takes the recipe default (or, with ``--resume``, the value the run was started with: a resumed
+run may only change ``--steps`` and ``--max-time``). The runs are :func:`attnkit.api.train_lm` and ``train_mt``."""
 
 from __future__ import annotations
 
 import argparse
 
 from attnkit.api import TrainLMOptions, train_lm
+from attnkit.cli import train_mt
 from attnkit.cli.flags import add_run_flags, command_group, runs
+from attnkit.recipes import LM_RECIPES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,9 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="char (default), bpe (trained on the data, see --vocab-size), gpt2, or a tokenizer JSON file")
     lm.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (with --tokenizer bpe)")
     lm.add_argument("--block-size", dest="block_size", type=int, default=None, help="context length T")
+    lm.add_argument("--recipe", choices=sorted(LM_RECIPES), default=None, help="a named recipe for every flag left "
+                    "unset: shakespeare-char-gpu, valid loss 1.47 on Tiny Shakespeare in about 20 s on one GPU (CUDA)")
     add_run_flags(lm)
     lm.set_defaults(func=runs(train_lm, TrainLMOptions))
-
-    from attnkit.cli import train_mt
-
     train_mt.register(tsub)

@@ -182,3 +182,36 @@ def test_evaluate_mt_scores_a_reversed_run_the_other_way_round(pairs, tmp_path, 
     assert scores.metrics["reverse"] is True and scores.metrics["sentences"] == 20
     # the references are the source side of test.tsv (lower case; the targets are upper case)
     assert seen["refs"] == [line.split("\t")[0] for line in (pairs / "test.tsv").read_text().splitlines()]
+
+
+def test_a_named_recipe_fills_the_fields_left_unset(corpus, tmp_path):
+    """``recipe=`` (``--recipe``): the recipe's values where nothing was given, the given ones where they were, its
+    model overrides under the given ones; a run made with it trains with those values."""
+    from attnkit.recipes import LM_RECIPES
+
+    recipe = LM_RECIPES["shakespeare-char-gpu"]
+    got = api.TrainLMOptions(recipe="shakespeare-char-gpu", lr=1e-3, overrides={"n_layer": 1}).with_recipe()
+    assert (got.lr, got.min_lr, got.schedule_steps, got.stop_at_loss, got.cuda_graphs, got.batch_size) == \
+        (1e-3, recipe["min_lr"], 2000, 1.47, True, 64)
+    assert got.overrides == dict(recipe["overrides"], n_layer=1) and got.data == "shakespeare"
+    assert api.TrainLMOptions(steps=3).with_recipe() == api.TrainLMOptions(steps=3)  # no recipe: unchanged
+    with pytest.raises(ValueError, match="TrainLMOptions.recipe must be one of shakespeare-char-gpu, got 'fast'"):
+        api.TrainLMOptions(recipe="fast")
+    with pytest.raises(ValueError, match="recipe starts a run; resume=True continues one"):
+        api.TrainLMOptions(recipe="shakespeare-char-gpu", resume=True, out=tmp_path / "r")
+    with pytest.raises(ValueError, match="--cuda-graphs needs a CUDA device"):  # the recipe is for a GPU
+        api.train_lm(recipe="shakespeare-char-gpu", device="cpu", data=str(corpus), out=tmp_path / "gpu")
+    assert not (tmp_path / "gpu").exists()
+    # on the CPU, with the GPU's settings and the model's size given: a short run of the recipe
+    run = api.train_lm(recipe="shakespeare-char-gpu", device="cpu", cuda_graphs=False, autocast="off",
+                       data=str(corpus), out=tmp_path / "cpu", steps=3, batch_size=4, block_size=32,
+                       overrides={"n_layer": 1, "n_head": 2, "n_embd": 32}, progress=False, log=lambda s: None)
+    from attnkit.checkpoints.runs import read_saved_run
+
+    saved = read_saved_run(run.out)
+    assert run.summary["steps"] == 3 and {k: saved["train_config"][k] for k in (
+        "lr", "min_lr", "warmup_steps", "schedule_steps", "eval_every", "eval_batches", "stop_at_loss")} == \
+        {k: recipe[k] for k in ("lr", "min_lr", "warmup_steps", "schedule_steps", "eval_every", "eval_batches",
+                                "stop_at_loss")}
+    model = load(run.out).model.config
+    assert (model.n_layer, model.n_embd, model.dropout, model.bias) == (1, 32, 0.2, False)

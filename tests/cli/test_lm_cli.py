@@ -280,6 +280,7 @@ def test_train_with_gpt2_tokenizer(corpus, tmp_path, monkeypatch, capsys):
     (["--preset", "nope"], "unknown preset 'nope'; expected one of"),
     (["--preset", "transformer-small"], "train lm needs a decoder-only (GPT) preset"),
     (["--set", "no_such_field=1"], "no_such_field"),
+    (["--recipe", "shakespeare-char-gpu", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),  # a GPU recipe
 ])
 def test_a_bad_model_choice_fails_before_the_corpus_is_read(corpus, tmp_path, capsys, monkeypatch, flags, message):
     import attnkit.data.pipeline.lm_dataset as lm_dataset
