@@ -274,7 +274,8 @@ def test_a_profile_summary_on_the_cpu_lists_the_operators():
     got = GPU.profile_summary(prof, steps=2, wall_s=0.01, top=3)
     assert got["wall_ms_per_step"] == 5.0 and got["device_ms_per_step"] is None and got["device_busy"] is None
     assert len(got["top"]) == 3 and abs(sum(k["share"] for k in got["top"])) <= 1.0 + 1e-9
-    assert "aten::mm" in [k["name"] for k in got["top"]] and got["top"][0]["ms_per_step"] >= got["top"][1]["ms_per_step"]
+    assert "aten::mm" in [k["name"] for k in got["top"]]
+    assert got["top"][0]["ms_per_step"] >= got["top"][1]["ms_per_step"]
 
 
 def _gpu(*args: str) -> subprocess.CompletedProcess:
@@ -289,7 +290,26 @@ def test_gpu_arguments_are_one_line(tmp_path):
     proc = _gpu("--smoke", "--record", "--device", "cpu")
     assert proc.returncode == 2 and "cannot be combined with --smoke" in proc.stderr
     proc = _gpu("--char-ways", "compile,fast", "--only", "char", "--data", str(tmp_path / "none.txt"))
-    assert proc.returncode == 2 and "--char-ways takes compile, cuda-graphs and eager, got 'compile,fast'" in proc.stderr
+    assert proc.returncode == 2
+    assert "--char-ways takes compile, cuda-graphs and eager, got 'compile,fast'" in proc.stderr
+    proc = _gpu("--mt-ways", "attnkit:graphs,peer:eager", "--only", "mt", "--data", str(tmp_path / "none.txt"))
+    assert proc.returncode == 2 and "--mt-ways takes SIDE:MODE ways" in proc.stderr and "'attnkit:graphs,peer:eager'" \
+        in proc.stderr
+
+
+def test_the_moonshot_runs_its_recipe_and_explores_on_request():
+    from attnkit.recipes import LM_RECIPES
+
+    args = GPU.build_parser().parse_args(["--device", "cuda"])
+    name, recipe, extra, horizon = GPU._moonshot_candidates(args)[0]
+    assert len(GPU._moonshot_candidates(args)) == 1 and "shakespeare-char-gpu" in name and extra == ()
+    r = LM_RECIPES["shakespeare-char-gpu"]
+    assert recipe == dict(lr=r["lr"], min_lr=r["min_lr"], warmup_steps=r["warmup_steps"], batch_size=r["batch_size"],
+                          dropout=r["overrides"]["dropout"]) and horizon == r["schedule_steps"]
+    explore = GPU.build_parser().parse_args(["--device", "cuda", "--explore"])
+    assert GPU._moonshot_candidates(explore) == GPU.MOONSHOT and len(GPU.MOONSHOT) == 4
+    assert GPU._limit("moonshot", explore) == 4 * GPU._limit("moonshot", args)
+    assert sum("--optimizer" in c[2] for c in GPU.MOONSHOT) == 3  # Muon, tried and kept out of the recipe
 
 
 @pytest.mark.slow  # a dozen child processes: about three minutes on a busy 2-core machine
@@ -308,9 +328,8 @@ def test_gpu_smoke_runs_every_piece_on_the_cpu(tmp_path):
     assert pieces["mt"]["attnkit"]["updates_per_s"] > 0 and pieces["mt"]["torch_nn"]["updates_per_s"] > 0
     assert set(pieces["mt"]["ways"]) == {"attnkit:fixed", "torch_nn:eager"}  # no CUDA graphs on a CPU
     assert list(pieces["char"]["ways"]) == ["eager"] and pieces["moonshot"]["way"] == "eager"
-    assert list(pieces["moonshot"]["runs"]) == [m[0] for m in GPU.MOONSHOT]
+    assert list(pieces["moonshot"]["runs"]) == [GPU.MOONSHOT[0][0]]  # the recipe (--explore: every candidate)
     assert all(r["best_valid"] > 0 and "error" not in r for r in pieces["moonshot"]["runs"].values())
-    assert "--optimizer muon" in pieces["moonshot"]["runs"][GPU.MOONSHOT[1][0]]["command"]
     for way, prof in pieces["profile"]["ways"].items():
         assert prof["steps"] == GPU.PROFILE_STEPS and prof["wall_ms_per_step"] > 0 and prof["top"], way
     for B in ("1", "2"):
