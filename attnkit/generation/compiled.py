@@ -103,8 +103,11 @@ def compiled_step(model: nn.Module, idx: torch.Tensor, key_padding_mask: torch.T
         _mark_static(cache)
         torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are no longer read
     # dynamo's default allows 8 compilations per function; a long-lived process may decode many shapes
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+    if torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT:  # (as inside generate's loop: no patch a step)
         logits = fn(model, idx, key_padding_mask, position_ids, cache, cache_position)
+    else:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            logits = fn(model, idx, key_padding_mask, position_ids, cache, cache_position)
     return logits.clone() if graphs else logits
 
 

@@ -81,7 +81,7 @@ from torch import nn
 
 from attnkit.checks import is_int
 from . import processors as P
-from .compiled import SLOT_MULTIPLE, compiled_step
+from .compiled import RECOMPILE_LIMIT, SLOT_MULTIPLE, compiled_step
 from .config import GenerationConfig
 from .stopping import StoppingCriteria
 
@@ -219,15 +219,19 @@ class _Compiled(_Cached):
         self.max_len = max_len
 
     def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-        if not self.fed:
-            return super().next_logits(tokens, pad)  # the prefill runs eagerly
+        if not self.fed:  # the prefill runs eagerly; what the steps need is read from the prompt once, here
+            self.padded = bool(pad.any())  # new columns are never padding: this holds for every step
+            self.position = position_ids_from_padding(pad)[:, -1:]  # (b, 1): the last prompt column's
+            self.slot = torch.tensor([tokens.shape[1]], dtype=torch.long, device=tokens.device)  # (1,): next slot
+            return super().next_logits(tokens, pad)
         # one new column into cache slot `fed`; the mask covers all max_len slots (the ones after `fed` are
-        # masked inside GPT.forward). Fresh (b, 1) tensors with their own strides, not slices (see compiled_step).
+        # masked inside GPT.forward). Fresh (b, 1) tensors with their own strides, not slices (see compiled_step);
+        # positions and slots advance on the device, so a step reads nothing back and copies nothing over.
         L = tokens.shape[1]
-        slot_pad = torch.nn.functional.pad(pad, (0, self.max_len - L)) if bool(pad.any()) else None  # (b, max_len)
+        slot_pad = torch.nn.functional.pad(pad, (0, self.max_len - L)) if self.padded else None  # (b, max_len)
         new = tokens[:, -1:].clone(memory_format=torch.contiguous_format)  # (b, 1)
-        positions = position_ids_from_padding(pad)[:, -1:].clone(memory_format=torch.contiguous_format)
-        slot = torch.tensor([self.fed], dtype=torch.long, device=tokens.device)  # (1,)
+        positions = self.position = self.position + 1  # (b, 1), a fresh tensor
+        slot, self.slot = self.slot, self.slot + 1  # (1,)
         self.fed = L
         return compiled_step(self.model, new, slot_pad, positions, self.cache, slot)  # (b, V)
 
@@ -299,15 +303,21 @@ def _check_context(model: nn.Module, cfg: GenerationConfig, prompt_len: int) -> 
 
 def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: GenerationConfig,
           generator: torch.Generator | None) -> torch.Tensor:
-    """The next token of every row: processed logits, then argmax or a sample.
+    """The next token of every row: processed logits, then argmax or a sample; -1 for a row whose logits hold NaN
+    (argmax would quietly pick id 0, and a broken model must not look fine: the loop raises when it reads the ids,
+    so that the check costs no wait for the device of its own).
 
     Shape:
         logits ``(b, V)``; tokens, pad ``(b, L)`` -> ``(b,)``.
     """
-    if bool(torch.isnan(logits).any()):  # argmax would quietly pick id 0: a broken model must not look fine
-        rows = torch.isnan(logits).any(dim=-1).nonzero().flatten().tolist()
-        raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {rows}): its weights or "
-                                 f"inputs are not finite")
+    broken = torch.isnan(logits).any(dim=-1)  # (b,)
+    logits = logits.masked_fill(broken[:, None], 0.0)  # (b, V): a NaN row would stop sampling's multinomial
+    return torch.where(broken, -1, _choose(logits, tokens, pad, cfg, generator))
+
+
+def _choose(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: GenerationConfig,
+            generator: torch.Generator | None) -> torch.Tensor:
+    """Processed logits, then argmax or a sample. Shape: logits ``(b, V)``; tokens, pad ``(b, L)`` -> ``(b,)``."""
     logits = P.process_logits(
         logits.float(), input_ids=tokens, ignore_mask=pad, repetition_penalty=cfg.repetition_penalty,
         temperature=cfg.temperature if cfg.do_sample else 1.0,
@@ -390,12 +400,19 @@ def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], need
         generator.manual_seed(cfg.seed)
     tokens, pad = left_pad(rows, cfg.pad_token_id, device=device)  # (B, L) each
     active = list(range(len(rows)))  # active[i] = which prompt row i of the current batch belongs to
-    with eval_mode(model):
+    # compiled steps: dynamo's recompile limit raised once for the loop (compiled_step then skips its own patch)
+    limit = torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT) if cfg.compile else contextlib.nullcontext()
+    with eval_mode(model), limit:
         path = _decoding_path(model, cfg, len(rows), needed)
         while True:
             next_ids = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator)  # (b,)
             finished = stopper.done
-            for i, tok in enumerate(next_ids.tolist()):
+            picked = next_ids.tolist()  # the one wait for the device a step
+            if min(picked) < 0:
+                rows = [active[i] for i, tok in enumerate(picked) if tok < 0]
+                raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {rows}): its weights "
+                                         f"or inputs are not finite")
+            for i, tok in enumerate(picked):
                 if finished[active[i]]:
                     continue  # (compiled: finished rows stay in the batch, their tokens are ignored)
                 if stopper.add(active[i], tok) and streamer is not None:

@@ -106,3 +106,31 @@ def test_the_cuda_graph_way_gives_the_eager_tokens(make_gpt, prompts, monkeypatc
     eager = generate(model, prompts, max_new_tokens=6, pad_token_id=0)
     assert generate(model, prompts, max_new_tokens=6, pad_token_id=0, compile=True) == eager
     assert len(marked) == len(set(marked)) == 2 * model.config.n_layer  # k and v of every layer, once
+
+
+def test_a_compiled_step_reads_one_thing_back_from_the_device(make_gpt, monkeypatch):
+    """Each decoding step reads the picked ids once (``tolist``) and nothing else: no ``bool()`` / ``item()`` of a
+    tensor a step (on a GPU each read is a wait for the device), counted as the reads of a longer and a shorter
+    run differ. The NaN check rides on the ids (-1), padding and positions are read from the prompt once."""
+    model = make_gpt("gpt2", seed=5)
+    prompts = [[1, 2, 3], [4, 5]]  # padded
+    generate(model, prompts, max_new_tokens=10, compile=True, pad_token_id=0)  # compiled before counting
+    counts = {"__bool__": 0, "item": 0, "tolist": 0}
+
+    def counting(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            counts[name] += 1
+            return original(self, *args, **kwargs)
+        return read
+    for name in counts:
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    per_run = []
+    for new in (4, 10):
+        counts.update({name: 0 for name in counts})
+        generate(model, prompts, max_new_tokens=new, compile=True, pad_token_id=0)
+        per_run.append(dict(counts))
+    short, long = per_run
+    assert long["tolist"] - short["tolist"] == 6  # one read of the ids a step
+    assert long["__bool__"] == short["__bool__"] and long["item"] == short["item"]  # nothing else a step
