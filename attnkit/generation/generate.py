@@ -61,14 +61,17 @@ at once to its newest ``W - W // 2`` columns, the new token included, and the ol
 before any work; each decoding path is one object with one ``next_logits(tokens, pad) -> (b, V)``:
 ``_Uncached`` (whole context, cropped to the window when asked), ``_Cached`` (prefill, then one column),
 ``_Compiled`` (its one-column steps through ``torch.compile``) and ``_WindowCache`` (above). Logits that
-hold NaN stop generation with ``FloatingPointError`` (an argmax would quietly return id 0).
+hold NaN stop generation with ``FloatingPointError`` (an argmax would quietly return id 0). A step reads one
+thing back from the device, its ids; the compiled path, which keeps every row, runs one step ahead of that read
+(``_decode_ahead``), so that the host's bookkeeping and the device's step overlap on a GPU.
 
 **Stopping** per sequence (see :mod:`attnkit.generation.stopping`): at an ``eos_token_id`` (not included
 in the output), after the token that completes a stop string (included), or after ``max_new_tokens``.
 Finished rows leave the batch (``cache.reorder`` keeps the others), so they cost nothing afterwards.
 
 **Sampling** with ``seed`` uses its own ``torch.Generator``: the same seed gives the same tokens, whatever
-the global RNG state, and the global RNG is not consumed. ``seed=None`` draws from the global RNG.
+the global RNG state, and the global RNG is not consumed. ``seed=None`` draws from the global RNG (compiled
+decoding whose rows all stop early draws once more: its step ahead).
 """
 
 from __future__ import annotations
@@ -404,27 +407,56 @@ def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], need
     limit = torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT) if cfg.compile else contextlib.nullcontext()
     with eval_mode(model), limit:
         path = _decoding_path(model, cfg, len(rows), needed)
+        if path.keeps_batch:
+            return _decode_ahead(path, tokens, pad, cfg, generator, stopper, streamer)
         while True:
             next_ids = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator)  # (b,)
-            finished = stopper.done
-            picked = next_ids.tolist()  # the one wait for the device a step
-            if min(picked) < 0:
-                rows = [active[i] for i, tok in enumerate(picked) if tok < 0]
-                raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {rows}): its weights "
-                                         f"or inputs are not finite")
-            for i, tok in enumerate(picked):
-                if finished[active[i]]:
-                    continue  # (compiled: finished rows stay in the batch, their tokens are ignored)
-                if stopper.add(active[i], tok) and streamer is not None:
-                    streamer.put([tok])
+            _book(next_ids, active, stopper, streamer)
             if stopper.all_done:
                 return
             tokens = torch.cat([tokens, next_ids[:, None]], dim=1)  # (b, L + 1)
             pad = torch.cat([pad, pad.new_zeros(pad.shape[0], 1)], dim=1)  # (b, L + 1): new tokens are real
             done = stopper.done
             keep = [i for i, row in enumerate(active) if not done[row]]
-            if len(keep) < len(active) and not path.keeps_batch:
+            if len(keep) < len(active):
                 index = torch.tensor(keep, dtype=torch.long, device=device)
                 tokens, pad = tokens[index], pad[index]  # (b', L + 1)
                 path.reorder(index)
                 active = [active[i] for i in keep]
+
+
+def _book(next_ids: torch.Tensor, active: list[int], stopper: StoppingCriteria, streamer) -> None:
+    """Read a step's ids (the one wait for the device a step), raise on NaN logits (-1, see :func:`_pick`), record
+    each unfinished row's token, stream it. Shape: next_ids ``(b,)``."""
+    finished = stopper.done
+    picked = next_ids.tolist()
+    if min(picked) < 0:
+        bad = [active[i] for i, tok in enumerate(picked) if tok < 0]
+        raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {bad}): its weights or inputs "
+                                 f"are not finite")
+    for i, tok in enumerate(picked):
+        if finished[active[i]]:
+            continue  # (compiled: finished rows stay in the batch, their tokens are ignored)
+        if stopper.add(active[i], tok) and streamer is not None:
+            streamer.put([tok])
+
+
+def _decode_ahead(path, tokens: torch.Tensor, pad: torch.Tensor, cfg: GenerationConfig, generator, stopper,
+                  streamer) -> None:
+    """The loop of a path that keeps every row (compiled decoding), one step ahead: step ``n + 1`` is handed to
+    the device before step ``n``'s ids are read, so that on a GPU the host books (and streams, and checks for a
+    stop) while the device computes, instead of each waiting for the other. The tokens are the same; when the
+    rows stop before ``max_new_tokens`` one step is computed and thrown away. Shape: tokens, pad ``(B, L)``."""
+    active = list(range(tokens.shape[0]))
+    next_ids = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator)  # (B,)
+    for step in range(1, cfg.max_new_tokens + 1):
+        ahead = None
+        if step < cfg.max_new_tokens:  # (after max_new_tokens every row is done: nothing to compute ahead)
+            # -1 (NaN logits) is raised on when read; meanwhile a valid id keeps the next step's lookup in range
+            tokens = torch.cat([tokens, next_ids.clamp(min=0)[:, None]], dim=1)  # (B, L + 1)
+            pad = torch.cat([pad, pad.new_zeros(pad.shape[0], 1)], dim=1)  # (B, L + 1): new tokens are real
+            ahead = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator)  # (B,)
+        _book(next_ids, active, stopper, streamer)
+        if stopper.all_done or ahead is None:
+            return
+        next_ids = ahead

@@ -134,3 +134,39 @@ def test_a_compiled_step_reads_one_thing_back_from_the_device(make_gpt, monkeypa
     short, long = per_run
     assert long["tolist"] - short["tolist"] == 6  # one read of the ids a step
     assert long["__bool__"] == short["__bool__"] and long["item"] == short["item"]  # nothing else a step
+
+
+def test_compiled_decoding_runs_one_step_ahead_of_its_reads(make_gpt, prompts, monkeypatch):
+    """The compiled loop hands step n + 1 to the device before it reads step n's ids: the same tokens and stream,
+    one step thrown away when every row stops early (none at max_new_tokens), and NaN logits still raise as such
+    (the step ahead is fed a valid id, not the -1 that marks them)."""
+    gen = importlib.import_module("attnkit.generation.generate")
+    model = make_gpt("gpt2", seed=1)
+    calls = []
+    monkeypatch.setattr(gen, "compiled_step", lambda *a: calls.append(1) or compiled_step(*a))
+    assert generate(model, [[1, 2, 3]], max_new_tokens=8, compile=True) == generate(model, [[1, 2, 3]],
+                                                                                    max_new_tokens=8)
+    assert len(calls) == 7  # tokens 2..8 after the prefill: nothing ahead of the last
+    full = generate(model, [[1, 2, 3]], max_new_tokens=12)[0]
+    k = next(i for i in range(2, 11) if full[i] not in full[:i])
+    eos = full[k]  # ends the row at its token k + 1 (EOS itself is not returned)
+    calls.clear()
+
+    class Recorder:
+        def __init__(self):
+            self.ids, self.ended = [], False
+
+        def put(self, ids):
+            self.ids += ids
+
+        def end(self):
+            self.ended = True
+    streamed = Recorder()
+    out = generate(model, [[1, 2, 3]], max_new_tokens=12, eos_token_id=eos, compile=True, streamer=streamed)[0]
+    assert out == generate(model, [[1, 2, 3]], max_new_tokens=12, eos_token_id=eos)[0] and len(out) < 12
+    assert streamed.ids[:len(out)] == out and streamed.ended
+    assert len(out) == k and len(calls) == k + 1  # the steps of tokens 2..k + 1, and one ahead that nothing reads
+    with torch.no_grad():
+        model.wte.weight[5] = float("nan")
+    with pytest.raises(FloatingPointError, match="logits hold NaN"):
+        generate(model, [[1, 2], [3, 5]], max_new_tokens=4, compile=True)
