@@ -791,7 +791,9 @@ def profile_way(args: argparse.Namespace) -> dict:
 
     what, side = args.way.split(":")
     device = torch.device(args.device)
-    warmup = 6 if not args.smoke else 2
+    # mt: enough warm-up updates for its few fixed batch shapes to have come by (a new shape costs the host far more
+    # than a step; the call of 2026-11-29 recorded updates 7-9 and saw mostly that)
+    warmup = 2 if args.smoke else 40 if what == "mt" else 6
     rec = _Recorder(device, warmup)
     if what == "lm" and side == "nanogpt":
         nanogpt_bench(args, steps=warmup + PROFILE_STEPS, after_step=rec.step)
@@ -822,8 +824,13 @@ def profile_way(args: argparse.Namespace) -> dict:
             cfg = TrainConfig(steps=warmup + PROFILE_STEPS + 1, batch_size=1, lr=1e-3, warmup_steps=2,
                               eval_every=10 ** 6, eval_batches=1, log_every=10 ** 6, ckpt_every=10 ** 6, seed=0,
                               device=args.device, autocast=None if args.smoke else "bf16")
-            Trainer(model, task, cfg, args.work / f"profile-mt-{side}", model_config={"kind": side}, progress=False,
-                    log=False).fit()
+            try:
+                Trainer(model, task, cfg, args.work / f"profile-mt-{side}", model_config={"kind": side},
+                        progress=False, log=False).fit()
+            except FloatingPointError as err:  # read at the end: the steps recorded before it still tell their time
+                if rec.result is None:
+                    raise
+                rec.result["note"] = f"the run stopped after the recording: {err}"
     finally:
         T.Trainer._train_step = original
     return rec.result
@@ -1037,7 +1044,8 @@ def table(results: dict) -> list[str]:
                 continue
             busy = "" if r.get("device_busy") is None else \
                 f", GPU {r['device_ms_per_step']:.1f} ms ({r['device_busy']:.0%})"
-            top = "; ".join(f"{k['name'][:60]} {k['share']:.0%}" for k in r["top"][:3])
+            top = "; ".join(f"{k['name'][:60]} {k['share']:.0%}" for k in r["top"][:3]) + (
+                f" ({r['note']})" if "note" in r else "")
             rows.append(f"| profile {way}: a step {r['wall_ms_per_step']:.1f} ms{busy} | {top} | | | |")
     if "memory" in p and "error" not in p["memory"]:
         ways = p["memory"]["ways"]
