@@ -35,7 +35,8 @@ one that fails or runs out of time leaves the others' figures):
   within them.
 * ``profile``: ``torch.profiler`` over 3 steps after the warm-up ones, each side of the targets missed
   (:data:`PROFILE_WAYS`: GPT-2 small compiled, attnkit's Trainer and nanoGPT's loop; transformer-base eager,
-  attnkit and torch.nn): the step's wall and GPU time and the kernels that take most of it.
+  attnkit and torch.nn; and over one decoding call at batch 1, attnkit and HF, a step being a token): the step's
+  wall and GPU time and the kernels (on the CPU: the operators) that take most of it.
 * ``memory``: peak memory of one LM training step (GPT-2 vocabulary, a small model) four ways: eager; the model
   compiled and the loss outside it; the model and the task's loss compiled together (what ``train lm
   --compile`` does); a chunked cross-entropy (eager, the logits of 256 rows at a time, recomputed in the
@@ -87,7 +88,7 @@ _RESULT = "RESULT "  # the line a child prints its JSON result on
 # seconds each piece may take on a GPU, compilations and process starts included ("char": per run, on top of its
 # --minutes; "moonshot": per candidate, on top of its budget); the call as a whole stops starting pieces at --budget
 # (default 8 minutes of device time); profile and memory (compilations) are left out of the default list on a GPU
-LIMITS = {"lm": 180, "char": 40, "moonshot": 25, "mt": 160, "generate": 320, "profile": 240, "memory": 100}
+LIMITS = {"lm": 180, "char": 40, "moonshot": 25, "mt": 160, "generate": 320, "profile": 330, "memory": 100}
 DEFAULT_GPU = ("lm", "char", "moonshot", "mt", "generate")
 DEFAULT_MINUTES = 1.25  # char: each side's budget (the issue's H100 run reached 1.4638 after 59 s)
 
@@ -525,15 +526,13 @@ def _generate_models(args: argparse.Namespace):
     return model.to(device=args.device, dtype=dtype), hf, s, dtype
 
 
-def generate_way(args: argparse.Namespace) -> dict:
-    """One side at one batch size (``--way SIDE:B``, SIDE attnkit or hf): the first call (compilation), then
-    tokens/s, the median of 3 timed calls after a warm-up call, and row 0's first tokens."""
+def _decoder(args: argparse.Namespace, side: str, B: int):
+    """``(a call that decodes s["new"] tokens greedily for B seeded prompts, s["new"])``: attnkit's ``generate(compile=
+    True)`` or HF's static-cache ``generate``; returns the new ids ``(B, new)``."""
     import torch
 
     from attnkit.generation.generate import generate
 
-    side, B = args.way.split(":")
-    B = int(B)
     model, hf, s, _ = _generate_models(args)
     device = torch.device(args.device)
     prompts = torch.randint(0, s["vocab_size"], (B, s["prompt"]), generator=torch.Generator().manual_seed(B))
@@ -547,7 +546,18 @@ def generate_way(args: argparse.Namespace) -> dict:
             return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s["new"],
                                min_new_tokens=s["new"], do_sample=False, pad_token_id=0)[:, s["prompt"]:]
 
-    fn = ours if side == "attnkit" else theirs
+    return (ours if side == "attnkit" else theirs), s["new"]
+
+
+def generate_way(args: argparse.Namespace) -> dict:
+    """One side at one batch size (``--way SIDE:B``, SIDE attnkit or hf): the first call (compilation), then
+    tokens/s, the median of 3 timed calls after a warm-up call, and row 0's first tokens."""
+    import torch
+
+    side, B = args.way.split(":")
+    B = int(B)
+    device = torch.device(args.device)
+    fn, new = _decoder(args, side, B)
     t0 = time.perf_counter()
     first = fn()  # compiles (HF's reduce-overhead records its CUDA graphs over the first calls)
     _sync(device)
@@ -561,7 +571,7 @@ def generate_way(args: argparse.Namespace) -> dict:
         _sync(device)
         times.append(time.perf_counter() - t0)
     first = first.tolist() if torch.is_tensor(first) else first
-    return dict(row, tokens_per_s=B * s["new"] / statistics.median(times),
+    return dict(row, tokens_per_s=B * new / statistics.median(times),
                 first_tokens=[int(t) for t in first[0][:8]])  # row 0's first tokens (bf16: may differ)
 
 
@@ -732,7 +742,7 @@ def piece_mt(args: argparse.Namespace) -> dict:
 # ---------------------------------------------------------------------------------------------------------------------
 # profile: where the time of a step goes, each side of the targets missed
 # ---------------------------------------------------------------------------------------------------------------------
-PROFILE_WAYS = ("lm:attnkit", "lm:nanogpt", "mt:attnkit", "mt:torch_nn")
+PROFILE_WAYS = ("lm:attnkit", "lm:nanogpt", "mt:attnkit", "mt:torch_nn", "generate:attnkit", "generate:hf")
 PROFILE_STEPS = 3  # steps recorded, after the warm-up ones
 
 
@@ -798,6 +808,20 @@ def profile_way(args: argparse.Namespace) -> dict:
     if what == "lm" and side == "nanogpt":
         nanogpt_bench(args, steps=warmup + PROFILE_STEPS, after_step=rec.step)
         return rec.result
+    if what == "generate":  # one call of greedy decoding at batch 1 after the compiling one; a step = a token
+        from torch.profiler import ProfilerActivity, profile
+
+        fn, new = _decoder(args, side, 1)
+        fn()
+        fn()
+        _sync(device)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            wall = time.perf_counter() - t0
+        return profile_summary(prof, new, wall)
     original = T.Trainer._train_step
 
     def recorded(self, train_model):

@@ -330,8 +330,10 @@ def test_gpu_smoke_runs_every_piece_on_the_cpu(tmp_path):
     assert list(pieces["char"]["ways"]) == ["eager"] and pieces["moonshot"]["way"] == "eager"
     assert list(pieces["moonshot"]["runs"]) == [GPU.MOONSHOT[0][0]]  # the recipe (--explore: every candidate)
     assert all(r["best_valid"] > 0 and "error" not in r for r in pieces["moonshot"]["runs"].values())
-    for way, prof in pieces["profile"]["ways"].items():
-        assert prof["steps"] == GPU.PROFILE_STEPS and prof["wall_ms_per_step"] > 0 and prof["top"], way
+    for way, prof in pieces["profile"]["ways"].items():  # steps of training, or tokens of a decoding call
+        steps = GPU.SMOKE["generate"]["new"] if way.startswith("generate") else GPU.PROFILE_STEPS
+        assert prof["steps"] == steps and prof["wall_ms_per_step"] > 0 and prof["top"], way
+    assert {"generate:attnkit", "generate:hf", "mt:attnkit", "lm:attnkit"} <= set(pieces["profile"]["ways"])
     for B in ("1", "2"):
         row = pieces["generate"]["batches"][B]
         assert row["attnkit_tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
