@@ -53,17 +53,6 @@ class TrainLMOptions(TrainOptions):
     schedule_steps: int | None = None
     recipe: str | None = None
 
-    def _check(self) -> None:
-        super()._check()
-        from attnkit.recipes import LM_RECIPES
-
-        if self.recipe is not None and self.recipe not in LM_RECIPES:
-            raise ValueError(f"TrainLMOptions.recipe must be one of {', '.join(sorted(LM_RECIPES))}, "
-                             f"got {self.recipe!r}")
-        if self.recipe is not None and self.resume:
-            raise ValueError("TrainLMOptions.recipe starts a run; resume=True continues one with the settings it "
-                             "was started with")
-
     def with_recipe(self) -> "TrainLMOptions":
         """These options with the values of :attr:`recipe` (:data:`attnkit.recipes.LM_RECIPES`) in every field
         left unset; the recipe's model overrides under those given. Without a recipe, the options themselves."""
@@ -74,6 +63,17 @@ class TrainLMOptions(TrainOptions):
         recipe = LM_RECIPES[self.recipe]
         changes = {k: v for k, v in recipe.items() if k != "overrides" and getattr(self, k) is None}
         return self.replace(**changes, overrides={**recipe.get("overrides", {}), **self.overrides})
+
+    def _check(self) -> None:
+        super()._check()
+        from attnkit.recipes import LM_RECIPES
+
+        if self.recipe is not None and self.recipe not in LM_RECIPES:
+            raise ValueError(f"TrainLMOptions.recipe must be one of {', '.join(sorted(LM_RECIPES))}, "
+                             f"got {self.recipe!r}")
+        if self.recipe is not None and self.resume:
+            raise ValueError("TrainLMOptions.recipe starts a run; resume=True continues one with the settings it "
+                             "was started with")
 
 
 def describe_batch(cfg: Any) -> str:
