@@ -505,11 +505,11 @@ def copy_bandwidth(device) -> float | None:
     return 2 * 5 * src.numel() / (time.perf_counter() - t0)
 
 
-def _generate_models(args: argparse.Namespace):
-    """``(attnkit GPT-2 small, the same weights as an HF GPT2LMHeadModel, sizes, dtype)`` on the device."""
+def _generate_model(args: argparse.Namespace, side: str = "attnkit"):
+    """``(model, sizes, dtype)``: GPT-2 small (random weights, seeded) on the device, attnkit's or, for ``side`` hf,
+    the same weights as an HF GPT2LMHeadModel set to decode with its static cache."""
     import torch
 
-    from attnkit.interop.hf import to_hf
     from attnkit.models.builders import build_gpt
     from attnkit.models.presets import get_preset
 
@@ -519,11 +519,15 @@ def _generate_models(args: argparse.Namespace):
     config = get_preset("gpt2", n_layer=s["n_layer"], n_head=s["n_head"], n_embd=s["n_embd"],
                         vocab_size=s["vocab_size"])
     model = build_gpt(config).eval()
-    hf = to_hf(model).to(device=args.device, dtype=dtype).eval()
-    # With a static cache on a GPU, HF's generate compiles the forward itself (its CompileConfig: reduce-overhead,
-    # CUDA graphs); compiling hf.forward here as well nested the two and crashed on an overwritten CUDA-graph output.
-    hf.generation_config.cache_implementation = "static"
-    return model.to(device=args.device, dtype=dtype), hf, s, dtype
+    if side == "hf":
+        from attnkit.interop.hf import to_hf
+
+        model = to_hf(model)
+        # With a static cache on a GPU, HF's generate compiles the forward itself (its CompileConfig:
+        # reduce-overhead, CUDA graphs); compiling hf.forward here as well nested the two and crashed on an
+        # overwritten CUDA-graph output.
+        model.generation_config.cache_implementation = "static"
+    return model.to(device=args.device, dtype=dtype).eval(), s, dtype
 
 
 def _decoder(args: argparse.Namespace, side: str, B: int):
@@ -533,7 +537,7 @@ def _decoder(args: argparse.Namespace, side: str, B: int):
 
     from attnkit.generation.generate import generate
 
-    model, hf, s, _ = _generate_models(args)
+    model, s, _ = _generate_model(args, side)
     device = torch.device(args.device)
     prompts = torch.randint(0, s["vocab_size"], (B, s["prompt"]), generator=torch.Generator().manual_seed(B))
 
@@ -543,7 +547,7 @@ def _decoder(args: argparse.Namespace, side: str, B: int):
     def theirs():
         ids = prompts.to(device)
         with torch.no_grad():
-            return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s["new"],
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s["new"],
                                min_new_tokens=s["new"], do_sample=False, pad_token_id=0)[:, s["prompt"]:]
 
     return (ours if side == "attnkit" else theirs), s["new"]
@@ -580,7 +584,7 @@ def piece_generate(args: argparse.Namespace) -> dict:
     leaves the others' figures); the copy bandwidth and the bound in this one."""
     import torch
 
-    model, _, s, dtype = _generate_models(args)
+    model, s, dtype = _generate_model(args)
     device = torch.device(args.device)
     weights = sum(t.numel() * t.element_size() for t in {id(p): p for p in model.parameters()}.values())
     del model
@@ -623,31 +627,24 @@ def _synthetic_pairs(n: int, vocab: int, seed: int):
     return EncodedPairs(src, tgt, pad_id=0, bos_id=1, eos_id=2)
 
 
-class _TorchTranslator:
-    """Made on first use (it needs torch): the torch.nn peer with the call MTTask makes (padding masks passed)."""
+def _torch_translator(sizes):
+    """The torch.nn peer with the call MTTask makes (the padding masks passed, as attnkit gets them)."""
+    from torch import nn
 
-    cls = None
+    from benchmarks.bench_seq2seq import TorchSeq2Seq
 
-    @classmethod
-    def make(cls, sizes):
-        if cls.cls is None:
-            from torch import nn
+    class TorchTranslator(TorchSeq2Seq):
+        def forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None):
+            S, T = src.shape[1], tgt_in.shape[1]
+            x = self.drop(self.src_tok(src) * self.scale + self.pe[:S])  # (B, S, C)
+            y = self.drop(self.tgt_tok(tgt_in) * self.scale + self.pe[:T])  # (B, T, C)
+            causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
+            h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_key_padding_mask,
+                          tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=src_key_padding_mask,
+                          tgt_is_causal=True)  # (B, T, C)
+            return self.head(h)  # (B, T, V)
 
-            from benchmarks.bench_seq2seq import TorchSeq2Seq
-
-            class TorchTranslator(TorchSeq2Seq):
-                def forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None):
-                    S, T = src.shape[1], tgt_in.shape[1]
-                    x = self.drop(self.src_tok(src) * self.scale + self.pe[:S])  # (B, S, C)
-                    y = self.drop(self.tgt_tok(tgt_in) * self.scale + self.pe[:T])  # (B, T, C)
-                    causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
-                    h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_key_padding_mask,
-                                  tgt_key_padding_mask=tgt_key_padding_mask,
-                                  memory_key_padding_mask=src_key_padding_mask, tgt_is_causal=True)  # (B, T, C)
-                    return self.head(h)  # (B, T, V)
-
-            cls.cls = TorchTranslator
-        return cls.cls(sizes)
+    return TorchTranslator(sizes)
 
 
 def _mt_setup(args: argparse.Namespace, side: str, fixed: bool):
@@ -666,7 +663,7 @@ def _mt_setup(args: argparse.Namespace, side: str, fixed: bool):
     train = _synthetic_pairs(20000 if not args.smoke else 200, s["vocab_size"], 0)
     valid = _synthetic_pairs(64, s["vocab_size"], 1)
     torch.manual_seed(0)
-    model = attnkit_transformer(sizes) if side == "attnkit" else _TorchTranslator.make(sizes)
+    model = attnkit_transformer(sizes) if side == "attnkit" else _torch_translator(sizes)
     task = MTTask(train, valid, max_tokens=s["max_tokens"], seed=0, label_smoothing=0.1,
                   shape_multiple=GRAPH_SHAPE_MULTIPLE if fixed else 1)
     return model, task, s
