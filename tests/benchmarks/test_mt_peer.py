@@ -74,6 +74,7 @@ def test_comparison_on_a_tiny_run(tmp_path, capsys, mode):
     data = _prepared(tmp_path / "d")
     results = tmp_path / "results"
     results.mkdir()
+    cpus = len(os.sched_getaffinity(0))
     assert mt_peer.main(["--data", str(data), "--train", str(data / "train.tsv"), "--smoke-steps", "4",
                          "--peer-size", "recipe", "--out", str(tmp_path / "work"), "--results", str(results),
                          *mode]) == 0
@@ -85,6 +86,7 @@ def test_comparison_on_a_tiny_run(tmp_path, capsys, mode):
     for side in (record["attnkit"]["test"]["test"], record["peer"]["test"]["test"]):
         assert side["sentences"] == 20 and 0.0 <= side["bleu"] <= 100.0 and 0.0 <= side["chrf"] <= 100.0
     assert len(record["samples"]) == 10 and set(record["samples"][0]) == {"source", "reference", "attnkit", "peer"}
+    assert len(os.sched_getaffinity(0)) == cpus  # side by side pinned this process to one CPU, then let it go
     assert (results / f"{stem}_loss.png").stat().st_size > 0
     md = (results / f"{stem}.md").read_text()
     assert "| test |" in md and "torch.nn.Transformer peer (recipe)" in md and f"]({stem}_loss.png)" in md
@@ -102,3 +104,43 @@ def test_peer_starts_near_the_uniform_loss():
     labels = torch.randint(4, V, (4, 12))  # not tgt itself: with tied tables the residual favours the input token
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
     assert float(loss) < 2 * math.log(V)  # N(0, 1) tables gave ~480 here
+
+
+def test_the_peer_alone_under_bf16_autocast(tmp_path, capsys):
+    """``--peer-only`` (the GPU row: attnkit's run is recorded apart) trains and scores the peer alone, with the
+    sizes and autocast given; the record and its Markdown name no attnkit figures."""
+    data = _prepared(tmp_path / "d")
+    results = tmp_path / "results"
+    results.mkdir()
+    assert mt_peer.main(["--data", str(data), "--train", str(data / "train.tsv"), "--smoke-steps", "3",
+                         "--peer-size", "recipe", "--peer-only", "--autocast", "bf16", "--vocab-size", "300",
+                         "--max-tokens", "128", "--out", str(tmp_path / "work"), "--results", str(results),
+                         "--name", "alone"]) == 0
+    record = json.loads((results / "alone.json").read_text())
+    assert record["attnkit"] is None and record["autocast"] == "bf16" and record["device"] == "cpu"
+    assert record["peer"]["train"]["steps"] == 3 and record["peer"]["vocab_size"] <= 300
+    assert record["peer"]["test"]["test"]["sentences"] == 20
+    assert set(record["samples"][0]) == {"source", "reference", "peer"}
+    assert not (tmp_path / "work" / "attnkit").exists()  # attnkit did not train
+    md = (results / "alone.md").read_text()
+    assert "| test set (greedy) | torch.nn peer BLEU / chrF |" in md and "attnkit BLEU" not in md
+    assert "| source (de) | reference (en) | peer |" in md
+
+
+def test_the_base_peer_is_transformer_base_sized():
+    m = mt_peer.PeerTranslator(8000, max_len=32, **mt_peer.PEER_SIZES["base"])
+    layer = m.transformer.encoder.layers[0]
+    assert (len(m.transformer.encoder.layers), len(m.transformer.decoder.layers)) == (6, 6)
+    assert (layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features) == (512, 8, 2048)
+    assert mt_peer.PEER_OPTIM["base"] == {"lr": 1e-3, "schedule": "cosine", "warmup": 500}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--side-by-side", "--peer-only"], "--side-by-side pins each run to a CPU"),
+    (["--upsample-dictionary", "0"], "--upsample-dictionary must be >= 1, got 0"),
+])
+def test_bad_flag_combinations_are_refused(tmp_path, flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        mt_peer.main(["--out", str(tmp_path / "w"), *flags])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # refused before anything was written
