@@ -5,6 +5,8 @@
         --threads 2 --name mt_bt60                     # the same synthetic pairs, a longer forward run
     .venv/bin/python benchmarks/mt_backtranslation.py --budget total --minutes 15 --threads 2 --name mt_bt15_total
     .venv/bin/python benchmarks/mt_backtranslation.py --smoke 40 --reverse-minutes 0.2 --minutes 0.2 --out /tmp/bt
+    python benchmarks/mt_backtranslation.py --budget total --minutes 7 --reverse-share 0.3 --beam 4 --device cuda \
+        --autocast bf16 --threads 8 --eval-batch-size 200 --train-args "..." --reverse-args "..."   # one GPU call
 
 Steps, each one an ordinary ``attnkit`` command (printed, and recorded in ``<name>.json``):
 
@@ -25,6 +27,10 @@ The budget (``--budget``):
   cost (the reverse run's ``--reverse-minutes`` and the translation's wall time) is stated separately in the record;
 * ``total``: everything within ``--minutes``: the reverse run gets ``--reverse-share`` of it (default 0.25), the
   translation what it takes (measured), the forward run the rest.
+
+On a GPU (``--device cuda``, ``--autocast bf16``, ``--eval-batch-size``), every command runs there: the reverse and
+forward runs take their own flags (``--reverse-args``, ``--train-args``: the GPU run's preset, optimizer and
+batches), and the translation of the monolingual English uses 512 sentences a batch.
 
 The comparisons of issue #44 part 4 run on the same machine one after the other (each uses both cores): attnkit
 without back-translation, ``benchmarks/mt_de_en.py --minutes M --threads 2``, and the torch.nn peer,
@@ -87,11 +93,21 @@ def main() -> int:
     p.add_argument("--beam", type=int, default=1, help="beam of the back-translation (1 = greedy)")
     p.add_argument("--threads", type=int, default=2, help="torch / OpenMP threads of every command")
     p.add_argument("--train-args", default="", metavar="FLAGS", help="extra flags of the forward `train mt`")
+    p.add_argument("--reverse-args", default="", metavar="FLAGS", help="extra flags of the reverse `train mt`")
+    p.add_argument("--device", default=None, help="--device of every command, e.g. cuda (default: theirs, auto)")
+    p.add_argument("--autocast", choices=("bf16",), default=None,
+                   help="--autocast of the two training runs and the translation (off by default)")
+    p.add_argument("--eval-batch-size", type=int, default=None, metavar="N",
+                   help="sentences per decoding batch of `attnkit eval mt` (default: its own)")
     p.add_argument("--out", type=Path, default=None, help="folder of the runs (default runs/bench-mt-bt-<time>)")
     p.add_argument("--name", default="mt_backtranslation", help="file name stem of the records")
     p.add_argument("--smoke", type=int, default=None, metavar="N",
                    help="translate only the first N English sentences and score N test sentences (not a figure)")
     args = p.parse_args()
+    if args.eval_batch_size is not None and args.eval_batch_size < 1:
+        p.error(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
+    device = ["--device", args.device] if args.device else []
+    autocast = ["--autocast", args.autocast] if args.autocast else []
     out = args.out or ROOT / "runs" / f"bench-mt-bt-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
@@ -108,14 +124,16 @@ def main() -> int:
     synthetic = args.synthetic
     if synthetic is None:
         commands["reverse"] = ["train", "mt", "--data", "de-en", "--reverse", "--out", str(reverse), *REVERSE_FLAGS,
-                               "--max-time", f"{reverse_minutes:g}"]
+                               "--max-time", f"{reverse_minutes:g}", *device, *autocast, *args.reverse_args.split()]
         start = time.time()
         run(commands["reverse"])
         cost["reverse_seconds"] = time.time() - start
         source = mono if args.smoke is None else _head(mono, out / "mono_head.txt", args.smoke)
         synthetic = out / "synthetic.tsv"
+        batch = "256" if (args.device or "cpu") == "cpu" else "512"
         commands["translate"] = ["translate", "--ckpt", str(reverse), "--input", str(source), "--output",
-                                 str(synthetic), "--beam", str(args.beam), "--batch-size", "256", "--no-progress"]
+                                 str(synthetic), "--beam", str(args.beam), "--batch-size", batch, "--no-progress",
+                                 *device, *autocast]
         start = time.time()
         run(commands["translate"])
         cost["translate_seconds"] = time.time() - start
@@ -130,12 +148,13 @@ def main() -> int:
     flags = FORWARD_FLAGS if args.smoke is None else ["--no-progress"]  # a smoke run holds one checkpoint
     commands["forward"] = ["train", "mt", "--data", "de-en", "--synthetic", str(synthetic), "--synthetic-ratio",
                            f"{args.synthetic_ratio:g}", "--out", str(forward), *flags, "--max-time",
-                           f"{forward_minutes:g}", *args.train_args.split()]
+                           f"{forward_minutes:g}", *device, *autocast, *args.train_args.split()]
     start = time.time()
     run(commands["forward"])
     cost["forward_seconds"] = time.time() - start
 
     eval_flags = [] if args.smoke is None else ["--max-sentences", str(args.smoke)]
+    eval_flags += device + ([] if args.eval_batch_size is None else ["--batch-size", str(args.eval_batch_size)])
     tests = {"test": ["--data", "de-en", "--split", "test"],
              "test-docs": ["--data", str(prepared / "test-docs.tsv")]}
     scored = choose_and_score(forward, valid=["--data", "de-en", "--split", "valid"], tests=tests, grid=QUICK_GRID,
@@ -143,7 +162,7 @@ def main() -> int:
     loads = sampler.stop()
     rev_summary = _summary(reverse) if (reverse / "summary.json").is_file() else None
     fwd_summary = _summary(forward)
-    record = {"machine": machine_description(None), "threads": args.threads, "budget": args.budget,
+    record = {"machine": machine_description(args.device), "threads": args.threads, "device": args.device, "budget": args.budget,
               "minutes": args.minutes, "commands": {k: "attnkit " + " ".join(v) for k, v in commands.items()},
               "eval_commands": {k: "attnkit " + " ".join(v) for k, v in scored["commands"].items()},
               "cost_seconds": cost, "translation": translation, "reverse_summary": rev_summary,
