@@ -112,12 +112,13 @@ def test_the_peer_alone_under_bf16_autocast(tmp_path, capsys):
     data = _prepared(tmp_path / "d")
     results = tmp_path / "results"
     results.mkdir()
-    assert mt_peer.main(["--data", str(data), "--train", str(data / "train.tsv"), "--smoke-steps", "3",
+    assert mt_peer.main(["--data", str(data), "--upsample-dictionary", "1", "--smoke-steps", "3",
                          "--peer-size", "recipe", "--peer-only", "--autocast", "bf16", "--vocab-size", "300",
                          "--max-tokens", "128", "--out", str(tmp_path / "work"), "--results", str(results),
                          "--name", "alone"]) == 0
     record = json.loads((results / "alone.json").read_text())
     assert record["attnkit"] is None and record["autocast"] == "bf16" and record["device"] == "cpu"
+    assert record["train_data"] == str(data / "train.tsv")  # --upsample-dictionary 1: the recipe's file as it is
     assert record["peer"]["train"]["steps"] == 3 and record["peer"]["vocab_size"] <= 300
     assert record["peer"]["test"]["test"]["sentences"] == 20
     assert set(record["samples"][0]) == {"source", "reference", "peer"}
