@@ -29,6 +29,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def _dtype(device: str) -> torch.dtype:
+    """The attention inputs' dtype: bf16 on an accelerator (what its fused kernels take), fp32 on the CPU."""
+    return torch.bfloat16 if device != "cpu" else torch.float32
+
+
 def encoder_case(device: str, autocast: bool, *, seed: int = 0) -> dict:
     """A 2-layer pre-norm ``nn.TransformerEncoder`` (512 wide, 8 heads) on a batch whose last row is padding only;
     the loss covers the other rows. Returns which parts are finite."""
@@ -53,7 +58,7 @@ def sdpa_cases(device: str) -> list[dict]:
     batch row may attend nothing, through each backend; what that row gets, or why the backend is unavailable."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    dtype = _dtype(device)
     q = torch.randn(2, 8, 16, 64, device=device, dtype=dtype)  # (B, H, S, D)
     allowed = torch.ones(2, 1, 1, 16, dtype=torch.bool, device=device)
     allowed[1] = False
@@ -76,7 +81,7 @@ def attnkit_case(device: str) -> dict:
     that row's output (zeros by attnkit's rule) and the gradients of q, k and v."""
     from attnkit.modules.attention import scaled_dot_product_attention
 
-    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    dtype = _dtype(device)
     q = torch.randn(2, 8, 16, 64, device=device, dtype=dtype, requires_grad=True)  # (B, H, S, D)
     padding = torch.zeros(2, 16, dtype=torch.bool, device=device)  # (B, S), True = padding
     padding[1] = True

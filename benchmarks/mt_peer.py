@@ -60,6 +60,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.mt_de_en import LoadSampler, machine_description, run_script, upsample_dictionary  # noqa: E402
 from attnkit.recipes import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS  # noqa: E402
+from attnkit.training.device import autocast_context  # noqa: E402
 
 # (d_model, heads, FF, encoder layers, decoder layers, dropout); optimizer settings below.
 PEER_SIZES = {
@@ -135,13 +136,6 @@ def peer_lr(step: int, elapsed_fraction: float, *, lr: float, schedule: str, war
     return lr * 0.5 * (1.0 + math.cos(math.pi * min(max(elapsed_fraction, 0.0), 1.0)))
 
 
-def _autocast(device: torch.device, autocast: str | None):
-    """bf16 autocast on ``device`` when ``autocast`` is "bf16" (as ``train mt --autocast bf16``), else nothing."""
-    import contextlib
-
-    return torch.autocast(device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
-
-
 def train_peer(model: PeerTranslator, batcher: Any, *, minutes: float | None = None, steps: int | None = None,
                lr: float, schedule: str, warmup: int, label_smoothing: float = 0.1,
                log_every: int = 20, autocast: str | None = None) -> dict[str, Any]:
@@ -164,7 +158,7 @@ def train_peer(model: PeerTranslator, batcher: Any, *, minutes: float | None = N
             g["lr"] = peer_lr(step, elapsed / budget if budget else step / steps, lr=lr, schedule=schedule,
                               warmup=warmup)
         b = batcher.batch(step).to(device)
-        with _autocast(device, autocast):
+        with autocast_context(autocast, device):
             logits = model(b.src, b.tgt_in, b.src_key_padding_mask, b.tgt_key_padding_mask)  # (B, T, V)
         loss = loss_fn(logits.float().reshape(-1, logits.shape[-1]), b.labels.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -207,10 +201,10 @@ def peer_greedy(model: PeerTranslator, tokenizer: Any, sources: Sequence[Sequenc
         limit = min(int(max_len_a * S + max_len_b), max_len - 1)
         ys = torch.full((len(chunk), 1), tokenizer.bos_id, dtype=torch.long, device=device)  # (B, 1)
         done = torch.zeros(len(chunk), dtype=torch.bool, device=device)
-        with _autocast(device, autocast):
+        with autocast_context(autocast, device):
             memory = model.encode(src, src_pad)
         for _ in range(limit):
-            with _autocast(device, autocast):
+            with autocast_context(autocast, device):
                 nxt = model.decode(ys, memory, src_pad)[:, -1].argmax(-1)  # (B,)
             nxt = nxt.masked_fill(done, tokenizer.pad_id)
             ys = torch.cat([ys, nxt[:, None]], dim=1)
