@@ -145,7 +145,8 @@ class TrainOptions(DeviceOptions):
 
     Attributes:
         out: the run folder (None: ``runs/<kind>-<data>-<preset>-<time>``); an existing run is never overwritten,
-            ``resume=True`` continues it exactly where it stopped (then only ``steps`` and ``max_time`` may change).
+            ``resume=True`` continues it exactly where it stopped (then only ``steps``, ``max_time``, ``device``
+            and ``stop_at_loss`` may change).
         preset: the model preset (``attnkit params --list``); ``overrides``: model config fields to change,
             e.g. ``{"n_layer": 6, "dropout": 0.2}`` (``--set``).
         steps, max_time: length of the run in updates and in minutes (whichever comes first).

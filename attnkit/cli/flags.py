@@ -88,9 +88,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<data>-<preset>-<time>); "
                    "an existing run is never overwritten: pass --resume to continue it")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
-    p.add_argument("--preset", default=None, help="model preset (see `attnkit params --list`)")
+    p.add_argument("--preset", default=None, help="train lm / train mt: model preset (see `attnkit params --list`)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a model config field, e.g. --set n_layer=6 --set dropout=0.2 (repeatable)")
+                   help="override a model config field, e.g. --set dropout=0.2 (repeatable; finetune: dropout only)")
     t = p.add_argument_group("training")
     for flag, field, typ, help_ in TRAIN_FLAGS:
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
