@@ -27,7 +27,7 @@ Both see the same pairs, the same joint BPE (``attnkit.data.pipeline.mt_batching
 deterministic), the same length limit and the same token-budget batches (``TokenBudgetBatcher``, same seed).
 attnkit runs as the user would run it: ``attnkit train mt --data TRAIN --valid VALID --max-time M`` with its
 defaults (its budget includes its own periodic evaluation); the peer trains for the same wall-clock minutes
-(without evaluations). Test decoding is greedy for both.
+(without evaluations). Test decoding is greedy for both, in float32 (after ``--autocast`` training too).
 
 Outputs (``--name``, default ``mt_peer``), in ``--results`` (default ``benchmarks/records/mt/``): ``<name>.json``
 (figures, commands, load average samples, samples), ``<name>.md`` (the run's record, linked from
@@ -247,7 +247,7 @@ def run_peer(train_path: Path, test_sets: dict[str, Path], *, minutes: float | N
         corpus = load_parallel(path)
         n = len(corpus) if max_sentences is None else min(max_sentences, len(corpus))
         src = encode_pairs(tokenizer, corpus.sources[:n], corpus.targets[:n], max_src_len=max_len).src
-        hyps[name] = peer_greedy(model, tokenizer, src, max_len=max_len, autocast=autocast)
+        hyps[name] = peer_greedy(model, tokenizer, src, max_len=max_len)  # float32, as attnkit's `eval mt` decodes
         results[name] = scores(hyps[name], corpus.targets[:n])
     return {"size": size, "config": {**PEER_SIZES[size], **PEER_OPTIM[size]},
             "parameters": sum(p.numel() for p in model.parameters()), "train": fit, "test": results,
@@ -298,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(needs two CPUs; the default runs them one after the other)")
     p.add_argument("--name", default="mt_peer", help="file name stem of the outputs in --results")
     p.add_argument("--device", default="cpu", help="where both train and decode, e.g. cuda (default cpu)")
-    p.add_argument("--autocast", choices=("bf16",), default=None, help="both train and decode under bf16 autocast")
+    p.add_argument("--autocast", choices=("bf16",), default=None,
+                   help="train under bf16 autocast (both sides decode in float32, as `attnkit eval mt` does)")
     p.add_argument("--upsample-dictionary", type=int, default=3, metavar="K",
                    help="the default training data: the de-en train.tsv with the Ding pairs K times (default 3; "
                         "1 = train.tsv as it is)")
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.peer_only:
         attnkit_cmd(train_args, env)
     if not args.peer_only:
-        ours = score_attnkit(run, out, test_sets, train_args, [*where, *limit], env)
+        ours = score_attnkit(run, out, test_sets, train_args, ["--device", args.device, *limit], env)  # float32
 
     # 2. the peer, same data, same minutes (already trained with --side-by-side)
     if peer is None:

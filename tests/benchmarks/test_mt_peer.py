@@ -106,9 +106,18 @@ def test_peer_starts_near_the_uniform_loss():
     assert float(loss) < 2 * math.log(V)  # N(0, 1) tables gave ~480 here
 
 
-def test_the_peer_alone_under_bf16_autocast(tmp_path, capsys):
+def test_the_peer_alone_under_bf16_autocast(tmp_path, capsys, monkeypatch):
     """``--peer-only`` (the GPU row: attnkit's run is recorded apart) trains and scores the peer alone, with the
-    sizes and autocast given; the record and its Markdown name no attnkit figures."""
+    sizes and autocast given, and decodes in float32 as attnkit's ``eval mt`` does; the record and its Markdown
+    name no attnkit figures."""
+    decoding = []
+    greedy = mt_peer.peer_greedy
+
+    def recorded(*args, **kwargs):
+        decoding.append((torch.is_autocast_enabled("cpu"), kwargs.get("autocast")))
+        return greedy(*args, **kwargs)
+
+    monkeypatch.setattr(mt_peer, "peer_greedy", recorded)
     data = _prepared(tmp_path / "d")
     results = tmp_path / "results"
     results.mkdir()
@@ -118,6 +127,7 @@ def test_the_peer_alone_under_bf16_autocast(tmp_path, capsys):
                          "--name", "alone"]) == 0
     record = json.loads((results / "alone.json").read_text())
     assert record["attnkit"] is None and record["autocast"] == "bf16" and record["device"] == "cpu"
+    assert decoding and set(decoding) == {(False, None)}  # every test set decoded outside autocast
     assert record["train_data"] == str(data / "train.tsv")  # --upsample-dictionary 1: the recipe's file as it is
     assert record["peer"]["train"]["steps"] == 3 and record["peer"]["vocab_size"] <= 300
     assert record["peer"]["test"]["test"]["sentences"] == 20
