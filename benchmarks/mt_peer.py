@@ -176,10 +176,9 @@ def train_peer(model: PeerTranslator, batcher: Any, *, minutes: float | None = N
 
 @torch.no_grad()
 def peer_greedy(model: PeerTranslator, tokenizer: Any, sources: Sequence[Sequence[int]], *, batch_size: int = 64,
-                max_len_a: float = 1.2, max_len_b: int = 10, max_len: int = 256,
-                autocast: str | None = None) -> list[str]:
+                max_len_a: float = 1.2, max_len_b: int = 10, max_len: int = 256) -> list[str]:
     """Greedy decoding as the tutorial does it (the decoder re-reads the whole prefix each step), batched, on the
-    device the model is on (with ``autocast`` "bf16": under bf16 autocast).
+    device the model is on, in float32 (as attnkit's ``eval mt`` decodes, also after ``--autocast`` training).
 
     ``sources`` are id lists ending with ``<eos>``; returns the detokenized hypotheses in input order. The
     sources are decoded sorted by length (as attnkit's ``translate_sentences`` does), so that one long sentence
@@ -201,11 +200,9 @@ def peer_greedy(model: PeerTranslator, tokenizer: Any, sources: Sequence[Sequenc
         limit = min(int(max_len_a * S + max_len_b), max_len - 1)
         ys = torch.full((len(chunk), 1), tokenizer.bos_id, dtype=torch.long, device=device)  # (B, 1)
         done = torch.zeros(len(chunk), dtype=torch.bool, device=device)
-        with autocast_context(autocast, device):
-            memory = model.encode(src, src_pad)
+        memory = model.encode(src, src_pad)
         for _ in range(limit):
-            with autocast_context(autocast, device):
-                nxt = model.decode(ys, memory, src_pad)[:, -1].argmax(-1)  # (B,)
+            nxt = model.decode(ys, memory, src_pad)[:, -1].argmax(-1)  # (B,)
             nxt = nxt.masked_fill(done, tokenizer.pad_id)
             ys = torch.cat([ys, nxt[:, None]], dim=1)
             done |= nxt == tokenizer.eos_id
@@ -247,7 +244,7 @@ def run_peer(train_path: Path, test_sets: dict[str, Path], *, minutes: float | N
         corpus = load_parallel(path)
         n = len(corpus) if max_sentences is None else min(max_sentences, len(corpus))
         src = encode_pairs(tokenizer, corpus.sources[:n], corpus.targets[:n], max_src_len=max_len).src
-        hyps[name] = peer_greedy(model, tokenizer, src, max_len=max_len)  # float32, as attnkit's `eval mt` decodes
+        hyps[name] = peer_greedy(model, tokenizer, src, max_len=max_len)
         results[name] = scores(hyps[name], corpus.targets[:n])
     return {"size": size, "config": {**PEER_SIZES[size], **PEER_OPTIM[size]},
             "parameters": sum(p.numel() for p in model.parameters()), "train": fit, "test": results,
