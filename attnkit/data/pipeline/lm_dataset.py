@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -59,24 +61,98 @@ TOKENIZER_KINDS = ("char", "bpe", "gpt2")
 DEFAULT_BPE_VOCAB = 2048
 
 
-def _newline_chunks(text: str, size: int) -> list[str]:
-    """Cut ``text`` into ~``size``-character chunks; each cut is just before a ``"\\n"`` that follows a
-    non-whitespace character.
+# Where a corpus may be cut so that encoding the pieces one by one gives the ids of the whole text: at the start of
+# the whitespace that ends a line (a run holding "\r" or "\n"), after a character of the rule's kind. Whitespace is
+# the tokenizers' regex ``\s`` (Unicode's White_Space): Python's ``isspace`` also counts U+001C..U+001F, which a
+# split regex takes for punctuation.
+CUT_RULES = ("after-non-space", "after-word")
+_WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+_BLANKS = "[" + re.escape(_WHITESPACE.replace("\r", "").replace("\n", "")) + "]*"  # the rest of a line's whitespace
+_LINE_END = {"after-non-space": re.compile("(?<=[^" + re.escape(_WHITESPACE) + "])" + _BLANKS + "[\r\n]"),
+             "after-word": re.compile("(?<=[^\\W_])" + _BLANKS + "[\r\n]")}  # [^\W_]: letters, digits; see _fits
+# Lines with the cut points of both rules (a line ending after punctuation, blanks, CR LF, a digit, a blank line).
+_CUT_PROBES = ("Word.\nNext line", "word\nnext", "word \t\nnext", "End.\r\nNext", "end:\n\n  next", "12\r\n34",
+               "a,\r\n b", "x!\n\ty", "Zeile\u3000\nweiter", "\u00e9t\u00e9 \n\u00bd", "end\r\nword")
 
-    With GPT-2's split regex no pre-token crosses such a point (word, number and punctuation pieces stop at
-    whitespace, and a whitespace run starting there starts there in the whole text too), so encoding the chunks
-    separately gives exactly the ids of encoding the whole text. Special tokens must not contain whitespace.
+
+def _fits(rule: str, ch: str) -> bool:
+    """Whether a cut may follow the character ``ch`` under ``rule``."""
+    if rule == "after-word":
+        return unicodedata.category(ch)[0] in "LN"
+    return ch not in _WHITESPACE
+
+
+def next_cut(text: str, start: int, rule: str) -> int:
+    """The first cut of ``rule`` at or after ``start`` (the start of the whitespace that ends a line, following a
+    non-space character, or for ``"after-word"`` a letter or a digit), or -1."""
+    pattern = _LINE_END[rule]
+    match = pattern.search(text, start)
+    while match is not None and not _fits(rule, text[match.start() - 1]):
+        match = pattern.search(text, match.end())
+    return -1 if match is None else match.start()
+
+
+def last_cut(text: str, rule: str) -> int:
+    """The last cut of ``rule`` in ``text`` (see :func:`next_cut`), or -1."""
+    brk = max(text.rfind("\n"), text.rfind("\r"))
+    while brk > 0:
+        run = brk
+        while run > 0 and text[run - 1] in _WHITESPACE:
+            run -= 1
+        if run > 0 and _fits(rule, text[run - 1]):
+            return run
+        brk = max(text.rfind("\n", 0, run), text.rfind("\r", 0, run))
+    return -1
+
+
+def cut_rule(tokenizer: Tokenizer) -> str | None:
+    """The cut rule under which ``tokenizer`` encodes pieces exactly as the whole text, or None (no cut is safe).
+
+    GPT-2's split regex (attnkit's BPE, GPT-2, SmolLM) never joins the two sides of a non-space character and the
+    whitespace after it: ``"after-non-space"``. Llama 3's keeps a line break with the punctuation before it
+    (``".\n"`` is one piece) but not with a letter or a digit: ``"after-word"``. The rule is found by encoding
+    probe lines whole and cut; a tokenizer that fails both (one that prepends a marker to every text, say) is not
+    cut at all.
+    """
+    for rule in CUT_RULES:
+        try:
+            if all(_cut_encodes_exactly(tokenizer, probe, rule) for probe in _CUT_PROBES):
+                return rule
+        except ValueError:  # a character outside the vocabulary: this tokenizer cannot be probed
+            return None
+    return None
+
+
+def _cut_encodes_exactly(tokenizer: Tokenizer, text: str, rule: str) -> bool:
+    """Whether cutting ``text`` at its first cut of ``rule`` leaves the ids, and for a BPE tokenizer the pieces its
+    normalizer and pre-tokenizer make (BPE merges stay inside a piece; without a pre-tokenizer the whole text is
+    one piece), as they are for the whole text: the ids alone can agree by chance of the vocabulary."""
+    cut = next_cut(text, 1, rule)
+    if cut < 0:
+        return True
+    if isinstance(tokenizer, BPETokenizer):
+        backend = tokenizer.backend
+        if backend.pre_tokenizer is None:
+            return False
+
+        def pieces(part: str) -> list[str]:
+            part = part if backend.normalizer is None else backend.normalizer.normalize_str(part)
+            return [piece for piece, _ in backend.pre_tokenizer.pre_tokenize_str(part)]
+
+        if pieces(text) != pieces(text[:cut]) + pieces(text[cut:]):
+            return False
+    return tokenizer.encode(text) == tokenizer.encode(text[:cut]) + tokenizer.encode(text[cut:])
+
+
+def _newline_chunks(text: str, size: int, rule: str | None = "after-non-space") -> list[str]:
+    """Cut ``text`` into ~``size``-character chunks at the cuts of ``rule`` (:func:`next_cut`; None: one chunk),
+    so that encoding the chunks separately gives exactly the ids of encoding the whole text.
     """
     chunks, start, n = [], 0, len(text)
     while start < n:
         end = start + size
-        if end >= n:
-            chunks.append(text[start:])
-            break
-        cut = text.find("\n", end)
-        while cut > 0 and text[cut - 1].isspace():  # need a non-whitespace character before the newline
-            cut = text.find("\n", cut + 1)
-        if cut <= start:  # no usable newline: keep the rest in one piece
+        cut = next_cut(text, end, rule) if end < n and rule is not None else -1
+        if cut <= start:  # the end of the text, or no cut: keep the rest in one piece
             chunks.append(text[start:])
             break
         chunks.append(text[start:cut])
@@ -88,9 +164,9 @@ def encode_corpus(tokenizer: Tokenizer, text: str, *, chunk_chars: int = 1 << 16
                   show_progress: bool = False) -> torch.Tensor:
     """Encode a whole corpus into one tensor of ids.
 
-    ``CharTokenizer``: one vectorised lookup. ``BPETokenizer``: the text is cut into newline-aligned chunks
-    (exact for byte-level BPE, see :func:`_newline_chunks`) encoded in parallel by ``encode_batch``. Any other
-    tokenizer: ``tokenizer.encode(text)``.
+    ``CharTokenizer``: one vectorised lookup. ``BPETokenizer``: the text is cut into chunks at line ends where
+    the tokenizer's pre-tokenization starts afresh (:func:`cut_rule`, :func:`_newline_chunks`) and encoded in
+    parallel by ``encode_batch``. Any other tokenizer: ``tokenizer.encode(text)``.
 
     Shape:
         text of ``N_chars`` characters → ``LongTensor (N,)``.
@@ -102,7 +178,7 @@ def encode_corpus(tokenizer: Tokenizer, text: str, *, chunk_chars: int = 1 << 16
     if isinstance(tokenizer, BPETokenizer):
         if chunk_chars < 1:
             raise ValueError(f"chunk_chars must be >= 1, got {chunk_chars}")
-        chunks = _newline_chunks(text, chunk_chars)
+        chunks = _newline_chunks(text, chunk_chars, cut_rule(tokenizer))
         group = 64  # chunks per encode_batch call (only matters for the progress bar)
         pieces = []
         for i in tqdm(range(0, len(chunks), group), desc="encoding", unit="chunk", unit_scale=group,

@@ -3,10 +3,10 @@
 - :func:`encode_blocks` encodes a stream of text blocks into a
   :class:`~attnkit.data.pipeline.token_store.TokenStoreWriter` and gives exactly the ids that :func:`attnkit.data.pipeline.lm_dataset.encode_corpus` gives for the joined text:
   a :class:`~attnkit.data.tokenizers.char_tokenizer.CharTokenizer` with one numpy lookup per block (any cut is
-  exact for characters); a :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer` on newline-aligned chunks
-  (:func:`aligned_segments`, then ``lm_dataset._newline_chunks``) encoded by the Rust backend's batch call on all
-  cores (``encode_batch_fast``: the ids of ``encode_batch`` without the character offsets); any other tokenizer
-  by ``encode`` on each newline-aligned segment.
+  exact for characters); a :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer` on chunks cut at line
+  ends where its pre-tokenization starts afresh (``lm_dataset.cut_rule``; :func:`aligned_segments`, then
+  ``lm_dataset._newline_chunks``) encoded by the Rust backend's batch call on all cores (``encode_batch_fast``:
+  the ids of ``encode_batch`` without the character offsets); any other tokenizer by ``encode`` on each segment.
 - :func:`encode_documents` encodes many short texts (translation sentences) in groups through the batch call and
   appends them as documents.
 - :func:`bpe_training_pieces` cuts a stream of blocks into the pieces ``BPETokenizer.train`` cuts one string into,
@@ -28,7 +28,7 @@ from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer
 
-from .lm_dataset import _newline_chunks
+from .lm_dataset import _newline_chunks, cut_rule, last_cut
 from .token_store import TokenStoreWriter
 
 __all__ = ["aligned_segments", "bpe_training_pieces", "encode_blocks", "encode_documents", "batch_ids"]
@@ -39,17 +39,15 @@ CHAR_SLICE = 1 << 20  # characters per CharTokenizer.encode_array call
 GROUP_CHARS = 1 << 20  # characters per BPE batch call (two in flight: their Encoding objects are ~50 bytes an id)
 
 
-def aligned_segments(blocks: Iterable[str]) -> Iterator[str]:
-    """Re-cut a stream of text blocks so that every cut is just before a ``"\\n"`` that follows a character that
-    is not whitespace: where GPT-2's split regex never joins the two sides, so encoding the segments one by one
-    gives the ids of the whole text. A line longer than a block is carried until its end comes.
+def aligned_segments(blocks: Iterable[str], rule: str | None = "after-non-space") -> Iterator[str]:
+    """Re-cut a stream of text blocks at the cuts of ``rule`` (``lm_dataset.next_cut``: the whitespace that ends a
+    line, after a non-space character or a word character), so that encoding the segments one by one gives the ids
+    of the whole text. Text with no cut yet is carried until one comes (``rule`` None: all of it).
     """
     carry = ""
     for block in blocks:
         text = carry + block if carry else block
-        cut = text.rfind("\n")
-        while cut > 0 and text[cut - 1].isspace():
-            cut = text.rfind("\n", 0, cut)
+        cut = -1 if rule is None else last_cut(text, rule)
         if cut <= 0:  # no usable cut yet
             carry = text
             continue
@@ -106,8 +104,9 @@ def encode_blocks(tokenizer: Tokenizer, blocks: Iterable[str], writer: TokenStor
             if bar is not None:
                 bar.update(len(block))
         return writer.n_tokens - start
+    rule = cut_rule(tokenizer)
     if not isinstance(tokenizer, BPETokenizer):
-        for segment in aligned_segments(blocks):
+        for segment in aligned_segments(blocks, rule):
             writer.append(np.asarray(tokenizer.encode(segment), dtype=np.int64))
             if bar is not None:
                 bar.update(len(segment))
@@ -116,7 +115,7 @@ def encode_blocks(tokenizer: Tokenizer, blocks: Iterable[str], writer: TokenStor
     # busy while a group's ids are converted and written and the next text is read; ids are appended in order
     pending: deque = deque()
     with ThreadPoolExecutor(2) as pool:
-        for group in _chunk_groups(aligned_segments(blocks)):
+        for group in _chunk_groups(aligned_segments(blocks, rule), rule):
             pending.append((pool.submit(batch_ids, tokenizer, group), sum(map(len, group))))
             if len(pending) == 2:
                 _write_oldest(pending, writer, bar)
@@ -125,13 +124,13 @@ def encode_blocks(tokenizer: Tokenizer, blocks: Iterable[str], writer: TokenStor
     return writer.n_tokens - start
 
 
-def _chunk_groups(segments: Iterable[str]) -> Iterator[list[str]]:
-    """The segments' newline-aligned chunks (``lm_dataset._newline_chunks``) in groups of :data:`GROUP_CHARS`
+def _chunk_groups(segments: Iterable[str], rule: str | None) -> Iterator[list[str]]:
+    """The segments' chunks, cut by ``rule`` (``lm_dataset._newline_chunks``), in groups of :data:`GROUP_CHARS`
     characters or so."""
     group: list[str] = []
     size = 0
     for segment in segments:
-        for chunk in _newline_chunks(segment, CHUNK_CHARS):
+        for chunk in _newline_chunks(segment, CHUNK_CHARS, rule):
             group.append(chunk)
             size += len(chunk)
             if size >= GROUP_CHARS:

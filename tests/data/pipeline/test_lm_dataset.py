@@ -1,14 +1,18 @@
 """LM data: corpus encoding (fast paths equal the plain ones), block checks, batches, prepare_lm_data."""
 
 import pytest
+import tokenizers
 import torch
+from tokenizers import normalizers, pre_tokenizers
 
-from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.data.tokenizers.bpe_tokenizer import GPT2_SPLIT_PATTERN, BPETokenizer
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
-from attnkit.data.pipeline.lm_dataset import (LMData, _newline_chunks, batch_at_step, check_block_length, encode_corpus,
-                                     encode_corpus_cached, eval_batches, num_eval_windows, prepare_lm_data,
-                                     random_batch)
+from attnkit.data.pipeline.lm_dataset import (CUT_RULES, LMData, _newline_chunks, batch_at_step, check_block_length,
+                                              cut_rule, encode_corpus, encode_corpus_cached, eval_batches, last_cut,
+                                              next_cut, num_eval_windows, prepare_lm_data, random_batch)
+from attnkit.data.pipeline.store_encoding import aligned_segments
 from attnkit.data.tokenizers.tokenizer import save_tokenizer
+from attnkit.interop.gguf import _LLAMA3_SPLIT
 
 TEXT = "".join(
     f"SPEAKER {i % 7}:\nLine {i}, with words;  double  spaces, café, 🎉 and more.\n"
@@ -33,9 +37,74 @@ def test_newline_chunks_rejoin_and_cut_after_non_space():
     chunks = _newline_chunks(TEXT, 200)
     assert "".join(chunks) == TEXT and len(chunks) > 10
     for c in chunks[1:]:
-        assert c.startswith("\n")
+        assert c.lstrip(" \t")[0] in "\r\n"
     for a in chunks[:-1]:
         assert not a[-1].isspace()
+
+
+@pytest.mark.parametrize("ending", ["\r\n", "  \n", "\r"], ids=["crlf", "trailing-blanks", "cr"])
+def test_windows_line_ends_and_trailing_blanks_still_cut(bpe, ending):
+    """Lines ending in CR LF, in blanks or in a lone CR leave a cut before their whitespace (the old rule found
+    none there and encoded such a corpus as one piece, in memory growing with it); the ids stay exact."""
+    text = TEXT.replace("\n", ending)
+    chunks = _newline_chunks(text, 200)
+    assert "".join(chunks) == text and len(chunks) > 10
+    assert encode_corpus(bpe, text, chunk_chars=200).tolist() == bpe.encode(text)
+    blocks = [text[i:i + 97] for i in range(0, len(text), 97)]
+    assert len(list(aligned_segments(blocks))) > 10
+
+
+def _with_splits(bpe, splits):
+    """``bpe`` with the pre-tokenizer GGUF models use: each regex in turn, then byte-level characters."""
+    tok = BPETokenizer.from_dict(bpe.to_dict())
+    tok.backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(tokenizers.Regex(r), behavior="isolated") for r in splits]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return tok
+
+
+LINE_ENDS = ("\n", "\r\n", " \n")
+SENTENCES = "".join(f"Line {i}, ends{'.' if i % 2 else ''}{LINE_ENDS[i % 3]}" for i in range(400))
+
+
+@pytest.mark.parametrize("splits, rule", [((GPT2_SPLIT_PATTERN,), "after-non-space"),
+                                          ((r"\p{N}", GPT2_SPLIT_PATTERN), "after-non-space"),
+                                          ((_LLAMA3_SPLIT,), "after-word")], ids=["gpt2", "smollm", "llama3"])
+def test_cut_rule_follows_the_pre_tokenizer(bpe, splits, rule):
+    """Llama 3's regex keeps a line break with the punctuation before it (".\n" is one piece): cutting there, as
+    for GPT-2, changed the ids; it is cut only after a letter or digit, and every rule gives the whole text's ids."""
+    tok = _with_splits(bpe, splits)
+    assert cut_rule(tok) == rule
+    text = SENTENCES + "<|endoftext|>\n  tail 42\n"
+    assert encode_corpus(tok, text, chunk_chars=50).tolist() == tok.encode(text)
+    def pieces(chunks):  # BPE merges stay inside a piece: equal pieces give equal ids whatever the vocabulary
+        return [p for c in chunks for p, _ in tok.backend.pre_tokenizer.pre_tokenize_str(c)]
+
+    assert pieces(_newline_chunks(text, 50, rule)) == pieces([text])
+    assert (pieces(_newline_chunks(text, 50, "after-non-space")) == pieces([text])) == (rule == "after-non-space")
+
+
+def test_a_tokenizer_no_cut_suits_encodes_whole(bpe):
+    """A normalizer that prepends a marker to every text (SentencePiece style) makes every cut add a token."""
+    tok = BPETokenizer.from_dict(bpe.to_dict())
+    tok.backend.normalizer = normalizers.Prepend("x")
+    assert cut_rule(tok) is None
+    assert encode_corpus(tok, SENTENCES, chunk_chars=50).tolist() == tok.encode(SENTENCES)
+
+
+def test_next_and_last_cut_agree():
+    text = SENTENCES[:300] + "\n\n  \r\n"
+    for rule in CUT_RULES:
+        cuts, i = [], 1
+        while (c := next_cut(text, i, rule)) >= 0:
+            cuts.append(c)
+            i = c + 1
+        assert cuts and last_cut(text, rule) == cuts[-1]
+        assert all(_fits_after(text[c - 1], rule) for c in cuts)
+
+
+def _fits_after(ch, rule):
+    return ch.isalnum() if rule == "after-word" else not ch.isspace()
 
 
 @pytest.mark.parametrize("chunk_chars", [1, 100, 1 << 16])
