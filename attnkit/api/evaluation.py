@@ -140,11 +140,11 @@ def _eval_data(o: EvalMTOptions, state: dict[str, Any]) -> str:
     data = o.data or (state.get("extra") or {}).get("data")
     if not data:
         raise ValueError(f"{o.ckpt} does not record its data; pass --data")
-    if o.data is None and "," not in data and not Path(data).is_dir() and Path(data).exists():
+    if o.data is None and Path(data).is_file():
         # a model trained on a single TSV file: that file is its *training* data, never score on it by default
         raise ValueError(f"{o.ckpt} was trained on the file {data}, which has no test split; pass --data "
                          f"with the pairs to score")
-    if "," in data:
+    if o.data is None and "," in data and not Path(data).exists():
         raise ValueError(f"{o.ckpt} was trained on the files {data}; pass --data with the pairs to score")
     return data
 
@@ -177,7 +177,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     seconds = time.perf_counter() - t0
     scores = score_translations(hyps, refs)
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
-    from_files = "," in str(data) or Path(str(data)).is_file()  # the split is ignored for files
+    from_files = Path(str(data)).is_file() or "," in str(data)  # the split is ignored for files
     split = None if from_files else o.split
     result = {"kind": "mt", "ckpt": str(o.ckpt), "data": str(data), "split": split, "reverse": reverse,
               "sentences": len(sources), "skipped_lines": corpus.skipped, "truncated_sources": n_cut,

@@ -73,15 +73,17 @@ def lm_ids(o: ModelText, loaded: Any) -> list[int]:
 
 def mt_ids(o: ModelText, model: Any, tokenizer: Any, log: Log) -> tuple[list[int], list[int]]:
     """Source ids (+ ``<eos>``, cut to the model's ``max_len``) and decoder input ids (``<bos>`` + target: given,
-    or the greedy translation, which is logged)."""
+    or the greedy translation, which is logged). Both texts are normalised as training and ``translate`` normalise
+    theirs (``normalize_text``: NFC, one space for any whitespace run)."""
+    from attnkit.data.corpora.parallel import normalize_text
     from attnkit.generation.translate import encode_sources, search_ids
 
-    text = o.src if o.src is not None else o.text
+    text = normalize_text(o.src if o.src is not None else o.text or "")
     if not text:
         raise ValueError("a translation model needs --src (the source sentence)")
     (src,), _ = encode_sources(tokenizer, [text], max_len=getattr(model.config, "max_len", None))
     if o.tgt is not None:
-        tgt = tokenizer.encode(o.tgt)
+        tgt = tokenizer.encode(normalize_text(o.tgt))
     else:
         (tgt,) = search_ids(model, tokenizer, [src], beam=1)
         log(f"translation (greedy): {tokenizer.decode(tgt, skip_special_tokens=True)}")

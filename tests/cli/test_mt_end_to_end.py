@@ -61,3 +61,14 @@ def test_prepare_train_translate_eval(tmp_path, capsys, monkeypatch, make_copy_t
     assert result["bleu"] > 80.0, result  # learned the task (an untrained model scores ~0)
     assert result["chrf"] > 80.0, result
     assert len(hyps_file.read_text().splitlines()) == 60
+
+    # the same pairs as two line-aligned files, and as a TSV whose name holds a comma: the same scores
+    pairs = [line.split("\t") for line in (data / "test.tsv").read_text().splitlines()]
+    (tmp_path / "test.de").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "test.en").write_text("".join(t + "\n" for _, t in pairs))
+    (tmp_path / "te,st.tsv").write_text((data / "test.tsv").read_text())
+    for given in (f"{tmp_path / 'test.de'},{tmp_path / 'test.en'}", str(tmp_path / "te,st.tsv")):
+        other = tmp_path / "other.json"
+        assert main(["eval", "mt", "--ckpt", str(run), "--data", given, "--beam", "2", "--json", str(other)]) == 0
+        capsys.readouterr()
+        assert json.loads(other.read_text())["bleu"] == result["bleu"]

@@ -343,10 +343,13 @@ def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False, reve
 def resolve_parallel_data(data: str, *, kind: str = "mt", flag: str = "--data") -> tuple[Any, str]:
     """What ``--data`` names → ``(argument for load_parallel / MTTask.from_data, description)``.
 
-    ``"SRC,TGT"`` → the two line-aligned files; an existing path → itself; anything else is a recipe name
-    (prepared on first use; an unknown name or a language-modelling recipe raise ``ValueError``). ``flag`` is
-    the option the errors name.
+    An existing path → itself (its name may hold a comma); ``"SRC,TGT"`` → the two line-aligned files; anything
+    else is a recipe name (prepared on first use; an unknown name or a language-modelling recipe raise
+    ``ValueError``). ``flag`` is the option the errors name.
     """
+    path = Path(data)
+    if path.exists():
+        return path, data
     if "," in data:
         parts = [p.strip() for p in data.split(",")]
         if len(parts) != 2 or not all(parts):
@@ -355,9 +358,6 @@ def resolve_parallel_data(data: str, *, kind: str = "mt", flag: str = "--data") 
             if not Path(p).is_file():
                 raise FileNotFoundError(f"{flag}: no such file: {p}")
         return [Path(parts[0]), Path(parts[1])], data
-    path = Path(data)
-    if path.exists():
-        return path, data
     if any(c in data for c in "/\\") or data.endswith((".tsv", ".txt")):
         raise FileNotFoundError(f"{flag}: no such file or folder: {data}")
     from attnkit.data.corpora.registry import get_recipe, prepare

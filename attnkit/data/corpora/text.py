@@ -124,8 +124,9 @@ def read_text_source(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
 
 def split_text(text: str, valid_fraction: float = DEFAULT_VALID_FRACTION) -> tuple[str, str]:
     """Split into (train, valid) with ``valid`` ≈ the last ``valid_fraction`` of the characters, cut at a line
-    boundary: just after the first ``"\\n"`` at or after the mark, else just after the last one before it, else
-    (a text without newlines) exactly at the mark."""
+    boundary: just after the first ``"\\n"`` at or after the mark, else just after the last one before it when
+    that leaves the validation text at most twice its share, else (a text ending in one long line, or without
+    newlines) exactly at the mark."""
     cut = split_point(len(text), valid_fraction, lambda i: text.find("\n", i), lambda i: text.rfind("\n", 0, i))
     return text[:cut], text[cut:]
 
@@ -141,6 +142,8 @@ def split_point(n_chars: int, valid_fraction: float, find_after: Callable[[int],
     nl = find_after(max(mark - 1, 0))
     if nl < 0 or nl + 1 >= n_chars:  # no newline after the mark (or only the final one): look before it
         nl = find_before(max(mark - 1, 0))
+        if nl >= 0 and n_chars - (nl + 1) > 2 * (n_chars - mark):  # so far back that valid would take the text
+            nl = -1
     return nl + 1 if nl >= 0 else mark
 
 

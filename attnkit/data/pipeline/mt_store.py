@@ -35,11 +35,18 @@ __all__ = ["encode_pairs_stored", "pairs_sha256"]
 
 
 def pairs_sha256(sources: Sequence[str], targets: Sequence[str]) -> str:
-    """sha256 of the pairs (their count, then every source, then every target, each closed by a NUL byte)."""
+    """sha256 of the pairs (their count, then every source, then every target, each closed by a NUL byte).
+
+    Inside a text, byte 0x01 is written 0x01 0x01 and a NUL 0x01 0x02, so a NUL in a text cannot pass for the end
+    of one (``["a\\0", "b"]`` and ``["a", "\\0b"]`` differ); a text without either byte is hashed as it is.
+    """
     h = hashlib.sha256(f"{len(sources)}:{len(targets)}\0".encode())
     for side in (sources, targets):
         for text in side:
-            h.update(text.encode("utf-8", "surrogatepass") + b"\0")
+            raw = text.encode("utf-8", "surrogatepass")
+            if b"\0" in raw or b"\1" in raw:
+                raw = raw.replace(b"\1", b"\1\1").replace(b"\0", b"\1\2")
+            h.update(raw + b"\0")
     return h.hexdigest()
 
 

@@ -51,9 +51,16 @@ def test_split_without_newlines_cuts_at_the_mark():
 
 
 def test_split_uses_earlier_newline_when_none_after_the_mark():
-    text = "a" * 50 + "\n" + "b" * 49 + "\n"
+    text = "a" * 85 + "\n" + "b" * 14 + "\n"
     train, valid = split_text(text, 0.1)
-    assert (train, valid) == ("a" * 50 + "\n", "b" * 49 + "\n")
+    assert (train, valid) == ("a" * 85 + "\n", "b" * 14 + "\n")
+
+
+def test_split_cuts_at_the_mark_when_the_earlier_newline_would_give_valid_the_text():
+    """A text ending in one long line: the newline before the mark would leave training 6 characters."""
+    text = "Title\n" + "x" * 2000 + "\n"
+    train, valid = split_text(text, 0.1)
+    assert train + valid == text and len(valid) == len(text) - int(len(text) * 0.9)
 
 
 # --- bad input: one test per rule ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from attnkit.data.pipeline.mt_batching import TokenBudgetBatcher, collate, encode_pairs, train_joint_bpe
-from attnkit.data.pipeline.mt_store import encode_pairs_stored
+from attnkit.data.pipeline.mt_store import encode_pairs_stored, pairs_sha256
 
 WORDS = ["Haus", "Katze", "läuft", "schnell", "nach", "Hause", "und", "der", "Hund", "bellt", "laut", "!"]
 
@@ -77,3 +78,16 @@ def test_a_damaged_pairs_store_is_rebuilt(tmp_path, tok):
     path.write_bytes(bytes(raw))
     again = encode_pairs_stored(tok, src, tgt, max_src_len=64, cache_dir=tmp_path)
     assert list(again.src) == encode_pairs(tok, src, tgt, max_src_len=64).src
+
+
+def test_pairs_hash_tells_a_nul_inside_a_text_from_the_end_of_one():
+    """["a\\0", "b"] and ["a", "\\0b"] hashed alike, so one corpus's store was read for the other's pairs."""
+    targets = ["x", "y"]
+    assert pairs_sha256(["a\0", "b"], targets) != pairs_sha256(["a", "\0b"], targets)
+    assert pairs_sha256(["a\1\2", "b"], targets) != pairs_sha256(["a\0", "b"], targets)
+    # a text without NUL or 0x01 hashes as before, so the stores already built keep their names
+    plain = (["Guten Tag", "café"], ["Good day", "coffee"])
+    h = hashlib.sha256(b"2:2\0")
+    for text in plain[0] + plain[1]:
+        h.update(text.encode() + b"\0")
+    assert pairs_sha256(*plain) == h.hexdigest()

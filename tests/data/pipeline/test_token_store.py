@@ -124,7 +124,7 @@ def test_a_store_of_another_fingerprint_is_refused(tmp_path):
 # -- the streamed text ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", range(6))
 def test_streamed_text_splits_and_reads_like_the_whole_text(tmp_path, seed):
-    text = _text(seed, 60) + ("no final newline" if seed % 2 else "")
+    text = _text(seed, 60) + ("no final newline" if seed % 2 else "") + ("y" * 3000 + "\n" if seed % 3 == 2 else "")
     path = _write(tmp_path, text)
     files = TextFiles([path], block_bytes=7 + seed)  # many blocks, cuts inside multi-byte characters
     scan = files.scan()
