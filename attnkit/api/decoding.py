@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from attnkit.checks import is_number
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
 from .options import DeviceOptions
@@ -39,6 +41,12 @@ class DecodingOptions(DeviceOptions):
             raise ValueError(f"--beam must be >= 1, got {self.beam}")
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        # checked here, not only in the search: translate --output writes its record before the first batch
+        for flag, value in (("--max-len-a", self.max_len_a), ("--max-len-b", self.max_len_b)):
+            if not is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{flag} must be a finite number >= 0, got {value!r}")
+        if not is_number(self.length_penalty) or not math.isfinite(self.length_penalty):
+            raise ValueError(f"--length-penalty must be a finite number, got {self.length_penalty!r}")
 
     @property
     def search(self) -> dict:

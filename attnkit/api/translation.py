@@ -24,10 +24,11 @@ It writes one line per input line, ``sentence<TAB>translation`` (both through
 an empty translation leaves that side empty, and readers skip such lines as malformed), in input order, with a
 tqdm bar, and returns the throughput. Lines are read ``batch_size * sort_batches`` at a time and sorted by length
 inside that window (less padding, rows that finish together); each window's lines are appended and flushed once it
-is done. **Resume**: when the output exists, its complete lines are kept (a line cut off by a stop is dropped),
-each must be the translation of the same input line (else it is refused), and the run continues with the next
-line. ``<output>.json`` records the checkpoint, the decoding settings (a resume with others is refused), the
-counts and the throughput.
+is done. **Resume**: when the output exists, its complete lines are kept, each must be the translation of the same
+input line (else it is refused), and the run continues with the next line; a last line without its newline is
+dropped when it is the start of the next line's pair (a line cut off by a stop), else the output is refused too.
+The input is never the output (refused), and its lines end at ``\n`` only (:func:`open_lines`). ``<output>.json``
+records the checkpoint, the decoding settings (a resume with others is refused), the counts and the throughput.
 
 Axis legend: B sentences in a batch, S source length (inside :mod:`attnkit.generation.translate`).
 """
@@ -57,6 +58,27 @@ class TranslateOptions(DecodingOptions):
         super()._check()
         if not str(self.ckpt):
             raise ValueError("translate needs ckpt (a run or checkpoint folder written by train mt)")
+
+
+def _check_utf8(lines: Sequence[str], first_line: int) -> None:
+    """Refuse a line holding a lone surrogate: bytes that are not UTF-8, read with ``surrogateescape`` (stdin
+    under a UTF-8 locale, ``--input``); ``first_line`` numbers ``lines[0]``."""
+    for i, line in enumerate(lines):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            char = line[e.start]
+            what = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"U+{ord(char):04X}"
+            raise ValueError(f"line {first_line + i} is not valid UTF-8: {what} at character {e.start + 1}; "
+                             f"expected UTF-8 text") from None
+
+
+def open_lines(path: str | Path):
+    """``path`` opened for reading line by line as :meth:`Translator.stream` and :func:`translate_file` read it:
+    lines end at ``\n`` only (a bare ``\r`` stays inside its line, as on stdin; a final ``\r\n`` is stripped
+    with the line end), and bytes that are not UTF-8 are kept as lone surrogates, refused with their line number
+    (:func:`_check_utf8`)."""
+    return open(path, encoding="utf-8", errors="surrogateescape", newline="\n")
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -98,6 +120,7 @@ class Translator:
         o = self.options
         size = o.batch_size if batch_size is None else batch_size
         for chunk in _chunks(lines, size):
+            _check_utf8(chunk, self.n_lines + 1)
             ids, cut = encode_sources(self.tokenizer, [s.strip() for s in chunk], max_len=self.max_len,
                                       strict=o.strict, first_line=self.n_lines + 1)
             ids = [s if text.strip() else [] for s, text in zip(ids, chunk)]
@@ -198,8 +221,9 @@ def _input_file(name: str | Path) -> Path:
 
 
 def _kept_lines(output: Path, input_path: Path) -> int:
-    """How many lines of an existing ``output`` to keep: its complete lines (a last line without its newline is cut
-    off the file), each of which must start with the same input line. Refuses an output of other input."""
+    """How many lines of an existing ``output`` to keep: its complete lines, each of which must start with the same
+    input line. A last line without its newline is cut off the file only when it is the start of what this run
+    writes for the next input line (the line a stop cut off); any other output is refused, never overwritten."""
     from attnkit.data.corpora.parallel import normalize_text
 
     if not output.exists():
@@ -207,20 +231,51 @@ def _kept_lines(output: Path, input_path: Path) -> int:
     with open(output, "rb") as f:
         data = f.read()
     end = data.rfind(b"\n") + 1  # the bytes of the complete lines
-    done = data[:end].decode("utf-8").split("\n")[:-1]
-    checked = 0
-    with open(input_path, encoding="utf-8") as lines:
+    try:
+        done = data[:end].decode("utf-8").split("\n")[:-1]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{output} is not a pairs file written by translate (not UTF-8 at byte offset {e.start}); "
+                         f"remove it or choose another --output") from None
+    tail = data[end:]
+    checked, following = 0, None
+    with open_lines(input_path) as lines:
         for checked, (have, line) in enumerate(zip(done, lines), start=1):
             if "\t" not in have or have.split("\t", 1)[0] != normalize_text(line):
                 raise ValueError(f"{output}:{checked} is not the translation of {input_path}:{checked} "
                                  f"({have[:60]!r} against {normalize_text(line)[:60]!r}); it holds another file's "
                                  f"pairs: remove it or choose another --output")
+        if tail and checked == len(done):
+            following = next(lines, None)  # the input line the cut-off line would translate
     if checked < len(done):
         raise ValueError(f"{output} holds {len(done):,} lines, more than the {checked:,} lines of {input_path}")
-    if end < len(data):  # the line a stop cut off: translated again
-        with open(output, "r+b") as f:
+    if tail:
+        start = None if following is None else (normalize_text(following) + "\t").encode("utf-8", "surrogateescape")
+        if start is None or not (tail.startswith(start) or start.startswith(tail)):
+            shown = tail[:60].decode("utf-8", "replace")
+            against = "nothing (the input has no more lines)" if start is None else repr(normalize_text(following)[:60])
+            raise ValueError(f"{output}:{len(done) + 1} (its last line, without a newline) is not the translation of "
+                             f"{input_path}:{len(done) + 1} ({shown!r} against {against}); it holds another file's "
+                             f"data: remove it or choose another --output")
+        with open(output, "r+b") as f:  # the line a stop cut off: translated again
             f.truncate(end)
     return len(done)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The JSON record of an earlier run at ``path`` (None when there is none); a file there that is not such a
+    record is refused rather than overwritten."""
+    import json
+
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        record = e
+    if not isinstance(record, dict) or record.get("format") != "sentence<TAB>translation":
+        raise ValueError(f"{path} exists and is not the record of a translate --output run (expected its JSON with "
+                         f"\"format\": \"sentence<TAB>translation\"); remove it or choose another --output")
+    return record
 
 
 def _record(o: TranslateFileOptions, input_path: Path) -> dict[str, Any]:
@@ -238,16 +293,22 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
     o = TranslateFileOptions.make(options, kwargs)
     input_path, output = _input_file(o.input), Path(o.output)
     record_path = output.with_name(output.name + ".json")
+    for path, what in ((output, "--output"), (record_path, f"the record of --output ({record_path.name})")):
+        if path.exists() and path.samefile(input_path) or path.resolve() == input_path.resolve():
+            raise ValueError(f"{what} is the --input file {input_path}: it would be overwritten; choose another "
+                             f"--output")
     record = _record(o, input_path)
-    if output.exists() and record_path.is_file():
-        before = json.loads(record_path.read_text(encoding="utf-8"))
+    before = _read_record(record_path)
+    if output.exists() and before is not None:
         changed = [k for k in ("ckpt", "input", "decoding") if before.get(k) != record[k]]
         if changed:
             raise ValueError(f"{output} was begun with another {', '.join(changed)} ({record_path}: "
                              + "; ".join(f"{k} {before.get(k)!r}, now {record[k]!r}" for k in changed)
                              + "); remove it or choose another --output")
-    with open(input_path, encoding="utf-8") as f:
-        n_lines = sum(1 for _ in f)
+    n_lines = 0
+    with open_lines(input_path) as f:  # counted, and a line that is not UTF-8 refused, before anything is written
+        for n_lines, line in enumerate(f, start=1):
+            _check_utf8([line], n_lines)
     done = _kept_lines(output, input_path)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(record_path, json.dumps({**record, "lines": n_lines, "complete": done == n_lines}, indent=2))
@@ -282,9 +343,10 @@ def _translate_lines(o: TranslateFileOptions, input_path: Path, output: Path, do
     model, tok = translator.model, translator.tokenizer
     window = o.batch_size * o.sort_batches
     t0 = time.perf_counter()
-    with open(input_path, encoding="utf-8") as lines, open(output, "a", encoding="utf-8", newline="\n") as out, \
+    with open_lines(input_path) as lines, open(output, "a", encoding="utf-8", newline="\n") as out, \
             tqdm(total=n_lines, initial=done, unit="sentence", desc="translating", disable=not o.progress) as bar:
         for first, chunk in _windows(lines, done, window):
+            _check_utf8(chunk, first)
             texts = [normalize_text(line) for line in chunk]
             ids, cut = encode_sources(tok, texts, max_len=translator.max_len, strict=o.strict, first_line=first)
             hyps = [""] * len(texts)

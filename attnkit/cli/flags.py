@@ -158,7 +158,8 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
                    help="stop when the generated text contains TEXT (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     g.add_argument("--num-samples", type=int, default=1, help="how many samples to draw (default 1)")
-    g.add_argument("--no-cache", action="store_true", help="recompute the whole context every step (slow; for checks)")
+    g.add_argument("--no-cache", action="store_true",
+                   help="recompute the whole context every step (slow; the same tokens within the model's context)")
     g.add_argument("--no-stream", action="store_true", help="print each sample when it is complete")
     g.add_argument("--compile", action="store_true",
                    help="run the decoding steps through torch.compile: faster per token, after a one-time "

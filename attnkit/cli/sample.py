@@ -34,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
     for i in range(options.num_samples):
         if options.num_samples > 1:
             print(f"--- sample {i + 1} ---")
+        text = sampler.sample(i, stream=None if args.no_stream else sys.stdout)
         if args.no_stream:
-            print(sampler.sample(i))
-        else:
-            sampler.sample(i, stream=sys.stdout)
+            print(text)
     return 0

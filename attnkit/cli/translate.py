@@ -39,14 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    from attnkit.api import TranslateOptions, Translator
+    from attnkit.api.translation import TranslateOptions, Translator, open_lines
 
     if args.output is not None:
         return _translate_to_pairs(args)
     translator = Translator(options_from(TranslateOptions, args))
     if args.input is not None and not Path(args.input).is_file():
         raise FileNotFoundError(f"--input: no such file: {args.input}")
-    lines = open(args.input, encoding="utf-8") if args.input is not None else sys.stdin
+    lines = open_lines(args.input) if args.input is not None else sys.stdin
     # Typing at a terminal: answer every line at once instead of waiting for a full batch.
     batch_size = 1 if args.input is None and sys.stdin.isatty() else args.batch_size
     try:

@@ -17,7 +17,17 @@ from attnkit.checks import check_bool, check_int, is_int
 from . import processors as P
 from .stopping import check_max_new_tokens, normalize_eos_token_id, normalize_stop_strings
 
-__all__ = ["GenerationConfig"]
+__all__ = ["GenerationConfig", "SEED_MIN", "SEED_MAX"]
+
+SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1  # the seeds torch.Generator.manual_seed takes
+
+
+def check_seed(name: str, seed: Any) -> None:
+    """``seed`` None or an int that ``torch.Generator.manual_seed`` takes."""
+    if seed is not None and not is_int(seed):
+        raise ValueError(f"{name} must be None or an int, got {seed!r}")
+    if seed is not None and not SEED_MIN <= seed <= SEED_MAX:
+        raise ValueError(f"{name} must be an int in [-2**63, 2**64 - 1] (the seeds torch takes), got {seed}")
 
 
 def _check_stop_strings(stop_strings: Any) -> tuple[str, ...]:
@@ -79,8 +89,7 @@ class GenerationConfig:
         eos = normalize_eos_token_id(self.eos_token_id)
         object.__setattr__(self, "eos_token_id", tuple(sorted(eos)) if eos else None)
         object.__setattr__(self, "stop_strings", _check_stop_strings(self.stop_strings))
-        if self.seed is not None and not is_int(self.seed):
-            raise ValueError(f"seed must be None or an int, got {self.seed!r}")
+        check_seed("seed", self.seed)
         check_int("pad_token_id", self.pad_token_id, minimum=0)
         if self.compile and (not self.use_cache or self.sliding_window):
             raise ValueError(f"compile=True needs use_cache=True and sliding_window=False, got use_cache="

@@ -83,6 +83,7 @@ import torch
 from torch import nn
 
 from attnkit.checks import is_int
+from attnkit.modules.sinusoidal import SinusoidalPositionalEncoding
 from . import processors as P
 from .compiled import RECOMPILE_LIMIT, SLOT_MULTIPLE, compiled_step
 from .config import GenerationConfig
@@ -220,6 +221,9 @@ class _Compiled(_Cached):
     def __init__(self, model: nn.Module, batch_size: int, max_len: int):
         super().__init__(model, batch_size, max_len)
         self.max_len = max_len
+        for module in model.modules():  # a compiled step cannot grow a sinusoidal table: size it for every slot now
+            if isinstance(module, SinusoidalPositionalEncoding):
+                module.reserve(max_len)
 
     def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         if not self.fed:  # the prefill runs eagerly; what the steps need is read from the prompt once, here

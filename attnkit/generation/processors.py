@@ -82,14 +82,23 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Divide the logits by ``temperature``.
 
     ``softmax(z / t)``: ``t < 1`` sharpens the distribution, ``t > 1`` flattens it, ``t = 1`` changes
-    nothing. The ranking of the tokens never changes, so greedy decoding is unaffected.
+    nothing. The ranking of the tokens never changes, so greedy decoding is unaffected. A row that the
+    division would overflow (a tiny temperature: ``z / t`` past the dtype's largest value, softmax then NaN) is
+    first shifted by its largest logit, ``(z - max z) / t``: the same distribution, in range.
 
     Shape:
         logits: ``(B, V)`` -> ``(B, V)``.
     """
     _check_logits(logits)
     temperature = check_temperature(temperature)
-    return logits / temperature
+    out = logits / temperature
+    if temperature >= 1.0:  # dividing cannot make a finite logit larger
+        return out
+    overflow = (~torch.isfinite(out) & torch.isfinite(logits)).any(dim=-1, keepdim=True)  # (B, 1)
+    top = logits.amax(dim=-1, keepdim=True)  # (B, 1)
+    diff = logits - torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # (B, V), <= 0
+    shifted = torch.where(diff == 0, torch.zeros_like(diff), diff / temperature)  # (0 / a temperature 0 in float32)
+    return torch.where(overflow, shifted, out)
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -148,7 +157,10 @@ def apply_repetition_penalty(
     A seen token's logit ``z`` becomes ``z / penalty`` if ``z > 0`` and ``z * penalty`` otherwise, so
     with ``penalty > 1`` it always moves *down* (the sign matters: dividing a negative logit would raise
     it). Each token is penalised once, however often it occurred. ``penalty = 1`` changes nothing;
-    ``penalty < 1`` favours repetition.
+    ``penalty < 1`` favours repetition. Where an extreme penalty would overflow a row (``z / penalty`` past the
+    dtype's largest value, or every token at ``-inf``) the row is returned shifted by a constant, so that its
+    distribution is still the penalised one: with a tiny ``penalty`` the seen token(s) with the largest positive
+    logit, with a huge one the token(s) with the largest logit when every token was seen and negative.
 
     Args:
         logits: next-token logits.
@@ -175,8 +187,24 @@ def apply_repetition_penalty(
     counts = torch.zeros(B, V, dtype=input_ids.dtype, device=logits.device)
     counts.scatter_add_(1, input_ids.to(logits.device), real.to(logits.device))  # (B, V)
     seen = counts > 0  # (B, V)
-    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalised, logits)
+    # (a zero logit stays as it is: 0 * penalty is 0, and NaN where the penalty overflows the dtype)
+    penalised = torch.where(logits > 0, logits / penalty, torch.where(logits < 0, logits * penalty, logits))
+    out = torch.where(seen, penalised, logits)  # (B, V)
+    # Extreme penalties: the exact values overflow the dtype, so shift the row by a constant before scaling
+    # (softmax is unchanged by it). penalty < 1: z / penalty -> inf for a seen positive z, and those dominate;
+    # penalty > 1: z * penalty -> -inf for every seen negative z, and when every token is one, nothing is left.
+    finite = torch.isfinite(logits)  # (B, V)
+    if penalty < 1.0:
+        kept = seen & (logits > 0)  # (B, V)
+        overflow = (torch.isinf(out) & finite).any(dim=-1, keepdim=True)  # (B, 1)
+    else:
+        kept = finite
+        overflow = (out.amax(dim=-1, keepdim=True) == float("-inf")) & finite.any(dim=-1, keepdim=True)  # (B, 1)
+    top = logits.masked_fill(~kept, float("-inf")).amax(dim=-1, keepdim=True)  # (B, 1)
+    diff = torch.where(kept, logits - top, float("-inf"))  # (B, V), <= 0
+    scaled = diff / penalty if penalty < 1.0 else diff * penalty
+    shifted = torch.where(diff == 0, torch.zeros_like(diff), scaled)  # (B, V)
+    return torch.where(overflow, shifted, out)
 
 
 def process_logits(

@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.checks import no_host_reads
+
 
 def sinusoidal_table(seq_len: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32,
                      device: torch.device | str | None = None) -> torch.Tensor:
@@ -57,7 +59,10 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     The table is a non-persistent buffer ``pe`` (so it follows ``.to(device/dtype)`` but is not saved
     in checkpoints: it is a pure function of ``dim``). ``max_len`` is only the initial size: asking for
-    a later position rebuilds a larger table (at least double the size).
+    a later position rebuilds a larger table (at least double the size). Where no tensor value may be read
+    back to the host (:func:`~attnkit.checks.no_host_reads`: under ``torch.compile``, e.g. the compiled decoding
+    step) the table cannot grow: call :meth:`reserve` first (``generate`` does so for the cache's length); a
+    position past it then fails with the device's assert.
 
     Args:
         dim: model width ``C``.
@@ -75,6 +80,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.dim = dim
         self.base = base
         self.register_buffer("pe", sinusoidal_table(max_len, dim, base=base), persistent=False)
+
+    def reserve(self, length: int) -> None:
+        """Make the table hold positions ``0 .. length - 1`` (grown now, not inside a compiled graph)."""
+        if length < 0:
+            raise ValueError(f"length must be >= 0, got {length}")
+        self._ensure_length(length)
 
     def _ensure_length(self, length: int) -> None:
         """Grow ``pe`` to at least ``length`` rows, keeping its device and dtype."""
@@ -96,6 +107,11 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
         if position_ids.numel() == 0:
             return self.pe.new_zeros((*position_ids.shape, self.dim))
+        if no_host_reads():  # no host sync (under torch.compile a graph break): the table cannot grow here
+            n = self.pe.shape[0]
+            torch._assert_async(((position_ids >= 0) & (position_ids < n)).all(),
+                                f"position_ids must be in [0, {n}) here (SinusoidalPositionalEncoding.reserve)")
+            return self.pe[position_ids]
         lo, hi = int(position_ids.min()), int(position_ids.max())
         if lo < 0:
             raise ValueError(f"position_ids must be >= 0, got min {lo}")

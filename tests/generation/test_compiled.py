@@ -170,3 +170,19 @@ def test_compiled_decoding_runs_one_step_ahead_of_its_reads(make_gpt, prompts, m
         model.wte.weight[5] = float("nan")
     with pytest.raises(FloatingPointError, match="logits hold NaN"):
         generate(model, [[1, 2], [3, 5]], max_new_tokens=4, compile=True)
+
+
+def test_compiled_equals_eager_with_sinusoidal_positions(prompts):
+    """Sinusoidal positions read their table inside the compiled step: it is sized for the cache before compiling
+    (here past block_size, so the table must grow first), and no position is read back to the host."""
+    import helpers
+    from attnkit.models.gpt import GPT
+
+    torch.manual_seed(2)
+    model = helpers.spread_weights(GPT(helpers.tiny_gpt_config("gpt2", vocab_size=40, block_size=16,
+                                                               position="sinusoidal")),
+                                   std=0.3, seed=2, matrices_only=True).eval()
+    assert model.wpe.pe.shape[0] == 16
+    eager = generate(model, prompts, max_new_tokens=20)
+    assert generate(model, prompts, max_new_tokens=20, compile=True) == eager and varied(eager)
+    assert model.wpe.pe.shape[0] >= 32  # (6 + 20 - 1 slots, rounded up to 32)

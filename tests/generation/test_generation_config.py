@@ -21,6 +21,8 @@ def test_json_round_trip():
     (dict(max_new_tokens=3, top_k=0), "top_k must be an int >= 1, got 0"),
     (dict(max_new_tokens=3, do_sample="yes"), "do_sample must be a bool, got 'yes'"),
     (dict(max_new_tokens=3, seed=1.5), "seed must be None or an int, got 1.5"),
+    (dict(max_new_tokens=3, seed=2 ** 64), r"seed must be an int in \[-2\*\*63, 2\*\*64 - 1\].* 18446744073709551616"),
+    (dict(max_new_tokens=3, seed=-(2 ** 63) - 1), r"seed must be an int in \[-2\*\*63, 2\*\*64 - 1\]"),
     (dict(max_new_tokens=3, pad_token_id=-1), "pad_token_id must be an int >= 0, got -1"),
     (dict(max_new_tokens=3, compile=True, sliding_window=True), "compile=True needs use_cache=True and sliding_window=False"),
     (dict(max_new_tokens=3, beams=2), r"unknown generation option\(s\) \['beams'\]"),
@@ -56,3 +58,22 @@ def test_sample_cli_checks_options_before_any_output(flag, tmp_path, capsys):
     assert main(["sample", "--ckpt", str(tmp_path / "nowhere"), "--prompt", "ROMEO:", *flag]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and flag[0].lstrip("-").replace("-", "_")[:5] in err.replace("-", "_")
+
+
+@pytest.mark.parametrize("seed", [-(2 ** 63), 2 ** 64 - 1])
+def test_every_seed_torch_takes_is_accepted_and_samples(gpt, seed):
+    """The ends of the range torch.Generator.manual_seed takes pass the config and run."""
+    out = generate(gpt, [[1, 2]], max_new_tokens=2, do_sample=True, seed=seed)
+    assert len(out[0]) == 2
+
+
+def test_sample_options_check_the_seed_of_the_last_sample():
+    """Sample i is drawn with seed + i: the last one must still be a seed torch takes, and the check comes when
+    the options are made (before a model is loaded or a prompt printed)."""
+    from attnkit.api import SampleOptions
+
+    assert SampleOptions(ckpt="x", seed=2 ** 64 - 2, num_samples=2).seed == 2 ** 64 - 2
+    with pytest.raises(ValueError, match=r"--seed \+ --num-samples - 1 must be <= 2\*\*64 - 1.*= 18446744073709551616"):
+        SampleOptions(ckpt="x", seed=2 ** 64 - 1, num_samples=2)
+    with pytest.raises(ValueError, match=r"--seed must be an int in \[-2\*\*63, 2\*\*64 - 1\]"):
+        SampleOptions(ckpt="x", seed=-(2 ** 63) - 1)

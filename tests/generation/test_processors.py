@@ -127,3 +127,56 @@ def test_logits_must_be_2d_float():
 def test_repetition_penalty_input_ids_shape_checked():
     with pytest.raises(ValueError, match="input_ids"):
         apply_repetition_penalty(torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.long), 1.5)
+
+
+# ---- extreme (but valid) temperatures and penalties: the exact logits overflow float32 -------------------------
+@pytest.mark.parametrize("temperature", [1e-38, 1e-40, 1e-50, 5e-324])
+def test_a_tiny_temperature_gives_the_argmax_distribution_not_nan(temperature):
+    """z / t overflows to +-inf (softmax NaN, multinomial raises); the row is shifted by its max first (the same
+    distribution): all the mass on the largest logit(s)."""
+    logits = torch.tensor([[3.0, 1.0, -2.0], [-3.0, -1.0, -2.0], [0.0, 0.0, -1.0]])
+    probs = torch.softmax(apply_temperature(logits, temperature), dim=-1)
+    assert torch.equal(probs, torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.0]]))
+
+
+def test_a_temperature_that_does_not_overflow_still_divides_exactly():
+    logits = torch.tensor([[3.0, 1.0, -2.0], [1e30, 0.0, -1e30]])
+    assert torch.equal(apply_temperature(logits, 1e-5), logits / 1e-5)  # (the second row: 1e35, in range)
+
+
+@pytest.mark.parametrize("penalty", [1e-40, 1e-50])
+def test_a_tiny_repetition_penalty_does_not_overflow(penalty):
+    """z / penalty -> inf for seen positive logits: the seen token with the largest one takes all the mass."""
+    logits = torch.tensor([[3.0, 1.0, -2.0, 2.0], [-3.0, -1.0, -2.0, 0.5]])
+    ids = torch.tensor([[0, 1, 2], [0, 1, 2]])
+    probs = torch.softmax(apply_repetition_penalty(logits, ids, penalty), dim=-1)
+    assert torch.equal(probs[0], torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    # no seen positive logit: nothing overflows, and the seen negatives are multiplied by ~0
+    assert torch.allclose(probs[1], torch.softmax(torch.tensor([0.0, 0.0, 0.0, 0.5]), dim=-1))
+
+
+@pytest.mark.parametrize("penalty", [1e39, 1.7e308])
+def test_a_huge_repetition_penalty_does_not_leave_a_row_without_tokens(penalty):
+    """z * penalty -> -inf for every seen negative logit (and 0 * inf = NaN for a seen zero in float32): when every
+    token is seen and negative the largest one takes the mass; a seen zero stays zero."""
+    logits = torch.tensor([[-3.0, -1.0, -2.0], [0.0, -1.0, -2.0]])
+    ids = torch.tensor([[0, 1, 2], [0, 1, 2]])
+    probs = torch.softmax(apply_repetition_penalty(logits, ids, penalty), dim=-1)
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
+def test_generate_samples_with_a_tiny_temperature_or_penalty():
+    from attnkit.generation import generate
+
+    torch.manual_seed(0)
+    from attnkit.models.gpt import GPT
+    import helpers
+
+    model = helpers.spread_weights(GPT(helpers.tiny_gpt_config("gpt2", vocab_size=40, block_size=32)), std=0.3,
+                                   seed=0, matrices_only=True).eval()
+    greedy = generate(model, [[1, 2, 3]], max_new_tokens=4)
+    assert generate(model, [[1, 2, 3]], max_new_tokens=4, do_sample=True, seed=0, temperature=1e-40) == greedy
+    for kw in (dict(repetition_penalty=1e-40), dict(repetition_penalty=1e-40, temperature=0.5),
+               dict(repetition_penalty=1e39)):
+        out = generate(model, [[1, 2, 3]], max_new_tokens=4, do_sample=True, seed=0, **kw)
+        assert len(out[0]) == 4 and all(0 <= t < 40 for t in out[0])

@@ -64,3 +64,22 @@ def test_negative_position_rejected():
 def test_float_positions_rejected():
     with pytest.raises(ValueError, match=r"integer tensor, got torch.float32"):
         SinusoidalPositionalEncoding(8)(torch.tensor([0.0, 1.0]))
+
+
+def test_no_host_reads_looks_up_without_growing_and_reserve_grows():
+    """Under ``no_host_reads`` (torch.compile, checks_on_device) the lookup reads no position back to the host, so
+    the table cannot grow there: ``reserve`` sizes it first, with the rows it would have grown to."""
+    from attnkit.checks import checks_on_device
+    from attnkit.modules.sinusoidal import SinusoidalPositionalEncoding, sinusoidal_table
+
+    pe = SinusoidalPositionalEncoding(8, max_len=4)
+    pos = torch.tensor([[0, 1, 2, 3]])
+    with checks_on_device():
+        assert torch.equal(pe(pos), sinusoidal_table(4, 8)[pos])
+        assert pe.pe.shape[0] == 4
+    pe.reserve(10)
+    assert pe.pe.shape[0] >= 10
+    with checks_on_device():
+        assert torch.equal(pe(torch.tensor([9, 0])), sinusoidal_table(10, 8)[[9, 0]])
+    with pytest.raises(ValueError, match="length must be >= 0"):
+        pe.reserve(-1)
