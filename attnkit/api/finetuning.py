@@ -23,7 +23,8 @@ the run ends (or stops on SIGINT / SIGTERM with a checkpoint, or on an error; no
 once), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it
 is a plain GPT checkpoint that ``attnkit sample --ckpt DIR`` (and ``finetune --from DIR``) loads like any other.
 Every checkpoint's ``extra`` holds ``kind: "lm"``, the tokenizer, the chat template (if the model has one), the
-data and the LoRA settings.
+data and the LoRA settings; a local ``--data`` or ``--from`` as its absolute path, so that ``--resume`` works from
+any working directory (a ``--data`` or ``--from`` given on resume must name the same file or name as the run's).
 
 There are no tensor axes in this file.
 """
@@ -39,8 +40,9 @@ from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
 from .interruption import resume_hint
 from .launcher import is_main_process
-from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
-                      train_values)
+from .lm_training import _is_data_recipe
+from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, resumed_model_config,
+                      same_path, scaled_min_lr, train_values)
 
 __all__ = ["FinetuneOptions", "finetune", "lora_settings"]
 
@@ -110,9 +112,14 @@ def _defaults(o: FinetuneOptions, lora: dict | None) -> dict[str, Any]:
     d = dict(FT_DEFAULTS)
     if lora is not None:
         d.update(lr=LORA_LR, min_lr=LORA_LR / 10)
-    if o.lr is not None and o.min_lr is None:
-        d["min_lr"] = min(d["min_lr"], o.lr / 10)
-    return d
+    return scaled_min_lr(d, o.lr, o.min_lr)
+
+
+def _is_pretrained(name: str) -> bool:
+    """Whether ``--from NAME`` is a named pretrained model (a name wins over a local path)."""
+    from attnkit.interop.pretrained import pretrained_names
+
+    return name in pretrained_names()
 
 
 def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, str, str, str]:
@@ -127,10 +134,13 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
             if not isinstance(extra_saved.get(key), str):
                 raise ValueError(f"--resume: the checkpoint of {o.out} must name its {key!r} in extra (a string), "
                                  f"got {extra_saved.get(key)!r}")
-        for flag, key, value in (("--from", "from", o.source), ("--data", "data", o.data),
-                                 ("--documents", "documents", None if o.documents == "auto" else o.documents)):
-            if value is not None and value != extra_saved.get(key):
-                raise ValueError(f"--resume: the run used {flag} {extra_saved.get(key)!r}, got {value!r}")
+        for flag, key, value, is_name in (("--from", "from", o.source, _is_pretrained),
+                                          ("--data", "data", o.data, _is_data_recipe)):
+            if value is not None and not same_path(value, extra_saved[key], is_name=is_name):
+                raise ValueError(f"--resume: the run used {flag} {extra_saved[key]!r}, got {value!r}")
+        documents = None if o.documents == "auto" else o.documents
+        if documents is not None and documents != extra_saved.get("documents"):
+            raise ValueError(f"--resume: the run used --documents {extra_saved.get('documents')!r}, got {documents!r}")
         lora = lora_settings(o, extra_saved.get("lora"), resuming=True)
         return lora, extra_saved["data"], extra_saved.get("documents", "none"), extra_saved["from"]
     if o.source is None or o.data is None:
@@ -227,8 +237,11 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     log(f"data {data}: {train_ids.numel():,} train / {valid_ids.numel():,} valid tokens "
         f"(documents: {data_info['documents']}); run folder {o.out}")
 
-    extra: dict[str, Any] = {"kind": "lm", "task": "finetune", "from": str(source), "from_description": what,
-                             "data": str(data), "documents": data_info["documents"] if saved is None else documents,
+    extra: dict[str, Any] = {"kind": "lm", "task": "finetune", "from_description": what,
+                             # local files as absolute paths: the run resumes from any working directory
+                             "from": recorded_path(str(source), is_name=_is_pretrained),
+                             "data": recorded_path(str(data), is_name=_is_data_recipe),
+                             "documents": data_info["documents"] if saved is None else documents,
                              "tokenizer": tokenizer.to_dict(), "source": data_info["source"]}
     if chat_template:
         extra["chat_template"] = chat_template

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from .interruption import resume_hint
 from .launcher import world_size
-from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
-                      train_values)
+from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, refuse_changed,
+                      resumed_model_config, same_path, scaled_min_lr, train_values)
 
 __all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
 
@@ -43,6 +43,10 @@ class TrainLMOptions(TrainOptions):
             ``max_time`` alone): a time budget then ends the run without stretching the schedule.
         recipe: a named recipe (:data:`attnkit.recipes.LM_RECIPES`, e.g. ``shakespeare-char-gpu``) whose values
             fill every field left unset (``--recipe``); a new run only.
+
+    ``overrides`` (``--set``) may not hold ``block_size`` (use ``block_size``, ``--block-size``) or ``vocab_size``
+    (the tokenizer's). A local ``data`` file or folder is recorded as its absolute path; resuming, ``data``,
+    ``preset``, ``tokenizer`` and ``vocab_size`` may be given only with the run's own values.
     """
 
     data: str | None = None
@@ -60,7 +64,7 @@ class TrainLMOptions(TrainOptions):
             return self
         from attnkit.recipes import LM_RECIPES
 
-        recipe = LM_RECIPES[self.recipe]
+        recipe = scaled_min_lr(LM_RECIPES[self.recipe], self.lr, self.min_lr)
         changes = {k: v for k, v in recipe.items() if k != "overrides" and getattr(self, k) is None}
         return self.replace(**changes, overrides={**recipe.get("overrides", {}), **self.overrides})
 
@@ -74,6 +78,15 @@ class TrainLMOptions(TrainOptions):
         if self.recipe is not None and self.resume:
             raise ValueError("TrainLMOptions.recipe starts a run; resume=True continues one with the settings it "
                              "was started with")
+        if "block_size" in self.overrides:
+            raise ValueError(f"train lm sets the model's block_size from --block-size (block_size=), got --set "
+                             f"block_size={self.overrides['block_size']!r}: use --block-size "
+                             f"{self.overrides['block_size']!r}")
+        if "vocab_size" in self.overrides:
+            raise ValueError(f"train lm sizes the model's vocabulary to the tokenizer's (--tokenizer; --vocab-size "
+                             f"for bpe), got --set vocab_size={self.overrides['vocab_size']!r}")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ValueError(f"--vocab-size must be >= 1, got {self.vocab_size}")
 
 
 def describe_batch(cfg: Any) -> str:
@@ -100,6 +113,58 @@ def _rank0_first(fn: Callable[[bool], Any], device: str | None) -> Any:
     return held[0] if held else fn(False)
 
 
+def _is_data_recipe(name: str) -> bool:
+    """Whether ``--data NAME`` is a data recipe (a string naming one is the recipe, not a local path)."""
+    from attnkit.data.corpora.registry import get_recipe
+
+    try:
+        get_recipe(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _saved_tokenizer_options(extra_saved: dict[str, Any]) -> dict[str, Any]:
+    """``{"tokenizer", "vocab_size"}`` a run was started with: recorded since they are, else read off the saved
+    tokenizer (``char``; a BPE of GPT-2's 50257 tokens is ``gpt2``, another one ``bpe`` of its size)."""
+    recorded = extra_saved.get("tokenizer_options")
+    if isinstance(recorded, dict) and isinstance(recorded.get("tokenizer"), str):
+        return recorded
+    tok = extra_saved.get("tokenizer") or {}
+    if tok.get("type") == "char":
+        return {"tokenizer": "char", "vocab_size": None}
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
+
+    size = tokenizer_from_dict(tok).vocab_size
+    return {"tokenizer": "gpt2" if size == 50257 else str(tok.get("type")), "vocab_size": size}
+
+
+def _check_resumed(o: TrainLMOptions, extra_saved: dict[str, Any]) -> None:
+    """Resuming: ``ValueError`` for ``data``, ``preset``, ``tokenizer`` or ``vocab_size`` given with another value
+    than the run's (a local path is compared as an absolute path; a tokenizer file by its content)."""
+    from attnkit.data.pipeline.lm_dataset import TOKENIZER_KINDS
+    from attnkit.data.tokenizers.tokenizer import load_tokenizer, tokenizer_from_dict
+
+    if o.data is not None and not same_path(o.data, extra_saved.get("data"), is_name=_is_data_recipe):
+        raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {o.data!r}")
+    refuse_changed("--preset", o.preset, extra_saved.get("preset"))
+    if o.tokenizer is None and o.vocab_size is None:
+        return
+    was = _saved_tokenizer_options(extra_saved)
+    if o.tokenizer is not None:
+        kind = str(o.tokenizer)
+        if kind not in TOKENIZER_KINDS and Path(kind).is_file():  # a file: the same tokenizer is fine
+            if json.loads(json.dumps(load_tokenizer(kind).to_dict())) != extra_saved.get("tokenizer"):
+                raise ValueError(f"--resume: the run's tokenizer (in its checkpoint; --tokenizer "
+                                 f"{was['tokenizer']!r}) differs from the one in --tokenizer {kind!r}")
+        elif not same_path(kind, was["tokenizer"], is_name=lambda k: k in TOKENIZER_KINDS):
+            refuse_changed("--tokenizer", kind, was["tokenizer"])
+    if o.vocab_size is not None:
+        actual = tokenizer_from_dict(extra_saved["tokenizer"]).vocab_size  # what a BPE came out as
+        if o.vocab_size not in (was.get("vocab_size"), actual):
+            refuse_changed("--vocab-size", o.vocab_size, was.get("vocab_size") or actual)
+
+
 def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, **kwargs: Any) -> RunResult:
     """Train (or with ``resume=True`` continue) a language model; returns the run folder and its summary.
 
@@ -112,7 +177,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     import torch
 
     from attnkit.checkpoints.runs import default_run_folder, read_saved_run
-    from attnkit.data.pipeline.lm_dataset import prepare_lm_data
+    from attnkit.data.pipeline.lm_dataset import TOKENIZER_KINDS, prepare_lm_data
     from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
     from attnkit.models.builders import build_model
     from attnkit.models.configs import GPTConfig
@@ -128,11 +193,12 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     extra_saved = (saved or {}).get("extra", {})
     data = o.data or extra_saved.get("data") or "shakespeare"
     preset = o.preset or extra_saved.get("preset") or "char-small"
-    if saved is not None and o.data is not None and o.data != extra_saved.get("data"):
-        raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {o.data!r}")
+    if saved is not None:
+        _check_resumed(o, extra_saved)
     given = train_values(o, block_size=o.block_size)
     given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})
-    cfg = resolve_train_config(LM_DEFAULTS, saved.get("train_config") if saved else None, given)
+    cfg = resolve_train_config(scaled_min_lr(LM_DEFAULTS, o.lr, o.min_lr), saved.get("train_config") if saved
+                               else None, given)
 
     if saved is not None:
         tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
@@ -161,8 +227,12 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     log(f"model {preset}: {count_parameters(model):,} parameters; threads {torch.get_num_threads()}; "
         f"run folder {out}")
     log(describe_batch(cfg))
-    extra = {"kind": "lm", "data": str(data), "preset": preset, "tokenizer": lm.tokenizer.to_dict(),
-             "source": json.loads(json.dumps(lm.source_info, default=str))}
+    tokenizer_options = extra_saved.get("tokenizer_options") if saved is not None else {
+        "tokenizer": recorded_path(str(o.tokenizer or "char"), is_name=lambda kind: kind in TOKENIZER_KINDS),
+        "vocab_size": o.vocab_size}  # as asked for (a BPE may come out smaller), compared on resume
+    extra = {"kind": "lm", "data": recorded_path(str(data), is_name=_is_data_recipe), "preset": preset,
+             "tokenizer": lm.tokenizer.to_dict(), "source": json.loads(json.dumps(lm.source_info, default=str)),
+             **({"tokenizer_options": tokenizer_options} if isinstance(tokenizer_options, dict) else {})}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
                       progress=o.progress)
     with resume_hint("train lm", out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command

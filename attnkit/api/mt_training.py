@@ -47,8 +47,8 @@ from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES,
 
 from .interruption import resume_hint
 from .launcher import is_main_process, world_size
-from .options import (Log, RunResult, TrainOptions, default_log, done_line, resumed_model_config,
-                      train_values)
+from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, refuse_changed,
+                      resumed_model_config, same_path, scaled_min_lr, train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
 
@@ -68,7 +68,8 @@ class TrainMTOptions(TrainOptions):
         strict: refuse malformed lines and over-long sentences instead of skipping / cutting and counting them.
         bleu: greedy BLEU/chrF at each evaluation and ``best/`` by BLEU (default True); bleu_sentences: how many.
         anneal_data, anneal_share, anneal_replay: end the budget on these pairs (see ``--anneal-data``).
-        average_last: average the last N step checkpoints into ``checkpoints/averaged`` after training.
+        average_last: average the last N step checkpoints into ``checkpoints/averaged`` after training (0: the
+            resumed run's N, recorded in ``mt_options``, else none).
         reverse: train the other direction (``--reverse``): every pair of ``data``, ``valid`` and ``anneal_data``
             swapped, validation and BLEU included; recorded in the run (``mt_options.reverse``), so ``translate``
             of the run takes the target language as input (``de-en`` reversed: English -> German).
@@ -78,6 +79,11 @@ class TrainMTOptions(TrainOptions):
             each synthetic source tagged ``<bt>`` (:meth:`attnkit.training.MTTask.mix_synthetic`).
         stop_at_loss, schedule_steps: stop at the first evaluation whose validation loss is at or below this; the
             cosine schedule's length in updates (as :class:`~attnkit.api.TrainLMOptions`').
+
+    Local files and folders (``data``, ``valid``, ``anneal_data``, ``synthetic``) are recorded as absolute paths, so
+    a run resumes from any working directory. Resuming, each data and translation option above may be given only
+    with the run's own value (a different one is refused before anything is read); ``average_last`` may be given
+    (it changes only the averaging after training) up to the run's ``keep_last``.
     """
 
     data: str | None = None
@@ -112,16 +118,17 @@ class TrainMTOptions(TrainOptions):
 def _mt_options(o: TrainMTOptions, saved: dict | None) -> dict[str, Any]:
     """The translation options: each given, else the resumed run's value, else the recipe's default.
 
-    Keys: ``data, valid, preset`` and the ``mt_options`` the run saves (``vocab_size, max_tokens, max_len,
-    label_smoothing, strict, bleu, bleu_sentences, word_dropout, anneal_data, anneal_share, anneal_replay``).
+    Keys: ``data, valid, preset, average_last`` and the ``mt_options`` the run saves (``vocab_size, max_tokens,
+    max_len, label_smoothing, strict, bleu, bleu_sentences, word_dropout, anneal_data, anneal_share,
+    anneal_replay``). Resuming, a given option that differs from the run's is refused (:func:`_check_resumed`).
     """
     extra_saved = (saved or {}).get("extra", {})
     opts_saved = extra_saved.get("mt_options", {})
     if saved is not None and extra_saved.get("kind") != "mt":
         raise ValueError(f"--resume: {o.out} is not a translation run (kind {extra_saved.get('kind')!r})")
+    if saved is not None:
+        _check_resumed(o, saved, opts_saved)
     data = o.data or extra_saved.get("data") or "de-en"
-    if saved is not None and o.data is not None and o.data != extra_saved.get("data"):
-        raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {o.data!r}")
 
     def opt(name: str, default: Any) -> Any:
         v = getattr(o, name)
@@ -144,8 +151,58 @@ def _mt_options(o: TrainMTOptions, saved: dict | None) -> dict[str, Any]:
         "anneal_data": opt("anneal_data", None),
         "anneal_share": _anneal_share(opt("anneal_data", None), opt("anneal_share", None)),
         "anneal_replay": _anneal_replay(opt("anneal_data", None), opt("anneal_replay", None)),
+        "average_last": _average_last(o, opts_saved),
         **_direction_and_synthetic(o, saved, opts_saved),
     }
+
+
+def _check_resumed(o: TrainMTOptions, saved: dict, opts_saved: dict) -> None:
+    """Resuming: ``ValueError`` for a data or translation option given with another value than the run's (the
+    defaults stand in for options older runs did not record; local paths are compared as absolute paths, a
+    ``--tokenizer`` file by its content). ``reverse`` and ``synthetic`` are checked by
+    :func:`_direction_and_synthetic`."""
+    extra_saved = saved.get("extra", {})
+    for flag, value, was in (("--data", o.data, extra_saved.get("data")), ("--valid", o.valid, opts_saved.get("valid")),
+                             ("--anneal-data", o.anneal_data, opts_saved.get("anneal_data"))):
+        if value is not None and not same_path(value, was, pairs=True):
+            raise ValueError(f"--resume: the run was trained on {flag} {was!r}, got {value!r}")
+    if o.bleu is not None and o.bleu != opts_saved.get("bleu", True):
+        flags = {True: "--bleu", False: "--no-bleu"}  # best/ is judged by BLEU or by the loss, for the whole run
+        raise ValueError(f"--resume: the run was trained with {flags[bool(opts_saved.get('bleu', True))]}, got "
+                         f"{flags[o.bleu]}")
+    if o.strict and not opts_saved.get("strict", False):
+        raise ValueError("--resume: the run was trained without --strict, got --strict")
+    n = world_size()
+    was = opts_saved.get("max_tokens", MT_DEFAULT_MAX_TOKENS * n)
+    if o.max_tokens is not None and o.max_tokens * n != was:
+        raise ValueError(f"--resume: the run was trained with a token budget of {was!r} per batch over all processes "
+                         f"(--max-tokens {was / n:g} with {n} process{'es' if n > 1 else ''}), got --max-tokens "
+                         f"{o.max_tokens}")
+    refuse_changed("--preset", o.preset, extra_saved.get("preset"))
+    for flag, name, default in (("--vocab-size", "vocab_size", MT_DEFAULT_VOCAB),
+                                ("--max-len", "max_len", MT_DEFAULT_MAX_LEN),
+                                ("--label-smoothing", "label_smoothing", 0.1),
+                                ("--bleu-sentences", "bleu_sentences", MT_DEFAULT_BLEU_SENTENCES),
+                                ("--word-dropout", "word_dropout", 0.0), ("--anneal-share", "anneal_share", None),
+                                ("--anneal-replay", "anneal_replay", 0.0)):
+        refuse_changed(flag, getattr(o, name), opts_saved.get(name, default))
+    if o.tokenizer is not None:
+        from attnkit.data.tokenizers.tokenizer import load_tokenizer
+
+        if json.loads(json.dumps(load_tokenizer(o.tokenizer).to_dict())) != extra_saved.get("tokenizer"):
+            raise ValueError(f"--resume: the run's tokenizer (in its checkpoint) differs from the one in --tokenizer "
+                             f"{str(o.tokenizer)!r}")
+
+
+def _average_last(o: TrainMTOptions, opts_saved: dict) -> int:
+    """How many step checkpoints to average after training: ``average_last`` given, else the resumed run's."""
+    if o.average_last > 0:
+        return o.average_last
+    n = opts_saved.get("average_last", 0)
+    if type(n) is not int or n < 0:
+        raise ValueError(f"--resume: the run's mt_options.average_last must be an int >= 0, got {n!r} (edited by "
+                         f"hand?)")
+    return n
 
 
 def _direction_and_synthetic(o: TrainMTOptions, saved: dict | None, opts_saved: dict) -> dict[str, Any]:
@@ -155,7 +212,8 @@ def _direction_and_synthetic(o: TrainMTOptions, saved: dict | None, opts_saved: 
     if saved is not None:
         for name, value in given.items():
             was = opts_saved.get(name, False if name == "reverse" else None)
-            if value is not None and value != was:
+            same = same_path(value, was) if name == "synthetic" and value is not None else value == was
+            if value is not None and not same:
                 raise ValueError(f"--resume: the run was trained with {name} {was!r}, got {value!r}")
     synthetic = o.synthetic if o.synthetic is not None else opts_saved.get("synthetic")
     ratio = o.synthetic_ratio if o.synthetic_ratio is not None else opts_saved.get("synthetic_ratio")
@@ -164,7 +222,7 @@ def _direction_and_synthetic(o: TrainMTOptions, saved: dict | None, opts_saved: 
     if synthetic is not None and not Path(synthetic).is_file():
         raise FileNotFoundError(f"--synthetic: no such file: {synthetic}")
     reverse = bool(o.reverse if o.reverse is not None else opts_saved.get("reverse", False))
-    return {"reverse": reverse, "synthetic": None if synthetic is None else str(synthetic),
+    return {"reverse": reverse, "synthetic": None if synthetic is None else recorded_path(str(synthetic)),
             "synthetic_ratio": None if synthetic is None else float(1.0 if ratio is None else ratio)}
 
 
@@ -191,24 +249,30 @@ def _anneal_replay(anneal_data: str | None, replay: float | None) -> float:
     return replay
 
 
-def _mt_train_config(o: TrainMTOptions, saved: dict | None, bleu: bool):
-    """The recipe's training defaults, adjusted to the options, under the resumed run's and the given values."""
+def _mt_train_config(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any]):
+    """The recipe's training defaults, adjusted to the options (``opts``: :func:`_mt_options`), under the resumed
+    run's and the given values."""
     from attnkit.training.config import resolve_train_config
 
-    defaults = dict(MT_DEFAULTS)
-    if bleu:
+    defaults = scaled_min_lr(dict(MT_DEFAULTS), o.lr, o.min_lr)
+    if opts["bleu"]:
         defaults.update(best_metric="valid_bleu", best_mode="max")
-    if o.average_last > 0 and o.keep_last is None:
-        defaults["keep_last"] = max(defaults["keep_last"], o.average_last)
+    average_last = opts["average_last"]
+    if average_last > 0 and o.keep_last is None:
+        defaults["keep_last"] = max(defaults["keep_last"], average_last)
     given = train_values(o)
     given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})
     cfg = resolve_train_config(defaults, saved.get("train_config") if saved else None, given)
-    if o.average_last > 0 and cfg.fsdp:
+    if average_last > 0 and cfg.fsdp:
         raise ValueError("--average-last reads ordinary step checkpoints; an --fsdp run writes sharded ones "
                          "(turn them into ordinary ones with `attnkit convert` and average those)")
-    if o.average_last > cfg.keep_last:
-        raise ValueError(f"--average-last {o.average_last} needs that many step checkpoints, but --keep-last "
-                         f"is {cfg.keep_last}; raise --keep-last to at least {o.average_last}")
+    if average_last > cfg.keep_last and saved is not None:  # keep_last is the run's: it cannot change now
+        raise ValueError(f"--average-last {average_last} needs that many step checkpoints, but the run keeps the "
+                         f"last {cfg.keep_last} (its --keep-last, fixed on resume); resume with --average-last "
+                         f"{cfg.keep_last} or less")
+    if average_last > cfg.keep_last:
+        raise ValueError(f"--average-last {average_last} needs that many step checkpoints, but --keep-last "
+                         f"is {cfg.keep_last}; raise --keep-last to at least {average_last}")
     return cfg
 
 
@@ -367,7 +431,7 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     saved = read_saved_run(o.out) if o.resume else None
     opts = _mt_options(o, saved)
     data, preset, max_tokens, max_len = opts["data"], opts["preset"], opts["max_tokens"], opts["max_len"]
-    cfg = _mt_train_config(o, saved, opts["bleu"])
+    cfg = _mt_train_config(o, saved, opts)
     _mt_model_config(o, saved, preset, None, max_len)  # a bad preset or override fails now, not after the BPE
     task, data_desc = _build_task(o, saved, opts, cfg, log)
     data_stats = _report_data(task, data_desc, max_len, max_tokens, log, opts)
@@ -381,14 +445,16 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     n = world_size()
     log(f"global token budget {max_tokens} = {max_tokens / n:g} per process x {n} process{'es' if n > 1 else ''}; "
         f"x {cfg.grad_accum} accumulation" + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))
-    mt_options = {"valid": None if opts["valid"] is None else str(opts["valid"]),
+    mt_options = {"valid": None if opts["valid"] is None else recorded_path(str(opts["valid"]), pairs=True),
                   **{k: opts[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
-                                          "bleu_sentences", "word_dropout", "anneal_data", "anneal_share")},
+                                          "bleu_sentences", "word_dropout", "anneal_share")},
+                  "anneal_data": None if opts["anneal_data"] is None else recorded_path(opts["anneal_data"]),
                   **({"anneal_replay": opts["anneal_replay"]} if opts["anneal_replay"] else {}),
+                  **({"average_last": opts["average_last"]} if opts["average_last"] else {}),  # reused on resume
                   **({"reverse": True} if opts["reverse"] else {}),  # absent when off: older runs read the same
                   **({k: opts[k] for k in ("synthetic", "synthetic_ratio")} if opts["synthetic"] else {})}
-    extra = {"kind": "mt", "data": str(data), "preset": preset, "tokenizer": task.tokenizer.to_dict(),
-             "mt_options": mt_options, "data_stats": data_stats}
+    extra = {"kind": "mt", "data": recorded_path(str(data), pairs=True), "preset": preset,
+             "tokenizer": task.tokenizer.to_dict(), "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
                       progress=o.progress)
     with resume_hint("train mt", out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command
@@ -396,10 +462,10 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     if not is_main_process():  # rank 0 reports, averages and scores; the other processes are done
         return RunResult(out, summary)
     log(done_line(summary, f"run folder {out}"))
-    if o.average_last > 0:
+    if opts["average_last"] > 0:
         from attnkit.checkpoints.averaging import average_last_checkpoints
 
-        avg = average_last_checkpoints(out, o.average_last)
+        avg = average_last_checkpoints(out, opts["average_last"])
         ev = json.loads((avg / "state.json").read_text()).get("averaged_from", [])
         log(f"averaged {len(ev)} checkpoints into {avg} (use --ckpt {avg})")
     if opts["bleu"] and summary.get("best_checkpoint"):

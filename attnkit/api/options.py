@@ -20,7 +20,8 @@ from typing import Any, Callable
 from .launcher import say, world_size
 
 __all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
-           "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log"]
+           "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log",
+           "recorded_path", "same_path", "refuse_changed", "scaled_min_lr"]
 
 Log = Callable[[str], None]
 
@@ -254,11 +255,14 @@ class RunResult:
 
 
 def done_line(summary: dict[str, Any], tail: str) -> str:
-    """The one line a finished training run prints: steps, time, why it stopped, losses, then ``tail``."""
-    vl, vb = summary.get("valid_loss"), summary.get("valid_bleu")
-    return (f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']}); "
-            f"train loss {summary['train_loss']:.4f}" + (f", valid loss {vl:.4f}" if vl is not None else "")
-            + (f", valid BLEU (greedy) {vb:.2f}" if vb is not None else "") + f"; {tail}")
+    """The one line a finished training run prints: steps, time, why it stopped, losses (the train loss only when
+    the run made an update: a time budget may end it before the first), then ``tail``."""
+    tl, vl, vb = summary.get("train_loss"), summary.get("valid_loss"), summary.get("valid_bleu")
+    losses = [part for part in (f"train loss {tl:.4f}" if tl is not None else None,
+                                f"valid loss {vl:.4f}" if vl is not None else None,
+                                f"valid BLEU (greedy) {vb:.2f}" if vb is not None else None) if part]
+    return (f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']})"
+            + (f"; {', '.join(losses)}" if losses else "") + f"; {tail}")
 
 
 def default_log(log: Log | None) -> Log:
@@ -267,9 +271,48 @@ def default_log(log: Log | None) -> Log:
 
 
 def resumed_model_config(saved: dict[str, Any], overrides: dict[str, Any]):
-    """The model config a resumed run was saved with, with ``overrides`` applied (the trainer then refuses a real
-    change of architecture by name; a changed dropout is allowed)."""
+    """The model config a resumed run was saved with, with ``overrides`` applied (the trainer then refuses any
+    field that differs from the saved one, dropout included, naming it; an override equal to the saved value is
+    fine)."""
     from attnkit.models.configs import config_from_dict
 
     config = config_from_dict(saved["model_config"])
     return config.replace(**overrides) if overrides else config
+
+
+def recorded_path(value: str, *, is_name: Callable[[str], bool] | None = None, pairs: bool = False) -> str:
+    """``value`` (what ``--data``, ``--from`` ... named) as a run records it: a local file or folder that exists as
+    its absolute path, so that the run resumes from any working directory; a name (``is_name(value)``: a data
+    recipe, a pretrained model) or a path that does not exist as given. ``pairs``: ``"SRC,TGT"`` is two paths
+    (``train mt``). ``recorded_path("plays.txt") == "/home/me/plays.txt"``, ``recorded_path("de-en") == "de-en"``."""
+    if is_name is not None and is_name(value):
+        return value
+    path = Path(value)
+    if path.exists():  # before the comma: a file's name may hold one
+        return str(path.resolve())
+    if pairs and "," in value:
+        return ",".join(recorded_path(part.strip()) for part in value.split(","))
+    return value
+
+
+def same_path(given: str, saved: Any, **how: Any) -> bool:
+    """Whether ``given`` names what a run recorded as ``saved`` (both as :func:`recorded_path` with ``how`` reads
+    them here: a run that recorded a relative path resumes from the folder it was started in, as before)."""
+    return isinstance(saved, str) and recorded_path(given, **how) == recorded_path(saved, **how)
+
+
+def refuse_changed(flag: str, value: Any, was: Any) -> None:
+    """On resume: ``ValueError`` unless ``value`` (a flag the user gave; None: not given) is the run's ``was``."""
+    if value is not None and value != was:
+        raise ValueError(f"--resume: the run was trained with {flag} {was!r}, got {value!r} (a resumed run keeps "
+                         f"its settings; only --steps, --max-time, --stop-at-loss and --device may change)")
+
+
+def scaled_min_lr(defaults: dict[str, Any], lr: float | None, min_lr: float | None) -> dict[str, Any]:
+    """``defaults`` (a recipe's training values) for a run given ``lr`` and ``min_lr`` (None: not given): with
+    ``lr`` given and ``min_lr`` not, the recipe's ``min_lr`` is lowered to at most a tenth of ``lr`` (a small
+    ``--lr`` alone is never refused for being below the recipe's ``min_lr``). ``train lm``, ``train mt`` and
+    ``finetune`` all follow this rule."""
+    if lr is None or min_lr is not None or "min_lr" not in defaults:
+        return defaults
+    return {**defaults, "min_lr": min(defaults["min_lr"], lr / 10)}

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.checks import check_bool, check_choice, check_float, check_int
+from attnkit.checks import check_bool, check_choice, check_float, check_int, is_int
 
 SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
 AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16", "fp16")
@@ -261,7 +261,7 @@ class TrainConfig:
     def resume_differences(self, other: "TrainConfig | dict[str, Any]") -> dict[str, tuple[Any, Any]]:
         """Fields that differ from ``other`` and may NOT change on resume: ``{name: (other's, self's)}``.
 
-        ``steps`` and ``max_time`` are ignored (see ``RESUMABLE_CHANGES``).
+        The fields of ``RESUMABLE_CHANGES`` (``steps``, ``max_time``, ``device``, ``stop_at_loss``) are ignored.
         """
         theirs = other.to_dict() if isinstance(other, TrainConfig) else dict(other)
         mine = self.to_dict()
@@ -301,7 +301,10 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
     when given (:func:`default_warmup`); a new run limited by time only keeps the recipe's ``warmup_steps`` but
     ends its warmup after a tenth of the time budget at the latest (``warmup_time_share``); a given
     ``warmup_steps`` is kept as given (and refused if longer than a cosine run's ``schedule_steps`` or ``steps``);
-    a resumed run keeps its own. ``time_only_schedule`` (e.g. ``"constant"``, what
+    a resumed run keeps its own, so a resumed cosine run without ``schedule_steps`` is refused ``steps`` below it
+    (a run started with ``max_time`` alone warmed up for its recipe's ``warmup_steps``): shortening the warmup to
+    fit would change the learning rate of the updates already made, and the resume would no longer be exact.
+    ``time_only_schedule`` (e.g. ``"constant"``, what
     ``finetune`` passes) is the schedule of a new run limited by time only when no ``schedule`` is given (None:
     the recipe's). ``grad_clip=0`` means no clipping.
     """
@@ -326,4 +329,10 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
             values["warmup_time_share"] = 1 / WARMUP_SHARE
     if values.get("grad_clip") == 0:
         values["grad_clip"] = None
+    warmup, steps = values.get("warmup_steps"), values.get("steps")
+    if (saved is not None and values.get("schedule", "cosine") == "cosine" and values.get("schedule_steps") is None
+            and is_int(warmup) and is_int(steps) and warmup > steps):
+        raise ValueError(f"--resume: steps {steps} is shorter than the run's warmup of {warmup} updates (its "
+                         f"warmup_steps, which a resumed run keeps; a cosine schedule over steps needs steps >= "
+                         f"warmup_steps): resume with steps >= {warmup}")
     return TrainConfig.from_dict(values)

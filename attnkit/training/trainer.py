@@ -175,8 +175,11 @@ class Trainer:
             to rebuild the model; stored in every checkpoint and compared on resume. Its ``d_model`` or
             ``n_embd`` feeds the inverse_sqrt schedule when ``config.d_model`` is None.
         extra: ``{name: str | dict}`` stored with every checkpoint (e.g. the tokenizer as JSON).
-        resume: continue the run in ``out_dir`` from its latest checkpoint. Only ``steps`` and ``max_time``
-            may differ from the checkpoint's config; anything else raises ``ValueError`` naming the fields.
+        resume: continue the run in ``out_dir`` from its latest checkpoint (weights, optimizer, schedule, RNG states
+            and, with autocast fp16, the gradient scaler's scale). Only the fields of
+            :data:`~attnkit.training.config.RESUMABLE_CHANGES` (``steps``, ``max_time``, ``device``,
+            ``stop_at_loss``) may differ from the checkpoint's config; any other field of the config or of the
+            model config (dropout included) raises ``ValueError`` naming the fields.
         progress: show the tqdm bar.
         log: print the evaluation lines (with sample outputs where the task has them) and the task's notes,
             with or without the bar. Only the main process shows either.
@@ -352,6 +355,8 @@ class Trainer:
         self.reached = reached if isinstance(reached, dict) and reached.get("loss") == self.config.stop_at_loss \
             else None
         self._rng_state = state.get("rng")
+        if self._scaler is not None and "grad_scaler" in state:  # absent in checkpoints written before it was kept
+            self._scaler.load_state_dict(_saved_scaler(state["grad_scaler"], latest))
         self.last_checkpoint = latest
         self.resumed_from = latest
         # best/ may be newer than the latest step checkpoint (saved between two step checkpoints before the
@@ -571,10 +576,13 @@ class Trainer:
         return row
 
     def _checkpoint_state(self) -> dict[str, Any]:
-        return {"step": self.step, "elapsed": self._now(), "tokens": self.tokens, "compile_s": self._compile_s,
-                "train_config": self.config.to_dict(), "model_config": self.model_config,
-                "task": self.task.state_dict(), "best": self.best, "last_eval": self.last_eval,
-                "last_loss": self.last_loss, "reached": self.reached}
+        state = {"step": self.step, "elapsed": self._now(), "tokens": self.tokens, "compile_s": self._compile_s,
+                 "train_config": self.config.to_dict(), "model_config": self.model_config,
+                 "task": self.task.state_dict(), "best": self.best, "last_eval": self.last_eval,
+                 "last_loss": self.last_loss, "reached": self.reached}
+        if self._scaler is not None:  # fp16: the scale found so far and the updates since it last grew
+            state["grad_scaler"] = _json_roundtrip(self._scaler.state_dict(), "the grad scaler's state")
+        return state
 
     def _write_checkpoint(self, path: Path) -> Path:
         """Collective: FSDP -> every rank writes its shard (DCP); otherwise rank 0 writes the one file set."""
@@ -840,6 +848,16 @@ def _saved_best(best: Any, folder: Path) -> dict[str, Any] | None:
         raise CheckpointError(f"{folder / 'state.json'}: 'best' must be null or {{\"metric\": name, \"value\": "
                               f"a finite number, \"step\": an integer}}, got {best!r:.200} (edited by hand?)")
     return best
+
+
+def _saved_scaler(scaler: Any, folder: Path) -> dict[str, Any]:
+    """A checkpoint's ``grad_scaler`` entry (``GradScaler.state_dict()``), checked: a dict whose ``scale`` is a finite
+    number > 0 and whose other values are numbers or booleans."""
+    if not (isinstance(scaler, dict) and is_number(scaler.get("scale")) and math.isfinite(scaler["scale"])
+            and scaler["scale"] > 0 and all(is_number(v) or isinstance(v, bool) for v in scaler.values())):
+        raise CheckpointError(f"{folder / 'state.json'}: 'grad_scaler' must be {{\"scale\": a finite number > 0, "
+                              f"...}}, got {scaler!r:.200} (edited by hand?)")
+    return scaler
 
 
 def _saved_eval(row: Any, folder: Path) -> dict[str, Any] | None:

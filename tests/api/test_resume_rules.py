@@ -1,0 +1,266 @@
+"""What a resumed run keeps, from Python: a local data path is recorded as an absolute path (a run resumes from
+any working directory), a given option that differs from the run's is refused before anything is read, a
+preempted ``average_last`` run averages when resumed; and the options refused when made (``--set block_size``),
+a run that ends before its first update, a small ``lr`` alone.
+
+Axis legend: none (runs and files only).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnkit import api
+from attnkit.api import options
+from attnkit.checkpoints.checkpoint import latest_checkpoint, read_checkpoint_state
+
+TINY_LM = dict(preset="char-small", overrides={"n_layer": 1, "n_head": 2, "n_embd": 32}, block_size=16,
+               batch_size=8, warmup_steps=2, eval_every=10, eval_batches=2, ckpt_every=5, log_every=5,
+               progress=False, device="cpu")
+TINY_MT = dict(preset="transformer-cpu", overrides={"d_model": 32, "num_heads": 2, "dim_feedforward": 64,
+                                                    "num_encoder_layers": 1, "num_decoder_layers": 1},
+               vocab_size=300, max_tokens=256, eval_every=3, eval_batches=2, ckpt_every=3, log_every=3,
+               bleu_sentences=4, warmup_steps=1, progress=False, device="cpu")
+
+
+def quiet(line: str) -> None:
+    pass
+
+
+def _state(run: Path) -> dict:
+    return read_checkpoint_state(latest_checkpoint(run / "checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    rng = random.Random(0)
+    words = "love night day sweet death fair light moon star heart hand kiss name rose dream".split()
+    lines = []
+    for _ in range(250):
+        lines.append(rng.choice(["ROMEO", "JULIET", "NURSE"]) + ":")
+        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + ".")
+        lines.append("")
+    path = tmp_path_factory.mktemp("corpus") / "plays.txt"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def lm_run(corpus, tmp_path_factory) -> Path:
+    """A finished 5-step run (one step checkpoint), to copy and resume."""
+    out = tmp_path_factory.mktemp("lm") / "run"
+    api.train_lm(data=str(corpus), out=out, steps=5, log=quiet, **TINY_LM)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory, make_copy_task) -> Path:
+    return make_copy_task(tmp_path_factory.mktemp("pairs") / "copy", sizes=(("train", 200), ("valid", 12)))
+
+
+@pytest.fixture(scope="module")
+def mt_run(pairs, tmp_path_factory) -> Path:
+    """A finished 3-step translation run with BLEU (one step checkpoint), to copy and resume."""
+    out = tmp_path_factory.mktemp("mt") / "run"
+    api.train_mt(data=str(pairs), out=out, steps=3, log=quiet, **TINY_MT)
+    return out
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+# --- 1. relative data paths ---------------------------------------------------------------------------------------
+
+def test_recorded_path_keeps_names_and_makes_local_paths_absolute(tmp_path, monkeypatch):
+    (tmp_path / "a.tsv").write_text("x\ty\n")
+    (tmp_path / "b.txt").write_text("x\n")
+    monkeypatch.chdir(tmp_path)
+    assert options.recorded_path("a.tsv") == str(tmp_path.resolve() / "a.tsv")
+    here = tmp_path.resolve()
+    assert options.recorded_path("a.tsv, b.txt", pairs=True) == f"{here / 'a.tsv'},{here / 'b.txt'}"
+    assert options.recorded_path("de-en") == "de-en" and options.recorded_path("missing.txt") == "missing.txt"
+    assert options.recorded_path("b.txt", is_name=lambda name: name == "b.txt") == "b.txt"
+    (tmp_path / "de,en.tsv").write_text("x\ty\n")  # a file whose name holds a comma is that file, not two
+    assert options.recorded_path("de,en.tsv", pairs=True) == str(here / "de,en.tsv")
+
+
+def test_a_relative_lm_data_path_resumes_from_another_working_directory(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    monkeypatch.chdir(corpus.parent)
+    api.train_lm(data=corpus.name, out=out, steps=5, log=quiet, **TINY_LM)
+    assert _state(out)["extra"]["data"] == str(corpus.resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert api.train_lm(out=out, resume=True, steps=10, progress=False, log=quiet).steps == 10
+    # the same file by another name is the same data; another file is refused before anything is read
+    assert api.train_lm(out=out, resume=True, steps=11, data=str(corpus), progress=False, log=quiet).steps == 11
+    with pytest.raises(ValueError, match=r"--resume: the run was trained on --data .*plays.txt', got 'plays.txt'"):
+        api.train_lm(out=out, resume=True, steps=12, data="plays.txt", progress=False, log=quiet)
+
+
+def test_an_old_run_with_a_relative_data_path_resumes_from_its_own_directory(lm_run, corpus, tmp_path, monkeypatch):
+    run = _copy(lm_run, tmp_path)
+    state_file = latest_checkpoint(run / "checkpoints") / "state.json"
+    state = json.loads(state_file.read_text())
+    state["extra"]["data"] = corpus.name  # as runs recorded it before
+    state_file.write_text(json.dumps(state))
+    monkeypatch.chdir(corpus.parent)
+    result = api.train_lm(out=run, resume=True, steps=7, data=f"./{corpus.name}", progress=False, log=quiet)
+    assert result.steps == 7 and _state(run)["extra"]["data"] == str(corpus.resolve())
+
+
+def test_a_relative_mt_data_path_resumes_from_another_working_directory(pairs, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    monkeypatch.chdir(pairs.parent)
+    api.train_mt(data=pairs.name, valid=f"{pairs.name}/valid.tsv", out=out, steps=3, bleu=False, log=quiet,
+                 **TINY_MT)
+    extra = _state(out)["extra"]
+    assert extra["data"] == str(pairs.resolve())
+    assert extra["mt_options"]["valid"] == str((pairs / "valid.tsv").resolve())
+    monkeypatch.chdir(tmp_path)
+    assert api.train_mt(out=out, resume=True, steps=4, progress=False, log=quiet).steps == 4
+    assert api.train_mt(out=out, resume=True, steps=5, data=str(pairs), progress=False, log=quiet).steps == 5
+
+
+def test_a_relative_finetune_data_path_resumes_from_another_working_directory(lm_run, corpus, tmp_path,
+                                                                                 monkeypatch):
+    out = tmp_path / "ft"
+    monkeypatch.chdir(corpus.parent)
+    api.finetune(source=str(lm_run), data=corpus.name, out=out, steps=2, block_size=16, batch_size=4, eval_every=2,
+                 eval_batches=1, ckpt_every=2, progress=False, device="cpu", log=quiet)
+    assert _state(out)["extra"]["data"] == str(corpus.resolve())
+    assert _state(out)["extra"]["from"] == str(lm_run.resolve())
+    monkeypatch.chdir(tmp_path)
+    assert api.finetune(out=out, resume=True, steps=3, progress=False, log=quiet).steps == 3
+    assert api.finetune(out=out, resume=True, steps=4, data=str(corpus), source=str(lm_run), progress=False,
+                        log=quiet).steps == 4
+
+
+# --- 3, 4. changed options on resume --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("given, message", [
+    (dict(preset="llama-tiny"), r"trained with --preset 'char-small', got 'llama-tiny'"),
+    (dict(tokenizer="bpe"), r"trained with --tokenizer 'char', got 'bpe'"),
+    (dict(vocab_size=500), r"trained with --vocab-size \d+, got 500"),
+])
+def test_train_lm_resume_refuses_another_preset_tokenizer_or_vocab_size(lm_run, tmp_path, given, message):
+    run = _copy(lm_run, tmp_path)
+    with pytest.raises(ValueError, match=message):
+        api.train_lm(out=run, resume=True, steps=10, progress=False, log=quiet, **given)
+    assert _state(run)["step"] == 5  # nothing was trained
+
+
+def test_train_lm_resume_accepts_the_runs_own_values(lm_run, tmp_path):
+    run = _copy(lm_run, tmp_path)
+    size = _state(run)["extra"]["source"]["vocab_size"]
+    result = api.train_lm(out=run, resume=True, steps=6, preset="char-small", tokenizer="char", vocab_size=size,
+                          progress=False, log=quiet)
+    assert result.steps == 6 and _state(run)["extra"]["preset"] == "char-small"
+
+
+@pytest.mark.parametrize("given, message", [
+    (dict(word_dropout=0.5), r"trained with --word-dropout 0.0, got 0.5"),
+    (dict(bleu_sentences=2), r"trained with --bleu-sentences 4, got 2"),
+    (dict(vocab_size=999), r"trained with --vocab-size 300, got 999"),
+    (dict(preset="transformer-base"), r"trained with --preset 'transformer-cpu', got 'transformer-base'"),
+    (dict(bleu=False), r"trained with --bleu, got --no-bleu"),
+    (dict(max_len=24), r"trained with --max-len 128, got 24"),
+    (dict(label_smoothing=0.2), r"trained with --label-smoothing 0.1, got 0.2"),
+    (dict(strict=True), r"trained without --strict, got --strict"),
+    (dict(max_tokens=128), r"token budget of 256 .*got --max-tokens 128"),
+])
+def test_train_mt_resume_refuses_changed_options_before_training(mt_run, tmp_path, given, message):
+    run = _copy(mt_run, tmp_path)
+    rows = (run / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match=message):
+        api.train_mt(out=run, resume=True, steps=9, progress=False, log=quiet, **given)
+    assert (run / "metrics.jsonl").read_text() == rows and _state(run)["step"] == 3
+
+
+def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
+    from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
+    from attnkit.data.tokenizers.tokenizer import save_tokenizer, tokenizer_from_dict
+
+    run = _copy(mt_run, tmp_path)
+    own = save_tokenizer(tokenizer_from_dict(_state(run)["extra"]["tokenizer"]), tmp_path / "own.json")
+    other = save_tokenizer(CharTokenizer.train(["abc"]), tmp_path / "other.json")
+    with pytest.raises(ValueError, match=r"the run's tokenizer \(in its checkpoint\) differs from the one in "
+                                         r"--tokenizer '.*other.json'"):
+        api.train_mt(out=run, resume=True, steps=4, tokenizer=str(other), progress=False, log=quiet)
+    result = api.train_mt(out=run, resume=True, steps=4, tokenizer=str(own), bleu=True, word_dropout=0.0,
+                          preset="transformer-cpu", vocab_size=300, progress=False, log=quiet)
+    assert result.steps == 4
+
+
+# --- 5. --set block_size / vocab_size, --vocab-size 0 ---------------------------------------------------------------
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: api.TrainLMOptions(overrides={"block_size": 8}),
+     r"train lm sets the model's block_size from --block-size .*got --set block_size=8: use --block-size 8"),
+    (lambda: api.TrainLMOptions(overrides={"vocab_size": 99}),
+     r"train lm sizes the model's vocabulary to the tokenizer's .*got --set vocab_size=99"),
+    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=0), r"--vocab-size must be >= 1, got 0"),
+])
+def test_train_lm_options_refuse_what_the_run_sets_itself(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+# --- 6. --average-last on resume ------------------------------------------------------------------------------------
+
+def test_average_last_is_recorded_and_reused_by_the_resume_command(pairs, tmp_path):
+    out = tmp_path / "run"
+    api.train_mt(data=str(pairs), out=out, steps=4, bleu=False, average_last=2, log=quiet,
+                 **dict(TINY_MT, ckpt_every=2, eval_every=2))
+    for name in ("averaged", "best", "step_00000004"):  # the folder as a run stopped after step 2 left it
+        shutil.rmtree(out / "checkpoints" / name)
+    assert _state(out)["extra"]["mt_options"]["average_last"] == 2
+    lines: list[str] = []
+    result = api.train_mt(out=out, resume=True, progress=False, log=lines.append)  # the printed resume command
+    assert result.steps == 4 and (out / "checkpoints" / "averaged").is_dir()
+    assert any(line.startswith("averaged 2 checkpoints") for line in lines)
+
+
+def test_average_last_above_the_resumed_runs_keep_last_names_what_may_be_given(mt_run, tmp_path):
+    run = _copy(mt_run, tmp_path)
+    keep = _state(run)["train_config"]["keep_last"]
+    with pytest.raises(ValueError, match=rf"the run keeps the last {keep} \(its --keep-last, fixed on resume\); "
+                                         rf"resume with --average-last {keep} or less"):
+        api.train_mt(out=run, resume=True, steps=6, average_last=keep + 1, progress=False, log=quiet)
+
+
+# --- 7. a run without an update --------------------------------------------------------------------------------------
+
+def test_done_line_of_a_run_that_made_no_update():
+    summary = {"steps": 0, "elapsed": 0.4, "stopped_by": "max_time", "train_loss": None, "valid_loss": 3.5}
+    assert options.done_line(summary, "run folder r") == \
+        "done: 0 steps in 0 s (max_time); valid loss 3.5000; run folder r"
+    summary.update(train_loss=3.25, valid_bleu=1.5)
+    assert options.done_line(summary, "x") == ("done: 0 steps in 0 s (max_time); train loss 3.2500, valid loss "
+                                               "3.5000, valid BLEU (greedy) 1.50; x")
+
+
+# --- 8. a small lr alone ----------------------------------------------------------------------------------------------
+
+def test_scaled_min_lr_lowers_the_recipes_min_lr_under_a_given_lr_only():
+    recipe = {"lr": 4e-3, "min_lr": 1e-4}
+    assert options.scaled_min_lr(recipe, 5e-5, None)["min_lr"] == pytest.approx(5e-6)
+    assert options.scaled_min_lr(recipe, 5e-5, 1e-5) is recipe and options.scaled_min_lr(recipe, None, None) is recipe
+    assert options.scaled_min_lr(recipe, 1e-2, None)["min_lr"] == 1e-4
+
+
+def test_train_lm_and_mt_take_an_lr_below_the_recipes_min_lr(corpus, pairs, tmp_path):
+    lm = api.train_lm(data=str(corpus), out=tmp_path / "lm", steps=2, lr=5e-5, log=quiet, **TINY_LM)
+    assert read_checkpoint_state(lm.out / "checkpoints" / "step_00000002")["train_config"]["min_lr"] == \
+        pytest.approx(5e-6)
+    mt = api.train_mt(data=str(pairs), out=tmp_path / "mt", steps=2, lr=5e-6, bleu=False, log=quiet, **TINY_MT)
+    assert read_checkpoint_state(mt.out / "checkpoints" / "step_00000002")["train_config"]["min_lr"] == \
+        pytest.approx(5e-7)
