@@ -28,8 +28,9 @@ ATTENTION_KINDS = ("self", "encoder", "decoder", "cross")
 def draw_positions(out: str | Path, *, dim: int = 128, length: int = 100, dims: Sequence[int] | None = None,
                    base: float = 10000.0, dpi: int = 100) -> Path:
     """The sinusoidal position table as a heatmap (positions x channels) beside a few channels as curves."""
-    from attnkit.viz.plots import plot_positional_encoding, save_figure
+    from attnkit.viz.plots import check_dpi, plot_positional_encoding, save_figure
 
+    check_dpi(dpi)
     fig = plot_positional_encoding(length, dim, dims=None if dims is None else list(dims), base=base)
     return save_figure(fig, out, dpi=dpi)
 
@@ -38,8 +39,9 @@ def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | 
               masked_len: int | None = None, lengths: Sequence[int] | None = None, dpi: int = 100) -> Path:
     """A boolean mask in torch.nn polarity as a grid: ``causal`` (bottom-right aligned when ``key_length`` >
     ``length``: a KV cache), ``banded`` (seed 000's ``generate_mask_mat``) or ``padding`` (from ``lengths``)."""
-    from attnkit.viz.plots import make_mask, plot_mask, save_figure
+    from attnkit.viz.plots import check_dpi, make_mask, plot_mask, save_figure
 
+    check_dpi(dpi)
     if kind == "padding":
         if lengths is None:
             raise ValueError("--kind padding needs --lengths, e.g. --lengths 5,3,7")
@@ -63,8 +65,9 @@ def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | 
 def draw_params(out: str | Path, preset: str, *, depth: int = 1, dpi: int = 100) -> Path:
     """Where a preset's parameters are: one bar per module (built on the meta device: no memory)."""
     from attnkit.models.presets import get_preset
-    from attnkit.viz.plots import plot_parameters, save_figure
+    from attnkit.viz.plots import check_dpi, plot_parameters, save_figure
 
+    check_dpi(dpi)
     config = get_preset(preset)
     fig = plot_parameters(config, depth=depth, title=f"{preset} ({type(config).__name__})")
     return save_figure(fig, out, dpi=dpi)
@@ -94,9 +97,11 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     (default) for a translator. ``layer`` defaults to the last."""
     from attnkit.viz.attention_maps import attention_maps, select_attention, seq2seq_attention_maps
     from attnkit.viz.labels import text_labels
-    from attnkit.viz.plots import plot_attention, save_figure
+    from attnkit.viz.plots import check_dpi, plot_attention, save_figure
 
     log = default_log(log)
+    if html is None:
+        check_dpi(dpi)  # before the model is loaded
     if attn not in (None, *ATTENTION_KINDS):
         raise ValueError(f"attn must be one of {list(ATTENTION_KINDS)} or None, got {attn!r}")
     if html is not None and Path(html).suffix.lower() not in (".html", ".htm"):
@@ -140,10 +145,11 @@ def draw_predictions(inputs: ModelText, *, out: str | Path = "predictions.png", 
     import torch
 
     from attnkit.viz.labels import text_labels, token_labels
-    from attnkit.viz.plots import plot_predictions, save_figure
+    from attnkit.viz.plots import check_dpi, plot_predictions, save_figure
     from attnkit.viz.predictions import next_token_predictions
 
     log = default_log(log)
+    check_dpi(dpi)  # before the model is loaded
     loaded = load_inspected(inputs)
     model, tokenizer = loaded.model, loaded.tokenizer
     if is_seq2seq(model):

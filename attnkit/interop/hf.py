@@ -29,7 +29,13 @@ Public API::
 
 Every mismatch raises ``ValueError``: a config of one family with weights of the other, missing or
 unexpected tensors (listed), a tensor of the wrong shape (named, with both shapes), an unsupported
-config option (named). Pickled ``.bin`` files are only read with ``torch.load(weights_only=True)``.
+config option (named), a state dict with a key that is not a string or a value that is not a tensor (the
+first one named). Pickled ``.bin`` files are only read with ``torch.load(weights_only=True)``.
+
+A model with un-merged LoRA adapters exports its merged weights (``W + (alpha / r) B A``, what
+:func:`~attnkit.modules.lora.merge_lora` would give; the model itself is unchanged), so the exported model
+computes what the adapted one does. Any other tensor the HF layout has no place for is refused.
+Files are written atomically and with the user's umask (like any file the user creates).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -412,6 +418,16 @@ def _normalise_prefix(sd: Mapping[str, torch.Tensor], family: str) -> dict[str, 
     return out
 
 
+def _check_named_tensors(state: Mapping, where: str) -> None:
+    """``ValueError`` naming the first key that is not a ``str`` or value that is not a ``torch.Tensor``."""
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{where} must map tensor names (str) to tensors, got the key {key!r} "
+                             f"({type(key).__name__})")
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{where} must map tensor names to tensors, got {type(value).__name__} for {key!r}")
+
+
 def _list(names: list[str], limit: int = 40) -> str:
     shown = ", ".join(repr(n) for n in names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
@@ -430,6 +446,7 @@ def state_dict_from_hf(
     gcfg = gpt_config_from_hf(hf_cfg)
     if not isinstance(state_dict, Mapping):
         raise ValueError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+    _check_named_tensors(state_dict, "state_dict")
     found = _weights_family(state_dict.keys())
     if found is not None and found != family:
         example = next(iter(state_dict))
@@ -475,20 +492,46 @@ def state_dict_from_hf(
     return gcfg, out
 
 
+def _merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` with every LoRA adapter folded into its weight, ``W + (alpha / r) B A`` computed as
+    :meth:`~attnkit.modules.lora.LoRALinear.merged` does, and its ``lora_A``/``lora_B`` left out; the model
+    itself is not changed. Shape: each merged weight ``(C_out, C_in)``, like the frozen one."""
+    from attnkit.modules.lora import LoRALinear
+
+    sd = model.state_dict()
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, LoRALinear):
+                prefix = f"{name}." if name else ""
+                w = m.weight.detach()
+                sd[prefix + "weight"] = w + m.delta_weight().detach().to(w.dtype)
+                sd.pop(prefix + "lora_A", None)
+                sd.pop(prefix + "lora_B", None)
+    return sd
+
+
 def state_dict_to_hf(model: GPT, *, include_tied: bool = True) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """attnkit ``GPT`` -> (HF config dict, HF-named state dict).
 
     ``include_tied=False`` leaves out a tied ``lm_head.weight`` (what HF writes to safetensors files).
+    LoRA adapters are merged into the exported weights (the model is unchanged); a tensor the HF layout has
+    no place for raises ``ValueError`` (it would be lost).
     """
     if not isinstance(model, GPT):
         raise ValueError(f"expected an attnkit GPT, got {type(model).__name__}")
     cfg = model.config
     hf_cfg = hf_config_from_gpt(cfg)
     family = hf_cfg["model_type"]
-    ours = model.state_dict()
+    ours = _merged_state_dict(model)
+    entries = _entries(cfg, family)
+    used = {e.ours for e in entries} | ({"lm_head.weight"} if cfg.tie_embeddings else set())
+    left = sorted(k for k in ours if k not in used)
+    if left:
+        raise ValueError(f"cannot export to the Hugging Face {family} layout: expected only its tensors, got "
+                         f"{len(left)} more that it has no place for and would be lost: {_list(left)}")
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_size
     out: dict[str, torch.Tensor] = {}
-    for e in _entries(cfg, family):
+    for e in entries:
         t = ours[e.ours].detach()
         if e.how == "transpose":
             out[e.hf[0]] = t.t().contiguous()  # Linear (out, in) -> Conv1D (in, out)
@@ -529,6 +572,7 @@ def _load_bin(path: Path) -> dict[str, torch.Tensor]:
             f"convert the weights to safetensors with a tool you trust. ({first[:200]})") from None
     if not isinstance(obj, Mapping):
         raise ValueError(f"{path} must hold a state dict (a mapping of names to tensors), got {type(obj).__name__}")
+    _check_named_tensors(obj, str(path))
     return dict(obj)
 
 
@@ -650,12 +694,24 @@ def to_hf(model: GPT):
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename (never a half-written file)."""
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    """Write through a temporary file in the same folder, then rename (never a half-written file).
+
+    The temporary name is unique (no file of the user's is touched) and created with ``open(..., "xb")``, so the
+    result has the user's umask like any file they create (``mkstemp``, and safetensors' ``save_file``, which
+    replaces the file it writes, would leave it 0600): that mode is put back after ``write``."""
+    from attnkit.checkpoints.atomic import fsync_dir, fsync_file
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        write(tmp)
+        with open(tmp, "xb"):
+            pass
+        mode = os.stat(tmp).st_mode & 0o7777  # 0o666 & ~umask
+        write(str(tmp))
+        if os.stat(tmp).st_mode & 0o7777 != mode:
+            os.chmod(tmp, mode)
+        fsync_file(tmp)
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

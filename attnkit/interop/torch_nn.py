@@ -29,7 +29,9 @@ only its call convention differs. ``to_torch`` always builds ``batch_first=True`
 
 What torch cannot represent raises ``ValueError`` in ``to_torch`` (grouped-query heads, a free
 ``head_dim``, RoPE, RMSNorm, gated feed-forwards); what attnkit does not implement raises it in
-``from_torch`` (``add_bias_kv``, ``add_zero_attn``, custom activations).
+``from_torch`` (``add_bias_kv``, ``add_zero_attn``, custom activations, and an ``nn.Transformer`` whose
+encoder or decoder layers differ from encoder layer 0 in ``norm_first``, activation, heads, feed-forward
+width, dropout, bias or norm eps: attnkit builds every layer of both stacks alike).
 """
 
 from __future__ import annotations
@@ -245,6 +247,12 @@ def _transformer_from_torch(ref: nn.Transformer) -> EncoderDecoder:
     if not isinstance(first, nn.TransformerEncoderLayer) or not isinstance(dec_layers[0], nn.TransformerDecoderLayer):
         raise ValueError(f"expected torch TransformerEncoderLayer/TransformerDecoderLayer, got "
                          f"{type(first).__name__}/{type(dec_layers[0]).__name__}")
+    for stack, layers, cls in (("encoder", enc_layers, nn.TransformerEncoderLayer),
+                               ("decoder", dec_layers, nn.TransformerDecoderLayer)):
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, cls):
+                raise ValueError(f"{stack}.layers.{i}: expected torch {cls.__name__}, got {type(layer).__name__}")
+            _check_same_layer_kind(layer, first, f"{stack}.layers.{i}")
     d_model = first.self_attn.embed_dim
     nhead = first.self_attn.num_heads
     ours = EncoderDecoder(
@@ -266,12 +274,9 @@ def _transformer_from_torch(ref: nn.Transformer) -> EncoderDecoder:
     ours.to(device=p.device, dtype=p.dtype)
     with torch.no_grad():
         for i, (src, dst) in enumerate(zip(enc_layers, ours.encoder.layers)):
-            _check_same_layer_kind(src, first, f"encoder.layers.{i}")
             _copy_mha_from_torch(src.self_attn, dst.self_attn)
             _copy_ff_norms_from_torch(src, dst, norms=("norm1", "norm2"), what=f"encoder.layers.{i}")
-        dec_first = dec_layers[0]
         for i, (src, dst) in enumerate(zip(dec_layers, ours.decoder.layers)):
-            _check_same_layer_kind(src, dec_first, f"decoder.layers.{i}")
             _copy_mha_from_torch(src.self_attn, dst.self_attn)
             _copy_mha_from_torch(src.multihead_attn, dst.cross_attn)
             _copy_ff_norms_from_torch(src, dst, norms=("norm1", "norm2", "norm3"), what=f"decoder.layers.{i}")
@@ -283,14 +288,57 @@ def _transformer_from_torch(ref: nn.Transformer) -> EncoderDecoder:
     return ours
 
 
+def _layer_settings(layer) -> dict[str, object]:
+    """The hyper-parameters of one torch encoder/decoder layer that our uniformly built model takes from
+    encoder layer 0 (``from_torch`` builds every layer of both stacks from them)."""
+    attns = [("self_attn", layer.self_attn)]
+    if hasattr(layer, "multihead_attn"):
+        attns.append(("multihead_attn", layer.multihead_attn))
+    out: dict[str, object] = {
+        "norm_first": bool(layer.norm_first),
+        "dim_feedforward": layer.linear1.out_features,
+        "activation": _torch_activation_name(layer.activation),
+        "bias": layer.linear1.bias is not None,
+        "dropout": float(layer.dropout.p),
+    }
+    for n in ("dropout1", "dropout2", "dropout3"):
+        if hasattr(layer, n):
+            out[f"{n}.p"] = float(getattr(layer, n).p)
+    for n in ("norm1", "norm2", "norm3"):
+        if hasattr(layer, n):
+            out[f"{n}.eps"] = float(getattr(layer, n).eps)
+    for name, a in attns:
+        out[f"{name}.num_heads"] = a.num_heads
+        out[f"{name}.dropout"] = float(a.dropout)
+        out[f"{name}.add_bias_kv"] = a.bias_k is not None or a.bias_v is not None
+        out[f"{name}.add_zero_attn"] = bool(a.add_zero_attn)
+    return out
+
+
 def _check_same_layer_kind(layer, first, what: str) -> None:
-    """Every layer must share the first layer's hyper-parameters (ours are built uniformly)."""
-    same = (layer.norm_first == first.norm_first and layer.linear1.out_features == first.linear1.out_features
-            and _torch_activation_name(layer.activation) == _torch_activation_name(first.activation)
-            and layer.norm1.eps == first.norm1.eps)
-    if not same:
-        raise ValueError(f"{what}: expected the same norm_first/dim_feedforward/activation/eps as layer 0, "
-                         f"got norm_first={layer.norm_first}, dim_feedforward={layer.linear1.out_features}")
+    """Every encoder and decoder layer must share encoder layer 0's hyper-parameters (ours are built
+    uniformly from them). ``first`` is encoder layer 0; a decoder's attention settings (``self_attn`` and
+    ``multihead_attn``) and its ``dropout3``/``norm3`` are compared with encoder layer 0's ``self_attn``,
+    ``dropout``/``norm1``."""
+    ref = _layer_settings(first)
+    got = _layer_settings(layer)
+    for key, actual in got.items():
+        base = key.split(".")[0]
+        if key in ref:
+            ref_key = key
+        elif base == "multihead_attn":
+            ref_key = "self_attn." + key.split(".", 1)[1]
+        elif base == "dropout3":
+            ref_key = "dropout1.p"
+        else:  # norm3
+            ref_key = "norm1.eps"
+        if key.endswith(("add_bias_kv", "add_zero_attn")):
+            expected, why = False, "attnkit implements neither add_bias_kv nor add_zero_attn"
+        else:
+            expected = ref[ref_key]
+            why = f"as encoder.layers.0's {ref_key}: attnkit builds every layer alike"
+        if actual != expected:
+            raise ValueError(f"{what}: expected {key} = {expected!r} ({why}), got {actual!r}")
 
 
 @torch.no_grad()

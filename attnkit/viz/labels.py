@@ -22,12 +22,18 @@ tokenizer spells it (``"ÃŁ"``) and its bytes.
 
 The bytes of a token come from its piece: a byte-level tokenizer spells every byte as one printable character
 (:func:`~attnkit.data.tokenizers.bpe_tokenizer.bytes_to_unicode`), so inverting that map gives them back exactly.
+A SentencePiece-style tokenizer with byte fallback (Llama 2's, Mistral's ``tokenizer.json``: a decoder with
+``ByteFallback``, ``Metaspace`` or ``Replace("▁", " ")``) spells a byte it has no piece for as ``<0xC3>`` and a
+space as ``▁``: those become the byte and a space, and its characters are put together as for byte-level BPE
+(``<0xC3>`` ``<0x9F>`` read ``◌`` ``ß``). Where its decoder drops the space it put before the text (``Strip``,
+``Metaspace``), :func:`text_labels` drops it from the first token too, so the labels still spell the text.
 Other tokenizers (characters) decode the id on its own and take that text's UTF-8 bytes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
@@ -76,15 +82,78 @@ def _unicode_to_byte() -> dict[str, int]:
     return {ch: b for b, ch in bytes_to_unicode().items()}
 
 
-def _byte_level_backend(tokenizer: Any):
-    """The ``tokenizers.Tokenizer`` behind ``tokenizer`` when it decodes byte-level pieces, else ``None``."""
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # a SentencePiece byte-fallback piece
+
+
+@dataclass(frozen=True)
+class _Scheme:
+    """How a ``tokenizers`` backend spells its pieces: ``byte_level`` (GPT-2's byte alphabet) or ``metaspace``
+    (SentencePiece style: ``space`` stands for a space, ``<0xNN>`` for a byte); ``strips``: its decoder drops the
+    space put before the text."""
+
+    kind: str
+    space: str = "▁"
+    strips: bool = False
+
+
+def _decoder_steps(backend: Any) -> list[dict]:
+    """The backend's decoder as a flat list of its JSON descriptions (a ``Sequence`` expanded); [] if unreadable."""
+    decoder = getattr(backend, "decoder", None)
+    if decoder is None:
+        return []
+    try:
+        state = json.loads(decoder.__getstate__())
+    except Exception:  # noqa: BLE001 - a decoder we cannot read: treated as none
+        return []
+
+    def flat(d: Any) -> list[dict]:
+        if not isinstance(d, dict):
+            return []
+        if d.get("type") == "Sequence":
+            return [s for x in d.get("decoders") or [] for s in flat(x)]
+        return [d]
+
+    return flat(state)
+
+
+def _backend_scheme(tokenizer: Any):
+    """``(backend, scheme)``: the ``tokenizers.Tokenizer`` behind ``tokenizer`` and how it spells its pieces, or
+    ``(None, None)`` when it is neither byte-level nor SentencePiece style."""
     from tokenizers import Tokenizer as Backend
     from tokenizers import decoders
 
     backend = getattr(tokenizer, "backend", None)
-    if isinstance(backend, Backend) and isinstance(backend.decoder, decoders.ByteLevel):
-        return backend
-    return None
+    if not isinstance(backend, Backend):
+        return None, None
+    if isinstance(backend.decoder, decoders.ByteLevel):
+        return backend, _Scheme("byte_level")
+    steps = _decoder_steps(backend)
+    space, strips, metaspace = "▁", False, False
+    for step in steps:
+        kind = step.get("type")
+        if kind == "Metaspace":
+            metaspace = True
+            space = step.get("replacement") or space
+            strips = strips or step.get("prepend_scheme", "always") != "never" or bool(step.get("add_prefix_space"))
+        elif kind == "ByteFallback":
+            metaspace = True
+        elif kind == "Replace" and step.get("content") == " ":
+            pattern = step.get("pattern") or {}
+            if isinstance(pattern, dict) and isinstance(pattern.get("String"), str) and pattern["String"]:
+                metaspace, space = True, pattern["String"]
+        elif kind == "Strip" and step.get("content") == " " and int(step.get("start") or 0) > 0:
+            strips = True
+    if metaspace:
+        return backend, _Scheme("metaspace", space, strips)
+    return None, None
+
+
+def _metaspace_bytes(piece: str, space: str) -> bytes:
+    """A SentencePiece-style piece's bytes: ``<0xC3>`` is the byte c3, ``space`` (``▁``) a space."""
+    m = _BYTE_PIECE.fullmatch(piece)
+    if m:
+        return bytes([int(m.group(1), 16)])
+    return piece.replace(space, " ").encode("utf-8", "surrogatepass")
 
 
 def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[TokenPiece]:
@@ -97,7 +166,7 @@ def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[TokenPiece]:
     if tokenizer is None:
         return [TokenPiece(i, str(i), str(i).encode(), False) for i in ids]
     special = set(getattr(tokenizer, "special_ids", None) or [])
-    backend = _byte_level_backend(tokenizer)
+    backend, scheme = _backend_scheme(tokenizer)
     added = backend.get_added_tokens_decoder() if backend is not None else {}
     to_byte = _unicode_to_byte()
     pieces = []
@@ -107,6 +176,8 @@ def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[TokenPiece]:
             pieces.append(TokenPiece(i, piece, None, True))
         elif i in added:  # a user-defined token is stored as plain text, not in the byte alphabet
             pieces.append(TokenPiece(i, piece, added[i].content.encode("utf-8"), False))
+        elif scheme is not None and scheme.kind == "metaspace" and isinstance(piece, str):
+            pieces.append(TokenPiece(i, piece, _metaspace_bytes(piece, scheme.space), False))
         elif backend is not None and all(ch in to_byte for ch in piece):
             pieces.append(TokenPiece(i, piece, bytes(to_byte[ch] for ch in piece), False))
         else:
@@ -196,6 +267,13 @@ def text_labels(tokenizer: Any, ids: Sequence[int], *, max_chars: int = 12) -> l
     """
     _check_max_chars(max_chars)
     pieces = token_pieces(tokenizer, ids)
+    _, scheme = _backend_scheme(tokenizer) if tokenizer is not None else (None, None)
+    if scheme is not None and scheme.strips:
+        # the decoder drops the space the tokenizer put before the text: so does the text's first token
+        first = next((k for k, p in enumerate(pieces) if p.data is not None), None)
+        if first is not None and pieces[first].data.startswith(b" "):
+            p = pieces[first]
+            pieces[first] = TokenPiece(p.id, p.piece, p.data[1:], p.special)
     texts = [_Spelling() for _ in pieces]
     pending = [False for _ in pieces]
     run: list[int] = []  # positions of the tokens of the current stretch of text (special tokens cut it)

@@ -24,10 +24,13 @@ from typing import Any, Sequence
 
 import torch
 
-from attnkit.checks import check_int, is_int
+from attnkit.checks import check_float, check_int, is_int
 
 __all__ = [
     "save_figure",
+    "check_dpi",
+    "MAX_DPI",
+    "MAX_PIXELS",
     "plot_positional_encoding",
     "make_mask",
     "MASK_KINDS",
@@ -38,6 +41,11 @@ __all__ = [
 ]
 
 MASK_KINDS = ("causal", "banded", "padding")
+MIN_DPI, MAX_DPI = 10, 1200  # dots per inch of a saved PNG
+MAX_PIXELS = 100_000_000  # width x height of a saved PNG (its RGBA buffer: 400 MB)
+# Text drawn from tokens, titles and labels is shown as given: matplotlib would parse a '$...$' pair as
+# mathtext (a token '$$' would even raise a multi-line ParseException).
+_PLAIN = {"parse_math": False}
 
 
 def _figure(width: float, height: float, *, constrained: bool = True):
@@ -63,20 +71,32 @@ def _check_figure_tensor(name: str, value: Any, expected: str, ok: bool) -> None
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
     """Render ``fig`` to PNG and write it to ``path`` (temporary name, then rename); returns the path.
 
-    The parent folder is created if needed. ``path`` must end in ``.png``.
+    The parent folder is created if needed. ``path`` must end in ``.png``; ``dpi`` must be in
+    [``MIN_DPI``, ``MAX_DPI``] = [10, 1200] and the image at most ``MAX_PIXELS`` (100 megapixels).
     """
     from attnkit.checkpoints.atomic import write_bytes_atomic
 
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise ValueError(f"figures are written as PNG: the path must end in .png, got {str(path)!r}")
-    if dpi < 10:
-        raise ValueError(f"dpi must be >= 10, got {dpi}")
+    check_dpi(dpi)
+    width, height = (float(x) for x in fig.get_size_inches())
+    pixels = round(width * dpi) * round(height * dpi)
+    if pixels > MAX_PIXELS:
+        most = int(math.sqrt(MAX_PIXELS / (width * height)))
+        raise ValueError(f"dpi {dpi} would make a {round(width * dpi)} x {round(height * dpi)} pixel image "
+                         f"({pixels / 1e6:.0f} megapixels): expected at most {MAX_PIXELS // 1_000_000} megapixels, "
+                         f"i.e. dpi <= {most} for this {width:.1f} x {height:.1f} inch figure")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buf.getvalue())
     return path
+
+
+def check_dpi(dpi: Any) -> None:
+    """``ValueError`` unless ``dpi`` is a number in [``MIN_DPI``, ``MAX_DPI``] (before any work is done)."""
+    check_float("dpi", dpi, low=MIN_DPI, high=MAX_DPI)
 
 
 def _label_fontsize(n: int) -> float:
@@ -98,7 +118,8 @@ def plot_positional_encoding(seq_len: int = 100, dim: int = 128, *, dims: Sequen
         seq_len: positions ``T`` (rows).
         dim: channels ``C`` (columns).
         dims: channels drawn as curves (default: the pair at 1/16 of the width, and the sines at 1/8 and 1/4).
-        base: the ``10000`` of the formula.
+        base: the ``10000`` of the formula ``pos / base ** (2m / C)``: a finite number > 1 (at 1 every channel
+            pair has the same frequency; below 1 the table runs backwards; <= 0 has no real power).
 
     Shape:
         draws the ``(T, C)`` table of :func:`~attnkit.modules.sinusoidal.sinusoidal_table`.
@@ -107,6 +128,7 @@ def plot_positional_encoding(seq_len: int = 100, dim: int = 128, *, dims: Sequen
 
     check_int("seq_len", seq_len, minimum=1)
     check_int("dim", dim, minimum=1)
+    base = check_float("base", base, low=1.0, low_inclusive=False)
     if dims is None:
         # a sine/cosine pair, then two slower sines: periods grow geometrically with the channel index
         d16, d8, d4 = 2 * (dim // 16), 2 * (dim // 8), 2 * (dim // 4)
@@ -215,16 +237,17 @@ def plot_mask(mask: torch.Tensor, *, title: str | None = None, xlabel: str = "ke
     if cols <= 64:
         ax.set_xticks(range(cols))
         ax.set_xticklabels(list(col_labels) if col_labels is not None else [str(j) for j in range(cols)],
-                           fontsize=fs, rotation=90 if col_labels is not None else 0)
+                           fontsize=fs, rotation=90 if col_labels is not None else 0, **_PLAIN)
     if rows <= 64:
         ax.set_yticks(range(rows))
-        ax.set_yticklabels(list(row_labels) if row_labels is not None else [str(i) for i in range(rows)], fontsize=fs)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+        ax.set_yticklabels(list(row_labels) if row_labels is not None else [str(i) for i in range(rows)], fontsize=fs,
+                           **_PLAIN)
+    ax.set_xlabel(xlabel, **_PLAIN)
+    ax.set_ylabel(ylabel, **_PLAIN)
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
     if title:
-        ax.set_title(title, pad=12)
+        ax.set_title(title, pad=12, **_PLAIN)
     ax.legend(handles=[Patch(color="#3d405b", label="True: may not attend"),
                        Patch(color="#f4f1de", label="False: may attend")],
               loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=8, frameon=False)
@@ -283,20 +306,20 @@ def plot_attention(weights: torch.Tensor, *, query_labels: Sequence[str] | None 
             continue
         image = ax.imshow(w[h].numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto",
                           interpolation="nearest")
-        ax.set_title(panel_titles[h], fontsize=10)
+        ax.set_title(panel_titles[h], fontsize=10, **_PLAIN)
         if key_labels is not None and S <= 64:
             ax.set_xticks(range(S))
-            ax.set_xticklabels(list(key_labels), rotation=90, fontsize=fs)
+            ax.set_xticklabels(list(key_labels), rotation=90, fontsize=fs, **_PLAIN)
         if query_labels is not None and T <= 64:
             ax.set_yticks(range(T))
-            ax.set_yticklabels(list(query_labels) if h % cols == 0 else [], fontsize=fs)
+            ax.set_yticklabels(list(query_labels) if h % cols == 0 else [], fontsize=fs, **_PLAIN)
         if h % cols == 0:
             ax.set_ylabel("query", fontsize=9)
         if h // cols == rows - 1 or h + cols >= H:
             ax.set_xlabel("key", fontsize=9)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, **_PLAIN)
     return fig
 
 
@@ -331,7 +354,7 @@ def plot_parameters(model_or_config: Any, *, depth: int = 1, title: str | None =
     positions = list(range(len(rows)))
     ax.barh(positions, counts, color="tab:blue", alpha=0.8)
     ax.set_yticks(positions)
-    ax.set_yticklabels(names, fontsize=_label_fontsize(len(rows)) + 1)
+    ax.set_yticklabels(names, fontsize=_label_fontsize(len(rows)) + 1, **_PLAIN)
     ax.invert_yaxis()  # first module on top, as in the printed table
     ax.set_xlim(0, max(counts) * 1.45)
     for y, n in zip(positions, counts):
@@ -341,7 +364,7 @@ def plot_parameters(model_or_config: Any, *, depth: int = 1, title: str | None =
     head = title or type(model_or_config).__name__
     tied = tied_parameters(module)
     note = "" if not tied else f"  ({', '.join(a for a, _ in tied)} tied, counted once)"
-    ax.set_title(f"{head}: {total:,} parameters{note}", fontsize=10)
+    ax.set_title(f"{head}: {total:,} parameters{note}", fontsize=10, **_PLAIN)
     ax.grid(True, axis="x", alpha=0.3)
     return fig
 
@@ -389,7 +412,7 @@ def plot_predictions(probs: torch.Tensor, candidate_labels: Sequence[Sequence[st
         for r in range(k):
             value = float(p[t, r])
             ax.text(r, t, f"{candidate_labels[t][r]}\n{value:.2f}", ha="center", va="center", fontsize=fs,
-                    color="white" if value > 0.55 else "black")
+                    color="white" if value > 0.55 else "black", **_PLAIN)
             if hits is not None and bool(hits[t, r]):
                 ax.add_patch(Rectangle((r - 0.5, t - 0.5), 1, 1, fill=False, edgecolor="tab:orange", linewidth=2))
     ax.set_xticks(range(k))
@@ -397,11 +420,11 @@ def plot_predictions(probs: torch.Tensor, candidate_labels: Sequence[Sequence[st
     ax.set_xlabel("candidates for the next token, most likely first")
     ax.set_yticks(range(T))
     ax.set_yticklabels(list(context_labels) if context_labels is not None else [str(t) for t in range(T)],
-                       fontsize=fs + 1)
+                       fontsize=fs + 1, **_PLAIN)
     ax.set_ylabel("token at position t (predicting t + 1)")
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
     fig.colorbar(image, ax=ax, shrink=0.8, label="probability")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, **_PLAIN)
     return fig

@@ -17,11 +17,15 @@ code is unchanged and the run is the real one::
 Each :class:`TraceRow` holds the module's qualified name, its class, the shapes of its tensor inputs and of
 its output written with named axes (``B=2 T=11 C=128``; plain sizes ``(2, 8)`` where no axis is known), the
 output dtype, its parameters (each shared tensor counted once, at the module that registered it first: a tied
-``lm_head`` shows 0), how many of them train, their share of the model's total, the mult-adds of the call
-(its children's included; :mod:`attnkit.viz.trace_cost` says what is counted) and the bytes of its output.
-Dropout layers (in eval mode they return their input) and ``nn.Identity`` are left out. Attention layers
-also get the mask they were called with, the head split, e.g. ``(B, T, C) -> (B, H, T, D)  B=2 T=11 C=128
-H=4 D=32``, and the mult-adds of their own scores and weighted sum.
+``lm_head`` shows 0; a module called again shows 0, "tied", at its later calls), how many of them train, their
+share of the model's total, the mult-adds of the call (its children's included; :mod:`attnkit.viz.trace_cost`
+says what is counted) and the bytes of its output. Dropout layers (in eval mode they return their input) and
+``nn.Identity`` are left out. Attention layers also get the mask they were called with, the head split, e.g.
+``(B, T, C) -> (B, H, T, D)  B=2 T=11 C=128 H=4 D=32``, and the mult-adds of their own scores and weighted sum.
+
+A module registered under several names (``share_embeddings=True``: ``tgt_embed`` is ``src_embed``) is named
+by its first name at its first call and by its next name at the next (the decoder-side call is ``tgt_embed``,
+on the target axis ``T``).
 
 Position tables read with ``forward_len(T)`` (``TransformerEmbedding``'s sinusoidal or learned table), which
 no hook sees, get a row too: for the trace only, the instance's ``forward_len`` is wrapped, and restored after.
@@ -160,6 +164,8 @@ class _Recorder:
         self.names: dict[int, list[str]] = {}
         for name, m in model.named_modules(remove_duplicate=False):
             self.names.setdefault(id(m), []).append(name)
+        self.calls: dict[tuple[int, int], int] = {}  # (id(module), id(parent row)) -> calls so far
+        self.counted: set[int] = set()  # modules whose parameters a row already shows
         self.stack: list[TraceRow] = []
         self.leads: dict[int, list[str | None]] = {}  # id(row) -> the ids' axis names, for lookups
         self.outputs: dict[int, torch.Tensor] = {}  # storage address -> a returned tensor (kept alive)
@@ -198,8 +204,17 @@ class _Recorder:
         if self.stack:
             parent = self.stack[-1].name
             inside = [n for n in candidates if n.startswith(parent + ".") or parent == ""]
+            if len(inside) > 1:
+                # one module under several names in this parent (share_embeddings: tgt_embed is src_embed): its
+                # first call takes the shallowest name (registration order breaks ties), each repeated call the
+                # next alias, the last alias from then on
+                inside = sorted(inside, key=lambda n: n.count("."))
+                key = (id(m), id(self.stack[-1]))
+                k = self.calls.get(key, 0)
+                self.calls[key] = k + 1
+                return inside[min(k, len(inside) - 1)]
             if inside:
-                return min(inside, key=len)
+                return inside[0]
             # a module shared from elsewhere (GPT's rotary table called inside an attention layer)
             return f"{parent}.{candidates[0].rsplit('.', 1)[-1]}"
         return candidates[0]
@@ -235,6 +250,9 @@ class _Recorder:
         if role and role.lookup and row.input_axes:
             self.leads[id(row)] = row.input_axes[0]
         n, trainable, tied = self.params_of(m)
+        if id(m) in self.counted:  # called again (e.g. tgt_embed, which is src_embed): counted at its first call
+            n, trainable, tied = 0, 0, tied or n > 0
+        self.counted.add(id(m))
         total = self.result.total_params
         row.params, row.trainable, row.tied, row.share = n, trainable, tied, (n / total if total else 0.0)
         if isinstance(m, MultiHeadAttention):

@@ -273,3 +273,142 @@ def test_pickle_with_code_offered_as_weights_is_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="pickle|weights_only"):
         from_hf(tmp_path)
     assert "this must never run" not in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- malformed .bin state dicts
+def _bin_folder(tmp_path, mutate) -> "Path":
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    save_hf(model, tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    from attnkit.interop.hf import state_dict_to_hf
+
+    _, sd = state_dict_to_hf(model, include_tied=False)
+    torch.save(mutate(dict(sd)), tmp_path / "pytorch_model.bin")
+    return tmp_path
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda sd: {**sd, "transformer.wte.weight": 5},
+     r"pytorch_model.bin must map tensor names to tensors, got int for 'transformer.wte.weight'$"),
+    (lambda sd: {**sd, 7: torch.zeros(1)},
+     r"pytorch_model.bin must map tensor names \(str\) to tensors, got the key 7 \(int\)$"),
+    (lambda sd: {**sd, "transformer.ln_f.weight": [1.0] * 16},
+     r"pytorch_model.bin must map tensor names to tensors, got list for 'transformer.ln_f.weight'$"),
+    (lambda sd: {k: None for k in sd}, r"got NoneType for 'transformer.wte.weight'$"),
+])
+def test_bin_with_non_tensor_values_or_non_string_keys_is_a_clear_error(tmp_path, mutate, message):
+    # these crashed `finetune --from DIR` with AttributeError ('int' object has no attribute 'shape'/'startswith')
+    from attnkit.interop.load import load_model
+
+    folder = _bin_folder(tmp_path, mutate)
+    with pytest.raises(ValueError, match=message):
+        load_hf_folder(folder)
+    with pytest.raises(ValueError, match=message):
+        load_model(str(folder))
+
+
+def test_state_dict_from_hf_names_the_first_bad_entry():
+    config, sd = _hf_state_and_config()
+    with pytest.raises(ValueError, match=r"^state_dict must map tensor names to tensors, got int for 'transformer.h.0"):
+        state_dict_from_hf({**sd, "transformer.h.0.ln_1.weight": 3}, config)
+    with pytest.raises(ValueError, match=r"^state_dict must map tensor names \(str\) to tensors, got the key "
+                                         r"\('a', 1\) \(tuple\)"):
+        state_dict_from_hf({("a", 1): torch.zeros(1), **sd}, config)
+
+
+def _hf_state_and_config():
+    hf_model = _hf_gpt2()
+    return hf_model.config, dict(hf_model.state_dict())
+
+
+# --------------------------------------------------------------------------- file modes
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_save_hf_files_get_the_users_umask(tmp_path, umask):
+    import os
+    import stat
+
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    old = os.umask(umask)
+    try:
+        save_hf(model, tmp_path / "a")
+        save_hf(model, tmp_path / "a")  # written again over the first export
+    finally:
+        os.umask(old)
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == ["config.json", "model.safetensors"]  # no temporary file left behind
+    for name in names:
+        assert stat.S_IMODE((tmp_path / "a" / name).stat().st_mode) == 0o666 & ~umask, name  # mkstemp gave 0600
+
+
+def test_save_hf_leaves_no_file_when_writing_fails(tmp_path, monkeypatch):
+    import safetensors.torch
+
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    save_hf(model, tmp_path)
+    before = (tmp_path / "model.safetensors").read_bytes()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", broken)
+    with torch.no_grad():
+        model.wte.weight.add_(1.0)
+    with pytest.raises(OSError, match="disk full"):
+        save_hf(model, tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == before  # the old export is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+
+# --------------------------------------------------------------------------- LoRA adapters
+def _lora_gpt(kind: str):
+    from attnkit.modules.lora import apply_lora
+
+    if kind == "gpt2":
+        cfg = GPTConfig(vocab_size=V, block_size=32, n_layer=2, n_head=4, n_embd=32)
+        targets = ("qkv_proj", "out_proj")
+    else:
+        cfg = GPTConfig(vocab_size=V, block_size=32, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, ffn_hidden=48,
+                        position="rope", norm="rmsnorm", activation="swiglu", tie_embeddings=False)
+        targets = ("qkv_proj", "out_proj", "w_in", "w_gate", "w_out", "lm_head")
+    model = _spread(build_model(cfg))
+    apply_lora(model, rank=2, alpha=4.0, targets=targets)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.normal_(0.0, 0.5)  # as after some fine-tuning steps (B starts at zero)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_save_hf_and_to_hf_export_merged_lora_weights(kind, tmp_path):
+    # the un-merged adapters were dropped: the export computed the frozen base model (logits off by 0.2)
+    from attnkit.modules.lora import LoRALinear, lora_state_dict, merge_lora
+
+    model = _lora_gpt(kind)
+    adapters = {k: v.clone() for k, v in lora_state_dict(model).items()}
+    idx = torch.randint(0, V, (2, 13))
+    with torch.no_grad():
+        expected = model(idx)
+    folder = save_hf(model, tmp_path / "export")
+    with torch.no_grad():
+        back = from_hf(folder)(idx)
+    assert_close(back, expected, "float32")
+    assert_close(_logits(to_hf(model), idx), expected, "hf_float32")
+    hf_model = (transformers.GPT2LMHeadModel if kind == "gpt2" else transformers.LlamaForCausalLM).from_pretrained(
+        str(folder)).eval()
+    assert_close(_logits(hf_model, idx), expected, "hf_float32")
+    # the model itself still has its adapters, unchanged
+    assert any(isinstance(m, LoRALinear) for m in model.modules())
+    assert all(torch.equal(v, adapters[k]) for k, v in lora_state_dict(model).items())
+    # and the export is exactly what merge_lora gives
+    merged = merge_lora(model)
+    for name, tensor in merged.state_dict().items():
+        assert torch.equal(from_hf(folder).state_dict()[name], tensor), name
+
+
+def test_export_refuses_tensors_the_hf_layout_has_no_place_for():
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    model.blocks[0].register_parameter("extra_scale", torch.nn.Parameter(torch.ones(16)))
+    with pytest.raises(ValueError, match=r"^cannot export to the Hugging Face gpt2 layout: expected only its tensors, "
+                                         r"got 1 more .*'blocks.0.extra_scale'"):
+        to_hf(model)

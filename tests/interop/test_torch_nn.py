@@ -186,3 +186,55 @@ def test_transformer_from_torch_rejects_custom_activation():
     ref = nn.Transformer(E, H, 1, 1, 8, activation=lambda x: x * 2, batch_first=True)
     with pytest.raises(ValueError, match=r"cannot convert torch activation"):
         from_torch(ref)
+
+
+def _custom_transformer(enc_kw: dict | None = None, dec_kw: dict | None = None, num_decoder_layers: int = 1):
+    enc_kw = {"nhead": H, "dim_feedforward": 8, "dropout": 0.0, **(enc_kw or {})}
+    dec_kw = {"nhead": H, "dim_feedforward": 8, "dropout": 0.0, **(dec_kw or {})}
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, batch_first=True, **enc_kw), 1,
+                                enable_nested_tensor=False)
+    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(E, batch_first=True, **dec_kw), num_decoder_layers)
+    return nn.Transformer(E, H, custom_encoder=enc, custom_decoder=dec, batch_first=True)
+
+
+@pytest.mark.parametrize("dec_kw, message", [
+    ({"norm_first": True}, r"decoder.layers.0: expected norm_first = False .*got True"),
+    ({"activation": "gelu"}, r"decoder.layers.0: expected activation = 'relu' .*got 'gelu'"),
+    ({"nhead": 2 * H}, rf"decoder.layers.0: expected self_attn.num_heads = {H} .*got {2 * H}"),
+    ({"dim_feedforward": 12}, r"decoder.layers.0: expected dim_feedforward = 8 .*got 12"),
+    ({"dropout": 0.2}, r"decoder.layers.0: expected dropout = 0.0 .*got 0.2"),
+    ({"layer_norm_eps": 1e-6}, r"decoder.layers.0: expected norm1.eps = 1e-05 .*got 1e-06"),
+])
+def test_transformer_from_torch_rejects_decoder_unlike_encoder(dec_kw, message):
+    # attnkit builds the whole model from encoder layer 0's settings: a custom decoder that differs must be
+    # refused, not silently converted into a model with different outputs.
+    with pytest.raises(ValueError, match=message):
+        from_torch(_custom_transformer(dec_kw=dec_kw))
+
+
+def test_transformer_from_torch_rejects_decoder_cross_attention_heads():
+    ref = _custom_transformer()
+    layer = ref.decoder.layers[0]
+    layer.multihead_attn = nn.MultiheadAttention(E, 2 * H, batch_first=True)
+    with pytest.raises(ValueError, match=rf"decoder.layers.0: expected multihead_attn.num_heads = {H} .*got {2 * H}"):
+        from_torch(ref)
+
+
+def test_transformer_from_torch_rejects_later_layer_and_bias_kv():
+    ref = _custom_transformer(num_decoder_layers=2)
+    ref.decoder.layers[1].norm_first = True
+    with pytest.raises(ValueError, match=r"decoder.layers.1: expected norm_first = False .*got True"):
+        from_torch(ref)
+    ref = _custom_transformer()
+    ref.encoder.layers[0].self_attn = nn.MultiheadAttention(E, H, add_bias_kv=True, batch_first=True)
+    with pytest.raises(ValueError, match=r"encoder.layers.0: expected self_attn.add_bias_kv = False .*got True"):
+        from_torch(ref)
+
+
+def test_transformer_from_torch_accepts_matching_custom_stacks():
+    ref = _custom_transformer(enc_kw={"norm_first": True, "activation": "gelu"},
+                              dec_kw={"norm_first": True, "activation": "gelu"}).eval()
+    ours = from_torch(ref).eval()
+    inputs = transformer_inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(run_ours(ours, *inputs), run_torch(ref, *inputs), **TOL)

@@ -100,3 +100,16 @@ def test_named_pretrained_model(monkeypatch, capsys):
     assert code == 0
     assert out.splitlines()[0] == ("GPT: 134,515,008 parameters; axes B=1 T=5 C=576 H=9 K=3 D=64 F=1536 V=49152")
     assert out.count("(Block)") == 30 and "K=3 (3 query heads share each key/value head)" in out
+
+
+def test_shared_embeddings_preset_names_tgt_embed_and_counts_it_once(capsys):
+    # transformer-cpu has share_embeddings=True: the decoder-side call of the one embedding is tgt_embed, on T
+    code, out, err = _run(capsys, "--preset", "transformer-cpu", "--src-len", "9", "--len", "6", "--depth", "1")
+    assert code == 0 and err == ""
+    rows = [line for line in out.splitlines() if "(TransformerEmbedding)" in line]
+    assert [r.split()[0] for r in rows] == ["src_embed", "tgt_embed"]
+    assert rows[0].split()[2] == "B=2" and rows[0].split()[3] == "S=9"
+    assert rows[1].split()[3] == "T=6" and "0 tied" in rows[1] and " 0.0% " in rows[1]
+    shares = [float(line.split("%")[0].split()[-1]) for line in out.splitlines()
+              if line.startswith("  ") and not line.startswith("   ") and "%" in line]
+    assert sum(shares) == pytest.approx(100.0, abs=0.5)

@@ -150,3 +150,54 @@ def test_out_must_be_png(tmp_path, capsys):
 def test_unknown_preset(tmp_path, capsys):
     code, _, err = _run(capsys, "params", "gpt5", "--out", str(tmp_path / "p.png"))
     assert code == 2 and "gpt5" in err
+
+
+@pytest.mark.parametrize("base", ["-5", "0", "nan", "1"])
+def test_positions_bad_base(base, tmp_path, capsys):
+    code, out, err = _run(capsys, "positions", "--dim", "8", "--len", "5", "--base", base,
+                          "--out", str(tmp_path / "pe.png"))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.strip().endswith(f"base must be a finite number in (1.0, inf), got {float(base)}")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "pe.png").exists()
+
+
+@pytest.mark.parametrize("figure", [["positions"], ["params", "llama-tiny"], ["mask", "--kind", "causal"]])
+def test_dpi_out_of_range(figure, tmp_path, capsys):
+    code, _, err = _run(capsys, *figure, "--dpi", "100000", "--out", str(tmp_path / "x.png"))
+    assert code == 2 and err.strip().endswith("dpi must be a finite number in [10, 1200], got 100000.0")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x.png").exists()
+
+
+def test_dpi_checked_before_the_model_is_loaded(tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(tmp_path / "nowhere"), "--text", "hi", "--dpi", "100000",
+                        "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "dpi must be a finite number in [10, 1200], got 100000.0" in err
+
+
+@pytest.fixture(scope="module")
+def dollar_checkpoint(tmp_path_factory):
+    """A tiny byte-level-BPE GPT whose tokenizer learned the token '$$' (LaTeX display math), which matplotlib's
+    mathtext refused with a multi-line ParseException when drawn as a tick label."""
+    import torch
+
+    from attnkit.checkpoints.checkpoint import save_checkpoint
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+    from attnkit.models import build_model
+    from helpers import tiny_gpt_config
+
+    text = ["We solve $$x^2 = 4$$ and then $$y = 2x$$ again.", "The sum $$a + b$$ is known."] * 30
+    tok = BPETokenizer.train(text, 300, special_tokens=["<bos>", "<eos>"], bos="<bos>", eos="<eos>")
+    assert "$$" in [tok.id_to_token(i) for i in tok.encode(DOLLAR_TEXT)]
+    torch.manual_seed(0)
+    model = build_model(tiny_gpt_config(vocab_size=tok.vocab_size, block_size=32)).eval()
+    path = tmp_path_factory.mktemp("dollar") / "ckpt"
+    return save_checkpoint(path, model, state={"model_config": model.config.to_dict()},
+                           extra={"kind": "lm", "tokenizer": tok.to_dict()}, include_rng=False)
+
+
+DOLLAR_TEXT = "Solve $$x^2$$ now"
+
+
+@pytest.mark.parametrize("figure", ["attention", "predict"])
+def test_dollar_tokens_are_drawn(figure, dollar_checkpoint, tmp_path, capsys, is_png):
+    _draws(capsys, is_png, tmp_path / f"{figure}.png", figure, "--ckpt", str(dollar_checkpoint), "--text", DOLLAR_TEXT)

@@ -220,3 +220,67 @@ def test_token_labels_decode_each_token():
     ids = tok.encode("a b\n")
     assert token_labels(tok, ids) == ["a", "·", "b", "↵"]
     assert token_labels(None, [3, 4]) == ["3", "4"]
+
+
+# --------------------------------------------------------------------------- text drawn as given ('$' is no mathtext)
+DOLLARS = ["$$", "a$b$", "$^$", "$x_$"]  # '$$' and '$^$' made matplotlib raise; 'a$b$' was drawn as math
+
+
+def _texts_drawn_as_given(fig, wanted: list[str]) -> None:
+    from matplotlib.text import Text
+
+    texts = [t for t in fig.findobj(Text) if "$" in t.get_text()]
+    for w in wanted:
+        assert any(w in t.get_text() for t in texts), (w, [t.get_text() for t in texts])
+    assert texts and all(not t.get_parse_math() for t in texts)
+
+
+def test_dollar_labels_and_titles_of_attention_are_plain_text(tmp_path, is_png):
+    w = torch.softmax(torch.randn(2, 4, 4), dim=-1)
+    fig = plot_attention(w, query_labels=DOLLARS, key_labels=DOLLARS, title="$$run$$", panel_titles=["$a$", "$$"])
+    _texts_drawn_as_given(fig, DOLLARS + ["$$run$$", "$a$"])
+    is_png(save_figure(fig, tmp_path / "attn.png", dpi=40))  # '$$' raised a multi-line ParseException here
+
+
+def test_dollar_labels_of_predictions_and_mask_are_plain_text(tmp_path, is_png):
+    fig = plot_predictions(torch.rand(4, 2), [[d, "x"] for d in DOLLARS], context_labels=DOLLARS, title="$$")
+    _texts_drawn_as_given(fig, [f"{d}\n" for d in DOLLARS] + DOLLARS)
+    is_png(save_figure(fig, tmp_path / "pred.png", dpi=40))
+    fig = plot_mask(causal_mask(4), row_labels=DOLLARS, col_labels=DOLLARS, title="$$", xlabel="$x_$",
+                    ylabel="$$")
+    _texts_drawn_as_given(fig, DOLLARS)
+    is_png(save_figure(fig, tmp_path / "mask.png", dpi=40))
+
+
+# --------------------------------------------------------------------------- numbers out of range
+@pytest.mark.parametrize("base", [-5, -5.0, 0, 0.0, 0.5, 1, float("nan"), float("inf")])
+def test_positional_encoding_base_must_be_finite_above_one(base):
+    # -5 gave a TypeError from a complex power; 0 and nan drew a table of NaN without a word
+    with pytest.raises(ValueError, match=r"^base must be a finite number in \(1.0, inf\), got "):
+        plot_positional_encoding(5, 8, base=base)
+    with pytest.raises(ValueError, match=r"^base must be a number, got '10'"):
+        plot_positional_encoding(5, 8, base="10")
+
+
+def test_positional_encoding_other_bases_draw():
+    assert_close(_image(plot_positional_encoding(5, 8, base=100)).float(), sinusoidal_table(5, 8, base=100.0),
+                 "exact")
+
+
+@pytest.mark.parametrize("dpi", [9, 1201, 100000, float("nan"), float("inf")])
+def test_save_figure_dpi_range(tmp_path, dpi):
+    # 100000 died with MemoryError (std::bad_alloc) inside Agg
+    with pytest.raises(ValueError, match=r"^dpi must be a finite number in \[10, 1200\], got "):
+        save_figure(plot_attention(torch.rand(2, 2)), tmp_path / "a.png", dpi=dpi)
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_save_figure_pixel_limit(tmp_path, is_png):
+    from attnkit.viz.plots import _figure
+
+    big = _figure(100, 100)  # 100 x 100 inches: 1200 dpi would be 14,400 megapixels
+    with pytest.raises(ValueError, match=r"^dpi 1200 would make a 120000 x 120000 pixel image \(14400 megapixels\): "
+                                         r"expected at most 100 megapixels, i.e. dpi <= 100 for this"):
+        save_figure(big, tmp_path / "big.png", dpi=1200)
+    assert not (tmp_path / "big.png").exists()
+    is_png(save_figure(plot_attention(torch.rand(2, 2)), tmp_path / "ok.png", dpi=1200))  # a small figure may

@@ -355,3 +355,30 @@ def test_quantized_linear_products_are_counted(make_gpt, mode):
     w_in = _row(t, "blocks.0.mlp.w_in")
     assert w_in.kind == "QuantizedLinear" and w_in.mult_adds == 2 * 5 * 32 * 128  # rows · in · out, as the Linear
     assert t.uncounted == {}  # weight packing is no product
+
+
+@pytest.mark.parametrize("S, T", [(7, 4), (6, 6)])
+def test_shared_embeddings_decoder_call_is_tgt_embed_counted_once(make_transformer, S, T):
+    # share_embeddings=True: tgt_embed IS src_embed. The decoder-side call must be named tgt_embed, run along T,
+    # and show its parameters as tied (already counted at src_embed), so the top-level shares sum to 100%.
+    model = make_transformer(src_vocab_size=29, tgt_vocab_size=29, share_embeddings=True)
+    assert model.tgt_embed is model.src_embed
+    t = trace(model, (torch.randint(1, 29, (2, S)), torch.randint(1, 29, (2, T))))
+    top = [r for r in t.rows if r.depth == 1]
+    assert [r.name for r in top if "embed" in r.name] == ["src_embed", "tgt_embed"]
+    src, tgt = _row(t, "src_embed"), _row(t, "tgt_embed")
+    assert src.inputs == [f"B=2 S={S}"] and src.output == f"B=2 S={S} C=32"
+    assert tgt.inputs == [f"B=2 T={T}"] and tgt.output == f"B=2 T={T} C=32"
+    assert src.params == 29 * 32 and not src.tied
+    assert tgt.params == 0 and tgt.trainable == 0 and tgt.tied and tgt.share == 0.0
+    assert _row(t, "tgt_embed.tok").params == 0 and _row(t, "tgt_embed.tok").tied
+    assert not any(r.name.startswith("src_embed") and f"T={T}" in " ".join(r.inputs) and S != T for r in t.rows)
+    assert sum(r.params for r in top) == t.total_params  # each tensor counted once
+    assert "0 tied" in t.format(depth=1)
+
+
+def test_unshared_embeddings_keep_their_parameters(make_transformer):
+    t = trace(make_transformer(), (torch.randint(1, 37, (2, 5)), torch.randint(1, 29, (2, 4))))
+    assert _row(t, "src_embed").params == 37 * 32 and _row(t, "tgt_embed").params == 29 * 32
+    assert not _row(t, "tgt_embed").tied
+    assert sum(r.params for r in t.rows if r.depth == 1) == t.total_params
