@@ -7,8 +7,10 @@ file or the complete new one, never a half-written file. No tensors here, so no 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from pathlib import Path
+from typing import Callable
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -31,26 +33,51 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write a text file via ``<path>.tmp`` + ``os.replace`` so readers never see half a file."""
+def write_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` a file in ``path``'s folder, flush it to disk, then rename it over ``path``.
+
+    The temporary name is unique and hidden (``.<name>.<pid>.<random>.tmp``) and is created with ``open(..., "xb")``,
+    so no file of the user's is touched and the result has the user's umask like any file they create (a writer
+    that replaces the file it writes, as safetensors' ``save_file`` does with 0600, is given that mode back). The
+    temporary file is removed if ``write`` fails.
+    """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            with open(tmp, "xb"):
+                break
+        except FileExistsError:
+            continue
+    try:
+        mode = os.stat(tmp).st_mode & 0o7777  # 0o666 & ~umask
+        write(str(tmp))
+        if os.stat(tmp).st_mode & 0o7777 != mode:
+            os.chmod(tmp, mode)
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write a UTF-8 text file with :func:`write_atomic` so readers never see half a file."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+    write_atomic(path, write)
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Binary twin of :func:`write_text_atomic`."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+    write_atomic(path, write)
 
 
 def publish_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Any
 
 import torch
 
+from attnkit.checkpoints.atomic import write_atomic
 from attnkit.checkpoints.checkpoint import check_table_sizes
 from attnkit.data.json_files import read_json_file
 from attnkit.models.configs import GPTConfig
@@ -693,31 +693,6 @@ def to_hf(model: GPT):
     return hf_model.eval()
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename (never a half-written file).
-
-    The temporary name is unique (no file of the user's is touched) and created with ``open(..., "xb")``, so the
-    result has the user's umask like any file they create (``mkstemp``, and safetensors' ``save_file``, which
-    replaces the file it writes, would leave it 0600): that mode is put back after ``write``."""
-    from attnkit.checkpoints.atomic import fsync_dir, fsync_file
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb"):
-            pass
-        mode = os.stat(tmp).st_mode & 0o7777  # 0o666 & ~umask
-        write(str(tmp))
-        if os.stat(tmp).st_mode & 0o7777 != mode:
-            os.chmod(tmp, mode)
-        fsync_file(tmp)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_hf(model: GPT, folder: str | os.PathLike) -> Path:
     """Write ``config.json`` + ``model.safetensors`` that ``transformers`` loads with ``from_pretrained``.
 
@@ -731,7 +706,7 @@ def save_hf(model: GPT, folder: str | os.PathLike) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     hf_cfg = dict(hf_cfg, torch_dtype=str(model.wte.weight.dtype).replace("torch.", ""))
-    _atomic_write(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata={"format": "pt"}))
+    write_atomic(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata={"format": "pt"}))
     text = json.dumps(hf_cfg, indent=2) + "\n"
-    _atomic_write(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
+    write_atomic(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
     return folder
