@@ -801,7 +801,7 @@ case("translate-lm-ckpt", "cli translate", "--ckpt a language-model run", "error
     lambda fx, tmp: cli(["translate", "--ckpt", fx.lm_run, "--input", _write(tmp / "in.txt", "haus\n")]))
 case("translate-beam", "cli translate", "--beam 0", "error: beam")(
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--beam", "0", "--input", _write(tmp / "in.txt", "haus\n")]))
-case("translate-length-penalty", "cli translate", "--length-penalty nan", "error: length_penalty")(
+case("translate-length-penalty", "cli translate", "--length-penalty nan", "error: --length-penalty")(
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--length-penalty", "nan",
                          "--input", _write(tmp / "in.txt", "haus\n")]))
 case("translate-empty-lines", "cli translate", "--input with empty lines between sentences", "ok: one line out per line in")(
@@ -812,7 +812,7 @@ case("translate-too-long", "cli translate", "--input a 600-word sentence (max_le
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--input", _write(tmp / "long.txt", "haus katze " * 300 + "\n")]))
 case("translate-empty-input", "cli translate", "--input an empty file", "ok: nothing to translate, nothing printed")(
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--input", _write(tmp / "empty.txt", "")]))
-case("translate-max-len-a", "cli translate", "--max-len-a -1", "error: max_len_a must be a finite number >= 0")(
+case("translate-max-len-a", "cli translate", "--max-len-a -1", "error: --max-len-a must be a finite number >= 0")(
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--max-len-a", "-1", "--input", _write(tmp / "in.txt", "haus\n")]))
 case("eval-mt-max-sentences", "cli eval mt", "--max-sentences 0", "error: --max-sentences must be >= 1")(
     lambda fx, tmp: cli(["eval", "mt", "--ckpt", fx.mt_run, "--data", fx.pairs, "--max-sentences", "0"]))

@@ -44,8 +44,8 @@ class TrainLMOptions(TrainOptions):
         recipe: a named recipe (:data:`attnkit.recipes.LM_RECIPES`, e.g. ``shakespeare-char-gpu``) whose values
             fill every field left unset (``--recipe``); a new run only.
 
-    ``overrides`` (``--set``) may not hold ``block_size`` (use ``block_size``, ``--block-size``) or ``vocab_size``
-    (the tokenizer's). A local ``data`` file or folder is recorded as its absolute path; resuming, ``data``,
+    ``overrides`` (``--set``) may not hold ``block_size`` (use ``block_size``, ``--block-size``); a ``vocab_size``
+    there pads the model's vocabulary past the tokenizer's (GPT-2's 50304, a multiple of 64), never below it. A local ``data`` file or folder is recorded as its absolute path; resuming, ``data``,
     ``preset``, ``tokenizer`` and ``vocab_size`` may be given only with the run's own values.
     """
 
@@ -82,11 +82,11 @@ class TrainLMOptions(TrainOptions):
             raise ValueError(f"train lm sets the model's block_size from --block-size (block_size=), got --set "
                              f"block_size={self.overrides['block_size']!r}: use --block-size "
                              f"{self.overrides['block_size']!r}")
-        if "vocab_size" in self.overrides:
-            raise ValueError(f"train lm sizes the model's vocabulary to the tokenizer's (--tokenizer; --vocab-size "
-                             f"for bpe), got --set vocab_size={self.overrides['vocab_size']!r}")
         if self.vocab_size is not None and self.vocab_size < 1:
             raise ValueError(f"--vocab-size must be >= 1, got {self.vocab_size}")
+        if self.vocab_size is not None and not self.resume and (self.tokenizer or "char") != "bpe":
+            raise ValueError(f"--vocab-size sizes a BPE trained on the data (--tokenizer bpe); --tokenizer "
+                             f"{self.tokenizer or 'char'!r} brings its own vocabulary, got --vocab-size {self.vocab_size}")
 
 
 def describe_batch(cfg: Any) -> str:
@@ -215,6 +215,9 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     if model_config is None:
         model_config = get_preset(preset, **{"vocab_size": lm.tokenizer.vocab_size, "block_size": cfg.block_size,
                                              **o.overrides})
+        if model_config.vocab_size < lm.tokenizer.vocab_size:  # an id past the embedding would fail inside torch
+            raise ValueError(f"--set vocab_size must be >= the tokenizer's {lm.tokenizer.vocab_size:,} tokens (a "
+                             f"larger one pads the vocabulary), got {model_config.vocab_size:,}")
     out = o.out or default_run_folder("lm", data, preset)
 
     seed_everything(cfg.seed)  # reproducible initialisation

@@ -17,6 +17,8 @@ are therefore equal element by element to the seeds' loop, just built in one vec
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -32,6 +34,8 @@ def sinusoidal_table(seq_len: int, dim: int, *, base: float = 10000.0, dtype: to
     """
     if seq_len < 0 or dim <= 0:
         raise ValueError(f"sinusoidal_table needs seq_len >= 0 and dim > 0, got seq_len={seq_len}, dim={dim}")
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or not math.isfinite(base) or base <= 1:
+        raise ValueError(f"sinusoidal_table needs a finite base > 1 (10000 in the paper), got {base!r}")
     # One divisor per channel, with Python's float64 power (as the seed does): channel i uses exponent
     # (i - i % 2) / dim, so the sine/cosine pair (2m, 2m + 1) shares a frequency. This is O(C) work.
     divisors = torch.tensor([base ** ((i - i % 2) / dim) for i in range(dim)], dtype=torch.float64, device=device)

@@ -200,18 +200,29 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
     assert result.steps == 4
 
 
-# --- 5. --set block_size / vocab_size, --vocab-size 0 ---------------------------------------------------------------
+# --- 5. --set block_size, --vocab-size 0, --set vocab_size ---------------------------------------------------------------
 
 @pytest.mark.parametrize("make, message", [
     (lambda: api.TrainLMOptions(overrides={"block_size": 8}),
      r"train lm sets the model's block_size from --block-size .*got --set block_size=8: use --block-size 8"),
-    (lambda: api.TrainLMOptions(overrides={"vocab_size": 99}),
-     r"train lm sizes the model's vocabulary to the tokenizer's .*got --set vocab_size=99"),
     (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=0), r"--vocab-size must be >= 1, got 0"),
+    (lambda: api.TrainLMOptions(vocab_size=500), r"--tokenizer 'char' brings its own vocabulary, got --vocab-size 500"),
+    (lambda: api.TrainLMOptions(tokenizer="gpt2", vocab_size=500), r"--tokenizer 'gpt2' brings its own vocabulary"),
 ])
 def test_train_lm_options_refuse_what_the_run_sets_itself(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_set_vocab_size_pads_the_vocabulary_but_never_cuts_it(corpus, tmp_path):
+    """GPU recipes pad GPT-2's vocabulary to a multiple of 64 with --set vocab_size; below the tokenizer's it is
+    refused (ids past the embedding would fail inside torch)."""
+    result = api.train_lm(data=str(corpus), out=tmp_path / "pad", steps=2, log=quiet,
+                          **{**TINY_LM, "overrides": {**TINY_LM.get("overrides", {}), "vocab_size": 128}})
+    assert _state(result.out)["model_config"]["vocab_size"] == 128
+    with pytest.raises(ValueError, match=r"--set vocab_size must be >= the tokenizer's \d+ tokens .*got 3"):
+        api.train_lm(data=str(corpus), out=tmp_path / "cut", steps=2, log=quiet,
+                     **{**TINY_LM, "overrides": {**TINY_LM.get("overrides", {}), "vocab_size": 3}})
 
 
 # --- 6. --average-last on resume ------------------------------------------------------------------------------------

@@ -83,3 +83,10 @@ def test_no_host_reads_looks_up_without_growing_and_reserve_grows():
         assert torch.equal(pe(torch.tensor([9, 0])), sinusoidal_table(10, 8)[[9, 0]])
     with pytest.raises(ValueError, match="length must be >= 0"):
         pe.reserve(-1)
+
+
+@pytest.mark.parametrize("base", [-5.0, 0.0, 1.0, float("nan"), float("inf"), "10000"])
+def test_table_refuses_a_base_without_a_real_frequency_ladder(base):
+    """-5 gave complex powers (a TypeError deep inside), 0 and nan a table of NaN."""
+    with pytest.raises(ValueError, match=r"finite base > 1 \(10000 in the paper\), got"):
+        sinusoidal_table(4, 8, base=base)
