@@ -7,7 +7,6 @@ Axis legend: none (runs and files only).
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -26,21 +25,6 @@ TINY_MT = dict(preset="transformer-cpu", overrides={"d_model": 32, "num_heads": 
                                                     "num_encoder_layers": 1, "num_decoder_layers": 1},
                vocab_size=300, max_tokens=256, eval_every=10, eval_batches=2, ckpt_every=5, log_every=5,
                bleu_sentences=8, progress=False)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    """About 15 kB of speeches, from a seeded generator."""
-    rng = random.Random(0)
-    words = "love night day sweet death fair light moon star heart hand kiss name rose dream".split()
-    lines = []
-    for _ in range(250):
-        lines.append(rng.choice(["ROMEO", "JULIET", "NURSE"]) + ":")
-        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + ".")
-        lines.append("")
-    path = tmp_path_factory.mktemp("corpus") / "plays.txt"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")

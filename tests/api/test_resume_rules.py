@@ -9,7 +9,6 @@ Axis legend: none (runs and files only).
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -34,20 +33,6 @@ def quiet(line: str) -> None:
 
 def _state(run: Path) -> dict:
     return read_checkpoint_state(latest_checkpoint(run / "checkpoints"))
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    rng = random.Random(0)
-    words = "love night day sweet death fair light moon star heart hand kiss name rose dream".split()
-    lines = []
-    for _ in range(250):
-        lines.append(rng.choice(["ROMEO", "JULIET", "NURSE"]) + ":")
-        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + ".")
-        lines.append("")
-    path = tmp_path_factory.mktemp("corpus") / "plays.txt"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
