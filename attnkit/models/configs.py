@@ -105,6 +105,11 @@ class _ConfigMixin:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"{cls.__name__}.from_dict got unknown keys {unknown}; valid keys are {sorted(names)}")
+        missing = [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                   if f.init and f.name not in data and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"{cls.__name__}.from_dict is missing the required keys {missing}")
         return cls(**data)
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -306,7 +311,7 @@ def config_from_dict(data: dict[str, Any]) -> GPTConfig | TransformerConfig:
     if not isinstance(data, dict):
         raise ValueError(f"config_from_dict expects a dict, got {type(data).__name__}")
     kind = data.get("model_type")
-    if kind not in _CONFIG_CLASSES:
+    if not isinstance(kind, str) or kind not in _CONFIG_CLASSES:
         raise ValueError(f"config dict must have model_type in {sorted(_CONFIG_CLASSES)}, got {kind!r}")
     return _CONFIG_CLASSES[kind].from_dict(data)
 

@@ -215,8 +215,8 @@ def reference_attention(
     if mask is not None:
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(mask, float("-inf"))
-        else:
-            scores = scores + mask
+        else:  # added in at least float32: float16 scores plus its finfo.min (HF's masks) would overflow to -inf
+            scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) + mask
     # softmax in at least float32 (half-precision scores lose too much), then back to the input dtype
     weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
     if dead is not None:

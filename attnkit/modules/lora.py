@@ -171,10 +171,13 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 def _shared_elsewhere(model: nn.Module, name: str, layer: nn.Linear) -> str | None:
-    """The name of another module parameter sharing ``layer.weight`` (weight tying), if any."""
-    ptr = layer.weight.data_ptr()
+    """The name of another module parameter sharing ``layer.weight`` (weight tying), if any: the same parameter,
+    or one over the same memory (a meta tensor has none: every one reports address 0)."""
+    weight = layer.weight
+    ptr = None if weight.is_meta else weight.data_ptr()
     for pname, p in model.named_parameters(remove_duplicate=False):
-        if p.data_ptr() == ptr and not pname.startswith(name + "."):
+        shared = p is weight or (ptr is not None and not p.is_meta and p.data_ptr() == ptr)
+        if shared and not pname.startswith(name + "."):
             return pname
     return None
 

@@ -61,9 +61,22 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
 
+    def _frequencies(self) -> torch.Tensor:
+        """``inv_freq`` in at least float32: after ``.to(bfloat16)`` (or float16) the buffer holds a rounded copy,
+        and angles of positions in the thousands computed in it are off by whole radians, so it is computed again.
+
+        Shape:
+            returns ``(D/2,)``.
+        """
+        if self.inv_freq.dtype in (torch.float32, torch.float64):
+            return self.inv_freq
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=self.inv_freq.device).float()
+        return 1.0 / (self.theta ** (exponents / self.head_dim))
+
     def _tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(length, dtype=torch.int64, device=self.inv_freq.device).to(self.inv_freq.dtype)
-        freqs = positions[:, None] * self.inv_freq[None, :]  # (L, D/2)
+        inv_freq = self._frequencies()
+        positions = torch.arange(length, dtype=torch.int64, device=inv_freq.device).to(inv_freq.dtype)
+        freqs = positions[:, None] * inv_freq[None, :]  # (L, D/2)
         emb = torch.cat((freqs, freqs), dim=-1)  # (L, D): the same angle for channels i and i + D/2
         return emb.cos(), emb.sin()
 
@@ -139,6 +152,7 @@ class RotaryEmbedding(nn.Module):
         if delta.dim() != 1 or delta.shape[0] != x.shape[0] or delta.is_floating_point():
             raise ValueError(f"delta must be an integer tensor of shape (B,) = ({x.shape[0]},), got "
                              f"{delta.dtype} {tuple(delta.shape)}")
-        freqs = delta.to(self.inv_freq.device, self.inv_freq.dtype)[:, None] * self.inv_freq[None, :]  # (B, D/2)
+        inv_freq = self._frequencies()
+        freqs = delta.to(inv_freq.device, inv_freq.dtype)[:, None] * inv_freq[None, :]  # (B, D/2)
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # (B, 1, 1, D)
         return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)

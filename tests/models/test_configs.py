@@ -156,6 +156,15 @@ def test_from_dict_rejects_unknown_keys_and_wrong_type():
         GPTConfig.from_json("{not json")
 
 
+def test_from_dict_names_missing_required_keys_and_an_unhashable_model_type():
+    """Both raised TypeError (a missing positional argument; an unhashable dict key), which callers that catch
+    ValueError let through as a traceback."""
+    with pytest.raises(ValueError, match=r"missing the required keys \['src_vocab_size', 'tgt_vocab_size'\]"):
+        config_from_dict({"model_type": "transformer"})
+    with pytest.raises(ValueError, match=r"model_type in \['gpt', 'transformer'\], got \['gpt'\]"):
+        config_from_dict({"model_type": ["gpt"]})
+
+
 def test_replace_validates_again():
     with pytest.raises(ValueError, match="n_embd must be divisible by n_head"):
         GPTConfig().replace(n_embd=100)

@@ -234,6 +234,21 @@ def test_half_precision_reference_uses_float32_softmax():
     torch.testing.assert_close(out.float(), exp, atol=3e-2, rtol=3e-2)  # bf16 has ~3 significant digits
 
 
+
+def test_float16_reference_adds_a_finfo_min_mask_without_overflowing():
+    """A row masked entirely by float16's finfo.min (HF's additive masks): in float16 the sum overflowed to -inf
+    and the reference path gave NaN where the fast path and torch give finite values."""
+    torch.manual_seed(0)
+    k = torch.full((1, 1, 2, 8), 4.0, dtype=torch.float16) + torch.rand(1, 1, 2, 8, dtype=torch.float16)
+    q = -k.flip(2)  # row 0's scores are both about -50: plus finfo.min, past float16's range
+    v = torch.randn(1, 1, 2, 8, dtype=torch.float16)
+    mask = torch.zeros(2, 2, dtype=torch.float16)
+    mask[0] = torch.finfo(torch.float16).min
+    out, _ = reference_attention(q, k, v, attn_mask=mask)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask.float())
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), want, atol=1e-2, rtol=1e-2)
+
 # ------------------------------------------------------------------ validation: one test per rule
 @pytest.mark.parametrize("masks, message", [
     ({"attn_mask": torch.zeros(5, 3, dtype=torch.bool)}, r"\(T, S\) = \(3, 5\), got \(5, 3\)"),

@@ -159,6 +159,17 @@ def test_tied_lm_head_refused():
     assert apply_lora(untied, rank=2, alpha=2.0, targets=("lm_head",)) == ["lm_head"]
 
 
+def test_a_model_on_the_meta_device_takes_adapters_and_still_refuses_a_tied_head():
+    """Every meta tensor reports address 0, so each target was refused as tied to wte.weight."""
+    with torch.device("meta"):
+        model = tiny_gpt()
+    assert "lm_head" not in apply_lora(model, rank=2, alpha=2.0)
+    with torch.device("meta"):
+        model = tiny_gpt()
+    with pytest.raises(ValueError, match="tied to 'wte.weight'"):
+        apply_lora(model, rank=2, alpha=2.0, targets=("lm_head",))
+
+
 def test_applying_twice_refused():
     model = tiny_gpt()
     apply_lora(model, rank=2, alpha=2.0)

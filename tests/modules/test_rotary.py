@@ -65,3 +65,19 @@ def test_position_ids_shape_checked():
     rope = RotaryEmbedding(4)
     with pytest.raises(ValueError, match=r"\(B, T\) = \(2, 3\) or \(T,\), got \(2, 4\)"):
         rope(torch.randn(2, 1, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tables_grown_after_a_half_precision_cast_are_computed_in_float32(dtype):
+    """After .to(bfloat16) the table grown past max_len was computed in bfloat16: at position 3000 cos was off by
+    about 2 (and shift by as much)."""
+    ref = RotaryEmbedding(8, max_len=4)
+    rope = RotaryEmbedding(8, max_len=4).to(dtype)
+    positions = torch.tensor([10, 300, 1000, 3000])
+    cos, sin = rope.cos_sin(positions)
+    want_cos, want_sin = ref.cos_sin(positions)
+    assert cos.dtype == dtype
+    assert (cos.float() - want_cos).abs().max() < 1e-2 and (sin.float() - want_sin).abs().max() < 1e-2
+    x = torch.randn(1, 1, 2, 8)
+    delta = torch.tensor([-1000])
+    assert (rope.shift(x.to(dtype), delta).float() - ref.shift(x, delta)).abs().max() < 5e-2
