@@ -69,7 +69,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
     """Average the weights of the checkpoint folders ``paths`` into a new checkpoint folder ``out``.
 
     The model is rebuilt from the newest (last) checkpoint's ``model_config``; all checkpoints must hold the
-    same model config. ``out`` must not be one of ``paths``. Returns ``out``.
+    same model config and tokenizer, and no un-merged LoRA adapters. ``out`` must not be one of ``paths``. Returns ``out``.
     """
     from attnkit.models.builders import build_model
     from attnkit.models.configs import config_from_dict
@@ -87,11 +87,21 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
     for p, st in zip(paths, states):
         if st.get("model_config") != last["model_config"]:
             raise ValueError(f"cannot average {p} with {paths[-1]}: their model configs differ")
+        if (st.get("extra") or {}).get("tokenizer") != (last.get("extra") or {}).get("tokenizer"):
+            raise ValueError(f"cannot average {p} with {paths[-1]}: their tokenizers differ")
     weights = [_read_safetensors(p / MODEL_FILE, "cpu") for p in paths]
+    for p, w in zip(paths, weights):
+        adapters = sorted(n for n in w if n.endswith((".lora_A", ".lora_B")))
+        if adapters:  # mean(B) @ mean(A) is not the mean of B @ A, and the rebuilt model has no place for them
+            raise ValueError(f"cannot average {p}: it holds {len(adapters)} un-merged LoRA adapter tensors (e.g. "
+                             f"{adapters[0]}); average checkpoints with the adapters merged into the weights")
     averaged = average_state_dicts(weights)
 
     model = build_model(config_from_dict(last["model_config"]))
-    model.load_state_dict(averaged, strict=False)  # tied weights are stored under one name (as in checkpoints)
+    loaded = model.load_state_dict(averaged, strict=False)  # tied weights are stored under one name, as saved
+    if loaded.unexpected_keys:
+        raise ValueError(f"cannot average {paths[-1]}: its weights hold tensors the model has no place for, e.g. "
+                         f"{sorted(loaded.unexpected_keys)[:3]}")
     state = {"model_config": last["model_config"], "step": last.get("step"),
              "averaged_from": [str(p) for p in paths],
              "averaged_steps": [st.get("step") for st in states]}

@@ -89,6 +89,32 @@ def test_different_model_configs_are_refused(tmp_path):
         average_last_checkpoints(tmp_path, 2)
 
 
+def test_different_tokenizers_are_refused(tmp_path):
+    """The averaged checkpoint took the last one's tokenizer, whatever the others were trained with."""
+    torch.manual_seed(0)
+    for step, vocab in ((10, "a"), (20, "b")):
+        save_checkpoint(tmp_path / "checkpoints" / f"step_{step:08d}", build_model(CONFIG),
+                        state={"model_config": CONFIG.to_dict(), "step": step},
+                        extra={"kind": "mt", "tokenizer": {"type": "char", "chars": vocab}})
+    with pytest.raises(ValueError, match="their tokenizers differ"):
+        average_last_checkpoints(tmp_path, 2)
+
+
+def test_unmerged_lora_adapters_are_refused(tmp_path):
+    """They were dropped from the average (the rebuilt model has no place for them) and the result could not load."""
+    from attnkit.modules.lora import apply_lora
+
+    for step in (10, 20):
+        torch.manual_seed(step)
+        model = build_model(CONFIG)
+        apply_lora(model, rank=2, alpha=2.0, targets=("qkv_proj",))
+        save_checkpoint(tmp_path / "checkpoints" / f"step_{step:08d}", model,
+                        state={"model_config": CONFIG.to_dict(), "step": step}, extra={"kind": "mt"})
+    with pytest.raises(ValueError, match=r"un-merged LoRA adapter tensors \(e\.g\. .*lora_A\)"):
+        average_last_checkpoints(tmp_path, 2)
+    assert not (tmp_path / "checkpoints" / "averaged").exists()
+
+
 def test_out_may_not_be_an_input(tmp_path):
     _run_with_checkpoints(tmp_path, 2)
     first = tmp_path / "checkpoints" / "step_00000010"

@@ -18,7 +18,7 @@ from attnkit.checks import check_choice
 __all__ = ["DOCUMENT_MODES", "split_documents", "encode_documents", "prepare_finetune_data"]
 
 DOCUMENT_MODES = ("auto", "fortune", "blank-line", "none")
-_FORTUNE_SEP = re.compile(r"^%[ \t]*$", re.MULTILINE)
+_FORTUNE_SEP = re.compile(r"^%[ \t\r]*$", re.MULTILINE)  # "\r": a file with CR LF line ends
 
 
 def split_documents(text: str, mode: str) -> list[str] | None:
@@ -36,7 +36,8 @@ def split_documents(text: str, mode: str) -> list[str] | None:
         from attnkit.data.corpora.fortunes import parse_fortunes
 
         return parse_fortunes(text)
-    return [p.strip("\n") for p in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")) if p.strip()]
+    # every run of blank lines (spaces and tabs allowed) is one separator
+    return [p.strip("\n") for p in re.split(r"\n(?:[ \t]*\n)+", text.replace("\r\n", "\n")) if p.strip()]
 
 
 def encode_documents(tokenizer, text: str, mode: str):
