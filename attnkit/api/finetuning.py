@@ -23,7 +23,9 @@ the run ends (or stops on SIGINT / SIGTERM with a checkpoint, or on an error; no
 once), ``checkpoints/best`` is rewritten with the adapters merged into the weights, so it
 is a plain GPT checkpoint that ``attnkit sample --ckpt DIR`` (and ``finetune --from DIR``) loads like any other.
 Every checkpoint's ``extra`` holds ``kind: "lm"``, the tokenizer, the chat template (if the model has one), the
-data and the LoRA settings; a local ``--data`` or ``--from`` as its absolute path, so that ``--resume`` works from
+source model's prompting conventions (``prompting``: ``add_bos_token``, prompts start with ``<bos>``, and
+``stop_token_ids``, the ids that end a generation; so ``attnkit sample --ckpt`` prompts and stops the fine-tuned
+model as it did the source), the data and the LoRA settings; a local ``--data`` or ``--from`` as its absolute path, so that ``--resume`` works from
 any working directory (a ``--data`` or ``--from`` given on resume must name the same file or name as the run's).
 
 There are no tensor axes in this file.
@@ -154,11 +156,14 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
 
 
 def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int):
-    """``(model, model_config, tokenizer, chat_template, description)`` of the model to fine-tune.
+    """``(model, model_config, tokenizer, chat_template, description, add_bos, stop_ids)`` of the model to
+    fine-tune.
 
     Resuming, everything comes back from the checkpoint: the architecture (the trainer loads the weights into
-    the fresh model), the tokenizer, the chat template. Otherwise ``source`` is loaded (a decoder-only GPT).
+    the fresh model), the tokenizer, the chat template, whether prompts start with ``<bos>`` and the stop ids.
+    Otherwise ``source`` is loaded (a decoder-only GPT).
     """
+    from attnkit.checkpoints.load import _checked_extra
     from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
     from attnkit.interop.load import load_model
     from attnkit.models.builders import build_model
@@ -167,11 +172,13 @@ def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int
 
     if saved is not None:
         extra_saved = saved.get("extra", {})
+        checked = _checked_extra(extra_saved, Path(o.out) / "checkpoints")  # add_bos_token, stop_token_ids checked
         model_config = resumed_model_config(saved, o.overrides)
         seed_everything(seed)
         model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
         return (model, model_config, tokenizer_from_dict(extra_saved["tokenizer"]), extra_saved.get("chat_template"),
-                extra_saved.get("from_description", source))
+                extra_saved.get("from_description", source), checked.get("add_bos_token") is True,
+                checked.get("stop_token_ids") or None)
     loaded = load_model(source, tokenizer_file=o.tokenizer)
     model = loaded.model
     model_config = getattr(model, "config", None)
@@ -182,7 +189,8 @@ def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int
         fresh = build_model(model_config)
         fresh.load_state_dict(model.state_dict())
         model = fresh
-    return model, model_config, loaded.tokenizer, loaded.chat_template, loaded.description
+    return (model, model_config, loaded.tokenizer, loaded.chat_template, loaded.description, bool(loaded.add_bos),
+            loaded.stop_ids)
 
 
 def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, **kwargs: Any) -> RunResult:
@@ -217,7 +225,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
         raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
                          "without --fsdp) for --lora")
 
-    model, model_config, tokenizer, chat_template, what = _source_model(o, saved, source, cfg.seed)
+    model, model_config, tokenizer, chat_template, what, add_bos, stop_ids = _source_model(o, saved, source, cfg.seed)
     if model_config.position == "learned" and cfg.block_size > model_config.block_size:
         raise ValueError(f"--block-size must be <= the model's block_size = {model_config.block_size} "
                          f"(learned positions), got {cfg.block_size}")
@@ -245,6 +253,8 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
                              "tokenizer": tokenizer.to_dict(), "source": data_info["source"]}
     if chat_template:
         extra["chat_template"] = chat_template
+    # the source model's prompt conventions, for `sample --ckpt` (checkpoints.load reads them back)
+    extra["prompting"] = {"add_bos_token": bool(add_bos), "stop_token_ids": [int(i) for i in stop_ids or []]}
     if lora is not None:
         extra["lora"] = dict(lora, merged=False)
     trainer = Trainer(model, task, cfg, o.out, model_config=model_config, extra=extra, resume=o.resume,

@@ -60,12 +60,25 @@ class LoadedModel:
         return self.state.get("extra") or {}
 
     def format_chat(self, text: str) -> str:
-        """``text`` as one user turn in the model's chat template (ValueError if it has none)."""
+        """``text`` as one user turn in the model's chat template, rendered as ``transformers`` renders it (the
+        template sees the tokenizer's ``bos_token`` / ``eos_token`` strings). ValueError if the model has no
+        template, or a template that cannot be rendered."""
         from attnkit.data.tokenizers.chat_template import apply_chat_template
 
         if self.chat_source is None:
             raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
-        return apply_chat_template(self.chat_source, [{"role": "user", "content": text}])
+        return apply_chat_template(self.chat_source, [{"role": "user", "content": text}],
+                                   bos_token=self._token_text("bos_id"), eos_token=self._token_text("eos_id"))
+
+    def _token_text(self, role: str) -> str | None:
+        """The spelling of the tokenizer's ``bos_id`` / ``eos_id`` token (None when it has none)."""
+        tid = getattr(self.tokenizer, role, None)
+        if tid is None:
+            return None
+        try:
+            return self.tokenizer.id_to_token(tid)
+        except ValueError:  # an id past the vocabulary: the template gets no such token
+            return None
 
     def encode_prompt(self, text: str) -> list[int]:
         """``text`` as the model reads a prompt: its token ids, after a ``<bos>`` where the model was trained
@@ -85,18 +98,35 @@ def checkpoint_kind(state: dict[str, Any]) -> str:
     return (extra.get("kind") if isinstance(extra, dict) else None) or guess
 
 
+_PROMPTING_RULES = {"add_bos_token": (lambda v: isinstance(v, bool), "true or false"),
+                    "stop_token_ids": (lambda v: isinstance(v, list) and all(type(i) is int and i >= 0 for i in v),
+                                       "a list of token ids")}
+
+
 def _checked_extra(extra: dict[str, Any], file: Path) -> dict[str, Any]:
-    """``extra``'s entries that :func:`load` reads, with the types it needs (CheckpointError otherwise)."""
+    """``extra``'s entries that :func:`load` reads, with the types it needs (CheckpointError otherwise).
+
+    The prompting conventions (``add_bos_token``, ``stop_token_ids``) may sit at the top of ``extra`` or in its
+    ``prompting`` object (where ``attnkit finetune`` records the source model's: checkpoint ``extra`` values
+    are strings or objects); the top-level entry wins."""
     rules = {"kind": (lambda v: isinstance(v, str) and v in KINDS, f"one of {sorted(KINDS)}"),
              "tokenizer": (lambda v: isinstance(v, dict), "an object"),
              "chat_template": (lambda v: isinstance(v, str), "a string"),
-             "add_bos_token": (lambda v: isinstance(v, bool), "true or false"),
-             "stop_token_ids": (lambda v: isinstance(v, list) and all(type(i) is int and i >= 0 for i in v),
-                                "a list of token ids")}
+             "prompting": (lambda v: isinstance(v, dict), "an object"),
+             **_PROMPTING_RULES}
     for key, (ok, expected) in rules.items():
         if extra.get(key) is not None and not ok(extra[key]):
             raise CheckpointError(f"{file}: extra.{key} must be {expected}, got {str(extra[key])[:60]!r}")
-    return extra
+    prompting = extra.get("prompting") or {}
+    for key, (ok, expected) in _PROMPTING_RULES.items():
+        if prompting.get(key) is not None and not ok(prompting[key]):
+            raise CheckpointError(f"{file}: extra.prompting.{key} must be {expected}, "
+                                  f"got {str(prompting[key])[:60]!r}")
+    merged = dict(extra)
+    for key in _PROMPTING_RULES:
+        if merged.get(key) is None and prompting.get(key) is not None:
+            merged[key] = prompting[key]
+    return merged
 
 
 def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "best",

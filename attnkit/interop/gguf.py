@@ -701,8 +701,11 @@ def load_gguf(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, pr
 
     Raises:
         ValueError: see :func:`check_gguf_file`, :func:`read_gguf`, :func:`gguf_to_hf_config`,
-            :func:`gguf_to_hf_state_dict`, :func:`gguf_tokenizer`.
+            :func:`gguf_to_hf_state_dict`, :func:`gguf_tokenizer`; a ``tokenizer.chat_template`` that is not a
+            string.
     """
+    from attnkit.data.tokenizers.chat_template import check_chat_template
+
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     reader = read_gguf(path)
@@ -716,7 +719,7 @@ def load_gguf(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, pr
         config=config,
         state_dict=state,
         tokenizer=tokenizer,
-        chat_template=meta.get("tokenizer.chat_template"),
+        chat_template=check_chat_template(meta.get("tokenizer.chat_template"), f"{path}: tokenizer.chat_template"),
         add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         tensor_types=dict(Counter(t.tensor_type.name for t in reader.tensors)),
         metadata=scalars,

