@@ -233,7 +233,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{model_config.vocab_size} embeddings: they do not belong together")
 
-    train_ids, valid_ids, data_info = prepare_finetune_data(data, tokenizer, documents)
+    train_ids, valid_ids, data_info = prepare_finetune_data(data, tokenizer, documents, add_bos=bool(add_bos))
     total = count_parameters(model)
     seed_everything(cfg.seed)  # the adapters' random A matrices are part of the run's reproducible start
     trainable = add_lora(model, lora) if lora is not None else total

@@ -13,8 +13,8 @@ A GGUF file's model keeps its own prompting conventions, as :func:`load_named` d
 when the file says ``tokenizer.ggml.add_bos_token``, and the end-of-turn tokens its vocabulary has as stop ids.
 
 Pickled weights (``.pt``, ``.bin`` …) are always refused, also a Hugging Face folder whose weights are only
-``pytorch_model.bin``: unpickling can run arbitrary code (and ``torch.load(weights_only=True)`` is no safe guard
-on every torch this project supports).
+``pytorch_model.bin``: unpickling can run arbitrary code, so what a user hands over is read as safetensors or
+GGUF only.
 
 There are no tensor axes in this file.
 """

@@ -40,8 +40,10 @@ def split_documents(text: str, mode: str) -> list[str] | None:
     return [p.strip("\n") for p in re.split(r"\n(?:[ \t]*\n)+", text.replace("\r\n", "\n")) if p.strip()]
 
 
-def encode_documents(tokenizer, text: str, mode: str):
-    """Token ids of ``text``: documents each followed by ``tokenizer.eos_id``, or the plain stream.
+def encode_documents(tokenizer, text: str, mode: str, *, add_bos: bool = False):
+    """Token ids of ``text``: documents each followed by ``tokenizer.eos_id``, or the plain stream. With
+    ``add_bos`` (a model that reads its prompts after ``<bos>``, as a GGUF file's ``add_bos_token`` says) every
+    document, or the stream, starts with ``tokenizer.bos_id`` as its prompts will.
 
     Shape: text -> ``LongTensor (N,)``.
     """
@@ -50,27 +52,30 @@ def encode_documents(tokenizer, text: str, mode: str):
 
     from attnkit.data.pipeline.lm_dataset import encode_corpus
 
+    bos = [tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []
     docs = split_documents(text, mode)
     if docs is None:
-        return encode_corpus(tokenizer, text)
+        ids = encode_corpus(tokenizer, text)
+        return torch.cat([torch.tensor(bos, dtype=torch.long), ids]) if bos else ids
     if tokenizer.eos_id is None:
         raise ValueError("the text is split into documents, but the tokenizer has no end-of-sequence token to "
                          "separate them; pass --documents none")
     eos = tokenizer.eos_id
-    pieces = [np.asarray(ids + [eos], dtype=np.int64) for ids in tokenizer.encode_batch(docs)]
+    pieces = [np.asarray(bos + ids + [eos], dtype=np.int64) for ids in tokenizer.encode_batch(docs)]
     return torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
 
 
-def prepare_finetune_data(data: str, tokenizer, documents: str = "auto"):
-    """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer.
+def prepare_finetune_data(data: str, tokenizer, documents: str = "auto", *, add_bos: bool = False):
+    """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer
+    (:func:`encode_documents`; ``add_bos``: each document starts with ``<bos>``).
 
     Shape: returns ``LongTensor (N_train,)``, ``LongTensor (N_valid,)``.
     """
     from attnkit.data.corpora.text import load_text_corpus
 
     train_text, valid_text, info = load_text_corpus(data)
-    train = encode_documents(tokenizer, train_text, documents)
-    valid = encode_documents(tokenizer, valid_text, documents)
+    train = encode_documents(tokenizer, train_text, documents, add_bos=add_bos)
+    valid = encode_documents(tokenizer, valid_text, documents, add_bos=add_bos)
     mode = documents
     if mode == "auto":
         mode = "fortune" if _FORTUNE_SEP.search(train_text) else "none"

@@ -19,3 +19,24 @@ def test_auto_finds_fortune_separators_with_either_line_end(ending):
 def test_a_run_of_blank_lines_is_one_separator(text):
     """Only one blank line was taken per separator: the rest (spaces and all) began the next document."""
     assert split_documents(text, "blank-line") == ["a", "b"]
+
+
+class _Tok:
+    """A whitespace tokenizer with <bos> = 1 and <eos> = 2."""
+
+    bos_id, eos_id = 1, 2
+
+    def encode(self, text):
+        return [10 + len(w) for w in text.split()]
+
+    def encode_batch(self, texts):
+        return [self.encode(t) for t in texts]
+
+
+def test_documents_start_with_bos_for_a_model_that_prompts_with_it():
+    """A GGUF model with add_bos_token reads its prompts after <bos>; it was fine-tuned on documents without it."""
+    from attnkit.data.pipeline.documents import encode_documents
+
+    text = "aa b\n\nccc\n"
+    assert encode_documents(_Tok(), text, "blank-line").tolist() == [12, 11, 2, 13, 2]
+    assert encode_documents(_Tok(), text, "blank-line", add_bos=True).tolist() == [1, 12, 11, 2, 1, 13, 2]
