@@ -114,7 +114,7 @@ def _defaults(o: FinetuneOptions, lora: dict | None) -> dict[str, Any]:
     d = dict(FT_DEFAULTS)
     if lora is not None:
         d.update(lr=LORA_LR, min_lr=LORA_LR / 10)
-    return scaled_min_lr(d, o.lr, o.min_lr)
+    return scaled_min_lr(d, o.lr, o.min_lr, always=True)
 
 
 def _is_pretrained(name: str) -> bool:

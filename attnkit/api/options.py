@@ -308,11 +308,14 @@ def refuse_changed(flag: str, value: Any, was: Any) -> None:
                          f"its settings; only --steps, --max-time, --stop-at-loss and --device may change)")
 
 
-def scaled_min_lr(defaults: dict[str, Any], lr: float | None, min_lr: float | None) -> dict[str, Any]:
+def scaled_min_lr(defaults: dict[str, Any], lr: float | None, min_lr: float | None, *,
+                  always: bool = False) -> dict[str, Any]:
     """``defaults`` (a recipe's training values) for a run given ``lr`` and ``min_lr`` (None: not given): with
-    ``lr`` given and ``min_lr`` not, the recipe's ``min_lr`` is lowered to at most a tenth of ``lr`` (a small
-    ``--lr`` alone is never refused for being below the recipe's ``min_lr``). ``train lm``, ``train mt`` and
-    ``finetune`` all follow this rule."""
+    ``lr`` given below the recipe's ``min_lr`` and ``min_lr`` not given, ``min_lr`` becomes a tenth of ``lr`` (so
+    a small ``--lr`` alone is never refused for being below it); ``always`` (``finetune``'s rule): whenever ``lr``
+    is given without ``min_lr``, ``min_lr`` is at most a tenth of it."""
     if lr is None or min_lr is not None or "min_lr" not in defaults:
         return defaults
-    return {**defaults, "min_lr": min(defaults["min_lr"], lr / 10)}
+    if always or lr < defaults["min_lr"]:
+        return {**defaults, "min_lr": min(defaults["min_lr"], lr / 10)}
+    return defaults

@@ -37,6 +37,11 @@ __all__ = [
 ]
 
 
+# A logit no model produces: below it, z / temperature and z * penalty are checked for overflow only when the
+# dtype's range divided by the factor comes under it (a tiny temperature, an extreme penalty, a float16 row).
+_IMPLAUSIBLE_LOGIT = 1e30
+
+
 # ----------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------
@@ -92,8 +97,8 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     _check_logits(logits)
     temperature = check_temperature(temperature)
     out = logits / temperature
-    if temperature >= 1.0:  # dividing cannot make a finite logit larger
-        return out
+    if temperature >= 1.0 or torch.finfo(logits.dtype).max * temperature > _IMPLAUSIBLE_LOGIT:
+        return out  # no finite logit a model gives can overflow: skip the (B, V) checks of every step
     overflow = (~torch.isfinite(out) & torch.isfinite(logits)).any(dim=-1, keepdim=True)  # (B, 1)
     top = logits.amax(dim=-1, keepdim=True)  # (B, 1)
     diff = logits - torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # (B, V), <= 0
@@ -193,6 +198,9 @@ def apply_repetition_penalty(
     # Extreme penalties: the exact values overflow the dtype, so shift the row by a constant before scaling
     # (softmax is unchanged by it). penalty < 1: z / penalty -> inf for a seen positive z, and those dominate;
     # penalty > 1: z * penalty -> -inf for every seen negative z, and when every token is one, nothing is left.
+    largest = torch.finfo(logits.dtype).max
+    if (penalty * largest if penalty < 1.0 else largest / penalty) > _IMPLAUSIBLE_LOGIT:
+        return out  # no finite logit a model gives can overflow: skip the (B, V) checks of every step
     finite = torch.isfinite(logits)  # (B, V)
     if penalty < 1.0:
         kept = seen & (logits > 0)  # (B, V)

@@ -251,6 +251,10 @@ def test_scaled_min_lr_lowers_the_recipes_min_lr_under_a_given_lr_only():
     assert options.scaled_min_lr(recipe, 5e-5, None)["min_lr"] == pytest.approx(5e-6)
     assert options.scaled_min_lr(recipe, 5e-5, 1e-5) is recipe and options.scaled_min_lr(recipe, None, None) is recipe
     assert options.scaled_min_lr(recipe, 1e-2, None)["min_lr"] == 1e-4
+    # an --lr above the recipe's min_lr keeps it (commands that ran before keep their schedule); finetune's rule
+    # lowers it to a tenth of any --lr given
+    assert options.scaled_min_lr(recipe, 6e-4, None) is recipe
+    assert options.scaled_min_lr(recipe, 6e-4, None, always=True)["min_lr"] == pytest.approx(6e-5)
 
 
 def test_train_lm_and_mt_take_an_lr_below_the_recipes_min_lr(corpus, pairs, tmp_path):

@@ -92,17 +92,22 @@ def next_cut(text: str, start: int, rule: str) -> int:
     return -1 if match is None else match.start()
 
 
-def last_cut(text: str, rule: str) -> int:
-    """The last cut of ``rule`` in ``text`` (see :func:`next_cut`), or -1."""
-    brk = max(text.rfind("\n"), text.rfind("\r"))
+def last_cut(text: str, rule: str, start: int = 0) -> int:
+    """The last cut of ``rule`` in ``text`` (see :func:`next_cut`) at or after ``start``, or -1."""
+    brk = max(text.rfind("\n", start), text.rfind("\r", start))
     while brk > 0:
         run = brk
         while run > 0 and text[run - 1] in _WHITESPACE:
             run -= 1
         if run > 0 and _fits(rule, text[run - 1]):
-            return run
-        brk = max(text.rfind("\n", 0, run), text.rfind("\r", 0, run))
+            return run if run >= start else -1
+        brk = max(text.rfind("\n", start, run), text.rfind("\r", start, run))
     return -1
+
+
+def trailing_blank_start(text: str) -> int:
+    """Where the whitespace at the end of ``text`` begins (``len(text)`` when it ends in another character)."""
+    return len(text.rstrip(_WHITESPACE))
 
 
 def cut_rule(tokenizer: Tokenizer) -> str | None:
@@ -206,7 +211,9 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
     Shape:
         text → ``LongTensor (N,)``.
     """
-    key = hashlib.sha256((_tokenizer_fingerprint(tokenizer) + "\0").encode() + text.encode("utf-8")).hexdigest()
+    rule = cut_rule(tokenizer) if isinstance(tokenizer, BPETokenizer) else "after-non-space"
+    cut = "" if rule == "after-non-space" else f"cut={rule}\0"  # others were cut by GPT-2's rule before 2026-11-30
+    key = hashlib.sha256((_tokenizer_fingerprint(tokenizer) + "\0" + cut).encode() + text.encode("utf-8")).hexdigest()
     path = Path(cache_dir) / f"{key}.npy"
     if path.is_file():
         try:

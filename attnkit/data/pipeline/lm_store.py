@@ -42,7 +42,7 @@ from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer, tokenizer_from_dict
 
-from .lm_dataset import DEFAULT_BPE_VOCAB, _tokenizer_fingerprint, build_tokenizer
+from .lm_dataset import DEFAULT_BPE_VOCAB, _tokenizer_fingerprint, build_tokenizer, cut_rule
 from .store_encoding import bpe_training_pieces, encode_blocks
 from .text_stream import TextFiles, TextScan
 from .token_store import STORE_SUFFIX, TokenStore, TokenStoreWriter, open_or_build
@@ -149,7 +149,7 @@ class _Source:
         path = self.folder / "scan-0.json"
         record = _read_json(path) or {}
         cuts = record.get("cuts", {}) if record.get("scan", {}).get("sha256") == self.scans[0].sha256 else {}
-        key = repr(float(valid_fraction))
+        key = f"{float(valid_fraction)!r}/2"  # /2: the rule of 2026-11-30 (valid at most twice its share)
         if isinstance(cuts.get(key), int):
             return cuts[key]
         cut = self.groups[0].split(self.scans[0], valid_fraction)
@@ -221,6 +221,9 @@ def open_lm_stores(data: str | os.PathLike, tokenizer: str | os.PathLike | Token
     for split in splits:
         part = source.parts[split]
         fingerprint = {"text": source.text_sha256(part), "range": [part.start, part.stop], "tokenizer": tok_sha}
+        cut = cut_rule(tok) if isinstance(tok, BPETokenizer) else "after-non-space"
+        if cut != "after-non-space":  # stores cut otherwise were built with GPT-2's rule, wrong for this tokenizer
+            fingerprint["cut"] = str(cut)
         path = source.folder / f"{tok.type}-{tok_sha[:16]}-{source.range_key}-{split}{STORE_SUFFIX}"
 
         def build(target: Path, part: _Part = part, fingerprint: dict = fingerprint, split: str = split) -> TokenStore:

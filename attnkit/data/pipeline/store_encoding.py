@@ -28,7 +28,7 @@ from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer
 
-from .lm_dataset import _newline_chunks, cut_rule, last_cut
+from .lm_dataset import _newline_chunks, cut_rule, last_cut, trailing_blank_start
 from .token_store import TokenStoreWriter
 
 __all__ = ["aligned_segments", "bpe_training_pieces", "encode_blocks", "encode_documents", "batch_ids"]
@@ -44,15 +44,20 @@ def aligned_segments(blocks: Iterable[str], rule: str | None = "after-non-space"
     line, after a non-space character or a word character), so that encoding the segments one by one gives the ids
     of the whole text. Text with no cut yet is carried until one comes (``rule`` None: all of it).
     """
-    carry = ""
+    if rule is None:
+        text = "".join(blocks)
+        if text:
+            yield text
+        return
+    carry, searched = "", 0  # carry[:searched] holds no cut, whatever follows it
     for block in blocks:
         text = carry + block if carry else block
-        cut = -1 if rule is None else last_cut(text, rule)
-        if cut <= 0:  # no usable cut yet
-            carry = text
+        cut = last_cut(text, rule, searched)
+        if cut <= 0:  # no usable cut yet: only its trailing whitespace may still begin one
+            carry, searched = text, trailing_blank_start(text)
             continue
         yield text[:cut]
-        carry = text[cut:]
+        carry, searched = text[cut:], 0
     if carry:
         yield carry
 
