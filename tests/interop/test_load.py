@@ -94,8 +94,8 @@ def test_a_chat_template_jinja_that_is_not_utf8(hf_folder, tmp_path):
 
 
 def test_pytorch_model_bin_is_refused_never_unpickled(hf_folder, tmp_path):
-    """Was: config.json + pytorch_model.bin was read with torch.load(weights_only=True), which is no safe guard
-    below torch 2.6 (CVE-2025-32434; pyproject allows torch>=2.4) although the docs promise refusal."""
+    """Was: config.json + pytorch_model.bin was read with torch.load(weights_only=True) although the docs promise
+    refusal (and below torch 2.6 that is no safe guard: CVE-2025-32434)."""
     folder = _copy(hf_folder, tmp_path / "m")
     (folder / "model.safetensors").unlink()
     marker = tmp_path / "pwned"
