@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit.data.corpora.registry import is_recipe
 from attnkit.data.pipeline.documents import DOCUMENT_MODES
 from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
 from .interruption import resume_hint
 from .launcher import is_main_process
-from .lm_training import _is_data_recipe
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, resumed_model_config,
                       same_path, scaled_min_lr, train_values)
 
@@ -137,7 +137,7 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
                 raise ValueError(f"--resume: the checkpoint of {o.out} must name its {key!r} in extra (a string), "
                                  f"got {extra_saved.get(key)!r}")
         for flag, key, value, is_name in (("--from", "from", o.source, _is_pretrained),
-                                          ("--data", "data", o.data, _is_data_recipe)):
+                                          ("--data", "data", o.data, is_recipe)):
             if value is not None and not same_path(value, extra_saved[key], is_name=is_name):
                 raise ValueError(f"--resume: the run used {flag} {extra_saved[key]!r}, got {value!r}")
         documents = None if o.documents == "auto" else o.documents
@@ -248,7 +248,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     extra: dict[str, Any] = {"kind": "lm", "task": "finetune", "from_description": what,
                              # local files as absolute paths: the run resumes from any working directory
                              "from": recorded_path(str(source), is_name=_is_pretrained),
-                             "data": recorded_path(str(data), is_name=_is_data_recipe),
+                             "data": recorded_path(str(data), is_name=is_recipe),
                              "documents": data_info["documents"] if saved is None else documents,
                              "tokenizer": tokenizer.to_dict(), "source": data_info["source"]}
     if chat_template:

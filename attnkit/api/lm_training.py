@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from attnkit.data.corpora.registry import is_recipe
+
 from .interruption import resume_hint
 from .launcher import world_size
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, refuse_changed,
-                      resumed_model_config, same_path, scaled_min_lr, train_values)
+                      resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
 
 __all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
 
@@ -113,17 +115,6 @@ def _rank0_first(fn: Callable[[bool], Any], device: str | None) -> Any:
     return held[0] if held else fn(False)
 
 
-def _is_data_recipe(name: str) -> bool:
-    """Whether ``--data NAME`` is a data recipe (a string naming one is the recipe, not a local path)."""
-    from attnkit.data.corpora.registry import get_recipe
-
-    try:
-        get_recipe(name)
-    except ValueError:
-        return False
-    return True
-
-
 def _saved_tokenizer_options(extra_saved: dict[str, Any]) -> dict[str, Any]:
     """``{"tokenizer", "vocab_size"}`` a run was started with: recorded since they are, else read off the saved
     tokenizer (``char``; a BPE of GPT-2's 50257 tokens is ``gpt2``, another one ``bpe`` of its size)."""
@@ -143,9 +134,9 @@ def _check_resumed(o: TrainLMOptions, extra_saved: dict[str, Any]) -> None:
     """Resuming: ``ValueError`` for ``data``, ``preset``, ``tokenizer`` or ``vocab_size`` given with another value
     than the run's (a local path is compared as an absolute path; a tokenizer file by its content)."""
     from attnkit.data.pipeline.lm_dataset import TOKENIZER_KINDS
-    from attnkit.data.tokenizers.tokenizer import load_tokenizer, tokenizer_from_dict
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
 
-    if o.data is not None and not same_path(o.data, extra_saved.get("data"), is_name=_is_data_recipe):
+    if o.data is not None and not same_path(o.data, extra_saved.get("data"), is_name=is_recipe):
         raise ValueError(f"--resume: the run was trained on --data {extra_saved.get('data')!r}, got {o.data!r}")
     refuse_changed("--preset", o.preset, extra_saved.get("preset"))
     if o.tokenizer is None and o.vocab_size is None:
@@ -154,7 +145,7 @@ def _check_resumed(o: TrainLMOptions, extra_saved: dict[str, Any]) -> None:
     if o.tokenizer is not None:
         kind = str(o.tokenizer)
         if kind not in TOKENIZER_KINDS and Path(kind).is_file():  # a file: the same tokenizer is fine
-            if json.loads(json.dumps(load_tokenizer(kind).to_dict())) != extra_saved.get("tokenizer"):
+            if not same_tokenizer(kind, extra_saved.get("tokenizer")):
                 raise ValueError(f"--resume: the run's tokenizer (in its checkpoint; --tokenizer "
                                  f"{was['tokenizer']!r}) differs from the one in --tokenizer {kind!r}")
         elif not same_path(kind, was["tokenizer"], is_name=lambda k: k in TOKENIZER_KINDS):
@@ -233,7 +224,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     tokenizer_options = extra_saved.get("tokenizer_options") if saved is not None else {
         "tokenizer": recorded_path(str(o.tokenizer or "char"), is_name=lambda kind: kind in TOKENIZER_KINDS),
         "vocab_size": o.vocab_size}  # as asked for (a BPE may come out smaller), compared on resume
-    extra = {"kind": "lm", "data": recorded_path(str(data), is_name=_is_data_recipe), "preset": preset,
+    extra = {"kind": "lm", "data": recorded_path(str(data), is_name=is_recipe), "preset": preset,
              "tokenizer": lm.tokenizer.to_dict(), "source": json.loads(json.dumps(lm.source_info, default=str)),
              **({"tokenizer_options": tokenizer_options} if isinstance(tokenizer_options, dict) else {})}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,

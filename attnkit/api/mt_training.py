@@ -48,7 +48,7 @@ from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES,
 from .interruption import resume_hint
 from .launcher import is_main_process, world_size
 from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, refuse_changed,
-                      resumed_model_config, same_path, scaled_min_lr, train_values)
+                      resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
 
@@ -187,9 +187,7 @@ def _check_resumed(o: TrainMTOptions, saved: dict, opts_saved: dict) -> None:
                                 ("--anneal-replay", "anneal_replay", 0.0)):
         refuse_changed(flag, getattr(o, name), opts_saved.get(name, default))
     if o.tokenizer is not None:
-        from attnkit.data.tokenizers.tokenizer import load_tokenizer
-
-        if json.loads(json.dumps(load_tokenizer(o.tokenizer).to_dict())) != extra_saved.get("tokenizer"):
+        if not same_tokenizer(o.tokenizer, extra_saved.get("tokenizer")):
             raise ValueError(f"--resume: the run's tokenizer (in its checkpoint) differs from the one in --tokenizer "
                              f"{str(o.tokenizer)!r}")
 

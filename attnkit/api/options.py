@@ -13,6 +13,7 @@ with the same messages as the command line's. Nothing here imports torch. There 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +22,7 @@ from .launcher import say, world_size
 
 __all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
            "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log",
-           "recorded_path", "same_path", "refuse_changed", "scaled_min_lr"]
+           "recorded_path", "same_path", "same_tokenizer", "refuse_changed", "scaled_min_lr"]
 
 Log = Callable[[str], None]
 
@@ -299,6 +300,14 @@ def same_path(given: str, saved: Any, **how: Any) -> bool:
     """Whether ``given`` names what a run recorded as ``saved`` (both as :func:`recorded_path` with ``how`` reads
     them here: a run that recorded a relative path resumes from the folder it was started in, as before)."""
     return isinstance(saved, str) and recorded_path(given, **how) == recorded_path(saved, **how)
+
+
+def same_tokenizer(path: str | Path, saved: Any) -> bool:
+    """Whether the tokenizer file ``path`` is the tokenizer a run saved (``saved``: its ``to_dict()`` in the
+    checkpoint's JSON)."""
+    from attnkit.data.tokenizers.tokenizer import load_tokenizer
+
+    return json.loads(json.dumps(load_tokenizer(path).to_dict())) == saved
 
 
 def refuse_changed(flag: str, value: Any, was: Any) -> None:

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 from attnkit.data.fetch import attnkit_home
 
-__all__ = ["Recipe", "register", "get_recipe", "recipe_names", "prepare"]
+__all__ = ["Recipe", "register", "get_recipe", "is_recipe", "recipe_names", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ def _load_all() -> None:
 def recipe_names(kind: str | None = None) -> list[str]:
     _load_all()
     return sorted(n for n, r in _RECIPES.items() if kind is None or r.kind == kind)
+
+
+def is_recipe(name: object) -> bool:
+    """Whether ``name`` names a data recipe (a string naming one is the recipe, not a local path)."""
+    _load_all()
+    return isinstance(name, str) and name in _RECIPES
 
 
 def get_recipe(name: str) -> Recipe:

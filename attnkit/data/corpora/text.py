@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from attnkit.data.corpora.registry import get_recipe, prepare, recipe_names
+from attnkit.data.corpora.registry import get_recipe, is_recipe, prepare, recipe_names
 
 __all__ = ["load_text_corpus", "read_text_file", "read_text_source", "split_text", "split_point", "text_source_files",
            "lm_recipe_folder", "DEFAULT_VALID_FRACTION"]
@@ -91,7 +91,7 @@ def lm_recipe_folder(name_or_path: str | os.PathLike, *, home: str | os.PathLike
     """The prepared folder (``train.txt``, ``valid.txt``, ``SOURCE.json``) when ``name_or_path`` is a string
     naming a registered recipe (run once, then cached), else None (a local path). A recipe of another kind
     than ``"lm"`` raises ``ValueError``."""
-    if not (isinstance(name_or_path, str) and _is_recipe(name_or_path)):
+    if not is_recipe(name_or_path):
         return None
     recipe = get_recipe(name_or_path)
     if recipe.kind != "lm":
@@ -145,14 +145,6 @@ def split_point(n_chars: int, valid_fraction: float, find_after: Callable[[int],
         if nl >= 0 and n_chars - (nl + 1) > 2 * (n_chars - mark):  # so far back that valid would take the text
             nl = -1
     return nl + 1 if nl >= 0 else mark
-
-
-def _is_recipe(name: str) -> bool:
-    try:
-        get_recipe(name)
-        return True
-    except ValueError:
-        return False
 
 
 def load_text_corpus(name_or_path: str | os.PathLike, *, valid_fraction: float = DEFAULT_VALID_FRACTION,
