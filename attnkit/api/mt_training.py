@@ -68,8 +68,8 @@ class TrainMTOptions(TrainOptions):
         strict: refuse malformed lines and over-long sentences instead of skipping / cutting and counting them.
         bleu: greedy BLEU/chrF at each evaluation and ``best/`` by BLEU (default True); bleu_sentences: how many.
         anneal_data, anneal_share, anneal_replay: end the budget on these pairs (see ``--anneal-data``).
-        average_last: average the last N step checkpoints into ``checkpoints/averaged`` after training (0: the
-            resumed run's N, recorded in ``mt_options``, else none).
+        average_last: average the last N step checkpoints into ``checkpoints/averaged`` after training (0: none;
+            default: the resumed run's N, recorded in ``mt_options``, else none).
         reverse: train the other direction (``--reverse``): every pair of ``data``, ``valid`` and ``anneal_data``
             swapped, validation and BLEU included; recorded in the run (``mt_options.reverse``), so ``translate``
             of the run takes the target language as input (``de-en`` reversed: English -> German).
@@ -100,7 +100,7 @@ class TrainMTOptions(TrainOptions):
     anneal_data: str | None = None
     anneal_share: float | None = None
     anneal_replay: float | None = None
-    average_last: int = 0
+    average_last: int | None = None
     reverse: bool | None = None
     synthetic: str | None = None
     synthetic_ratio: float | None = None
@@ -109,7 +109,7 @@ class TrainMTOptions(TrainOptions):
 
     def _check(self) -> None:
         super()._check()
-        if self.average_last < 0:
+        if self.average_last is not None and self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
         if self.synthetic_ratio is not None and not 0.0 < self.synthetic_ratio < float("inf"):
             raise ValueError(f"--synthetic-ratio must be a number > 0, got {self.synthetic_ratio:g}")
@@ -193,8 +193,9 @@ def _check_resumed(o: TrainMTOptions, saved: dict, opts_saved: dict) -> None:
 
 
 def _average_last(o: TrainMTOptions, opts_saved: dict) -> int:
-    """How many step checkpoints to average after training: ``average_last`` given, else the resumed run's."""
-    if o.average_last > 0:
+    """How many step checkpoints to average after training: ``average_last`` given (0: none), else the resumed
+    run's."""
+    if o.average_last is not None:
         return o.average_last
     n = opts_saved.get("average_last", 0)
     if type(n) is not int or n < 0:

@@ -67,7 +67,8 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.add_argument("--synthetic-ratio", type=float, default=None, metavar="R",
                     help="with --synthetic: R synthetic pairs per real training pair (default 1): the file as often "
                          "as it fits, the rest a fixed random sample (the run's --seed)")
-    mt.add_argument("--average-last", type=int, default=0, metavar="N",
-                    help="after training, average the last N step checkpoints into <out>/checkpoints/averaged")
+    mt.add_argument("--average-last", type=int, default=None, metavar="N",
+                    help="after training, average the last N step checkpoints into <out>/checkpoints/averaged "
+                         "(resuming: default the run's N; 0 turns it off)")
     add_run_flags(mt)
     mt.set_defaults(func=runs(train_mt, TrainMTOptions))

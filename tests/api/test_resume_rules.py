@@ -223,6 +223,12 @@ def test_average_last_is_recorded_and_reused_by_the_resume_command(pairs, tmp_pa
     result = api.train_mt(out=out, resume=True, progress=False, log=lines.append)  # the printed resume command
     assert result.steps == 4 and (out / "checkpoints" / "averaged").is_dir()
     assert any(line.startswith("averaged 2 checkpoints") for line in lines)
+    shutil.rmtree(out / "checkpoints" / "averaged")
+    lines.clear()
+    result = api.train_mt(out=out, resume=True, steps=6, average_last=0, progress=False, log=lines.append)
+    assert result.steps == 6 and not (out / "checkpoints" / "averaged").exists()  # 0 turns the run's N off
+    assert not any(line.startswith("averaged") for line in lines)
+    assert "average_last" not in _state(out)["extra"]["mt_options"]
 
 
 def test_average_last_above_the_resumed_runs_keep_last_names_what_may_be_given(mt_run, tmp_path):
