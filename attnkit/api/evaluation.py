@@ -39,7 +39,7 @@ __all__ = ["EvalLMOptions", "EvalMTOptions", "EvalResult", "evaluate_lm", "evalu
 class EvalLMOptions(DeviceOptions):
     """Options of :func:`evaluate_lm`: the checkpoint (a run folder uses ``checkpoints/best``), the data it was
     trained on (a recipe name or the local file/folder), windows per batch, at most ``max_batches`` batches, and
-    where the JSON goes (default ``<ckpt>/eval_lm.json``)."""
+    where the JSON goes (default ``<checkpoint>/eval_lm.json``)."""
 
     ckpt: str | Path = ""
     data: str = ""
@@ -63,7 +63,8 @@ class EvalLMOptions(DeviceOptions):
 class EvalMTOptions(DecodingOptions):
     """Options of :func:`evaluate_mt`: the checkpoint, the pairs (default: the data the model was trained on) and
     their ``split``, at most ``max_sentences`` of them, the decoding settings, where the JSON goes (default
-    ``<ckpt>/eval_mt_<data>_<split>.json``) and optionally where the translations go (``hyps``)."""
+    ``<checkpoint>/eval_mt_<data>_<split>.json``; ``_<split>`` only for a recipe or prepared folder) and optionally
+    where the translations go (``hyps``). A run folder's checkpoint is its ``checkpoints/best``."""
 
     ckpt: str | Path = ""
     data: str | None = None

@@ -26,9 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--data", required=True, help="recipe name (shakespeare, fortunes) or the local file/folder "
                     "the model was trained on")
     lm.add_argument("--batch-size", type=int, default=16, help="windows per batch")
-    lm.add_argument("--max-batches", type=int, default=None,
-                    help="evaluate only this many batches (windows spread evenly over the split)")
-    lm.add_argument("--json", type=Path, default=None, help="where to write the results (default <ckpt>/eval_lm.json)")
+    lm.add_argument("--max-batches", type=int, default=None, help="evaluate only this many batches (windows "
+                    "spread evenly over the split)")
+    lm.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_lm.json)")
     add_device_flags(lm)
     lm.set_defaults(func=run_eval_lm)
 
@@ -37,15 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "(corpus BLEU with the 13a tokenizer, and chrF).")
     add_translator_flag(mt)
     mt.add_argument("--data", default=None, help="recipe name or prepared folder (with --split), a TSV file, or "
-                    "SRC_FILE,TGT_FILE (default: the data the model was trained on)")
+                    "SRC_FILE,TGT_FILE (default: the recipe or folder the model was trained on)")
     mt.add_argument("--split", default="test", choices=SPLITS,
                     help="split of a recipe or prepared folder (default test; test-docs: the de-en recipe's package-description sentences; ignored for files)")
     mt.add_argument("--max-sentences", type=int, default=None, help="only the first N pairs (quick checks)")
     add_decoding_flags(mt)
     mt.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     mt.add_argument("--strict", action="store_true", help="refuse malformed lines and over-long sources")
-    mt.add_argument("--json", type=Path, default=None,
-                    help="where to write the results (default <ckpt>/eval_mt_<data>_<split>.json)")
+    mt.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_mt_<data>"
+                    "[_<split>].json)")
     mt.add_argument("--hyps", type=Path, default=None, help="also write the translations here, one per line")
     add_device_flags(mt)
     mt.set_defaults(func=run_eval_mt)

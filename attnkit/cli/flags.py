@@ -85,8 +85,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="train lm / train mt: the cosine schedule decays over N updates (default --steps, or the "
                         "--max-time budget when it is given alone); a time budget that ends the run first does "
                         "not stretch it, a longer run goes on at --min-lr")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/<data>-<preset>-<time>); "
-                   "an existing run is never overwritten: pass --resume to continue it")
+    p.add_argument("--out", type=Path, default=None, help="run folder (train: default runs/<lm|mt>-<data>-"
+                   "<preset>-<time>; finetune: required); an existing run is never overwritten: pass --resume")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     p.add_argument("--preset", default=None, help="train lm / train mt: model preset (see `attnkit params --list`)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (with --tokenizer bpe)")
     lm.add_argument("--block-size", dest="block_size", type=int, default=None, help="context length T")
     lm.add_argument("--recipe", choices=sorted(LM_RECIPES), default=None, help="a named recipe for every flag left "
-                    "unset: shakespeare-char-gpu, valid loss 1.47 on Tiny Shakespeare in about 20 s on one GPU (CUDA)")
+                    "unset: shakespeare-char-gpu, stops at valid loss 1.47 (18 s, one GPU, --data tinyshakespeare.txt)")
     add_run_flags(lm)
     lm.set_defaults(func=runs(train_lm, TrainLMOptions))
     train_mt.register(tsub)
