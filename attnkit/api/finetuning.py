@@ -80,6 +80,8 @@ class FinetuneOptions(TrainOptions):
         super()._check()
         if self.documents not in (None, *DOCUMENT_MODES):
             raise ValueError(f"FinetuneOptions.documents must be one of {list(DOCUMENT_MODES)}, got {self.documents!r}")
+        if self.lora_targets is not None and not self.lora_targets:
+            raise ValueError("--lora-targets must name at least one module (e.g. qkv_proj out_proj), got an empty list")
 
 
 def lora_settings(o: FinetuneOptions, saved: dict[str, Any] | None, resuming: bool) -> dict[str, Any] | None:
@@ -211,6 +213,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     from attnkit.training.lora_run import add_lora, finalize_lora_run
 
     o = FinetuneOptions.make(options, kwargs)
+    lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
     if o.preset is not None:
         raise ValueError("finetune takes the architecture from --from; --preset does not apply")
@@ -258,7 +261,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     if lora is not None:
         extra["lora"] = dict(lora, merged=False)
     trainer = Trainer(model, task, cfg, o.out, model_config=model_config, extra=extra, resume=o.resume,
-                      progress=o.progress)
+                      progress=o.progress, log=lines)
     at_once = False  # a second signal (or a third Ctrl-C) wants out now: no merge then
     try:
         with resume_hint("finetune", o.out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command

@@ -160,7 +160,8 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     """Train (or with ``resume=True`` continue) a language model; returns the run folder and its summary.
 
     ``options`` or keyword arguments (the fields of :class:`TrainLMOptions`); ``log`` receives the status lines
-    (default: stderr, once per torchrun job). Raises ``ValueError`` / ``OSError`` with one clear message for bad
+    and the evaluation lines (default: the status lines to stderr and the evaluation lines to stdout, once per
+    torchrun job). Raises ``ValueError`` / ``OSError`` with one clear message for bad
     options, data or run folders, before anything is written. SIGINT / SIGTERM during training: the run stops
     after the update under way with a checkpoint and raises :class:`~attnkit.training.preemption.Interrupted`
     (a ``KeyboardInterrupt``), whose ``resume_command`` continues it (``attnkit train lm --out DIR --resume``).
@@ -179,6 +180,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     from attnkit.training.config import resolve_train_config
 
     o = TrainLMOptions.make(options, kwargs).with_recipe()
+    lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
     saved = read_saved_run(o.out) if o.resume else None
     extra_saved = (saved or {}).get("extra", {})
@@ -228,7 +230,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
              "tokenizer": lm.tokenizer.to_dict(), "source": json.loads(json.dumps(lm.source_info, default=str)),
              **({"tokenizer_options": tokenizer_options} if isinstance(tokenizer_options, dict) else {})}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
-                      progress=o.progress)
+                      progress=o.progress, log=lines)
     with resume_hint("train lm", out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command
         summary = trainer.fit()
     log(done_line(summary, f"run folder {out}"))

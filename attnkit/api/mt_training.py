@@ -286,7 +286,7 @@ def _parallel_sources(data: str, valid: str | None, anneal: str | None = None) -
         anneal_source = in_domain_source(resolve_parallel_data(anneal, flag="--anneal-data")[0])
     valid_source = None
     if valid is not None:
-        valid_source, _ = resolve_parallel_data(valid)
+        valid_source, _ = resolve_parallel_data(valid, flag="--valid")
         if isinstance(valid_source, Path) and valid_source.is_dir():  # a recipe / prepared folder: its valid split
             valid_source = valid_source / "valid.tsv"
             if not valid_source.is_file():
@@ -412,8 +412,9 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     """Train (or with ``resume=True`` continue) a translator; returns the run folder and its summary (with
     ``final_valid``, the whole validation set's greedy BLEU/chrF of ``best/``, when BLEU is on).
 
-    ``options`` or keyword arguments (the fields of :class:`TrainMTOptions`); ``log`` receives the status lines
-    and sample translations (default: stderr, once per torchrun job). SIGINT / SIGTERM during training: the run
+    ``options`` or keyword arguments (the fields of :class:`TrainMTOptions`); ``log`` receives the status lines,
+    the evaluation lines and sample translations (default: the status lines to stderr, the evaluation lines and
+    samples to stdout, once per torchrun job). SIGINT / SIGTERM during training: the run
     stops after the update under way with a checkpoint and raises
     :class:`~attnkit.training.preemption.Interrupted` (no averaging, no final scoring), whose ``resume_command``
     continues it (``attnkit train mt --out DIR --resume``).
@@ -426,6 +427,7 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     from attnkit.training import Trainer, seed_everything
 
     o = TrainMTOptions.make(options, kwargs)
+    lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
     saved = read_saved_run(o.out) if o.resume else None
     opts = _mt_options(o, saved)
@@ -455,7 +457,7 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     extra = {"kind": "mt", "data": recorded_path(str(data), pairs=True), "preset": preset,
              "tokenizer": task.tokenizer.to_dict(), "mt_options": mt_options, "data_stats": data_stats}
     trainer = Trainer(model, task, cfg, out, model_config=model_config, extra=extra, resume=o.resume,
-                      progress=o.progress)
+                      progress=o.progress, log=lines)
     with resume_hint("train mt", out):  # Ctrl-C / SIGTERM: Interrupted, with the checkpoint and this command
         summary = trainer.fit()
     if not is_main_process():  # rank 0 reports, averages and scores; the other processes are done

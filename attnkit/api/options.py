@@ -13,6 +13,7 @@ with the same messages as the command line's. Nothing here imports torch. There 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,13 +102,25 @@ class Options:
 
     def replace(self, **changes: Any):
         """A copy with ``changes`` applied (validated again)."""
+        type(self)._known(changes)
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def _known(cls, changes: dict[str, Any]) -> None:
+        """Refuse a keyword that is not a field (a ``ValueError`` naming it and a close field, not a TypeError)."""
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        for key in changes:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; its fields: {', '.join(names)}"
+                raise ValueError(f"{cls.__name__} has no field {key!r}{hint}")
 
     @classmethod
     def make(cls, options: Any = None, changes: dict[str, Any] | None = None):
         """What a run function was given: ``options`` (an instance of this class) with ``changes`` applied, or
         the options made from ``changes`` alone (the keyword arguments)."""
         if options is None:
+            cls._known(changes or {})
             return cls(**(changes or {}))
         if not isinstance(options, cls):
             raise ValueError(f"expected {cls.__name__}, got {type(options).__name__}")

@@ -57,16 +57,17 @@ def _preset_inputs(o: TracePreset) -> tuple[Any, Any]:
                                    else {"vocab_size": o.vocab_size}))
     if o.src_len is not None and not seq2seq:
         raise ValueError(f"--src-len is for encoder-decoder presets; {o.preset} is decoder-only")
-    torch.manual_seed(o.seed)
-    model = build_model(config)
+    if not seq2seq and o.length > config.block_size:  # before the model is built (gpt2-xl: 6 GB)
+        raise ValueError(f"--len must be at most the preset's block_size = {config.block_size}, got {o.length}")
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
+        torch.manual_seed(o.seed)
+        model = build_model(config)
     g = torch.Generator().manual_seed(o.seed)
     if seq2seq:
         S = o.length if o.src_len is None else o.src_len
         src = torch.randint(0, config.src_vocab_size, (o.batch, S), generator=g)  # (B, S), ids in [0, V)
         tgt = torch.randint(0, config.tgt_vocab_size, (o.batch, o.length), generator=g)  # (B, T)
         return model, (src, tgt)
-    if o.length > config.block_size:
-        raise ValueError(f"--len must be at most the preset's block_size = {config.block_size}, got {o.length}")
     return model, torch.randint(0, config.vocab_size, (o.batch, o.length), generator=g)  # (B, T)
 
 

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from attnkit.checks import check_int
+
 from .decoding import DecodingOptions
 from .options import inference_device, place_model
 
@@ -81,9 +83,13 @@ def open_lines(path: str | Path):
     return open(path, encoding="utf-8", errors="surrogateescape", newline="\n")
 
 
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+def _chunks(lines: Iterable[str], size: int, first: int = 1) -> Iterator[list[str]]:
+    """``lines`` (each a ``str``, line ends stripped) in lists of ``size``; ``first`` numbers the first line in
+    the error for a line that is not a string."""
     chunk: list[str] = []
-    for line in lines:
+    for number, line in enumerate(lines, start=first):
+        if not isinstance(line, str):
+            raise ValueError(f"line {number} to translate must be a str, got {type(line).__name__} {line!r:.60}")
         chunk.append(line.rstrip("\r\n"))
         if len(chunk) == size:
             yield chunk
@@ -118,8 +124,8 @@ class Translator:
         from attnkit.generation.translate import encode_sources, translate_ids
 
         o = self.options
-        size = o.batch_size if batch_size is None else batch_size
-        for chunk in _chunks(lines, size):
+        size = o.batch_size if batch_size is None else check_int("batch_size", batch_size, minimum=1)
+        for chunk in _chunks(lines, size, self.n_lines + 1):
             _check_utf8(chunk, self.n_lines + 1)
             ids, cut = encode_sources(self.tokenizer, [s.strip() for s in chunk], max_len=self.max_len,
                                       strict=o.strict, first_line=self.n_lines + 1)

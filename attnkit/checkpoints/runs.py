@@ -84,7 +84,9 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
         raise ValueError("--resume needs --out pointing at the run folder to continue")
     latest = latest_checkpoint(Path(out) / CHECKPOINTS_DIR)
     if latest is None:
-        raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from")
+        hint = ("; its run stopped before its first checkpoint: remove the folder (or choose another) and start "
+                "again without --resume") if is_run_dir(out) else ""
+        raise FileNotFoundError(f"--resume: {out} holds no checkpoint to resume from{hint}")
     state = read_checkpoint_state(latest)
     check_trainer_state(latest, state)
     if "tokenizer" not in state.get("extra", {}):

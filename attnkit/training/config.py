@@ -176,6 +176,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.best_metric must be a non-empty str, got {self.best_metric!r}")
         _choice("best_mode", self.best_mode, BEST_MODES)
         self.seed = _int("seed", self.seed, minimum=0)
+        if self.seed > 2**64 - 1:
+            raise ValueError(f"TrainConfig.seed (--seed) must be <= 2**64 - 1 (the seeds torch takes), got {self.seed}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"TrainConfig.device must be a device string like 'cpu', got {self.device!r}")
         check_bool("TrainConfig.compile", self.compile)

@@ -9,7 +9,7 @@ No tensors here, so no shapes to document.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
@@ -30,11 +30,12 @@ class TrainProgress:
         max_time_s: the time budget in seconds (None if unbounded).
         initial_step / initial_elapsed: where a resumed run starts.
         enabled: False hides the bar.
-        log: False silences :meth:`write` too (the lines print without the bar when only ``enabled`` is False).
+        log: False silences :meth:`write` too (the lines print without the bar when only ``enabled`` is False); a
+            function receives each line instead of stdout.
     """
 
     def __init__(self, *, total_steps: int | None, max_time_s: float | None, initial_step: int = 0,
-                 initial_elapsed: float = 0.0, enabled: bool = True, log: bool = True):
+                 initial_elapsed: float = 0.0, enabled: bool = True, log: bool | Callable[[str], None] = True):
         self.total_steps = total_steps
         self.max_time_s = max_time_s
         self.enabled = enabled
@@ -70,7 +71,9 @@ class TrainProgress:
 
     def write(self, message: str) -> None:
         """Print a line (above the bar when it is shown); nothing when ``log`` is False."""
-        if self.log:
+        if callable(self.log):
+            self.log(message)
+        elif self.log:
             tqdm.write(message)
 
     def close(self) -> None:

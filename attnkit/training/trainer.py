@@ -68,7 +68,7 @@ import math
 import signal
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -182,7 +182,8 @@ class Trainer:
             model config (dropout included) raises ``ValueError`` naming the fields.
         progress: show the tqdm bar.
         log: print the evaluation lines (with sample outputs where the task has them) and the task's notes,
-            with or without the bar. Only the main process shows either.
+            with or without the bar (True: to stdout, above the bar; a function: each line is passed to it; False:
+            nowhere). Only the main process shows either.
 
     Raises ``ValueError`` for bad arguments, an existing run without ``resume``, or a changed config on
     resume; :class:`~attnkit.checkpoints.checkpoint.CheckpointError` (a ``ValueError``) when there is nothing
@@ -191,7 +192,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, task: Any, config: TrainConfig, out_dir: str | Path, *,
                  model_config: dict[str, Any] | Any, extra: dict[str, str | dict] | None = None,
-                 resume: bool = False, progress: bool = True, log: bool = True):
+                 resume: bool = False, progress: bool = True, log: bool | Callable[[str], None] = True):
         if not isinstance(model, nn.Module):
             raise ValueError(f"Trainer expects an nn.Module model, got {type(model).__name__}")
         check_task(task)
@@ -230,7 +231,7 @@ class Trainer:
         self.model_config = _json_roundtrip(model_config, "model_config")
         self.extra = _json_roundtrip(dict(extra or {}), "extra")
         self.progress_enabled = progress and self.world.is_main
-        self.log_enabled = log and self.world.is_main
+        self.log_enabled = log if self.world.is_main else False
         self._scaler = grad_scaler(config.autocast, self.device)
 
         self.optimizer = build_optimizer(self.model, config)
@@ -261,6 +262,7 @@ class Trainer:
         self.resumed_from: Path | None = None
         self._rng_state: dict[str, Any] | None = None
         self._fitted = False
+        self._progress: TrainProgress | None = None  # the bar, made when fit() starts
         self._now = lambda: self.elapsed  # replaced by a live clock inside fit()
         self._signals = StopOnSignal(announce=self.world.is_main)  # entered by fit(): SIGINT/SIGTERM -> a stop
 
@@ -297,6 +299,10 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._lock = RunLock(self.out_dir)
         if is_run_dir(self.out_dir):
+            if latest_checkpoint(self.ckpt_dir) is None and not (self.ckpt_dir / "best").is_dir():
+                raise ValueError(f"out_dir {self.out_dir} already holds a training run that stopped before its first "
+                                 f"checkpoint, so it cannot be resumed; remove that folder or choose another (a run "
+                                 f"is never overwritten)")
             raise ValueError(f"out_dir {self.out_dir} already holds a training run; pass resume=True to continue "
                              f"it, or choose another folder (a run is never overwritten)")
 
@@ -308,7 +314,8 @@ class Trainer:
         latest = latest_checkpoint(self.ckpt_dir)
         if latest is None:
             raise CheckpointError(f"cannot resume: no checkpoint in {self.ckpt_dir} (the first one is written at "
-                                  f"step {self.config.ckpt_every}); start a fresh run in a new folder instead")
+                                  f"step {self.config.ckpt_every}); start a fresh run in a new folder instead, or "
+                                  f"remove this one")
         state = read_checkpoint_state(latest)
         check_trainer_state(latest, state)
         for key, kind in (("step", int), ("elapsed", float), ("tokens", int)):
@@ -653,9 +660,9 @@ class Trainer:
 
     def _fit(self) -> dict[str, Any]:
         """:meth:`fit` inside the signal handlers: start, the loop, the end (or the stop a signal asked for)."""
-        train_model = self._start_fit()
         stopped_by = "steps"
         try:
+            train_model = self._start_fit()  # inside: a resume whose RNG state is broken releases the folder too
             while True:
                 reason = self._stop_reason()
                 if reason is not None:
@@ -670,7 +677,8 @@ class Trainer:
             raise type(err)(f"{err}. Training stopped; the last good checkpoint is {kept}") from None
         finally:
             self._batches.close()
-            self._progress.close()
+            if self._progress is not None:
+                self._progress.close()
             self.metrics.close()
             self._release_lock()
         return self._write_summary(stopped_by)
@@ -689,7 +697,7 @@ class Trainer:
         else:
             seed_everything(cfg.seed)
         if self.world.rank > 0:  # dropout masks differ between ranks (each rank's own stream, reproducible)
-            torch.manual_seed(cfg.seed + 7919 * self.world.rank + self.step)
+            torch.manual_seed((cfg.seed + 7919 * self.world.rank + self.step) % 2**64)
         train_model = self.model
         if self.world.distributed and not cfg.fsdp:
             train_model = D.wrap_ddp(self.model, self.device, find_unused_parameters=self._layer_drop > 0)

@@ -48,10 +48,12 @@ def test_train_lm_returns_the_run_folder_and_its_summary(lm_run):
     assert loaded.state["extra"]["kind"] == "lm" and loaded.model.config.n_layer == 1
 
 
-def test_train_lm_logs_through_the_given_function(corpus, tmp_path):
+def test_train_lm_logs_through_the_given_function(corpus, tmp_path, capsys):
     lines: list[str] = []
-    api.train_lm(data=str(corpus), out=tmp_path / "run", steps=2, log=lines.append, **TINY_LM)
+    api.train_lm(data=str(corpus), out=tmp_path / "run", steps=2, log=lines.append, **{**TINY_LM, "eval_every": 2})
     assert any(line.startswith("data ") for line in lines) and lines[-1].startswith("done: 2 steps")
+    assert any(line.startswith("step 2: valid_loss") for line in lines)  # the evaluation lines too, not stdout
+    assert capsys.readouterr().out == ""
 
 
 def test_resume_from_python_equals_the_uninterrupted_run(corpus, tmp_path):
@@ -77,6 +79,24 @@ def test_evaluate_lm_and_sample(lm_run, corpus, tmp_path):
     assert api.sample(ckpt=lm_run.out, prompt="ROMEO:", max_new_tokens=8, seed=1)[0] == texts[0]
 
 
+def test_evaluate_refuses_outputs_that_would_overwrite_the_data_the_run_or_a_users_file(lm_run, corpus, tmp_path):
+    before = corpus.read_bytes()
+    with pytest.raises(ValueError, match=r"--json .* is \(or is inside\) the data being scored"):
+        api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=corpus)
+    state = lm_run.out / "checkpoints" / "best" / "state.json"
+    state_before = state.read_bytes()
+    for victim in (state, lm_run.out / "summary.json"):
+        with pytest.raises(ValueError, match=r"is a file of the run"):
+            api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=victim)
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    with pytest.raises(ValueError, match=r"exists and is not an evaluation record"):
+        api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=notes)
+    assert corpus.read_bytes() == before and state.read_bytes() == state_before and notes.read_text() == '{"mine": 1}\n'
+    for _ in range(2):  # an earlier record is replaced
+        assert api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=tmp_path / "e.json", max_batches=1).path.is_file()
+
+
 def test_train_mt_translate_and_evaluate(pairs, tmp_path):
     run = api.train_mt(data=str(pairs), out=tmp_path / "mt", steps=10, log=lambda s: None, **TINY_MT)
     assert run.summary["final_valid"]["sentences"] == 20 and load(run.out).state["extra"]["kind"] == "mt"
@@ -85,13 +105,27 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
     translator = api.Translator(ckpt=run.out, beam=1, batch_size=2)
     batches = list(translator.stream(["a b", "c d", "e f"]))
     assert [len(b) for b in batches] == [2, 1] and translator.n_lines == 3
+    with pytest.raises(ValueError, match=r"line 2 to translate must be a str, got bytes b'c d'"):
+        api.translate(["a b", b"c d"], ckpt=run.out)
+    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1, got 2.5 \(float\)"):
+        list(translator.stream(["a b"], batch_size=2.5))
     scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, hyps=tmp_path / "hyps.txt")
     assert scores.metrics["sentences"] == 20 and 0.0 <= scores.metrics["bleu"] <= 100.0
     assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 20
+    test_tsv = (pairs / "test.tsv").read_bytes()
+    with pytest.raises(ValueError, match=r"--hyps .* is \(or is inside\) the data being scored"):
+        api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=pairs / "test.tsv")
+    with pytest.raises(ValueError, match=r"--json and --hyps name the same file"):
+        api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=tmp_path / "x", json=tmp_path / "x")
+    assert (pairs / "test.tsv").read_bytes() == test_tsv
 
 
 def test_trace_viz_params_and_data(lm_run, tmp_path):
+    torch.manual_seed(123)
     traced = api.trace_model(api.TracePreset(preset="char-small", batch=1, length=5))
+    after = torch.rand(1)
+    torch.manual_seed(123)
+    assert torch.equal(after, torch.rand(1))  # the caller's random stream is not reseeded
     assert "blocks.0.attn" in traced.format(1) or "blocks" in traced.format(1)
     png = api.draw_attention(api.ModelText(ckpt=lm_run.out, text="ROMEO:"), out=tmp_path / "a.png",
                              log=lambda s: None)
@@ -105,6 +139,7 @@ def test_trace_viz_params_and_data(lm_run, tmp_path):
     (lambda: api.TrainLMOptions(steps="10"), r"TrainLMOptions.steps must be an int or None, got '10' \(str\)"),
     (lambda: api.TrainLMOptions(autocast="fp8"), r"autocast must be one of bf16, fp16, off or None, got 'fp8'"),
     (lambda: api.TrainMTOptions(average_last=-1), r"--average-last must be >= 0, got -1"),
+    (lambda: api.FinetuneOptions(lora=True, lora_targets=[]), r"--lora-targets must name at least one module"),
     (lambda: api.TranslateOptions(ckpt="x", beam=0), r"--beam must be >= 1, got 0"),
     (lambda: api.SampleOptions(), r"exactly one of ckpt .* and model"),
     (lambda: api.EvalLMOptions(ckpt="x"), r"evaluate_lm needs data"),
@@ -153,6 +188,10 @@ def test_options_are_checked_against_their_annotations_and_made_from_keywords():
         api.TrainLMOptions.make(api.TrainMTOptions(), {})
     with pytest.raises(ValueError, match=r"TrainMTOptions.overrides must be a dict, got \['n_layer=2'\]"):
         api.TrainMTOptions(overrides=["n_layer=2"])
+    with pytest.raises(ValueError, match=r"TrainLMOptions has no field 'stpes'; did you mean 'steps'\?"):
+        api.train_lm(stpes=3)
+    with pytest.raises(ValueError, match=r"SampleOptions has no field 'bogus'; its fields: device, autocast, ckpt, "):
+        api.SampleOptions.make(api.SampleOptions(ckpt="x"), {"bogus": 1})
 
 
 def test_evaluate_mt_scores_a_reversed_run_the_other_way_round(pairs, tmp_path, monkeypatch):

@@ -143,6 +143,11 @@ def test_language_modelling_recipe_is_not_a_parallel_corpus(tmp_path, capsys):
     assert "is a lm recipe; translation needs a parallel corpus" in capsys.readouterr().err
 
 
+def test_a_missing_valid_file_is_named_as_valid(tmp_path, copy_data, capsys):
+    assert _train(str(copy_data / "train.tsv"), tmp_path / "run", "--valid", str(tmp_path / "nonexist.tsv")) == 2
+    assert "error: --valid: no such file or folder" in capsys.readouterr().err
+
+
 def test_one_tsv_without_valid_splits_off_a_validation_part(tmp_path, copy_data, capsys):
     # the recipe's warmup (150) is longer than this 2-step run: the default warmup shrinks to fit it
     args = [a for i, a in enumerate(TINY_MT) if not {a, TINY_MT[i - 1]} & {"--warmup-steps", "--schedule", "--lr"}]

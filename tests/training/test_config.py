@@ -85,6 +85,7 @@ def test_inverse_sqrt_needs_warmup():
     ("best_metric", "", "best_metric must be a non-empty str"),
     ("best_mode", "lowest", "best_mode must be one of"),
     ("seed", -1, "seed must be an int >= 0, got -1"),
+    ("seed", 2**64, r"seed \(--seed\) must be <= 2\*\*64 - 1 \(the seeds torch takes\), got 18446744073709551616"),
     ("device", "", "device must be a device string"),
     ("compile", 1, "compile must be a bool, got 1"),
     ("autocast", "fp8", r"autocast must be one of \[None, 'bf16', 'fp16'\], got 'fp8'"),

@@ -88,6 +88,29 @@ def test_existing_run_is_never_overwritten(tmp_path, tiny_lm, token_streams):
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before
 
 
+def test_a_run_that_stopped_before_its_first_checkpoint_says_to_remove_its_folder(tmp_path, tiny_lm, token_streams):
+    with pytest.raises(FloatingPointError, match="no checkpoint was written yet"):
+        _trainer(tmp_path, tiny_lm, token_streams, steps=4, eval_every=4, ckpt_every=4, lr=1e30).fit()
+    with pytest.raises(ValueError, match="stopped before its first checkpoint, so it cannot be resumed; remove"):
+        _trainer(tmp_path, tiny_lm, token_streams, steps=4)
+    with pytest.raises(CheckpointError, match="no checkpoint in .*; start a fresh run in a new folder instead, or "
+                                              "remove this one"):
+        _trainer(tmp_path, tiny_lm, token_streams, steps=4, resume=True)
+
+
+def test_a_resume_that_fails_as_it_starts_releases_the_folder(tmp_path, tiny_lm, token_streams):
+    _trainer(tmp_path, tiny_lm, token_streams, steps=4, eval_every=4, ckpt_every=4).fit()
+    state_file = tmp_path / "run" / "checkpoints" / "step_00000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["rng"]["torch_cpu"] = "AAAA"
+    state_file.write_text(json.dumps(state))
+    kept = []  # the failed Trainers stay alive in their tracebacks, as in a notebook
+    for _ in range(2):
+        with pytest.raises(CheckpointError, match="torch_cpu") as err:
+            _trainer(tmp_path, tiny_lm, token_streams, steps=8, eval_every=4, ckpt_every=4, resume=True).fit()
+        kept.append(err.value)  # the second would say "in use by another training process" if the lock were held
+
+
 def test_empty_existing_folder_is_fine(tmp_path, tiny_lm, token_streams):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "notes.txt").write_text("mine")

@@ -81,17 +81,19 @@ def is_recipe(name: object) -> bool:
     return isinstance(name, str) and name in _RECIPES
 
 
-def get_recipe(name: str) -> Recipe:
+def get_recipe(name: str, *, paths: bool = True) -> Recipe:
+    """The recipe ``name``; an unknown name raises ``ValueError`` listing the known ones (and, with ``paths``, that
+    the caller also takes a path)."""
     _load_all()
     if name not in _RECIPES:
-        raise ValueError(f"unknown data recipe {name!r}; known recipes: {', '.join(recipe_names()) or '(none)'} "
-                         "(or pass a path to a local file or folder)")
+        raise ValueError(f"unknown data recipe {name!r}; known recipes: {', '.join(recipe_names()) or '(none)'}"
+                         + (" (or pass a path to a local file or folder)" if paths else ""))
     return _RECIPES[name]
 
 
 def prepare(name: str, *, force: bool = False, home: Path | None = None) -> Path:
     """Run the recipe ``name`` (fetch, convert, split, cache) and return the folder holding its files."""
-    recipe = get_recipe(name)
+    recipe = get_recipe(name, paths=False)  # `data prepare` takes recipe names only
     root = (home or attnkit_home()) / "data" / name
     root.mkdir(parents=True, exist_ok=True)
     with _preparing(root, name):

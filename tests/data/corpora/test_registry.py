@@ -80,5 +80,8 @@ def test_the_lock_is_released_when_the_recipe_fails(tmp_path):
 
 
 def test_an_unknown_recipe_names_the_known_ones(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown data recipe 'no-such'; known recipes: .*de-en"):
+    with pytest.raises(ValueError, match=r"unknown data recipe 'no-such'; known recipes: .*de-en") as err:
         registry.prepare("no-such", home=tmp_path)
+    assert "pass a path" not in str(err.value)  # `data prepare` takes recipe names only
+    with pytest.raises(ValueError, match=r"known recipes: .*\(or pass a path to a local file or folder\)"):
+        registry.get_recipe("no-such")  # what --data, which also takes paths, says
