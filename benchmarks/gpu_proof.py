@@ -229,9 +229,11 @@ def run_mfu(args: argparse.Namespace, work: Path) -> dict:
 
 
 def markdown(results: dict) -> str:
-    """The gpu-proof section of ``RESULTS_MD`` for ``results`` (``{"date", "device", "load", "runs": [...]}``)."""
+    """The gpu-proof section of ``RESULTS_MD`` for ``results`` (``{"date", "device", "load", "runs": [...]}`` and
+    the ``command`` that ran)."""
     lines = [BEGIN, "## GPU proof (issue #16)", "",
-             f"Date: {results['date']}. Device: {results['device']}. Load (1/5/15 min) before: {results['load']}.", ""]
+             f"Date: {results['date']}. Device: {results['device']}. Load (1/5/15 min) before: {results['load']}."
+             + (f" Command: `{results['command']}`." if results.get("command") else ""), ""]
     for r in results["runs"]:
         lines += [f"### {r['name']}", "", f"Command: `python {r['command']}`", ""]
         if "best_valid" in r:
@@ -307,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run_mfu(args, work))
         if args.dry_run:
             return 0
-        results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": _device_name(args.device),
+        from benchmarks.mt_de_en import machine_description  # the GPU with torch and CUDA versions, as gpu.py
+
+        results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   "device": machine_description(args.device), "command": shlex.join(sys.argv),
                    "load": " / ".join(f"{x:.2f}" for x in load) if load else "n/a", "runs": runs}
         print(json.dumps(results, indent=2))
         if args.record:

@@ -20,6 +20,7 @@ Axis legend: B batch, S source length, C d_model, H heads, D head width.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -104,8 +105,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for row in rows:
         print(" ".join(f"{k}={v}" for k, v in row.items()))
     if args.json is not None:
-        args.json.write_text(json.dumps({"device": args.device, "torch": torch.__version__, "cases": rows},
-                                        indent=2) + "\n", encoding="utf-8")
+        from benchmarks.mt_de_en import machine_description
+
+        record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "command": "python -m benchmarks.masked_rows " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "device": args.device, "machine": machine_description(args.device), "torch": torch.__version__,
+                  "cases": rows}
+        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return rows
 
 

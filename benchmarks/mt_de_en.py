@@ -238,7 +238,8 @@ def main() -> int:
                    help="sentences per decoding batch of `attnkit eval mt` (default: its own, 32)")
     p.add_argument("--skip-train", action="store_true", help="evaluate the existing run in --out")
     p.add_argument("--smoke", type=int, default=None, metavar="N",
-                   help="check the evaluation part on the first N sentences only (not a benchmark figure)")
+                   help="check the evaluation part on the first N sentences only (not a benchmark figure: the record "
+                        "goes to --out, not benchmarks/records)")
     args = p.parse_args()
     out = args.out or ROOT / "runs" / f"bench-mt-de-en-{time.strftime('%Y%m%d-%H%M%S')}"
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
@@ -304,8 +305,9 @@ def main() -> int:
     samples = [{"source": corpus.sources[i], "reference": corpus.targets[i], "hypothesis": hyp_lines[i]}
                for i in picks]
     summary = json.loads((out / "summary.json").read_text())
-    RECORDS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(out / "loss.png", RECORDS / f"{args.name}_loss.png")
+    records = RECORDS if args.smoke is None else out  # a smoke run is no figure: its record stays with its run
+    records.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / "loss.png", records / f"{args.name}_loss.png")
 
     machine = machine_description(args.device)
     record = {"train_command": "attnkit " + " ".join(train_args), "eval_command": "attnkit " + " ".join(eval_args),
@@ -313,14 +315,14 @@ def main() -> int:
               "upsampling": upsampling, "train_summary": summary, "valid_greedy": valid, "chosen": chosen,
               "valid_decoding": decoding, "decoding": {"beam": beam_size, "length_penalty": length_penalty},
               "test": test, "extra_tests": extra_tests, "samples": samples, "load_average_samples": loads,
-              "wall_seconds": {"train": train_seconds, "total": time.time() - t0}}
-    (RECORDS / f"{args.name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
+              "wall_seconds": {"train": train_seconds, "total": time.time() - t0}, "smoke": args.smoke}
+    (records / f"{args.name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
                                                encoding="utf-8")
 
     rows = "\n".join(f"| {s['source']} | {s['reference']} | {s['hypothesis']} |" for s in samples)
     extra_rows = "".join(f"| {k} BLEU / chrF | **{v['bleu']:.2f}** / {v['chrf']:.2f} ({v['sentences']} sentences) |\n"
                          for k, v in extra_tests.items())
-    md = f"""### Run {time.strftime('%Y-%m-%d')}: test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}
+    md = f"""### Run {time.strftime('%Y-%m-%d')}{' (smoke: not a figure)' if args.smoke else ''}: test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}
 
 | | |
 |---|---|
@@ -345,7 +347,7 @@ Ten test sentences (random, seed 0):
 |---|---|---|
 {rows}
 """
-    (RECORDS / f"{args.name}.md").write_text(md, encoding="utf-8")
+    (records / f"{args.name}.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
 

@@ -29,7 +29,8 @@ attnkit runs as the user would run it: ``attnkit train mt --data TRAIN --valid V
 defaults (its budget includes its own periodic evaluation); the peer trains for the same wall-clock minutes
 (without evaluations). Test decoding is greedy for both, in float32 (after ``--autocast`` training too).
 
-Outputs (``--name``, default ``mt_peer``), in ``--results`` (default ``benchmarks/records/mt/``): ``<name>.json``
+Outputs (``--name``, default ``mt_peer``), in ``--results`` (default ``benchmarks/records/mt/``; a ``--smoke-steps``
+run's stay in its work folder): ``<name>.json``
 (figures, commands, load average samples, samples), ``<name>.md`` (the run's record, linked from
 docs/experiments/mt.md) and ``<name>_loss.png`` (training loss against minutes, both runs; same tokenizer and
 label smoothing, so comparable).
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-size", choices=sorted(PEER_SIZES), default="tutorial")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="work folder (default runs/bench-mt-peer-<time>)")
-    p.add_argument("--results", type=Path, default=HERE / "records" / "mt", help="where <name>.json/.md/_loss.png go")
+    p.add_argument("--results", type=Path, default=None, help="where <name>.json/.md/_loss.png go (default "
+                   "benchmarks/records/mt; with --smoke-steps the work folder)")
     p.add_argument("--smoke-steps", type=int, default=None, metavar="N",
                    help="check the logic: N updates each and 20 test sentences (not a benchmark figure)")
     p.add_argument("--attnkit-args", default="", help="extra flags for `attnkit train mt` (space-separated)")
@@ -316,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.upsample_dictionary < 1:
         p.error(f"--upsample-dictionary must be >= 1, got {args.upsample_dictionary}")
     out = args.out or ROOT / "runs" / f"bench-mt-peer-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.results is None:  # a smoke run is no figure: its record stays with its work folder
+        args.results = HERE / "records" / "mt" if args.smoke_steps is None else out
     out.mkdir(parents=True, exist_ok=False)
     torch.set_num_threads(args.threads)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))

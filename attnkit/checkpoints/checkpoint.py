@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -47,6 +47,7 @@ from .rng import capture_rng_state, restore_rng_state
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "state.json"
+DCP_DIR = "dcp"  # a sharded (FSDP2) step checkpoint's torch.distributed.checkpoint folder, in place of MODEL_FILE
 FORMAT = "attnkit.checkpoint"
 FORMAT_VERSION = 1
 # keys save_checkpoint writes itself; the caller's `state` may not use them
@@ -342,15 +343,18 @@ def check_model_config(path: str | os.PathLike, config: Any, state: dict[str, An
     """Check a model config against the weights of the checkpoint at ``path`` before anything is allocated: the
     model is built on the meta device, its tensors compared with the header of ``model.safetensors`` (an unmerged
     LoRA step checkpoint, ``extra.lora`` of ``state``, also holds adapters of its rank) and its position tables
-    with its weights (:func:`check_table_sizes`). Returns the meta model; raises :class:`CheckpointError` naming
-    the file.
+    with its weights (:func:`check_table_sizes`). A sharded (FSDP2) step checkpoint has no such header: its config
+    is built and its tables bounded, and ``torch.distributed.checkpoint`` checks each shard's shape as it loads.
+    Returns the meta model; raises :class:`CheckpointError` naming the file.
 
     Call it before building a model from a ``state.json`` someone may have edited (``block_size = 10**9``,
     ``n_embd`` times 1,024): building first would allocate what the config asks for."""
-    from attnkit.models.builders import build_model
-
     path = Path(path)
     file = path / MODEL_FILE
+    if not file.exists() and (path / DCP_DIR).is_dir():
+        # a sharded step checkpoint: no header to compare; torch.distributed.checkpoint checks every shard's
+        # shape when it loads them into the model this config builds
+        return _meta_model(path, config)
     shapes = read_weight_shapes(file)
     layers = sum(getattr(config, k, 0) for k in ("n_layer", "num_encoder_layers", "num_decoder_layers"))
     if layers > len(shapes):  # every layer stores tensors: do not even build a million empty layers
@@ -360,14 +364,23 @@ def check_model_config(path: str | os.PathLike, config: Any, state: dict[str, An
     if lora is not None and (not adapters or any(lora["rank"] not in shape for shape in adapters.values())):
         raise CheckpointError(f"{file} does not hold LoRA adapters of rank {lora['rank']} (extra.lora of "
                               f"{path / STATE_FILE}), found {sorted(adapters.items())[:4]}")
+    return _meta_model(path, config, lambda m: check_weights_fit(m, {k: v for k, v in shapes.items()
+                                                                     if k not in adapters}, file))
+
+
+def _meta_model(path: Path, config: Any, check: Callable[[nn.Module], None] | None = None) -> nn.Module:
+    """``config``'s model on the meta device, ``check``-ed (the base weights against the config; the adapters'
+    own shapes are checked when they are loaded), its position tables within bounds."""
+    from attnkit.models.builders import build_model
+
     try:
         with torch.device("meta"):
             meta = build_model(config)
     except (RuntimeError, OverflowError, ValueError, TypeError) as err:  # sizes past what torch can hold
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{path / STATE_FILE}: its model_config cannot be built: {first}") from None
-    # the base weights against the config (the adapters' own shapes are checked when they are loaded)
-    check_weights_fit(meta, {k: v for k, v in shapes.items() if k not in adapters}, file)
+    if check is not None:
+        check(meta)
     try:
         check_table_sizes(meta, str(path))
     except ValueError as err:

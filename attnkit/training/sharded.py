@@ -31,13 +31,11 @@ import torch
 from torch import nn
 
 from attnkit.checkpoints.atomic import fsync_dir, publish_folder, write_text_atomic
-from attnkit.checkpoints.checkpoint import (FORMAT, FORMAT_VERSION, CheckpointError, read_checkpoint_state,
-                                            save_checkpoint)
+from attnkit.checkpoints.checkpoint import (DCP_DIR, FORMAT, FORMAT_VERSION, CheckpointError,
+                                            read_checkpoint_state, save_checkpoint)
 from attnkit.checkpoints.rng import capture_rng_state
 
 from . import distributed as D
-
-DCP_DIR = "dcp"
 
 
 def is_sharded(path: str | os.PathLike) -> bool:

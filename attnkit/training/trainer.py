@@ -285,6 +285,9 @@ class Trainer:
             self._release_lock()
             raise
 
+    def _lock_out_dir(self) -> None:
+        self._lock = RunLock(self.out_dir)
+
     def _release_lock(self) -> None:
         if self._lock is not None:
             self._lock.release()
@@ -309,7 +312,7 @@ class Trainer:
     def _load_for_resume(self) -> None:
         if not self.out_dir.is_dir():
             raise CheckpointError(f"cannot resume: the run folder {self.out_dir} does not exist")
-        self._lock = RunLock(self.out_dir)  # rank 0 only in a distributed job
+        D.on_main(self._lock_out_dir)  # rank 0 holds the lock; its refusal is raised on every rank
         D.on_main(lambda: clean_stale(self.ckpt_dir))  # unfinished saves of the interrupted run
         latest = latest_checkpoint(self.ckpt_dir)
         if latest is None:

@@ -138,6 +138,21 @@ def test_fsdp_run_then_convert_then_sample_in_one_process(corpus, tmp_path):
     assert sampled_best.stdout.strip()  # best/ was converted at the end of the run
     with pytest.raises(AssertionError, match="already exists"):
         _attnkit("convert", str(run), str(tmp_path / "single"))
+    # its sharded step checkpoints resume from the command line: in one process a one-line refusal, under torchrun
+    # re-sharded (here over the same two processes)
+    with pytest.raises(AssertionError, match=r"attnkit train: error: fsdp=True needs several processes"):
+        _attnkit("train", "lm", "--out", str(run), "--resume", "--steps", "9", "--no-progress", "--device", "cpu")
+    from attnkit.checkpoints.run_lock import RunLock
+
+    lock = RunLock(run)  # another process training in the folder: every rank says so, not a gloo error
+    with pytest.raises(AssertionError) as err:
+        _attnkit("train", "lm", "--out", str(run), "--resume", "--steps", "9", "--no-progress", "--device", "cpu",
+                 nproc=2)
+    assert str(err.value).count("is in use by another training process") == 2 and "gloo" not in str(err.value)
+    lock.release()
+    _attnkit("train", "lm", "--out", str(run), "--resume", "--steps", "9", "--no-progress", "--device", "cpu",
+             nproc=2)
+    assert json.loads((run / "summary.json").read_text())["steps"] == 9
 
 
 def _reversals(make_copy_task, tmp_path: Path) -> Path:
