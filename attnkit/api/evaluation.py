@@ -92,38 +92,32 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)
 
 
-_RUN_FILES = ("run.json", "summary.json", "metrics.jsonl", "metrics.csv", "loss.png")  # what a run folder holds
+def _is_eval_record(path: Path) -> bool:
+    try:
+        old = json_lib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(old, dict) and old.get("kind") in ("lm", "mt") and "ckpt" in old
 
 
-def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, ckpt: Path) -> None:
+def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str) -> None:
     """Refuse a ``json`` / ``hyps`` path that would overwrite what the evaluation reads or what the user keeps:
-    the data (a file, one of two files, or anything in a data folder), a file of the checkpoint or its run folder
-    other than an ``eval_*`` record, the other output, or an existing ``json`` that is not an evaluation record."""
+    the data (a file, one of two files, or anything in a data folder), the other output, a file of a run other
+    than an ``eval_*`` record (:func:`~attnkit.checkpoints.runs.check_output_file`), or an existing ``json``
+    that is not an evaluation record."""
+    from attnkit.checkpoints.runs import check_output_file
+
     inputs = [Path(p) for p in ([data] if Path(data).exists() else str(data).split(","))]
-    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt
     outputs = {"--json": o.json, "--hyps": getattr(o, "hyps", None)}
     given = {flag: Path(p).resolve() for flag, p in outputs.items() if p is not None}
     if len(set(given.values())) < len(given):
         raise ValueError(f"--json and --hyps name the same file {str(given['--json'])!r}")
     for flag, path in given.items():
-        if path.is_dir():
-            raise ValueError(f"{flag} {str(outputs[flag])!r} is a folder; give a file name")
         if any(path == i.resolve() or i.resolve() in path.parents for i in inputs if i.exists()):
             raise ValueError(f"{flag} {str(outputs[flag])!r} is (or is inside) the data being scored, {data!r}; "
                              f"give another file")
-        in_ckpt = ckpt.resolve() in path.parents or (run / "checkpoints").resolve() in path.parents
-        run_file = path.parent == run.resolve() and path.name in _RUN_FILES
-        if path.exists() and not path.name.startswith("eval_") and (in_ckpt or run_file):
-            raise ValueError(f"{flag} {str(outputs[flag])!r} is a file of the run {str(run)!r}; give a new file or "
-                             f"an eval_*.json name")
-    if "--json" in given and given["--json"].is_file():
-        try:
-            old = json_lib.loads(given["--json"].read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            old = None
-        if not (isinstance(old, dict) and old.get("kind") in ("lm", "mt") and "ckpt" in old):
-            raise ValueError(f"--json {str(o.json)!r} exists and is not an evaluation record (it would be "
-                             f"overwritten); give a new file")
+        check_output_file(outputs[flag], flag, replaces=_is_eval_record if flag == "--json" else None,
+                          may_replace="an evaluation record", run_prefix="eval_")
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -146,7 +140,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     o = EvalLMOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
     loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
-    _check_outputs(o, o.data, resolve_checkpoint(o.ckpt))
+    _check_outputs(o, o.data)
     model = place_model(loaded.model, o, device)
     T = int(model.config.block_size)
     train_block = (loaded.state.get("train_config") or {}).get("block_size")
@@ -198,7 +192,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     loaded = load(o.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     model = place_model(loaded.model, o, device)
     data = _eval_data(o, loaded.state)
-    _check_outputs(o, data, resolve_checkpoint(o.ckpt))
+    _check_outputs(o, data)
     # a model trained with `train mt --reverse` translates the target side into the source side
     reverse = bool(((loaded.state.get("extra") or {}).get("mt_options") or {}).get("reverse"))
     corpus = load_eval_pairs(data, o.split, strict=o.strict, reverse=reverse)

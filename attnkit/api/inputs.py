@@ -78,6 +78,8 @@ def mt_ids(o: ModelText, model: Any, tokenizer: Any, log: Log) -> tuple[list[int
     from attnkit.data.corpora.parallel import normalize_text
     from attnkit.generation.translate import encode_sources, search_ids
 
+    if o.src is not None and o.text is not None:
+        raise ValueError("a translation model reads one source sentence: give --src (or --text), not both")
     text = normalize_text(o.src if o.src is not None else o.text or "")
     if not text:
         raise ValueError("a translation model needs --src (the source sentence)")

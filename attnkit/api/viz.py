@@ -28,9 +28,12 @@ ATTENTION_KINDS = ("self", "encoder", "decoder", "cross")
 def draw_positions(out: str | Path, *, dim: int = 128, length: int = 100, dims: Sequence[int] | None = None,
                    base: float = 10000.0, dpi: int = 100) -> Path:
     """The sinusoidal position table as a heatmap (positions x channels) beside a few channels as curves."""
-    from attnkit.viz.plots import check_dpi, plot_positional_encoding, save_figure
+    from attnkit.checks import check_int
+    from attnkit.viz.plots import check_figure_path, plot_positional_encoding, save_figure
 
-    check_dpi(dpi)
+    check_figure_path(out, dpi)
+    check_int("--len", length, minimum=1)  # the flags' names (the figure checks them again as seq_len and dim)
+    check_int("--dim", dim, minimum=1)
     fig = plot_positional_encoding(length, dim, dims=None if dims is None else list(dims), base=base)
     return save_figure(fig, out, dpi=dpi)
 
@@ -39,9 +42,16 @@ def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | 
               masked_len: int | None = None, lengths: Sequence[int] | None = None, dpi: int = 100) -> Path:
     """A boolean mask in torch.nn polarity as a grid: ``causal`` (bottom-right aligned when ``key_length`` >
     ``length``: a KV cache), ``banded`` (seed 000's ``generate_mask_mat``) or ``padding`` (from ``lengths``)."""
-    from attnkit.viz.plots import check_dpi, make_mask, plot_mask, save_figure
+    from attnkit.checks import is_int
+    from attnkit.viz.plots import (check_figure_path, check_pixels, make_mask, mask_figure_inches, plot_mask,
+                                   save_figure)
 
-    check_dpi(dpi)
+    check_figure_path(out, dpi)
+    # the figure's size before the mask is built (rows x cols cells; make_mask checks the values themselves)
+    rows = len(lengths) if kind == "padding" and lengths else length
+    cols = key_length if key_length is not None else (max(lengths) if kind == "padding" and lengths else length)
+    if is_int(rows) and is_int(cols) and rows >= 1 and cols >= 1:
+        check_pixels(*mask_figure_inches(rows, cols), dpi, what=f"{rows} x {cols} mask")
     if kind == "padding":
         if lengths is None:
             raise ValueError("--kind padding needs --lengths, e.g. --lengths 5,3,7")
@@ -65,9 +75,9 @@ def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | 
 def draw_params(out: str | Path, preset: str, *, depth: int = 1, dpi: int = 100) -> Path:
     """Where a preset's parameters are: one bar per module (built on the meta device: no memory)."""
     from attnkit.models.presets import get_preset
-    from attnkit.viz.plots import check_dpi, plot_parameters, save_figure
+    from attnkit.viz.plots import check_figure_path, plot_parameters, save_figure
 
-    check_dpi(dpi)
+    check_figure_path(out, dpi)
     config = get_preset(preset)
     fig = plot_parameters(config, depth=depth, title=f"{preset} ({type(config).__name__})")
     return save_figure(fig, out, dpi=dpi)
@@ -97,15 +107,16 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     (default) for a translator. ``layer`` defaults to the last."""
     from attnkit.viz.attention_maps import attention_maps, select_attention, seq2seq_attention_maps
     from attnkit.viz.labels import text_labels
-    from attnkit.viz.plots import check_dpi, plot_attention, save_figure
+    from attnkit.viz.attention_page import check_page_path
+    from attnkit.viz.plots import check_figure_path, plot_attention, save_figure
 
     log = default_log(log)
-    if html is None:
-        check_dpi(dpi)  # before the model is loaded
     if attn not in (None, *ATTENTION_KINDS):
         raise ValueError(f"attn must be one of {list(ATTENTION_KINDS)} or None, got {attn!r}")
-    if html is not None and Path(html).suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"--html must name an .html file, got {str(html)!r}")
+    if html is None:
+        check_figure_path(out, dpi)  # before the model is loaded
+    else:
+        check_page_path(html)
     loaded = load_inspected(inputs)
     model, tokenizer = loaded.model, loaded.tokenizer
     if is_seq2seq(model):
@@ -145,19 +156,19 @@ def draw_predictions(inputs: ModelText, *, out: str | Path = "predictions.png", 
     import torch
 
     from attnkit.viz.labels import text_labels, token_labels
-    from attnkit.viz.plots import check_dpi, plot_predictions, save_figure
+    from attnkit.viz.plots import check_figure_path, plot_predictions, save_figure
     from attnkit.viz.predictions import next_token_predictions
 
     log = default_log(log)
-    check_dpi(dpi)  # before the model is loaded
+    check_figure_path(out, dpi)  # before the model is loaded
     loaded = load_inspected(inputs)
     model, tokenizer = loaded.model, loaded.tokenizer
     if is_seq2seq(model):
         src, ids = mt_ids(inputs, model, tokenizer, log)
-        probs, top = next_token_predictions(model, ids, src=src, top_k=top_k)
+        probs, top = next_token_predictions(model, ids, src=src, top_k=top_k, vocab_size=tokenizer.vocab_size)
     else:
         ids = lm_ids(inputs, loaded)
-        probs, top = next_token_predictions(model, ids, top_k=top_k)
+        probs, top = next_token_predictions(model, ids, top_k=top_k, vocab_size=tokenizer.vocab_size)
     nxt = torch.tensor(ids[1:] + [-1])  # (T,) the token that really follows each position (-1: none yet)
     hits = top == nxt[:, None]  # (T, k)
     candidates = [token_labels(tokenizer, row) for row in top.tolist()]

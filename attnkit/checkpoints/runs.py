@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .checkpoint import STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint, read_checkpoint_state
 
-__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "resolve_checkpoint",
+__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "check_output_file", "resolve_checkpoint",
            "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
 
 RUN_FILE = "run.json"
@@ -40,6 +40,34 @@ def is_run_dir(path: str | Path) -> bool:
     """True if ``path`` holds (part of) a training run."""
     path = Path(path)
     return path.is_dir() and any((path / m).exists() for m in _RUN_MARKERS)
+
+
+# the records a run writes at the top of its folder (the metrics' views included)
+_RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
+
+
+def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path], bool] | None = None,
+                      may_replace: str = "", run_prefix: str | None = None) -> Path:
+    """``path`` as a file a command may write: not a folder, not a file of a run (its records or anything in a
+    checkpoint folder, except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one
+    that ``replaces`` says the command wrote before (an earlier figure, page or record: what a rerun replaces;
+    ``may_replace`` names such a file in the error). Raises ``ValueError`` naming ``flag``; returns the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
+    if not path.exists():
+        return path
+    real = path.resolve()
+    in_checkpoint = any((p / STATE_FILE).is_file() or (p.name == CHECKPOINTS_DIR and is_run_dir(p.parent))
+                        for p in real.parents)
+    ours = run_prefix is not None and real.name.startswith(run_prefix)
+    if not ours and (in_checkpoint or (real.name in _RUN_RECORDS and is_run_dir(real.parent))):
+        raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
+    if replaces is not None and not replaces(real):
+        what = f" ({may_replace})" if may_replace else ""
+        raise ValueError(f"{flag} {str(path)!r} exists and is not a file this command wrote{what}; it would be "
+                         f"overwritten: give a new file name")
+    return path
 
 
 def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:

@@ -45,7 +45,7 @@ from .attention_page_template import DEFAULT_CELL, TABS, TEMPLATE
 from .labels import text_labels, token_labels, token_titles
 from .predictions import next_token_predictions
 
-__all__ = ["lm_attention_page", "mt_attention_page", "render_attention_page", "write_page", "TABS"]
+__all__ = ["lm_attention_page", "mt_attention_page", "render_attention_page", "write_page", "check_page_path", "TABS"]
 
 _VIEW_TITLES = {"self": "causal self-attention", "encoder": "encoder self-attention",
                 "decoder": "decoder self-attention (causal)", "cross": "cross-attention (target → source)"}
@@ -96,7 +96,8 @@ def lm_attention_page(model: nn.Module, tokenizer: Any, ids: Sequence[int], *, t
     """
     ids = [int(i) for i in ids]
     maps = attention_maps(model, ids)  # L x (H, T, T)
-    probs, top = next_token_predictions(model, ids, top_k=top_k)  # (T, k) each
+    probs, top = next_token_predictions(model, ids, top_k=top_k,  # (T, k) each
+                                        vocab_size=getattr(tokenizer, "vocab_size", None))
     text = _side(tokenizer, ids)
     data = {"title": title or "attention", "views": [_view("self", text, text, "text", "text", True, maps)],
             "predictions": _predictions(probs, top, tokenizer, ids), "top_k": top_k}
@@ -116,7 +117,8 @@ def mt_attention_page(model: nn.Module, tokenizer: Any, src: Sequence[int], tgt:
     """
     src, tgt = [int(i) for i in src], [int(i) for i in tgt]
     maps = seq2seq_attention_maps(model, src, tgt)
-    probs, top = next_token_predictions(model, tgt, src=src, top_k=top_k)
+    probs, top = next_token_predictions(model, tgt, src=src, top_k=top_k,
+                                        vocab_size=getattr(tokenizer, "vocab_size", None))
     source, target = _side(tokenizer, src), _side(tokenizer, tgt)
     views = [_view("encoder", source, source, "source", "source", False, maps.encoder),
              _view("decoder", target, target, "target", "target", True, maps.decoder),
@@ -181,9 +183,9 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
     L, H = len(v["weights"]), len(v["weights"][0])
     layer = L - 1 if layer is None else layer
     if not 0 <= layer < L:
-        raise ValueError(f"layer must be in [0, {L - 1}], got {layer}")
+        raise ValueError(f"layer must be in [0, {L}) (the model has {L} layers), got {layer}")
     if not 0 <= head < H:
-        raise ValueError(f"head must be in [0, {H - 1}], got {head}")
+        raise ValueError(f"head must be in [0, {H}) (the layer has {H} heads), got {head}")
     start = {"view": view, "layer": layer, "head": head, "tab": tab, "cell": DEFAULT_CELL}
     payload = json.dumps({**data, "views": views, "start": start}, ensure_ascii=False, separators=(",", ":"))
     # "<" only occurs inside JSON strings, where \u003c is the same character: no token can end the script
@@ -193,13 +195,28 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
     return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m.group(1)], TEMPLATE)  # one pass: no text is filled twice
 
 
-def write_page(html: str, path: str | Path) -> Path:
-    """Write the page atomically (temporary name, then rename) and return its path. ``path`` must end in .html."""
-    from attnkit.checkpoints.atomic import write_text_atomic
+def _is_page(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return b'<script id="attention-data" type="application/json">' in f.read(1 << 20)
+
+
+def check_page_path(path: str | Path, flag: str = "--html") -> Path:
+    """``ValueError`` (before any work) unless ``path`` ends in .html and may be written: not a folder, not a file
+    of a training run, and if it exists an earlier attention page, which is replaced."""
+    from attnkit.checkpoints.runs import check_output_file
 
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"the page is written as .html, got {path.name!r}")
+        raise ValueError(f"{flag} must name an .html file, got {str(path)!r}")
+    return check_output_file(path, flag, replaces=_is_page, may_replace="an earlier attention page")
+
+
+def write_page(html: str, path: str | Path) -> Path:
+    """Write the page atomically (temporary name, then rename) and return its path. ``path`` must end in .html
+    and may replace only an earlier attention page (:func:`check_page_path`)."""
+    from attnkit.checkpoints.atomic import write_text_atomic
+
+    path = check_page_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, html)
     return path

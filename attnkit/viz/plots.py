@@ -28,7 +28,11 @@ from attnkit.checks import check_float, check_int, is_int
 
 __all__ = [
     "save_figure",
+    "check_figure_path",
     "check_dpi",
+    "check_pixels",
+    "mask_figure_inches",
+    "MAX_TABLE",
     "MAX_DPI",
     "MAX_PIXELS",
     "plot_positional_encoding",
@@ -43,6 +47,7 @@ __all__ = [
 MASK_KINDS = ("causal", "banded", "padding")
 MIN_DPI, MAX_DPI = 10, 1200  # dots per inch of a saved PNG
 MAX_PIXELS = 100_000_000  # width x height of a saved PNG (its RGBA buffer: 400 MB)
+MAX_TABLE = 1 << 24  # values of a drawn position table (positions x channels): 64 MB, more than any screen shows
 # Text drawn from tokens, titles and labels is shown as given: matplotlib would parse a '$...$' pair as
 # mathtext (a token '$$' would even raise a multi-line ParseException).
 _PLAIN = {"parse_math": False}
@@ -68,30 +73,55 @@ def _check_figure_tensor(name: str, value: Any, expected: str, ok: bool) -> None
         raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
 
 
-def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
-    """Render ``fig`` to PNG and write it to ``path`` (temporary name, then rename); returns the path.
+def _is_png(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89PNG\r\n\x1a\n"
 
-    The parent folder is created if needed. ``path`` must end in ``.png``; ``dpi`` must be in
-    [``MIN_DPI``, ``MAX_DPI``] = [10, 1200] and the image at most ``MAX_PIXELS`` (100 megapixels).
-    """
-    from attnkit.checkpoints.atomic import write_bytes_atomic
+
+def check_figure_path(path: str | os.PathLike, dpi: Any = 100, flag: str = "--out") -> Path:
+    """``ValueError`` (before any work) unless ``path`` ends in ``.png`` and may be written: not a folder, not a
+    file of a training run (its ``loss.png`` included), and if it exists an earlier PNG, which is replaced
+    (:func:`~attnkit.checkpoints.runs.check_output_file`); and unless ``dpi`` is in range."""
+    from attnkit.checkpoints.runs import check_output_file
 
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise ValueError(f"figures are written as PNG: the path must end in .png, got {str(path)!r}")
     check_dpi(dpi)
-    width, height = (float(x) for x in fig.get_size_inches())
-    pixels = round(width * dpi) * round(height * dpi)
-    if pixels > MAX_PIXELS:
-        most = int(math.sqrt(MAX_PIXELS / (width * height)))
-        raise ValueError(f"dpi {dpi} would make a {round(width * dpi)} x {round(height * dpi)} pixel image "
-                         f"({pixels / 1e6:.0f} megapixels): expected at most {MAX_PIXELS // 1_000_000} megapixels, "
-                         f"i.e. dpi <= {most} for this {width:.1f} x {height:.1f} inch figure")
+    return check_output_file(path, flag, replaces=_is_png, may_replace="an earlier PNG figure")
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
+    """Render ``fig`` to PNG and write it to ``path`` (temporary name, then rename); returns the path.
+
+    The parent folder is created if needed. ``path`` must end in ``.png`` and may replace only an earlier PNG, not
+    a file of a run (:func:`check_figure_path`); ``dpi`` must be in [``MIN_DPI``, ``MAX_DPI``] = [10, 1200] and
+    the image at most ``MAX_PIXELS`` (100 megapixels).
+    """
+    from attnkit.checkpoints.atomic import write_bytes_atomic
+
+    path = check_figure_path(path, dpi)
+    check_pixels(*(float(x) for x in fig.get_size_inches()), dpi)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buf.getvalue())
     return path
+
+
+def check_pixels(width: float, height: float, dpi: Any, what: str = "figure") -> None:
+    """``ValueError`` unless a ``width`` x ``height`` inch ``what`` at ``dpi`` stays within ``MAX_PIXELS``: naming
+    the largest dpi that fits, or, when not even ``MIN_DPI`` does, that the figure is too large to draw."""
+    pixels = round(width * dpi) * round(height * dpi)
+    if pixels <= MAX_PIXELS:
+        return
+    most = int(math.sqrt(MAX_PIXELS / (width * height)))
+    size = f"{round(width * dpi)} x {round(height * dpi)} pixel image ({pixels / 1e6:.0f} megapixels)"
+    if most < MIN_DPI:
+        raise ValueError(f"this {width:.0f} x {height:.0f} inch {what} is too large to draw: even at dpi {MIN_DPI} "
+                         f"(the least) it would be more than {MAX_PIXELS // 1_000_000} megapixels; draw a smaller one")
+    raise ValueError(f"dpi {dpi} would make a {size}: expected at most {MAX_PIXELS // 1_000_000} megapixels, "
+                     f"i.e. dpi <= {most} for this {width:.1f} x {height:.1f} inch {what}")
 
 
 def check_dpi(dpi: Any) -> None:
@@ -129,6 +159,9 @@ def plot_positional_encoding(seq_len: int = 100, dim: int = 128, *, dims: Sequen
     check_int("seq_len", seq_len, minimum=1)
     check_int("dim", dim, minimum=1)
     base = check_float("base", base, low=1.0, low_inclusive=False)
+    if seq_len * dim > MAX_TABLE:  # before the table is computed
+        raise ValueError(f"a table of {seq_len:,} positions x {dim:,} channels is too large to draw: at most "
+                         f"{MAX_TABLE:,} values (e.g. 4096 x 4096)")
     if dims is None:
         # a sine/cosine pair, then two slower sines: periods grow geometrically with the channel index
         d16, d8, d4 = 2 * (dim // 16), 2 * (dim // 8), 2 * (dim // 4)
@@ -201,6 +234,13 @@ def make_mask(kind: str, *, length: int | None = None, key_length: int | None = 
     return generate_mask_mat(length, masked_len)
 
 
+def mask_figure_inches(rows: int, cols: int) -> tuple[float, float]:
+    """The size (width, height) in inches of :func:`plot_mask`'s figure of a ``rows`` x ``cols`` mask: checked
+    with :func:`check_pixels` before the mask is built."""
+    cell = min(0.45, max(0.12, 7.0 / max(rows, cols)))
+    return max(4.5, cols * cell + 2.2), max(3.5, rows * cell + 1.6)
+
+
 def plot_mask(mask: torch.Tensor, *, title: str | None = None, xlabel: str = "key position j",
               ylabel: str = "query position i", row_labels: Sequence[str] | None = None,
               col_labels: Sequence[str] | None = None):
@@ -220,8 +260,7 @@ def plot_mask(mask: torch.Tensor, *, title: str | None = None, xlabel: str = "ke
     for name, labels, n in (("row_labels", row_labels, rows), ("col_labels", col_labels, cols)):
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} must have {n} entries, got {len(labels)}")
-    cell = min(0.45, max(0.12, 7.0 / max(rows, cols)))
-    fig = _figure(max(4.5, cols * cell + 2.2), max(3.5, rows * cell + 1.6))
+    fig = _figure(*mask_figure_inches(rows, cols))
     ax = fig.add_subplot(1, 1, 1)
     cmap = ListedColormap(["#f4f1de", "#3d405b"])  # False (may attend), True (masked)
     ax.imshow(mask.to(torch.uint8).cpu().numpy(), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")

@@ -20,7 +20,8 @@ from .attention_maps import _device, _one_sequence
 __all__ = ["next_token_predictions"]
 
 
-def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5,
+                           vocab_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``top_k`` most likely next tokens after every prefix of ``idx``.
 
     Args:
@@ -28,6 +29,9 @@ def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5) -
         idx: one sequence of token ids: list, ``(T,)`` or ``(1, T)``.
         src: source ids of one sentence (encoder-decoder only).
         top_k: candidates per position, ``1 <= top_k <= V``.
+        vocab_size: the tokenizer's size when the model's output layer is padded beyond it (``--set vocab_size``,
+            GPT-2's 50257 as 50304): candidates are drawn from the ids below it, with the probabilities the model
+            gives them (the softmax is over all ``V`` logits). Default (or a larger size): all ``V``.
 
     Returns:
         ``(probs, ids)``: probabilities in decreasing order and the matching token ids; row ``t`` predicts the
@@ -54,8 +58,11 @@ def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5) -
         run = lambda: model(src_ids, ids)  # noqa: E731
     else:
         raise ValueError(f"next_token_predictions expects a GPT or a Transformer, got {type(model).__name__}")
-    if not is_int(top_k) or not 1 <= top_k <= V:
-        raise ValueError(f"top_k must be an int in [1, {V}] (the vocabulary size), got {top_k!r}")
+    if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
+        raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+    real = V if vocab_size is None else min(vocab_size, V)  # a larger tokenizer: its ids past V never come
+    if not is_int(top_k) or not 1 <= top_k <= real:
+        raise ValueError(f"top_k must be an int in [1, {real}] (the vocabulary size), got {top_k!r}")
     was_training = model.training
     model.eval()
     try:
@@ -66,5 +73,5 @@ def next_token_predictions(model: nn.Module, idx, *, src=None, top_k: int = 5) -
     if not bool(torch.isfinite(logits).all()):  # a figure of NaN probabilities would look like a real one
         raise FloatingPointError("the model's next-token logits are not finite (NaN or inf): its weights are broken")
     probs = torch.softmax(logits, dim=-1)  # (T, V)
-    top = probs.topk(top_k, dim=-1)  # sorted, largest first
+    top = probs[:, :real].topk(top_k, dim=-1)  # sorted, largest first; never a padding id past the tokenizer
     return top.values.cpu(), top.indices.cpu()  # (T, k), (T, k)

@@ -99,7 +99,7 @@ def human_bytes(n: int) -> str:
     value, unit = float(n), "B"
     for unit in ("kB", "MB", "GB", "TB"):
         value /= 1000.0
-        if value < 1000.0:
+        if round(value, 2) < 1000.0:  # as printed: 999,999 B is 1.00 MB, not 1000.00 kB
             break
     return f"{value:.2f} {unit}"
 
@@ -109,10 +109,10 @@ def human_count(n: int) -> str:
     if n < 1_000_000:
         return f"{n:,}"
     value, unit = n / 1e6, "M"
-    if value >= 1000.0:
-        value, unit = value / 1000.0, "G"
-    if value >= 1000.0:
-        value, unit = value / 1000.0, "T"
+    for bigger in ("G", "T"):
+        if round(value, 2) < 1000.0:  # as printed: 999,999,999 is 1.00 G, not 1000.00 M
+            break
+        value, unit = value / 1000.0, bigger
     return f"{value:.2f} {unit}"
 
 

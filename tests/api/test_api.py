@@ -86,11 +86,11 @@ def test_evaluate_refuses_outputs_that_would_overwrite_the_data_the_run_or_a_use
     state = lm_run.out / "checkpoints" / "best" / "state.json"
     state_before = state.read_bytes()
     for victim in (state, lm_run.out / "summary.json"):
-        with pytest.raises(ValueError, match=r"is a file of the run"):
+        with pytest.raises(ValueError, match=r"is a file of a training run; give a new file name"):
             api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=victim)
     notes = tmp_path / "notes.json"
     notes.write_text('{"mine": 1}\n')
-    with pytest.raises(ValueError, match=r"exists and is not an evaluation record"):
+    with pytest.raises(ValueError, match=r"exists and is not a file this command wrote \(an evaluation record\)"):
         api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=notes)
     assert corpus.read_bytes() == before and state.read_bytes() == state_before and notes.read_text() == '{"mine": 1}\n'
     for _ in range(2):  # an earlier record is replaced

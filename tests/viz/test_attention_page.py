@@ -90,9 +90,9 @@ def test_script_end_tag_in_a_token_cannot_break_the_page():
 
 def test_bad_choices(make_gpt):
     model = make_gpt("gpt2")
-    with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\) \(the model has 2 layers\), got 2"):
         lm_attention_page(model, _Tok(), [1, 2, 3], layer=2)
-    with pytest.raises(ValueError, match=r"head must be in \[0, 3\], got 4"):
+    with pytest.raises(ValueError, match=r"head must be in \[0, 4\) \(the layer has 4 heads\), got 4"):
         lm_attention_page(model, _Tok(), [1, 2, 3], head=4)
     with pytest.raises(ValueError, match="top_k"):
         lm_attention_page(model, _Tok(), [1, 2, 3], top_k=0)

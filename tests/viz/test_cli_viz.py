@@ -127,6 +127,12 @@ def test_language_model_refuses_cross_attention(lm_checkpoint, tmp_path, capsys)
     assert code == 2 and "causal self-attention only; got --attn cross" in err
 
 
+def test_translation_model_takes_one_source(mt_checkpoint, tmp_path, capsys):
+    code, _, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--src", "ab", "--text", "cd", "--out",
+                        str(tmp_path / "a.png"))
+    assert code == 2 and "give --src (or --text), not both" in err
+
+
 def test_translation_model_needs_src(mt_checkpoint, tmp_path, capsys):
     code, _, err = _run(capsys, "attention", "--ckpt", str(mt_checkpoint), "--out", str(tmp_path / "x.png"))
     assert code == 2 and "needs --src" in err
@@ -145,6 +151,46 @@ def test_bad_lengths_list(tmp_path, capsys):
 def test_out_must_be_png(tmp_path, capsys):
     code, _, err = _run(capsys, "positions", "--out", str(tmp_path / "pe.svg"))
     assert code == 2 and "must end in .png" in err
+
+
+def test_out_never_overwrites_a_runs_file_a_folder_or_a_file_that_is_no_figure(lm_checkpoint, tmp_path, capsys,
+                                                                                 is_png):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    _draws(capsys, is_png, run / "loss.png", "positions")  # a run's loss.png: refused below once it exists
+    before = (run / "loss.png").read_bytes()
+    notes = tmp_path / "notes.png"
+    notes.write_text("my notes")
+    (tmp_path / "folder.png").mkdir()
+    for target, message in ((run / "loss.png", "is a file of a training run"),
+                            (notes, "exists and is not a file this command wrote (an earlier PNG figure)"),
+                            (tmp_path / "folder.png", "is a folder; give a file name")):
+        code, _, err = _run(capsys, "predict", "--ckpt", str(lm_checkpoint), "--text", "abc", "--out", str(target))
+        assert code == 2 and message in err, err
+    assert (run / "loss.png").read_bytes() == before and notes.read_text() == "my notes"
+    _draws(capsys, is_png, tmp_path / "again.png", "positions")
+    _draws(capsys, is_png, tmp_path / "again.png", "mask", "--kind", "causal")  # an earlier figure is replaced
+    page, text = tmp_path / "attn.html", tmp_path / "text.html"
+    text.write_text("<p>mine</p>")
+    for _ in range(2):  # an earlier page is replaced
+        assert _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "abc", "--html", str(page))[0] == 0
+    code, _, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "abc", "--html", str(text))
+    assert code == 2 and "exists and is not a file this command wrote (an earlier attention page)" in err
+    assert text.read_text() == "<p>mine</p>"
+
+
+def test_figures_too_large_are_refused_before_they_are_built(tmp_path, capsys):
+    code, _, err = _run(capsys, "mask", "--kind", "causal", "--len", "100000", "--out", str(tmp_path / "m.png"))
+    assert code == 2 and "100000 x 100000 mask is too large to draw: even at dpi 10 (the least)" in err, err
+    code, _, err = _run(capsys, "mask", "--kind", "causal", "--len", "3000", "--out", str(tmp_path / "m.png"))
+    assert code == 2 and "dpi 100 would make a " in err and "i.e. dpi <= 27 for this" in err, err
+    code, _, err = _run(capsys, "positions", "--len", "1000000000", "--dim", "1000000", "--out",
+                        str(tmp_path / "p.png"))
+    assert code == 2 and "too large to draw: at most 16,777,216 values" in err, err
+    code, _, err = _run(capsys, "positions", "--len", "0", "--out", str(tmp_path / "p.png"))
+    assert code == 2 and "--len must be an int >= 1, got 0" in err, err
+    assert not list(tmp_path.iterdir())
 
 
 def test_unknown_preset(tmp_path, capsys):

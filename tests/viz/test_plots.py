@@ -168,6 +168,20 @@ def test_next_token_predictions_are_the_softmax_top_k(make_gpt):
     assert torch.all(probs[:, :-1] >= probs[:, 1:])
 
 
+def test_next_token_predictions_leave_out_the_padding_of_a_larger_output_layer(make_gpt):
+    model = make_gpt("gpt2")  # V = 41, as if padded past a 30-token tokenizer
+    with torch.no_grad():
+        model.lm_head.weight[30:] = 0.0
+        model.lm_head.weight[30:, 0] = 100.0  # the padding ids would win every position
+    ids = torch.randint(0, 30, (6,))
+    probs, top = next_token_predictions(model, ids, top_k=5, vocab_size=30)
+    assert int(top.max()) < 30
+    with torch.no_grad():
+        full = torch.softmax(model(ids[None])[0], dim=-1)  # (T, V): the model's own probabilities are shown
+    torch.testing.assert_close(probs, full[:, :30].topk(5).values, atol=1e-6, rtol=0)
+    assert int(next_token_predictions(model, ids, top_k=5)[1].max()) >= 30  # without vocab_size: all V
+
+
 def test_next_token_predictions_for_the_decoder_of_a_transformer(make_transformer):
     model = make_transformer()
     probs, top = next_token_predictions(model, [1, 5, 8], src=[3, 9, 4, 2], top_k=2)

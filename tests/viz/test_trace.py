@@ -382,3 +382,12 @@ def test_unshared_embeddings_keep_their_parameters(make_transformer):
     assert _row(t, "src_embed").params == 37 * 32 and _row(t, "tgt_embed").params == 29 * 32
     assert not _row(t, "tgt_embed").tied
     assert sum(r.params for r in t.rows if r.depth == 1) == t.total_params
+
+
+def test_units_roll_over_as_printed():
+    from attnkit.viz.trace_cost import human_bytes, human_count
+
+    assert [human_bytes(n) for n in (999, 999_994, 999_999, 999_995_000, 1_500_000)] == \
+        ["999 B", "999.99 kB", "1.00 MB", "1.00 GB", "1.50 MB"]
+    assert [human_count(n) for n in (999_999, 1_234_567, 999_999_999, 999_995_000_000)] == \
+        ["999,999", "1.23 M", "1.00 G", "1.00 T"]
