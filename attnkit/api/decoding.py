@@ -45,8 +45,12 @@ class DecodingOptions(DeviceOptions):
         for flag, value in (("--max-len-a", self.max_len_a), ("--max-len-b", self.max_len_b)):
             if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{flag} must be a finite number >= 0, got {value!r}")
+            if value > 1e6:  # a * length + b stays an int a search can count to
+                raise ValueError(f"{flag} must be at most 1e6, got {value!r}")
         if not is_number(self.length_penalty) or not math.isfinite(self.length_penalty):
             raise ValueError(f"--length-penalty must be a finite number, got {self.length_penalty!r}")
+        if not -10 <= self.length_penalty <= 10:  # ((5 + len) / 6) ** alpha stays a finite float
+            raise ValueError(f"--length-penalty must be in [-10, 10], got {self.length_penalty!r}")
 
     @property
     def search(self) -> dict:

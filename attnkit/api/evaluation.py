@@ -100,11 +100,21 @@ def _is_eval_record(path: Path) -> bool:
     return isinstance(old, dict) and old.get("kind") in ("lm", "mt") and "ckpt" in old
 
 
-def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str) -> None:
+def _wrote_hyps(record: Path) -> Any:
+    """Whether a file is the ``hyps`` that the evaluation record at ``record`` names (what a rerun replaces)."""
+    def check(path: Path) -> bool:
+        if not record.is_file() or not _is_eval_record(record):
+            return False
+        return json_lib.loads(record.read_text(encoding="utf-8")).get("hyps") == str(path)
+    return check
+
+
+def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path) -> None:
     """Refuse a ``json`` / ``hyps`` path that would overwrite what the evaluation reads or what the user keeps:
     the data (a file, one of two files, or anything in a data folder), the other output, a file of a run other
-    than an ``eval_*`` record (:func:`~attnkit.checkpoints.runs.check_output_file`), or an existing ``json``
-    that is not an evaluation record."""
+    than an ``eval_*`` record (:func:`~attnkit.checkpoints.runs.check_output_file`), an existing ``json`` that
+    is not an evaluation record, or an existing ``hyps`` file that the record at ``out`` (the JSON to be written)
+    does not name as its translations."""
     from attnkit.checkpoints.runs import check_output_file
 
     inputs = [Path(p) for p in ([data] if Path(data).exists() else str(data).split(","))]
@@ -116,8 +126,12 @@ def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str) -> None:
         if any(path == i.resolve() or i.resolve() in path.parents for i in inputs if i.exists()):
             raise ValueError(f"{flag} {str(outputs[flag])!r} is (or is inside) the data being scored, {data!r}; "
                              f"give another file")
-        check_output_file(outputs[flag], flag, replaces=_is_eval_record if flag == "--json" else None,
-                          may_replace="an evaluation record", run_prefix="eval_")
+        if flag == "--json":
+            check_output_file(outputs[flag], flag, replaces=_is_eval_record, may_replace="an evaluation record",
+                              run_prefix="eval_")
+        else:
+            check_output_file(outputs[flag], flag, replaces=_wrote_hyps(out.resolve()), run_prefix="eval_",
+                              may_replace=f"the translations that {str(out)!r} records")
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -140,7 +154,9 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     o = EvalLMOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
     loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
-    _check_outputs(o, o.data)
+    checkpoint = resolve_checkpoint(o.ckpt)
+    out = Path(o.json) if o.json is not None else checkpoint / "eval_lm.json"
+    _check_outputs(o, o.data, out)
     model = place_model(loaded.model, o, device)
     T = int(model.config.block_size)
     train_block = (loaded.state.get("train_config") or {}).get("block_size")
@@ -156,10 +172,10 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
                                       next_token_loss)
     if not math.isfinite(mean):
         raise FloatingPointError(f"the validation loss is {mean}: the checkpoint's weights are broken")
-    result = {"kind": "lm", "ckpt": str(o.ckpt), "data": str(o.data), "split": "valid",
+    result = {"kind": "lm", "ckpt": str(o.ckpt), "checkpoint": str(checkpoint), "step": loaded.state.get("step"),
+              "data": str(o.data), "split": "valid",
               "block_size": T, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
               "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
-    out = Path(o.json) if o.json is not None else resolve_checkpoint(o.ckpt) / "eval_lm.json"
     _write_json(out, result)
     return EvalResult(result, out)
 
@@ -192,7 +208,12 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     loaded = load(o.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     model = place_model(loaded.model, o, device)
     data = _eval_data(o, loaded.state)
-    _check_outputs(o, data)
+    checkpoint = resolve_checkpoint(o.ckpt)
+    stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
+    from_files = Path(str(data)).is_file() or "," in str(data)  # the split is ignored for files
+    name = f"eval_mt_{stem}.json" if from_files else f"eval_mt_{stem}_{o.split}.json"
+    out = Path(o.json) if o.json is not None else checkpoint / name
+    _check_outputs(o, data, out)
     # a model trained with `train mt --reverse` translates the target side into the source side
     reverse = bool(((loaded.state.get("extra") or {}).get("mt_options") or {}).get("reverse"))
     corpus = load_eval_pairs(data, o.split, strict=o.strict, reverse=reverse)
@@ -207,15 +228,13 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
                                       **o.search)
     seconds = time.perf_counter() - t0
     scores = score_translations(hyps, refs)
-    stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
-    from_files = Path(str(data)).is_file() or "," in str(data)  # the split is ignored for files
     split = None if from_files else o.split
-    result = {"kind": "mt", "ckpt": str(o.ckpt), "data": str(data), "split": split, "reverse": reverse,
+    result = {"kind": "mt", "ckpt": str(o.ckpt), "checkpoint": str(checkpoint), "step": loaded.state.get("step"),
+              "data": str(data), "split": split, "reverse": reverse,
               "sentences": len(sources), "skipped_lines": corpus.skipped, "truncated_sources": n_cut,
               "beam": o.beam, "length_penalty": o.length_penalty, "max_len_a": o.max_len_a,
-              "max_len_b": o.max_len_b, **scores, "seconds": seconds}
-    name = f"eval_mt_{stem}.json" if from_files else f"eval_mt_{stem}_{o.split}.json"
-    out = Path(o.json) if o.json is not None else resolve_checkpoint(o.ckpt) / name
+              "max_len_b": o.max_len_b, **scores, "seconds": seconds,
+              **({"hyps": str(Path(o.hyps).resolve())} if o.hyps is not None else {})}
     _write_json(out, result)
     if o.hyps is not None:
         write_text_atomic(o.hyps, "".join(h + "\n" for h in hyps))

@@ -23,8 +23,8 @@ from attnkit.data.corpora.registry import is_recipe
 
 from .interruption import resume_hint
 from .launcher import world_size
-from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, refuse_changed,
-                      resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
+from .options import (Log, RunResult, TrainOptions, check_vocab_size, default_log, done_line, recorded_path,
+                      refuse_changed, resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
 
 __all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
 
@@ -84,8 +84,7 @@ class TrainLMOptions(TrainOptions):
             raise ValueError(f"train lm sets the model's block_size from --block-size (block_size=), got --set "
                              f"block_size={self.overrides['block_size']!r}: use --block-size "
                              f"{self.overrides['block_size']!r}")
-        if self.vocab_size is not None and self.vocab_size < 1:
-            raise ValueError(f"--vocab-size must be >= 1, got {self.vocab_size}")
+        check_vocab_size(self.vocab_size)
         if self.vocab_size is not None and not self.resume and (self.tokenizer or "char") != "bpe":
             raise ValueError(f"--vocab-size sizes a BPE trained on the data (--tokenizer bpe); --tokenizer "
                              f"{self.tokenizer or 'char'!r} brings its own vocabulary, got --vocab-size {self.vocab_size}")
@@ -187,6 +186,11 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     data = o.data or extra_saved.get("data") or "shakespeare"
     preset = o.preset or extra_saved.get("preset") or "char-small"
     if saved is not None:
+        started = {"mt": "attnkit train mt"}.get(extra_saved.get("kind"), "attnkit finetune"
+                                                 if extra_saved.get("task") == "finetune" else None)
+        if started is not None:  # its own command keeps what `train lm` does not know (documents, prompting)
+            raise ValueError(f"--resume: {o.out} is not a `train lm` run; continue it with `{started} --out "
+                             f"{o.out} --resume`")
         _check_resumed(o, extra_saved)
     given = train_values(o, block_size=o.block_size)
     given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})

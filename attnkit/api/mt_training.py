@@ -47,8 +47,8 @@ from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES,
 
 from .interruption import resume_hint
 from .launcher import is_main_process, world_size
-from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, refuse_changed,
-                      resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
+from .options import (Log, RunResult, TrainOptions, check_vocab_size, default_log, done_line, recorded_path,
+                      refuse_changed, resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
 
@@ -111,8 +111,12 @@ class TrainMTOptions(TrainOptions):
         super()._check()
         if self.average_last is not None and self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
-        if self.synthetic_ratio is not None and not 0.0 < self.synthetic_ratio < float("inf"):
-            raise ValueError(f"--synthetic-ratio must be a number > 0, got {self.synthetic_ratio:g}")
+        check_vocab_size(self.vocab_size)
+        if self.vocab_size is not None and self.tokenizer is not None and not self.resume:
+            raise ValueError(f"--vocab-size sizes the joint BPE trained on the pairs; --tokenizer "
+                             f"{str(self.tokenizer)!r} brings its own vocabulary, got --vocab-size {self.vocab_size}")
+        if self.synthetic_ratio is not None and not 0.0 < self.synthetic_ratio <= 100:
+            raise ValueError(f"--synthetic-ratio must be a number in (0, 100], got {self.synthetic_ratio:g}")
 
 
 def _mt_options(o: TrainMTOptions, saved: dict | None) -> dict[str, Any]:

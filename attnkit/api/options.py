@@ -279,6 +279,16 @@ def done_line(summary: dict[str, Any], tail: str) -> str:
             + (f"; {', '.join(losses)}" if losses else "") + f"; {tail}")
 
 
+def check_vocab_size(vocab_size: int | None) -> None:
+    """``--vocab-size``, the size of a BPE to train: at least 1 and at most
+    :data:`~attnkit.data.tokenizers.bpe_tokenizer.MAX_BPE_VOCAB` (refused when the options are made, before any
+    data is read)."""
+    from attnkit.data.tokenizers.bpe_tokenizer import MAX_BPE_VOCAB
+
+    if vocab_size is not None and not 1 <= vocab_size <= MAX_BPE_VOCAB:
+        raise ValueError(f"--vocab-size must be in [1, {MAX_BPE_VOCAB:,}], got {vocab_size}")
+
+
 def default_log(log: Log | None) -> Log:
     """``log``, or :func:`say` (stderr, rank 0 only) when None."""
     return say if log is None else log

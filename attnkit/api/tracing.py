@@ -40,6 +40,8 @@ class TracePreset(DeviceOptions):
                             (self.vocab_size, "--vocab-size")):
             if value is not None and value <= 0:
                 raise ValueError(f"{flag} must be a positive integer, got {value}")
+        if not -(2**63) <= self.seed <= 2**64 - 1:
+            raise ValueError(f"--seed must be an int in [-2**63, 2**64 - 1] (the seeds torch takes), got {self.seed}")
 
 
 def _preset_inputs(o: TracePreset) -> tuple[Any, Any]:

@@ -310,7 +310,8 @@ def read_checkpoint_state(path: str | os.PathLike) -> dict[str, Any]:
     """Parse and return ``<path>/state.json`` (no tensors loaded); raises :class:`CheckpointError`."""
     path = Path(path)
     if not path.is_dir():
-        raise CheckpointError(f"no checkpoint at {path}: the folder does not exist")
+        what = "is a file, not a checkpoint folder" if path.exists() else "the folder does not exist"
+        raise CheckpointError(f"no checkpoint at {path}: {what}")
     file = path / STATE_FILE
     if not file.is_file():
         raise CheckpointError(f"checkpoint {path} is incomplete: {file} is missing")

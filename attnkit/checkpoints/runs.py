@@ -79,6 +79,8 @@ def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such checkpoint or run folder: {path}")
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is a file, not a checkpoint folder or a run folder")
     if (path / "state.json").is_file():
         return path
     ckpts = path / CHECKPOINTS_DIR
@@ -87,6 +89,9 @@ def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:
         latest = latest_checkpoint(ckpts)
         if prefer == "best" and (best / "state.json").is_file():
             return best
+        if prefer == "best" and best.is_dir():  # damaged: never another checkpoint in its place, silently
+            raise CheckpointError(f"checkpoint {best} is incomplete: {best / STATE_FILE} is missing (pass a step "
+                                  f"checkpoint of {ckpts} as --ckpt)")
         if latest is not None:
             return latest
         if (best / "state.json").is_file():

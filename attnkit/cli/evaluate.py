@@ -26,8 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--data", required=True, help="recipe name (shakespeare, fortunes) or the local file/folder "
                     "the model was trained on")
     lm.add_argument("--batch-size", type=int, default=16, help="windows per batch")
-    lm.add_argument("--max-batches", type=int, default=None, help="evaluate only this many batches (windows "
-                    "spread evenly over the split)")
+    lm.add_argument("--max-batches", type=int, default=None, help="only this many batches, spread over the split")
     lm.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_lm.json)")
     add_device_flags(lm)
     lm.set_defaults(func=run_eval_lm)

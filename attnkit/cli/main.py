@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         if message:
             print(message, file=sys.stderr)
         return code
-    except (ValueError, OSError, RuntimeError, FloatingPointError) as e:
-        # Expected failures (bad input, missing files, fetch errors) get one clear line, not a traceback.
+    except (ValueError, OSError, RuntimeError, ArithmeticError) as e:
+        # Expected failures (bad input, missing files, fetch errors, float overflow): one clear line, no traceback.
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
         return 2
     finally:

@@ -32,8 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="with --output: no progress bar")
     add_decoding_flags(p)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
-    p.add_argument("--strict", action="store_true", help="refuse sentences longer than the model allows "
-                   "instead of truncating them")
+    p.add_argument("--strict", action="store_true", help="refuse sentences longer than the model allows (not cut)")
     add_device_flags(p)
     p.set_defaults(func=run_translate)
 
@@ -43,9 +42,11 @@ def run_translate(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         return _translate_to_pairs(args)
-    translator = Translator(options_from(TranslateOptions, args))
+    if args.input is None and sys.stdin is None:
+        raise ValueError("no input: stdin is closed; pass --input FILE")
     if args.input is not None and not Path(args.input).is_file():
-        raise FileNotFoundError(f"--input: no such file: {args.input}")
+        raise FileNotFoundError(f"--input: {'a folder' if Path(args.input).is_dir() else 'no such file'}: {args.input}")
+    translator = Translator(options_from(TranslateOptions, args))
     lines = open_lines(args.input) if args.input is not None else sys.stdin
     # Typing at a terminal: answer every line at once instead of waiting for a full batch.
     batch_size = 1 if args.input is None and sys.stdin.isatty() else args.batch_size

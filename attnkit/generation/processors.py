@@ -144,7 +144,8 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V) each
     probs = torch.softmax(sorted_logits.float(), dim=-1)  # (B, V), in float32 for a stable cumulative sum
     mass_before = torch.cumsum(probs, dim=-1) - probs  # (B, V): exclusive cumulative sum
-    remove_sorted = mass_before >= top_p  # (B, V) in sorted order; column 0 has mass 0 so it is never removed
+    remove_sorted = mass_before >= top_p  # (B, V) in sorted order
+    remove_sorted[:, 0] = False  # the most likely token stays (also for a top_p that is 0 in float32, 1e-46)
     # scatter the decision back to vocabulary order
     remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)  # (B, V)
     return logits.masked_fill(remove, float("-inf"))

@@ -29,6 +29,7 @@ BEST_MODES: tuple[str, ...] = ("min", "max")
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
 # checkpoints are device-free, so a run started on a GPU may continue on the CPU and back.
 RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss")
+MAX_MINUTES = 1e9  # the longest max_time (about 1,900 years): its seconds stay a finite float
 # The length of a run given neither steps nor max_time (TrainConfig's default and resolve_train_config's).
 DEFAULT_STEPS = 2000
 
@@ -127,7 +128,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.steps = _int("steps", self.steps, minimum=1, allow_none=True)
-        self.max_time = _float("max_time", self.max_time, low=0.0, low_inclusive=False, allow_none=True)
+        self.max_time = _float("max_time", self.max_time, low=0.0, low_inclusive=False, high=MAX_MINUTES,
+                               allow_none=True)
         if self.steps is None and self.max_time is None:
             raise ValueError("TrainConfig needs steps or max_time (or both) to know when to stop, got both None")
         self.stop_at_loss = _float("stop_at_loss", self.stop_at_loss, low=0.0, allow_none=True)

@@ -327,6 +327,9 @@ class Trainer:
                 raise CheckpointError(f"{latest / 'state.json'}: {key!r} must be a number >= 0, got {value!r} "
                                       f"(edited by hand?)")
 
+        if self.config.steps is not None and self.config.steps < state["step"]:  # would rewrite a finished run
+            raise ValueError(f"cannot resume with steps={self.config.steps} (--steps): {latest} is at step "
+                             f"{state['step']} already; give at least that")
         diffs = [f"{name} (checkpoint {old!r}, now {new!r})"
                  for name, (old, new) in self.config.resume_differences(state["train_config"]).items()]
         saved_config = state["model_config"]

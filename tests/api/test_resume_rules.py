@@ -127,6 +127,15 @@ def test_a_relative_finetune_data_path_resumes_from_another_working_directory(lm
     assert api.finetune(out=out, resume=True, steps=3, progress=False, log=quiet).steps == 3
     assert api.finetune(out=out, resume=True, steps=4, data=str(corpus), source=str(lm_run), progress=False,
                         log=quiet).steps == 4
+    before = _state(out)
+    with pytest.raises(ValueError, match=r"is not a `train lm` run; continue it with `attnkit finetune --out "):
+        api.train_lm(out=out, resume=True, steps=6, progress=False, log=quiet)
+    assert _state(out) == before  # its documents, source and prompting are kept
+
+
+def test_train_lm_resume_refuses_a_translation_run(mt_run, tmp_path):
+    with pytest.raises(ValueError, match=r"is not a `train lm` run; continue it with `attnkit train mt --out "):
+        api.train_lm(out=_copy(mt_run, tmp_path), resume=True, steps=9, progress=False, log=quiet)
 
 
 # --- 3, 4. changed options on resume --------------------------------------------------------------------------------
@@ -190,7 +199,11 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
 @pytest.mark.parametrize("make, message", [
     (lambda: api.TrainLMOptions(overrides={"block_size": 8}),
      r"train lm sets the model's block_size from --block-size .*got --set block_size=8: use --block-size 8"),
-    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=0), r"--vocab-size must be >= 1, got 0"),
+    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=0), r"--vocab-size must be in \[1, 4,194,304\], got 0"),
+    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=99999999999), r"--vocab-size must be in \[1, 4,194,304\]"),
+    (lambda: api.TrainMTOptions(vocab_size=99999999999), r"--vocab-size must be in \[1, 4,194,304\]"),
+    (lambda: api.TrainMTOptions(tokenizer="tok.json", vocab_size=500),
+     r"--tokenizer 'tok.json' brings its own vocabulary, got --vocab-size 500"),
     (lambda: api.TrainLMOptions(vocab_size=500), r"--tokenizer 'char' brings its own vocabulary, got --vocab-size 500"),
     (lambda: api.TrainLMOptions(tokenizer="gpt2", vocab_size=500), r"--tokenizer 'gpt2' brings its own vocabulary"),
 ])

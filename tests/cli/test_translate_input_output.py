@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,14 @@ def test_a_bare_carriage_return_stays_inside_its_line(run, tmp_path, capsys, mon
     assert json.loads((tmp_path / "cr.tsv.json").read_text())["lines"] == 2
 
 
+def test_a_closed_stdin_or_a_folder_as_input_is_one_line(run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", None)  # what Python gives a process started with fd 0 closed
+    assert _translate(run) == 2
+    assert "no input: stdin is closed; pass --input FILE" in capsys.readouterr().err
+    assert _translate(run, "--input", str(tmp_path)) == 2
+    assert f"--input: a folder: {tmp_path}" in capsys.readouterr().err
+
+
 def test_a_line_that_is_not_utf8_is_refused_with_its_number(run, tmp_path, capsys, monkeypatch):
     """Stdin under a UTF-8 locale holds such bytes as lone surrogates (surrogateescape); they used to reach the
     tokenizer ("TextEncodeInput must be Union[...]"), or the decoder's error named no line."""
@@ -162,6 +171,8 @@ def test_a_line_that_is_not_utf8_is_refused_with_its_number(run, tmp_path, capsy
     ("--max-len-a", "-1", "--max-len-a must be a finite number >= 0, got -1.0"),
     ("--max-len-b", "inf", "--max-len-b must be a finite number >= 0, got inf"),
     ("--length-penalty", "nan", "--length-penalty must be a finite number, got nan"),
+    ("--length-penalty", "1e308", "--length-penalty must be in [-10, 10], got 1e+308"),
+    ("--max-len-a", "1e308", "--max-len-a must be at most 1e6, got 1e+308"),
 ])
 def test_bad_decoding_values_are_refused_before_anything_is_written(run, mono, tmp_path, capsys, flag, value,
                                                                     message):
@@ -172,5 +183,5 @@ def test_bad_decoding_values_are_refused_before_anything_is_written(run, mono, t
     assert message in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "out.tsv.json").exists()
     assert _translate(run, "--input", str(mono), "--output", str(out)) == 0
-    with pytest.raises(ValueError, match=message.replace("+", r"\+")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         TranslateOptions(ckpt=run, **{flag[2:].replace("-", "_"): float(value)})

@@ -47,6 +47,7 @@ def test_top_p_keeps_the_smallest_nucleus():
     assert keep(0.85) == [True, True, False, True]  # 0.8 < 0.85 -> the 0.15 is in
     assert keep(0.97) == [True, True, True, True]
     assert keep(0.1) == [False, True, False, False]  # the most likely token always stays
+    assert keep(1e-46) == [False, True, False, False]  # also for a top_p that rounds to 0 in float32
     assert keep(1.0) == [True, True, True, True]
     out = top_p_filter(logits, 0.75)
     assert out[0, 1] == logits[0, 1] and out[0, 3] == logits[0, 3]  # kept logits are unchanged

@@ -126,6 +126,15 @@ def test_resume_without_checkpoint(tmp_path, tiny_lm, token_streams):
         _trainer(tmp_path, tiny_lm, token_streams, name="empty", resume=True)
 
 
+def test_resume_below_the_checkpoints_step_is_refused_and_changes_nothing(tmp_path, tiny_lm, token_streams):
+    _trainer(tmp_path, tiny_lm, token_streams, steps=4, eval_every=4, ckpt_every=4).fit()
+    files = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
+    with pytest.raises(ValueError, match=r"cannot resume with steps=3 \(--steps\): .*step_00000004 is at step 4 "
+                                         r"already; give at least that"):
+        _trainer(tmp_path, tiny_lm, token_streams, steps=3, eval_every=4, ckpt_every=4, resume=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()} == files
+
+
 def test_resume_with_changed_config_names_the_fields(tmp_path, tiny_lm, token_streams):
     _trainer(tmp_path, tiny_lm, token_streams, steps=4, eval_every=4).fit()
     with pytest.raises(ValueError, match=r"changed in 2 field\(s\): batch_size \(checkpoint 4, now 2\); "

@@ -76,6 +76,7 @@ def test_translation_checkpoint(mt_checkpoint, capsys):
     (("--preset", "char-small", "--len", "500"), "block_size = 128, got 500"),
     (("--preset", "char-small", "--depth", "-1"), "--depth must be >= 0, got -1"),
     (("--preset", "nope"), "unknown preset 'nope'"),
+    (("--preset", "char-small", "--seed", str(2**64)), "--seed must be an int in [-2**63, 2**64 - 1]"),
 ])
 def test_bad_input_one_line(argv, message, capsys):
     code, out, err = _run(capsys, *argv)
@@ -86,6 +87,9 @@ def test_bad_input_one_line(argv, message, capsys):
 def test_missing_checkpoint(tmp_path, capsys):
     code, _, err = _run(capsys, "--ckpt", str(tmp_path / "nothing"), "--text", "x")
     assert code == 2 and len(err.strip().splitlines()) == 1
+    (tmp_path / "file").write_text("x")
+    code, _, err = _run(capsys, "--ckpt", str(tmp_path / "file"), "--text", "x")
+    assert code == 2 and "is a file, not a checkpoint folder" in err
 
 
 @pytest.mark.network

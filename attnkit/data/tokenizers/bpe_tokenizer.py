@@ -34,6 +34,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from attnkit.data.tokenizers.tokenizer import Tokenizer, register_tokenizer_type
 
+MAX_BPE_VOCAB = 1 << 22  # 4,194,304 tokens, 16x the largest vocabularies in use; the trainer allocates per token
+
 __all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer", "backend_call",
            "tokenizer_from_json"]
 
@@ -202,9 +204,9 @@ class BPETokenizer(Tokenizer):
         if len(set(special_tokens)) != len(special_tokens):
             raise ValueError(f"special_tokens must be distinct, got {special_tokens}")
         minimum = 256 + len(special_tokens)
-        if not isinstance(vocab_size, int) or vocab_size < minimum:
-            raise ValueError(f"vocab_size must be an int >= 256 bytes + {len(special_tokens)} special tokens = "
-                             f"{minimum}, got {vocab_size!r}")
+        if not isinstance(vocab_size, int) or not minimum <= vocab_size <= MAX_BPE_VOCAB:
+            raise ValueError(f"vocab_size must be an int in [256 bytes + {len(special_tokens)} special tokens = "
+                             f"{minimum}, {MAX_BPE_VOCAB:,}], got {vocab_size!r}")
         if not isinstance(min_frequency, int) or min_frequency < 1:
             raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
         roles = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}

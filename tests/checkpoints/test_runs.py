@@ -1,0 +1,49 @@
+"""attnkit/checkpoints/runs.py: which checkpoint a run folder stands for, and which files a command may write.
+
+Axis legend: none (folders and files only).
+"""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from attnkit.checkpoints.checkpoint import CheckpointError, save_checkpoint
+from attnkit.checkpoints.runs import check_output_file, resolve_checkpoint
+
+
+def _run(tmp_path):
+    run = tmp_path / "run"
+    for name, step in (("step_00000002", 2), ("step_00000004", 4), ("best", 2)):
+        save_checkpoint(run / "checkpoints" / name, nn.Linear(2, 2), state={"step": step})
+    (run / "run.json").write_text("{}")
+    return run
+
+
+def test_a_run_folder_stands_for_its_best_checkpoint_and_a_damaged_best_is_never_replaced_silently(tmp_path):
+    run = _run(tmp_path)
+    assert resolve_checkpoint(run) == run / "checkpoints" / "best"
+    assert resolve_checkpoint(run, prefer="latest") == run / "checkpoints" / "step_00000004"
+    (run / "checkpoints" / "best" / "state.json").unlink()
+    with pytest.raises(CheckpointError, match=r"best is incomplete: .*state.json is missing \(pass a step checkpoint"):
+        resolve_checkpoint(run)
+    assert resolve_checkpoint(run, prefer="latest") == run / "checkpoints" / "step_00000004"
+
+
+def test_check_output_file_keeps_runs_folders_and_other_files(tmp_path):
+    run = _run(tmp_path)
+    (run / "loss.png").write_bytes(b"png")
+    for path in (run / "loss.png", run / "run.json", run / "checkpoints" / "best" / "state.json"):
+        with pytest.raises(ValueError, match=r"^--out '.*' is a file of a training run; give a new file name$"):
+            check_output_file(path, "--out")
+    assert check_output_file(run / "checkpoints" / "best" / "eval_lm.json", "--json", run_prefix="eval_")
+    assert check_output_file(run / "new.png", "--out") == run / "new.png"  # a new file may go anywhere
+    with pytest.raises(ValueError, match=r"is a folder; give a file name"):
+        check_output_file(tmp_path, "--out")
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine")
+    with pytest.raises(ValueError, match=r"exists and is not a file this command wrote \(a figure\); it would be "
+                                         r"overwritten: give a new file name"):
+        check_output_file(mine, "--out", replaces=lambda p: p.read_text() == "figure", may_replace="a figure")
+    mine.write_text("figure")
+    assert check_output_file(mine, "--out", replaces=lambda p: p.read_text() == "figure") == mine
