@@ -151,6 +151,8 @@ def test_trace_viz_params_and_data(lm_run, tmp_path):
     (lambda: api.TrainMTOptions(average_last=-1), r"--average-last must be >= 0, got -1"),
     (lambda: api.FinetuneOptions(lora=True, lora_targets=[]), r"--lora-targets must name at least one module"),
     (lambda: api.TranslateOptions(ckpt="x", beam=0), r"--beam must be >= 1, got 0"),
+    (lambda: api.TranslateOptions(ckpt="x", length_penalty=1e308), r"--length-penalty must be in \[-10, 10\]"),
+    (lambda: api.EvalMTOptions(ckpt="x", max_len_a=1e308), r"--max-len-a must be at most 1e6, got 1e\+308"),
     (lambda: api.SampleOptions(), r"exactly one of ckpt .* and model"),
     (lambda: api.EvalLMOptions(ckpt="x"), r"evaluate_lm needs data"),
 ])

