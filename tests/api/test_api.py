@@ -94,7 +94,8 @@ def test_evaluate_refuses_outputs_that_would_overwrite_the_data_the_run_or_a_use
         api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=notes)
     assert corpus.read_bytes() == before and state.read_bytes() == state_before and notes.read_text() == '{"mine": 1}\n'
     for _ in range(2):  # an earlier record is replaced
-        assert api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=tmp_path / "e.json", max_batches=1).path.is_file()
+        result = api.evaluate_lm(ckpt=lm_run.out, data=str(corpus), json=tmp_path / "e.json", max_batches=1)
+        assert result.path.is_file() and result.metrics["step"] == 10
 
 
 def test_train_mt_translate_and_evaluate(pairs, tmp_path):
