@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first; a module may import its own layer and any layer listed before it
 LAYERS = [
-    ("attnkit", "checks", "recipes"),
+    ("attnkit", "checks", "recipes", "files"),
     ("modules",),
     ("models",),
     ("data",),  # data/fetch.py and data/json_files.py, shared by the three parts

@@ -135,7 +135,7 @@ def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path) -> No
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    from attnkit.checkpoints.atomic import write_text_atomic
+    from attnkit.files import write_text_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json_lib.dumps(payload, indent=2, ensure_ascii=False) + "\n")

@@ -21,7 +21,7 @@ Quick start::
 Nothing is ever unpickled.
 """
 
-from .atomic import write_bytes_atomic, write_text_atomic
+from attnkit.files import write_bytes_atomic, write_text_atomic
 from .checkpoint import (CheckpointError, clean_stale, latest_checkpoint, list_checkpoints, load_checkpoint,
                          prune_checkpoints, read_checkpoint_state, save_checkpoint)
 from .load import LoadedModel, checkpoint_kind, load

@@ -41,7 +41,7 @@ from torch import nn
 from attnkit.checks import check_int
 from attnkit.data.json_files import read_json_file
 
-from .atomic import fsync_dir, fsync_file, publish_folder, write_text_atomic
+from attnkit.files import fsync_dir, fsync_file, publish_folder, write_text_atomic
 from .rng import capture_rng_state, restore_rng_state
 
 MODEL_FILE = "model.safetensors"

@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from attnkit.checkpoints.atomic import write_atomic
+from attnkit.files import write_atomic
 from attnkit.checkpoints.checkpoint import check_table_sizes
 from attnkit.data.json_files import read_json_file
 from attnkit.models.configs import GPTConfig

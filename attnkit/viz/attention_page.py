@@ -214,7 +214,7 @@ def check_page_path(path: str | Path, flag: str = "--html") -> Path:
 def write_page(html: str, path: str | Path) -> Path:
     """Write the page atomically (temporary name, then rename) and return its path. ``path`` must end in .html
     and may replace only an earlier attention page (:func:`check_page_path`)."""
-    from attnkit.checkpoints.atomic import write_text_atomic
+    from attnkit.files import write_text_atomic
 
     path = check_page_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 100) -> Path:
     a file of a run (:func:`check_figure_path`); ``dpi`` must be in [``MIN_DPI``, ``MAX_DPI``] = [10, 1200] and
     the image at most ``MAX_PIXELS`` (100 megapixels).
     """
-    from attnkit.checkpoints.atomic import write_bytes_atomic
+    from attnkit.files import write_bytes_atomic
 
     path = check_figure_path(path, dpi)
     check_pixels(*(float(x) for x in fig.get_size_inches()), dpi)

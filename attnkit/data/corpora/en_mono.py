@@ -53,6 +53,7 @@ from typing import Iterable
 from attnkit.data.corpora.parallel import normalize_text, read_tsv
 from attnkit.data.corpora.registry import prepare, register
 from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.files import write_text_atomic
 
 __all__ = ["PACKAGE", "VERSION", "DEB_SHA256", "LICENSE", "SEED", "OUTPUT", "wordnet_examples", "is_sentence",
            "as_sentence", "sentence_key", "select_sentences", "build_en_mono", "prepare_en_mono"]
@@ -162,9 +163,7 @@ def build_en_mono(wordnet_dir: str | Path, de_en: str | Path, out_dir: str | Pat
     held_out = [t for split in _HELD_OUT for t in read_tsv(de_en / f"{split}.tsv").targets]
     sentences, counts = select_sentences(examples, held_out, read_tsv(de_en / "train.tsv").targets)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / (OUTPUT + ".tmp")
-    tmp.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
-    tmp.replace(out_dir / OUTPUT)
+    write_text_atomic(out_dir / OUTPUT, "".join(s + "\n" for s in sentences))
     words = sum(len(s.split()) for s in sentences)
     record = {
         "name": "en-mono",

@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.files import write_atomic
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer, load_tokenizer
 
@@ -225,9 +226,11 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
             pass  # unreadable: encode again and overwrite
     ids = encode_corpus(tokenizer, text, show_progress=show_progress)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, ids.numpy(), allow_pickle=False)
-    os.replace(tmp, path)
+    def save(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.save adds no ".npy" to its name
+            np.save(f, ids.numpy(), allow_pickle=False)
+
+    write_atomic(path, save)
     return ids
 
 

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,6 +40,7 @@ from attnkit.data.corpora.text import DEFAULT_VALID_FRACTION, lm_recipe_folder, 
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer, tokenizer_from_dict
+from attnkit.files import write_text_atomic
 
 from .lm_dataset import DEFAULT_BPE_VOCAB, _tokenizer_fingerprint, build_tokenizer, cut_rule
 from .store_encoding import bpe_training_pieces, encode_blocks
@@ -55,9 +55,7 @@ LM_SPLITS = ("train", "valid")
 
 def _write_json(path: Path, payload: Any) -> None:
     """A small JSON file written under a temporary name and renamed into place."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps(payload, ensure_ascii=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, ensure_ascii=True))
 
 
 def _read_json(path: Path) -> Any:

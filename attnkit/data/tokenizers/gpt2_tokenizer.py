@@ -23,6 +23,7 @@ Axes: ``V`` vocabulary size (50257), ``N`` number of ids.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import tarfile
 from functools import lru_cache
@@ -33,6 +34,7 @@ from tokenizers import decoders, models
 
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, byte_level_pre_tokenizer, bytes_to_unicode
 from attnkit.data.fetch import FetchError, attnkit_home, pip_download, sha256_file, write_source_record
+from attnkit.files import write_bytes_atomic
 
 __all__ = [
     "gpt2_tokenizer",
@@ -86,13 +88,10 @@ def fetch_gpt2_ranks(home: str | os.PathLike | None = None) -> Path:
             raise FetchError(f"{ASSET_MEMBER} in {WHISPER_SDIST} is not a regular file of at most "
                              f"{_ASSET_MAX_BYTES} bytes (type {member.type!r}, size {member.size})")
         data = tf.extractfile(member).read()
-    tmp = asset.with_name(ASSET_NAME + ".tmp")
-    tmp.write_bytes(data)
-    got = sha256_file(tmp)
+    got = hashlib.sha256(data).hexdigest()
     if got != ASSET_SHA256:
-        tmp.unlink()
         raise FetchError(f"checksum mismatch for {ASSET_NAME}: expected sha256 {ASSET_SHA256}, got {got}")
-    os.replace(tmp, asset)
+    write_bytes_atomic(asset, data)
     write_source_record(folder, {
         "name": "gpt2 tokenizer (BPE ranks)",
         "package": "openai-whisper",

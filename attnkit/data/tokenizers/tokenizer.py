@@ -208,12 +208,13 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
 
 
 def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> Path:
-    """Write ``tok.to_dict()`` as JSON to ``path`` (temporary file + rename). Returns the path."""
+    """Write ``tok.to_dict()`` as JSON to ``path`` (:func:`attnkit.files.write_text_atomic`: a unique temporary
+    name, flushed, renamed over ``path``). Returns the path."""
+    from attnkit.files import write_text_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(tok.to_dict(), ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(tok.to_dict(), ensure_ascii=False) + "\n")
     return path
 
 

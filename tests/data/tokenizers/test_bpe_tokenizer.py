@@ -123,8 +123,11 @@ def test_wrap_rejects_non_tokenizer():
 
 
 def test_train_vocab_size_too_small():
-    with pytest.raises(ValueError, match=r"vocab_size must be an int >= 256 bytes \+ 4 special tokens = 260, got 259"):
+    with pytest.raises(ValueError, match=r"vocab_size must be an int in \[256 bytes \+ 4 special tokens = 260, "
+                                         r"4,194,304\], got 259"):
         BPETokenizer.train(CORPUS, 259, special_tokens=SPECIALS)
+    with pytest.raises(ValueError, match=r"4,194,304\], got 99999999999"):  # the trainer would abort the process
+        BPETokenizer.train(CORPUS, 99999999999, special_tokens=SPECIALS)
 
 
 def test_train_role_must_be_a_special_token():

@@ -45,6 +45,24 @@ def test_save_load_dispatches_on_type(kind, char, bpe, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))  # atomic write left no temporary file
 
 
+def test_save_is_atomic_and_leaves_other_files_alone(tmp_path, monkeypatch):
+    (tmp_path / "tok.json.tmp").write_text("my notes")  # a file of the user's next to the target
+    first = CharTokenizer.train("hello")
+    save_tokenizer(first, tmp_path / "tok.json")
+    import attnkit.files
+
+    def full(path):  # the new file is written, then flushing it fails
+        raise OSError("disk full")
+
+    monkeypatch.setattr(attnkit.files, "fsync_file", full)
+    with pytest.raises(OSError, match="disk full"):
+        save_tokenizer(CharTokenizer.train("world"), tmp_path / "tok.json")
+    monkeypatch.undo()
+    assert load_tokenizer(tmp_path / "tok.json").to_dict() == first.to_dict()  # the old file, whole
+    assert (tmp_path / "tok.json.tmp").read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok.json", "tok.json.tmp"]
+
+
 def test_from_dict_unknown_type_lists_known():
     with pytest.raises(ValueError, match=r"unknown tokenizer type 'wordpiece'.*bpe.*char"):
         tokenizer_from_dict({"type": "wordpiece"})

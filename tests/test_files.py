@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from attnkit.checkpoints.atomic import write_atomic, write_bytes_atomic, write_text_atomic
+from attnkit.files import write_atomic, write_bytes_atomic, write_text_atomic
 
 
 def test_a_users_file_named_like_the_old_temporary_is_left_alone(tmp_path):
