@@ -121,8 +121,9 @@ def apt_download(package: str, dest: str | os.PathLike, *, sha256: str | None = 
         existing = [d for d in existing if _deb_version(d) == version]
     if existing:
         deb = existing[-1]
-        _verify(deb, sha256)
-        return deb, _deb_version(deb)
+        if sha256 is None or sha256_file(deb) == sha256:
+            return deb, _deb_version(deb)
+        deb.unlink()  # damaged or altered: fetched again below, as pip_download does
     spec = package if version is None else f"{package}={version}"
 
     def _try() -> subprocess.CompletedProcess:
@@ -173,7 +174,8 @@ def dpkg_extract(deb: str | os.PathLike, dest: str | os.PathLike) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(["dpkg", "-x", str(deb), str(dest)], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise FetchError(f"dpkg -x failed on {deb}: {proc.stderr.strip()[-500:]}")
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1][-300:]
+        raise FetchError(f"dpkg -x failed on {deb} (damaged or truncated? delete it and run again): {last}")
     return dest
 
 

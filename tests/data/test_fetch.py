@@ -68,3 +68,27 @@ def test_stale_package_lists_are_refreshed_once_before_a_pinned_version_is_decla
     with pytest.raises(FetchError, match=r"no longer offers sed 5\.0-1"):
         apt_download("sed", tmp_path, version="5.0-1")
     assert calls == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
+
+
+def test_a_cached_deb_that_fails_its_checksum_is_fetched_again(tmp_path, monkeypatch):
+    """As pip_download does: a damaged or altered cached .deb used to fail the same way on every run."""
+    import hashlib
+
+    import attnkit.data.fetch as fetch
+
+    good = b"the pinned package"
+    (tmp_path / "sed_4.9-2_amd64.deb").write_bytes(good[:5])  # truncated
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd[:2])
+        (Path(kwargs["cwd"]) / "sed_4.9-2_amd64.deb").write_bytes(good)
+        return fetch.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(fetch.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(fetch, "_deb_version", lambda deb: deb.name.split("_")[1])
+    monkeypatch.setattr(fetch.subprocess, "run", run)
+    deb, _ = apt_download("sed", tmp_path, version="4.9-2", sha256=hashlib.sha256(good).hexdigest())
+    assert deb.read_bytes() == good and calls == [["apt-get", "download"]]
+    assert apt_download("sed", tmp_path, version="4.9-2", sha256=hashlib.sha256(good).hexdigest())[0] == deb
+    assert calls == [["apt-get", "download"]]  # a good cached one is used as it is

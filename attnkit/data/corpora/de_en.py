@@ -67,7 +67,6 @@ import collections
 import json
 import random
 import re
-import shutil
 import struct
 import tempfile
 import time
@@ -631,6 +630,11 @@ def _descriptions(root: Path) -> tuple[dict[str, list[Pair]], collections.Counte
     the index and both checksums. The ``Packages`` indexes only map binary to source packages (the documents).
     """
     indexes = debian_descriptions.fetch_translation_indexes(root / "apt")
+    stale = [p for kind in ("de", "en") for p in indexes[kind] if sha256_file(p) != KNOWN_INDEXES[kind]]
+    if stale and not all(any(sha256_file(p) == KNOWN_INDEXES[k] for p in indexes[k]) for k in ("de", "en")):
+        for p in stale:  # a cached index that is damaged (or from another release): ask the mirror again, once
+            p.unlink()
+        indexes = debian_descriptions.fetch_translation_indexes(root / "apt")
     chosen: dict[str, Path] = {}
     for kind in ("de", "en"):
         digests = {p: sha256_file(p) for p in indexes[kind]}
@@ -658,7 +662,7 @@ def _cached(root: Path) -> bool:
         if record.get("recipe_version") != RECIPE_VERSION:
             return False
         return all(sha256_file(root / f) == record["outputs"][f]["sha256"] for f in _OUTPUTS)
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
         return False
 
 
@@ -786,7 +790,9 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
     """Fetch the packages, extract and clean the pairs, split, write the TSVs and SOURCE.json into ``root``.
 
     Prints what it does and the counts. Returns ``root``. Idempotent: with the outputs present and matching
-    SOURCE.json nothing is fetched; ``force=True`` re-fetches the packages and rebuilds everything.
+    SOURCE.json nothing is fetched; ``force=True`` rebuilds everything from the packages and indexes, reusing
+    the cached ones that match their pinned sha256 (a damaged one is fetched again; the pinned ``.deb`` files a
+    user put into ``debs/`` for an offline build are never deleted).
     """
     from tqdm import tqdm
 
@@ -795,10 +801,6 @@ def prepare_de_en(root: Path, force: bool = False) -> Path:
         return root
     start = time.perf_counter()
     debs_dir = root / "debs"
-    if force:
-        for folder in (debs_dir, root / "apt"):
-            if folder.exists():
-                shutil.rmtree(folder)
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         u = _fetch_packages(debs_dir, Path(tmp))
         ding = u.ding

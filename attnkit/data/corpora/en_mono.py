@@ -172,6 +172,7 @@ def build_en_mono(wordnet_dir: str | Path, de_en: str | Path, out_dir: str | Pat
         "recipe_version": RECIPE_VERSION,
         "content": "the example sentences of WordNet 3.0's glosses that read as sentences, written as sentences",
         "deduplicated_against": {"de-en": [f"{s}.tsv" for s in _HELD_OUT] + ["train.tsv (English side)"],
+                                 "de_en_outputs": _de_en_outputs(de_en),
                                  "de_en_source": json.loads((de_en / "SOURCE.json").read_text(encoding="utf-8"))
                                  .get("recipe_version") if (de_en / "SOURCE.json").is_file() else None},
         "counts": {**counts, "mean_words": round(words / max(1, len(sentences)), 2)},
@@ -182,14 +183,27 @@ def build_en_mono(wordnet_dir: str | Path, de_en: str | Path, out_dir: str | Pat
     return record
 
 
-def _cached_ok(folder: Path) -> bool:
-    """True when SOURCE.json is from this recipe version and ``sentences.txt`` has the sha256 it records."""
+def _de_en_outputs(de_en: Path) -> dict[str, str] | None:
+    """The sha256 of the de-en files the selection reads (its evaluation sets and train.tsv), from de-en's
+    SOURCE.json (which ``prepare("de-en")`` has just checked against the files)."""
+    try:
+        outputs = json.loads((de_en / "SOURCE.json").read_text(encoding="utf-8"))["outputs"]
+        return {f"{s}.tsv": outputs[f"{s}.tsv"]["sha256"] for s in (*_HELD_OUT, "train")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _cached_ok(folder: Path, de_en: Path) -> bool:
+    """True when SOURCE.json is from this recipe version, ``sentences.txt`` has the sha256 it records, and it was
+    selected against the de-en files there are now (a new de-en may hold other evaluation sentences)."""
     try:
         rec = json.loads((folder / "SOURCE.json").read_text(encoding="utf-8"))
         expected = rec["outputs"][OUTPUT]["sha256"] if rec.get("recipe_version") == RECIPE_VERSION else None
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        against = rec["deduplicated_against"]["de_en_outputs"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
         return False
-    return expected is not None and (folder / OUTPUT).is_file() and sha256_file(folder / OUTPUT) == expected
+    return (expected is not None and against == _de_en_outputs(de_en) and (folder / OUTPUT).is_file()
+            and sha256_file(folder / OUTPUT) == expected)
 
 
 @register("en-mono", kind="mono",
@@ -202,9 +216,9 @@ def prepare_en_mono(home: Path, force: bool = False) -> Path:
     ``wordnet-base`` ``.deb`` into ``home/download/``.
     """
     home = Path(home)
-    if not force and _cached_ok(home):
-        return home
     de_en = prepare("de-en", home=home.parent.parent)
+    if not force and _cached_ok(home, de_en):
+        return home
     download = home / "download"
     try:
         deb, version = apt_download(PACKAGE, download, sha256=DEB_SHA256, version=VERSION)

