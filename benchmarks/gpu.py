@@ -182,11 +182,17 @@ def _autocast(device, off: bool):
     return contextlib.nullcontext() if off else torch.autocast(device.type, dtype=torch.bfloat16)
 
 
-def _run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float, env: dict | None = None, *, check: bool = False
+         ) -> subprocess.CompletedProcess:
+    """Run ``cmd`` from the repository; with ``check`` a non-zero exit raises ``ValueError`` (a piece's error: its
+    figures are never read from a folder an earlier call left)."""
     print("$ " + shlex.join(cmd), file=sys.stderr, flush=True)
     full_env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
                           timeout=timeout)
+    if check and proc.returncode != 0:
+        raise ValueError(f"`{shlex.join(cmd[1:5])} ...` exited with status {proc.returncode}")
+    return proc
 
 
 def _child(piece: str, args: argparse.Namespace, timeout: float, env: dict | None = None, way: str | None = None
@@ -279,7 +285,7 @@ def piece_lm(args: argparse.Namespace) -> dict:
     cmd = lm_command(args.data, out, device=args.device, s=s, smoke=args.smoke)
     attnkit: dict = {"command": shlex.join(["python", *cmd[1:]])}
     try:
-        _run(cmd, _limit("lm", args) * 0.55)  # compiling GPT-2 small, 40 steps, one evaluation, a checkpoint
+        _run(cmd, _limit("lm", args) * 0.55, check=True)  # compiling GPT-2 small, 40 steps, an evaluation, a checkpoint
         summary = json.loads((out / "summary.json").read_text())
         attnkit.update(tokens_per_s=P.steady_tokens_per_s(out / "metrics.jsonl"), peak_memory=summary["peak_memory"],
                        first_update_s=summary["first_update_s"])
@@ -408,7 +414,7 @@ def _char_run(args: argparse.Namespace, name: str, timeout: float, *, way: str, 
                                 eval_batches=eval_batches or s["eval_batches"], way=way, recipe=recipe, extra=extra)
     result: dict = {"command": shlex.join(["python", *cmd[1:]]), "way": way}
     try:
-        _run(cmd, timeout)
+        _run(cmd, timeout, check=True)
         result.update(P.time_to_target(out, P.GOAL_LOSS, budget_s=minutes * 60))
         result["iterations_per_s"] = P.steady_tokens_per_s(out / "metrics.jsonl") / (s["batch_size"] *
                                                                                     s["block_size"])
@@ -1172,7 +1178,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.record_from is not None:
-            record(json.loads(args.record_from.read_text(encoding="utf-8")))
+            try:
+                results = json.loads(args.record_from.read_text(encoding="utf-8"))
+            except ValueError as err:  # not UTF-8 or not JSON
+                raise ValueError(f"--record-from {args.record_from}: not a results file of this script ({err})")
+            if not isinstance(results, dict) or not isinstance(results.get("pieces"), dict):
+                raise ValueError(f"--record-from {args.record_from}: not a results file of this script (a JSON "
+                                 f"object with its 'pieces')")
+            if results.get("smoke"):
+                raise ValueError(f"--record-from {args.record_from}: a --smoke call; the record holds real figures")
+            record(results)
             return 0
         chosen = args.only or ",".join(PIECES if args.smoke else DEFAULT_GPU)
         only = [x.strip() for x in chosen.split(",") if x.strip()]
@@ -1202,7 +1217,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                    "command": "python -m benchmarks.gpu " + shlex.join(argv if argv is not None else sys.argv[1:]),
                    "device": machine_description(args.device), "host": machine_info().get("cpu_model", "?"),
-                   "load": " / ".join(f"{x:.2f}" for x in load) if load else "n/a", "pieces": {}}
+                   "load": " / ".join(f"{x:.2f}" for x in load) if load else "n/a", "smoke": args.smoke,
+                   "pieces": {}}
         with tempfile.TemporaryDirectory(prefix="gpu-40-") as tmp:
             args.work = (args.work or Path(tmp)).resolve()
             args.work.mkdir(parents=True, exist_ok=True)

@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.upsample_dictionary < 1:
         p.error(f"--upsample-dictionary must be >= 1, got {args.upsample_dictionary}")
     out = args.out or ROOT / "runs" / f"bench-mt-peer-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists():
+        p.error(f"--out {out} already exists: choose another folder")
     if args.results is None:  # a smoke run is no figure: its record stays with its work folder
         args.results = HERE / "records" / "mt" if args.smoke_steps is None else out
     out.mkdir(parents=True, exist_ok=False)

@@ -466,6 +466,7 @@ class MTTask:
         k = len(self.valid) if n_sentences is None else min(n_sentences, len(self.valid))
         if k < 1:
             raise ValueError(f"n_sentences must be >= 1 (or None for all), got {n_sentences!r}")
+        model = getattr(model, "module", model)  # the trainer evaluates through DDP's wrapper; decoding needs the model
         was_training = model.training
         model.eval()
         try:

@@ -208,7 +208,7 @@ def test_the_table_and_the_record(tmp_path):
     assert GPU.BEGIN in (ROOT / "benchmarks" / "RESULTS.md").read_text()  # the page has its place for the table
 
 
-def test_record_from_the_json_a_gpu_call_brings_back(tmp_path, monkeypatch):
+def test_record_from_the_json_a_gpu_call_brings_back(tmp_path, monkeypatch, capsys):
     results = {"date": "d", "command": "python -m benchmarks.gpu --json $OUT/r.json", "device": "NVIDIA H200",
                "host": "Intel Xeon", "load": "n/a", "pieces": {"mt": {
                    "max_tokens": 16384, "updates": 60, "ratio": 1.25, "attnkit": {"updates_per_s": 12.5, "gpu_busy": 0.91},
@@ -222,6 +222,13 @@ def test_record_from_the_json_a_gpu_call_brings_back(tmp_path, monkeypatch):
     assert GPU.main(["--record-from", str(brought)]) == 0
     assert "| 12.50 | `torch.nn.Transformer` 10.00 | 1.250 | >= 1.2, busy >= 90% |" in page.read_text()
     assert "GPU busy 91% / 80%" in page.read_text() and json.loads((tmp_path / "r.json").read_text()) == results
+    before = page.read_text()
+    for content, message in ((json.dumps({**results, "smoke": True}), "a --smoke call"), ("[]", "not a results file"),
+                             ("{}", "not a results file"), ("not json", "not a results file")):
+        brought.write_text(content)
+        assert GPU.main(["--record-from", str(brought)]) == 2  # one line, the record untouched
+        assert message in capsys.readouterr().err
+    assert page.read_text() == before
 
 
 def test_the_gpu_busy_share_counts_the_steady_intervals_only():

@@ -170,12 +170,15 @@ def _tiny_mt(data: Path, layers: int = 1) -> list[str]:
 
 
 def test_torchrun_train_mt_shares_the_token_budget_batches(tmp_path, make_copy_task):
-    """Translation: 2 processes x --max-tokens 64 see the batches of 1 process x --max-tokens 128."""
-    tiny = _tiny_mt(_reversals(make_copy_task, tmp_path))
+    """Translation: 2 processes x --max-tokens 64 see the batches of 1 process x --max-tokens 128; the evaluations'
+    greedy BLEU decodes with the model inside DDP's wrapper (it used to crash at the first evaluation)."""
+    tiny = [a for a in _tiny_mt(_reversals(make_copy_task, tmp_path)) if a != "--no-bleu"] + ["--bleu-sentences", "5"]
     one, two = tmp_path / "one", tmp_path / "two"
     _attnkit("train", "mt", "--out", str(one), *tiny, "--max-tokens", "128")
     proc = _attnkit("train", "mt", "--out", str(two), *tiny, "--max-tokens", "64", nproc=2)
     assert proc.stderr.count("global token budget 128 = 64 per process x 2 processes") == 1
+    bleu = [json.loads((run / "summary.json").read_text())["valid_bleu"] for run in (one, two)]
+    assert bleu[0] == bleu[1], bleu
     # key biases are not determined by training (helpers.without_key_biases): the same weights without them ...
     a, b = without_key_biases(_weights(one), 32), without_key_biases(_weights(two), 32)
     assert sorted(a) == sorted(b)
