@@ -126,6 +126,30 @@ def test_save_over_existing_checkpoint_replaces_it(tmp_path, tiny_lm):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # no .tmp / .old left behind
 
 
+def test_a_save_that_fails_leaves_the_published_checkpoint_whole(tmp_path, tiny_lm, monkeypatch):
+    """Atomic publication: the new version is written beside the old one and published only when complete."""
+    import attnkit.checkpoints.checkpoint as ckpt
+
+    model = tiny_lm()
+    save_checkpoint(tmp_path / "best", model, state={"step": 1})
+    weights = (tmp_path / "best" / "model.safetensors").read_bytes()
+
+    def disk_full(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"half")  # part of the file, then the failure
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_file", disk_full)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(tmp_path / "best", model, state={"step": 2})
+    monkeypatch.undo()
+    clean_stale(tmp_path)  # what a resume does with the leftovers of a save that never finished
+    assert read_checkpoint_state(tmp_path / "best")["step"] == 1
+    assert (tmp_path / "best" / "model.safetensors").read_bytes() == weights
+
+
 # --- a folder of checkpoints ---------------------------------------------------------------------------
 def test_list_latest_prune(tmp_path, tiny_lm):
     model = tiny_lm()

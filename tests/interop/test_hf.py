@@ -118,6 +118,11 @@ def test_config_mapping():
     assert back["model_type"] == "llama" and back["num_key_value_heads"] == 2 and back["head_dim"] == 16
     assert gpt_config_from_hf(back) == ll
     assert gpt_config_from_hf(hf_config_from_gpt(g)) == g
+    # settings no eval-mode output shows: GPT-2's dropouts and norm eps, read as given
+    hf = transformers.GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=1, n_head=4, resid_pdrop=0.15,
+                                 attn_pdrop=0.05, layer_norm_epsilon=1e-6)
+    got = gpt_config_from_hf(hf)
+    assert (got.dropout, got.attention_dropout, got.norm_eps) == (0.15, 0.05, 1e-6)
 
 
 def test_key_templates_cover_every_parameter():

@@ -144,6 +144,27 @@ def test_transformer_from_torch(norm_first, activation):
     out = ours(src, tgt, tgt_mask=tgt_mask, memory_key_padding_mask=src_kpm, src_key_padding_mask=src_kpm,
                tgt_is_causal=False)
     torch.testing.assert_close(out, exp, **TOL)
+    # the encoder's src_mask (S, S) and the cross-attention's memory_mask (T, S) too: each changes the output
+    S = src.shape[1]
+    src_mask, memory_mask = torch.rand(S, S) < 0.3, torch.rand(T, S) < 0.3
+    src_mask[:, 0] = memory_mask[:, 0] = False  # every query keeps a key
+    exp = ref(src, tgt, src_mask=src_mask, memory_mask=memory_mask, tgt_mask=tgt_mask)
+    out = ours(src, tgt, src_mask=src_mask, memory_mask=memory_mask, tgt_mask=tgt_mask, tgt_is_causal=False)
+    torch.testing.assert_close(out, exp, **TOL)
+    assert not torch.allclose(out, ours(src, tgt, tgt_mask=tgt_mask, tgt_is_causal=False), atol=1e-3)
+
+
+def test_conversions_carry_dropout_and_the_norms_eps():
+    """Invisible in eval-mode outputs (and an eps of 1e-6 against 1e-5 within float32 tolerance), so checked as
+    settings, both ways."""
+    ref = nn.Transformer(E, H, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=24, dropout=0.15,
+                         layer_norm_eps=1e-6, batch_first=True)
+    ours = from_torch(ref)
+    assert {m.eps for m in ours.modules() if hasattr(m, "eps")} == {1e-6}
+    assert {m.p for m in ours.modules() if hasattr(m, "p")} == {0.15}
+    back = to_torch(ours)
+    assert {m.eps for m in back.modules() if isinstance(m, nn.LayerNorm)} == {1e-6}
+    assert {m.p for m in back.modules() if isinstance(m, nn.Dropout)} == {0.15}
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
