@@ -35,7 +35,8 @@ def prepare_data(name: str, *, force: bool = False) -> PreparedData:
     folder = prepare(name, force=force)
     record = folder / "SOURCE.json"
     source = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
-    files = [(f.name, f.stat().st_size) for f in sorted(folder.iterdir()) if f.is_file()]
+    files = [(f.name, f.stat().st_size) for f in sorted(folder.iterdir())  # not a temporary file of a stopped run
+             if f.is_file() and not f.name.startswith(".") and not f.name.endswith(".tmp")]
     return PreparedData(name, folder, source, files)
 
 

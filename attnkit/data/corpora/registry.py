@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import importlib
 import os
+import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,6 +96,10 @@ def prepare(name: str, *, force: bool = False, home: Path | None = None) -> Path
     """Run the recipe ``name`` (fetch, convert, split, cache) and return the folder holding its files."""
     recipe = get_recipe(name, paths=False)  # `data prepare` takes recipe names only
     root = (home or attnkit_home()) / "data" / name
+    for folder in (root, *root.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, but the data cache needs a folder there (ATTNKIT_HOME: "
+                             f"{home or attnkit_home()})")
     root.mkdir(parents=True, exist_ok=True)
     with _preparing(root, name):
         return recipe.fn(root, force=force)
@@ -113,6 +118,11 @@ def _preparing(root: Path, name: str) -> Iterator[None]:
             print(f"waiting for another process that is preparing the recipe {name!r} in {root} ...",
                   file=sys.stderr, flush=True)
             fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in root.iterdir():  # left by a prepare that was stopped (SIGTERM, kill -9): nobody else is in here
+            if stale.name.startswith((".extract-", "extract.")) and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            elif stale.name.startswith(".") and stale.name.endswith(".tmp") and stale.is_file():
+                stale.unlink()
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock

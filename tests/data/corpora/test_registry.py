@@ -110,3 +110,21 @@ def test_a_record_that_lists_no_outputs_does_not_pass_for_a_cache(tmp_path):
     assert not shakespeare._cached_ok(tmp_path)
     (tmp_path / "SOURCE.json").write_text(json.dumps({"outputs": {}, "converter_version": fortunes.CONVERTER_VERSION}))
     assert not fortunes._cached_ok(tmp_path)
+
+
+def test_prepare_clears_what_a_stopped_prepare_left_and_names_a_file_in_the_way(tmp_path):
+    calls = []
+    registry._RECIPES["test-leftovers"] = registry.Recipe("test-leftovers", "lm", "x", lambda root, force: (
+        calls.append(sorted(p.name for p in root.iterdir())), root)[1])
+    try:
+        root = tmp_path / "data" / "test-leftovers"
+        (root / ".extract-abc" / "usr").mkdir(parents=True)  # a SIGTERM during a rebuild left these
+        (root / ".train.txt.123.abcd.tmp").write_text("half")
+        (root / "train.txt").write_text("kept")
+        registry.prepare("test-leftovers", home=tmp_path)
+        assert calls == [["train.txt"]]
+        (tmp_path / "file").write_text("x")
+        with pytest.raises(ValueError, match=r"file is a file, but the data cache needs a folder there"):
+            registry.prepare("test-leftovers", home=tmp_path / "file")
+    finally:
+        registry._RECIPES.pop("test-leftovers", None)
