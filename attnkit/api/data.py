@@ -27,6 +27,17 @@ class PreparedData:
     source: dict[str, Any]
     files: list[tuple[str, int]]
 
+    def summary(self) -> dict[str, str]:
+        """What ``data prepare`` prints of the record: package(s), version, licence, counts (a list of packages as
+        its length: de-en's 78 would fill a screen; they stay in SOURCE.json)."""
+        shown = {}
+        for key in ("package", "packages", "version", "license", "counts"):
+            if key in self.source:
+                value = self.source[key]
+                shown[key] = (f"{len(value)} (listed in {self.folder / 'SOURCE.json'})" if key == "packages"
+                              and isinstance(value, list) else json.dumps(value))
+        return shown
+
 
 def prepare_data(name: str, *, force: bool = False) -> PreparedData:
     """Fetch, convert, split and cache recipe ``name`` (``force``: rebuild even if cached)."""

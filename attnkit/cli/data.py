@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from attnkit.cli.flags import command_group
 
@@ -27,9 +26,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
     prepared = prepare_data(args.name, force=args.force)
     print(f"{args.name}: {prepared.folder}")
-    for key in ("package", "packages", "version", "license", "counts"):
-        if key in prepared.source:
-            print(f"  {key}: {json.dumps(prepared.source[key])}")
+    for key, text in prepared.summary().items():
+        print(f"  {key}: {text}")
     for name, size in prepared.files:
         print(f"  {name:16s} {size:>12,d} bytes")
     return 0

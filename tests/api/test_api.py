@@ -251,3 +251,10 @@ def test_a_named_recipe_fills_the_fields_left_unset(corpus, tmp_path):
                                 "stop_at_loss")}
     model = load(run.out).model.config
     assert (model.n_layer, model.n_embd, model.dropout, model.bias) == (1, 32, 0.2, False)
+
+
+def test_prepared_data_summary_shows_a_package_list_as_its_length(tmp_path):
+    prepared = api.PreparedData("de-en", tmp_path, {"packages": [{"name": "a"}, {"name": "b"}], "version": "1",
+                                                    "license": "MIT", "other": 1}, [])
+    assert prepared.summary() == {"packages": f"2 (listed in {tmp_path / 'SOURCE.json'})", "version": '"1"',
+                                  "license": '"MIT"'}
