@@ -2,11 +2,11 @@
 
 Files (one concept each):
 
-* ``atomic.py`` -- crash-safe writes (temporary name, flush, rename);
 * ``checkpoint.py`` -- a checkpoint folder: ``model.safetensors``, ``optimizer.safetensors``, ``state.json``;
   save, load, list, prune, repair after a crash;
 * ``rng.py`` -- seeding, and the RNG states a checkpoint stores as JSON (exact resume);
-* ``runs.py`` -- run folders: their layout, resolving a path to a checkpoint, the state ``--resume`` reads;
+* ``runs.py`` -- run folders: their layout, resolving a path to a checkpoint, the state ``--resume`` reads, which
+  files a command may write (``check_output_file``);
 * ``run_lock.py`` -- one training process per run folder;
 * ``averaging.py`` -- averaging the last N step checkpoints;
 * ``load.py`` -- :func:`load`: a model, its tokenizer and state back from any attnkit checkpoint
@@ -18,7 +18,8 @@ Quick start::
     loaded = load("runs/char")                 # checkpoints/best of a run folder
     loaded.model, loaded.tokenizer, loaded.state["step"]
 
-Nothing is ever unpickled.
+Nothing is ever unpickled. The crash-safe writes (temporary name, flush, rename) are :mod:`attnkit.files`, re-exported
+here as ``write_text_atomic`` / ``write_bytes_atomic``.
 """
 
 from attnkit.files import write_bytes_atomic, write_text_atomic
