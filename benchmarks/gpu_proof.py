@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.mt_de_en import machine_description  # the GPU with torch and CUDA versions, as gpu.py
 
         results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "device": machine_description(args.device), "command": shlex.join(sys.argv),
+                   "device": machine_description(args.device),
+                   "command": "python -m benchmarks.gpu_proof " + shlex.join(sys.argv[1:] if argv is None else argv),
                    "load": " / ".join(f"{x:.2f}" for x in load) if load else "n/a", "runs": runs}
         print(json.dumps(results, indent=2))
         if args.record:

@@ -100,25 +100,28 @@ def _is_eval_record(path: Path) -> bool:
     return isinstance(old, dict) and old.get("kind") in ("lm", "mt") and "ckpt" in old
 
 
-def _wrote_hyps(record: Path) -> Any:
-    """Whether a file is the ``hyps`` that the evaluation record at ``record`` names (what a rerun replaces)."""
+def _translations_of(n: int) -> Any:
+    """Whether an existing file can be the translations an earlier evaluation of these ``n`` sentences wrote (what
+    a rerun replaces): UTF-8 text of ``n`` lines without a tab (pairs, a user's TSV, are data, never replaced)."""
     def check(path: Path) -> bool:
-        if not record.is_file() or not _is_eval_record(record):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
             return False
-        return json_lib.loads(record.read_text(encoding="utf-8")).get("hyps") == str(path)
+        return text.count("\n") == n and "\t" not in text
     return check
 
 
-def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path) -> None:
+def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path, sentences: int = 0) -> None:
     """Refuse a ``json`` / ``hyps`` path that would overwrite what the evaluation reads or what the user keeps:
-    the data (a file, one of two files, or anything in a data folder), the other output, a file of a run other
-    than an ``eval_*`` record (:func:`~attnkit.checkpoints.runs.check_output_file`), an existing ``json`` that
-    is not an evaluation record, or an existing ``hyps`` file that the record at ``out`` (the JSON to be written)
-    does not name as its translations."""
+    the data (a file, one of two files, or anything in a data folder), the other output (``out``, the JSON to be
+    written, default or given), a file of a run other than an ``eval_*`` record
+    (:func:`~attnkit.checkpoints.runs.check_output_file`), an existing ``json`` that is not an evaluation record,
+    or an existing ``hyps`` file that is not the translations of these ``sentences``."""
     from attnkit.checkpoints.runs import check_output_file
 
     inputs = [Path(p) for p in ([data] if Path(data).exists() else str(data).split(","))]
-    outputs = {"--json": o.json, "--hyps": getattr(o, "hyps", None)}
+    outputs = {"--json": out, "--hyps": getattr(o, "hyps", None)}
     given = {flag: Path(p).resolve() for flag, p in outputs.items() if p is not None}
     if len(set(given.values())) < len(given):
         raise ValueError(f"--json and --hyps name the same file {str(given['--json'])!r}")
@@ -130,8 +133,8 @@ def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path) -> No
             check_output_file(outputs[flag], flag, replaces=_is_eval_record, may_replace="an evaluation record",
                               run_prefix="eval_")
         else:
-            check_output_file(outputs[flag], flag, replaces=_wrote_hyps(out.resolve()), run_prefix="eval_",
-                              may_replace=f"the translations that {str(out)!r} records")
+            check_output_file(outputs[flag], flag, replaces=_translations_of(sentences), run_prefix="eval_",
+                              may_replace=f"translations of these {sentences} sentences, one a line")
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -213,7 +216,6 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     from_files = Path(str(data)).is_file() or "," in str(data)  # the split is ignored for files
     name = f"eval_mt_{stem}.json" if from_files else f"eval_mt_{stem}_{o.split}.json"
     out = Path(o.json) if o.json is not None else checkpoint / name
-    _check_outputs(o, data, out)
     # a model trained with `train mt --reverse` translates the target side into the source side
     reverse = bool(((loaded.state.get("extra") or {}).get("mt_options") or {}).get("reverse"))
     corpus = load_eval_pairs(data, o.split, strict=o.strict, reverse=reverse)
@@ -222,6 +224,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
         sources, refs = sources[:o.max_sentences], refs[:o.max_sentences]
     if not sources:
         raise ValueError(f"{corpus.path} holds no usable pair ({corpus.skipped} malformed lines skipped)")
+    _check_outputs(o, data, out, len(sources))  # before any translating: the --hyps rule needs their number
 
     t0 = time.perf_counter()
     hyps, n_cut = translate_sentences(model, loaded.tokenizer, sources, strict=o.strict, batch_size=o.batch_size,

@@ -49,7 +49,8 @@ def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | 
     check_figure_path(out, dpi)
     # the figure's size before the mask is built (rows x cols cells; make_mask checks the values themselves)
     rows = len(lengths) if kind == "padding" and lengths else length
-    cols = key_length if key_length is not None else (max(lengths) if kind == "padding" and lengths else length)
+    cols = (key_length if key_length is not None and kind != "banded"  # banded: (len, len), --key-len unread
+            else max(lengths) if kind == "padding" and lengths else length)
     if is_int(rows) and is_int(cols) and rows >= 1 and cols >= 1:
         check_pixels(*mask_figure_inches(rows, cols), dpi, what=f"{rows} x {cols} mask")
     if kind == "padding":

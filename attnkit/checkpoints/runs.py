@@ -17,12 +17,14 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .checkpoint import STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint, read_checkpoint_state
+from .checkpoint import (FORMAT, STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint,
+                         read_checkpoint_state)
 
 __all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "check_output_file", "resolve_checkpoint",
            "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
@@ -46,23 +48,36 @@ def is_run_dir(path: str | Path) -> bool:
 _RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
 
 
+def _in_checkpoint(real: Path) -> bool:
+    """Whether ``real`` lies in an attnkit checkpoint folder (its ``state.json`` says so; ``dcp/`` included) or in
+    a run's ``checkpoints/`` folder."""
+    for folder in list(real.parents)[:3]:
+        if folder.name == CHECKPOINTS_DIR and is_run_dir(folder.parent):
+            return True
+        try:
+            if json.loads((folder / STATE_FILE).read_text(encoding="utf-8")).get("format") == FORMAT:
+                return True
+        except (OSError, ValueError, AttributeError):  # no state.json, or one that is not attnkit's
+            pass
+    return False
+
+
 def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path], bool] | None = None,
                       may_replace: str = "", run_prefix: str | None = None) -> Path:
-    """``path`` as a file a command may write: not a folder, not a file of a run (its records or anything in a
-    checkpoint folder, except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one
-    that ``replaces`` says the command wrote before (an earlier figure, page or record: what a rerun replaces;
-    ``may_replace`` names such a file in the error). Raises ``ValueError`` naming ``flag``; returns the path."""
+    """``path`` as a file a command may write: not a folder, not a file of a run (its records, or anything in an
+    attnkit checkpoint folder or a run's ``checkpoints/``, new or not: the next publish or prune would delete it;
+    except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one that ``replaces`` says
+    the command wrote before (an earlier figure, page or record: what a rerun replaces; ``may_replace`` names such
+    a file in the error). Raises ``ValueError`` naming ``flag``; returns the path."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
+    real = path.resolve()
+    ours = run_prefix is not None and real.name.startswith(run_prefix)
+    if not ours and (_in_checkpoint(real) or (real.name in _RUN_RECORDS and is_run_dir(real.parent))):
+        raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
     if not path.exists():
         return path
-    real = path.resolve()
-    in_checkpoint = any((p / STATE_FILE).is_file() or (p.name == CHECKPOINTS_DIR and is_run_dir(p.parent))
-                        for p in real.parents)
-    ours = run_prefix is not None and real.name.startswith(run_prefix)
-    if not ours and (in_checkpoint or (real.name in _RUN_RECORDS and is_run_dir(real.parent))):
-        raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
     if replaces is not None and not replaces(real):
         what = f" ({may_replace})" if may_replace else ""
         raise ValueError(f"{flag} {str(path)!r} exists and is not a file this command wrote{what}; it would be "

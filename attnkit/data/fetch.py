@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attnkit.files import write_text_atomic
+
 __all__ = [
     "FetchError",
     "attnkit_home",
@@ -183,7 +185,5 @@ def write_source_record(folder: str | os.PathLike, record: dict) -> Path:
     """Write ``SOURCE.json`` (package, version, license, checksums, counts) atomically into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / "SOURCE.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / "SOURCE.json")
+    write_text_atomic(folder / "SOURCE.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     return folder / "SOURCE.json"

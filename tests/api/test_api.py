@@ -118,15 +118,18 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
         api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=pairs / "test.tsv")
     with pytest.raises(ValueError, match=r"--json and --hyps name the same file"):
         api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=tmp_path / "x", json=tmp_path / "x")
+    default = run.out / "checkpoints" / "best" / f"eval_mt_{pairs.name}_test.json"  # the --json left unset
+    with pytest.raises(ValueError, match=r"--json and --hyps name the same file"):
+        api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=default)
     assert (pairs / "test.tsv").read_bytes() == test_tsv
     mine = tmp_path / "mine.txt"
     mine.write_text("keep me\n")
     with pytest.raises(ValueError, match=r"--hyps .*mine.txt' exists and is not a file this command wrote"):
         api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=mine, json=tmp_path / "r.json")
     assert mine.read_text() == "keep me\n"
-    for _ in range(2):  # the translations its record names are replaced by a rerun
-        record = api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=tmp_path / "h.txt",
-                                 json=tmp_path / "r.json").metrics
+    for json_path in (tmp_path / "r.json", None, tmp_path / "r.json"):  # a rerun replaces its translations, also
+        record = api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=tmp_path / "h.txt",  # after one
+                                 json=json_path).metrics                                          # elsewhere
     assert record["hyps"] == str((tmp_path / "h.txt").resolve()) and record["step"] == 10
     assert record["checkpoint"] == str(run.out / "checkpoints" / "best")
 

@@ -158,7 +158,8 @@ def test_out_never_overwrites_a_runs_file_a_folder_or_a_file_that_is_no_figure(l
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "run.json").write_text("{}")
-    _draws(capsys, is_png, run / "loss.png", "positions")  # a run's loss.png: refused below once it exists
+    _draws(capsys, is_png, tmp_path / "loss.png", "positions")
+    (run / "loss.png").write_bytes((tmp_path / "loss.png").read_bytes())  # the run's own curve, a PNG too
     before = (run / "loss.png").read_bytes()
     notes = tmp_path / "notes.png"
     notes.write_text("my notes")
@@ -169,6 +170,12 @@ def test_out_never_overwrites_a_runs_file_a_folder_or_a_file_that_is_no_figure(l
         code, _, err = _run(capsys, "predict", "--ckpt", str(lm_checkpoint), "--text", "abc", "--out", str(target))
         assert code == 2 and message in err, err
     assert (run / "loss.png").read_bytes() == before and notes.read_text() == "my notes"
+    code, _, err = _run(capsys, "positions", "--out", str(run / "checkpoints" / "new.png"))  # new, but the run's
+    assert code == 2 and "is a file of a training run" in err and not (run / "checkpoints" / "new.png").exists()
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "state.json").write_text('{"app": "not attnkit"}')  # another program's state.json
+    for _ in range(2):
+        _draws(capsys, is_png, tmp_path / "proj" / "figs" / "a.png", "positions")
     _draws(capsys, is_png, tmp_path / "again.png", "positions")
     _draws(capsys, is_png, tmp_path / "again.png", "mask", "--kind", "causal")  # an earlier figure is replaced
     page, text = tmp_path / "attn.html", tmp_path / "text.html"
@@ -180,7 +187,7 @@ def test_out_never_overwrites_a_runs_file_a_folder_or_a_file_that_is_no_figure(l
     assert text.read_text() == "<p>mine</p>"
 
 
-def test_figures_too_large_are_refused_before_they_are_built(tmp_path, capsys):
+def test_figures_too_large_are_refused_before_they_are_built(tmp_path, capsys, is_png):
     code, _, err = _run(capsys, "mask", "--kind", "causal", "--len", "100000", "--out", str(tmp_path / "m.png"))
     assert code == 2 and "100000 x 100000 mask is too large to draw: even at dpi 10 (the least)" in err, err
     code, _, err = _run(capsys, "mask", "--kind", "causal", "--len", "3000", "--out", str(tmp_path / "m.png"))
@@ -191,6 +198,7 @@ def test_figures_too_large_are_refused_before_they_are_built(tmp_path, capsys):
     code, _, err = _run(capsys, "positions", "--len", "0", "--out", str(tmp_path / "p.png"))
     assert code == 2 and "--len must be an int >= 1, got 0" in err, err
     assert not list(tmp_path.iterdir())
+    _draws(capsys, is_png, tmp_path / "b.png", "mask", "--kind", "banded", "--len", "8", "--key-len", "100000")
 
 
 def test_unknown_preset(tmp_path, capsys):

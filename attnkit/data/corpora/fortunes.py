@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Iterable
 
 from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.files import write_text_atomic
 from attnkit.data.corpora.registry import register
 
 __all__ = [
@@ -254,9 +255,7 @@ def read_entries(path: str | Path) -> list[str]:
 
 
 def _write_text(path: Path, text: str) -> dict:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8", newline="\n")
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "bytes": len(text.encode("utf-8")),
             "chars": len(text)}
 

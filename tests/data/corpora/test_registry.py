@@ -120,6 +120,7 @@ def test_prepare_clears_what_a_stopped_prepare_left_and_names_a_file_in_the_way(
         root = tmp_path / "data" / "test-leftovers"
         (root / ".extract-abc" / "usr").mkdir(parents=True)  # a SIGTERM during a rebuild left these
         (root / ".train.txt.123.abcd.tmp").write_text("half")
+        (root / "valid.txt.tmp").write_text("half")  # the name older versions wrote
         (root / "train.txt").write_text("kept")
         registry.prepare("test-leftovers", home=tmp_path)
         assert calls == [["train.txt"]]
