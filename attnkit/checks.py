@@ -27,7 +27,7 @@ import threading
 from typing import Any, Iterator
 
 __all__ = ["is_int", "is_number", "check_int", "check_float", "check_probability", "check_bool", "check_choice",
-           "check_id", "check_index_tensor", "check_padding_mask",
+           "check_id", "check_seed", "SEED_MIN", "SEED_MAX", "check_index_tensor", "check_padding_mask",
            "check_token_ids", "checks_on_device", "no_host_reads"]
 
 _on_device = threading.local()  # .depth: how many checks_on_device() blocks this thread is inside
@@ -121,6 +121,17 @@ def check_choice(name: str, value: Any, choices: tuple) -> Any:
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value
+
+
+SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1  # the seeds torch.Generator.manual_seed takes
+
+
+def check_seed(name: str, seed: Any) -> None:
+    """``seed`` None or an int that ``torch.Generator.manual_seed`` takes."""
+    if seed is not None and not is_int(seed):
+        raise ValueError(f"{name} must be None or an int, got {seed!r}")
+    if seed is not None and not SEED_MIN <= seed <= SEED_MAX:
+        raise ValueError(f"{name} must be an int in [-2**63, 2**64 - 1] (the seeds torch takes), got {seed}")
 
 
 def check_id(name: str, value: Any, vocab_size: int | None) -> int:

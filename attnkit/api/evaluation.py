@@ -149,7 +149,6 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     import torch
 
     from attnkit.checkpoints import load
-    from attnkit.checkpoints.runs import resolve_checkpoint
     from attnkit.data.pipeline.lm_dataset import check_block_length, eval_batches, num_eval_windows
     from attnkit.data.pipeline.lm_store import open_lm_stores
     from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
@@ -157,7 +156,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     o = EvalLMOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
     loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
-    checkpoint = resolve_checkpoint(o.ckpt)
+    checkpoint = loaded.path  # the checkpoint folder load() read (a run folder's checkpoints/best)
     out = Path(o.json) if o.json is not None else checkpoint / "eval_lm.json"
     _check_outputs(o, o.data, out)
     model = place_model(loaded.model, o, device)
@@ -201,7 +200,6 @@ def _eval_data(o: EvalMTOptions, state: dict[str, Any]) -> str:
 def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResult:
     """sacreBLEU BLEU and chrF of a translator on a split (see the module docstring)."""
     from attnkit.checkpoints import load, write_text_atomic
-    from attnkit.checkpoints.runs import resolve_checkpoint
     from attnkit.data.corpora.parallel import load_eval_pairs
     from attnkit.generation.translate import translate_sentences
     from attnkit.training.bleu import score_translations
@@ -211,7 +209,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     loaded = load(o.ckpt, expect_kind="mt")  # an LM checkpoint is refused here
     model = place_model(loaded.model, o, device)
     data = _eval_data(o, loaded.state)
-    checkpoint = resolve_checkpoint(o.ckpt)
+    checkpoint = loaded.path  # the checkpoint folder load() read (a run folder's checkpoints/best)
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.,") else str(data)
     from_files = Path(str(data)).is_file() or "," in str(data)  # the split is ignored for files
     name = f"eval_mt_{stem}.json" if from_files else f"eval_mt_{stem}_{o.split}.json"

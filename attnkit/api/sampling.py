@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from attnkit.checks import SEED_MAX, check_seed
+
 from .options import DeviceOptions, Log, default_log, inference_device, place_model
 
 __all__ = ["SampleOptions", "Sampler", "sample"]
@@ -58,9 +60,8 @@ class SampleOptions(DeviceOptions):
                              f"pretrained model), got ckpt={self.ckpt!r}, model={self.model!r}")
         if self.num_samples < 1:
             raise ValueError(f"--num-samples must be >= 1, got {self.num_samples}")
-        if self.seed is not None and not -(2 ** 63) <= self.seed <= 2 ** 64 - 1:  # (config.SEED_MIN, SEED_MAX)
-            raise ValueError(f"--seed must be an int in [-2**63, 2**64 - 1] (the seeds torch takes), got {self.seed}")
-        if self.seed is not None and self.seed + self.num_samples - 1 > 2 ** 64 - 1:
+        check_seed("--seed", self.seed)
+        if self.seed is not None and self.seed + self.num_samples - 1 > SEED_MAX:
             raise ValueError(f"--seed + --num-samples - 1 must be <= 2**64 - 1 (sample i is drawn with seed + i), "
                              f"got {self.seed} + {self.num_samples} - 1 = {self.seed + self.num_samples - 1}")
 

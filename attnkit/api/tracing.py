@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from attnkit.checks import check_seed
+
 from .inputs import ModelText, is_seq2seq, lm_ids, load_inspected, mt_ids
 from .options import DeviceOptions, Log, default_log
 
@@ -40,8 +42,7 @@ class TracePreset(DeviceOptions):
                             (self.vocab_size, "--vocab-size")):
             if value is not None and value <= 0:
                 raise ValueError(f"{flag} must be a positive integer, got {value}")
-        if not -(2**63) <= self.seed <= 2**64 - 1:
-            raise ValueError(f"--seed must be an int in [-2**63, 2**64 - 1] (the seeds torch takes), got {self.seed}")
+        check_seed("--seed", self.seed)
 
 
 def _preset_inputs(o: TracePreset) -> tuple[Any, Any]:

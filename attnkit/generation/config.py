@@ -13,22 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.checks import check_bool, check_int, is_int
+from attnkit.checks import SEED_MAX, SEED_MIN, check_bool, check_int, check_seed
 from . import processors as P
 from .stopping import check_max_new_tokens, normalize_eos_token_id, normalize_stop_strings
 
 __all__ = ["GenerationConfig", "SEED_MIN", "SEED_MAX"]
-
-SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1  # the seeds torch.Generator.manual_seed takes
-
-
-def check_seed(name: str, seed: Any) -> None:
-    """``seed`` None or an int that ``torch.Generator.manual_seed`` takes."""
-    if seed is not None and not is_int(seed):
-        raise ValueError(f"{name} must be None or an int, got {seed!r}")
-    if seed is not None and not SEED_MIN <= seed <= SEED_MAX:
-        raise ValueError(f"{name} must be an int in [-2**63, 2**64 - 1] (the seeds torch takes), got {seed}")
-
 
 def _check_stop_strings(stop_strings: Any) -> tuple[str, ...]:
     if stop_strings is None:

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.checks import check_bool, check_choice, check_float, check_int, is_int
+from attnkit.checks import SEED_MAX, check_bool, check_choice, check_float, check_int, is_int
 
 SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
 AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16", "fp16")
@@ -178,7 +178,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.best_metric must be a non-empty str, got {self.best_metric!r}")
         _choice("best_mode", self.best_mode, BEST_MODES)
         self.seed = _int("seed", self.seed, minimum=0)
-        if self.seed > 2**64 - 1:
+        if self.seed > SEED_MAX:
             raise ValueError(f"TrainConfig.seed (--seed) must be <= 2**64 - 1 (the seeds torch takes), got {self.seed}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"TrainConfig.device must be a device string like 'cpu', got {self.device!r}")
