@@ -129,6 +129,14 @@ def cut_rule(tokenizer: Tokenizer) -> str | None:
     return None
 
 
+def cache_cut_key(tokenizer: Tokenizer) -> str | None:
+    """What a cache key of encoded text adds for the cut rule: None for GPT-2's (``"after-non-space"``, the rule
+    every cache was built with before 2026-11-30, so those caches stay valid), else the rule's name (``"None"``:
+    not cut). Only a BPE tokenizer is probed; the others encode characters or bytes, which any cut keeps."""
+    rule = cut_rule(tokenizer) if isinstance(tokenizer, BPETokenizer) else "after-non-space"
+    return None if rule == "after-non-space" else str(rule)
+
+
 def _cut_encodes_exactly(tokenizer: Tokenizer, text: str, rule: str) -> bool:
     """Whether cutting ``text`` at its first cut of ``rule`` leaves the ids, and for a BPE tokenizer the pieces its
     normalizer and pre-tokenizer make (BPE merges stay inside a piece; without a pre-tokenizer the whole text is
@@ -212,8 +220,8 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
     Shape:
         text → ``LongTensor (N,)``.
     """
-    rule = cut_rule(tokenizer) if isinstance(tokenizer, BPETokenizer) else "after-non-space"
-    cut = "" if rule == "after-non-space" else f"cut={rule}\0"  # others were cut by GPT-2's rule before 2026-11-30
+    rule = cache_cut_key(tokenizer)
+    cut = "" if rule is None else f"cut={rule}\0"
     key = hashlib.sha256((_tokenizer_fingerprint(tokenizer) + "\0" + cut).encode() + text.encode("utf-8")).hexdigest()
     path = Path(cache_dir) / f"{key}.npy"
     if path.is_file():

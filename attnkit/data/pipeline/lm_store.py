@@ -42,7 +42,7 @@ from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer, tokenizer_from_dict
 from attnkit.files import write_text_atomic
 
-from .lm_dataset import DEFAULT_BPE_VOCAB, _tokenizer_fingerprint, build_tokenizer, cut_rule
+from .lm_dataset import DEFAULT_BPE_VOCAB, _tokenizer_fingerprint, build_tokenizer, cache_cut_key
 from .store_encoding import bpe_training_pieces, encode_blocks
 from .text_stream import TextFiles, TextScan
 from .token_store import STORE_SUFFIX, TokenStore, TokenStoreWriter, open_or_build
@@ -216,12 +216,12 @@ def open_lm_stores(data: str | os.PathLike, tokenizer: str | os.PathLike | Token
     tok = _resolve_tokenizer(tokenizer, source, vocab_size=vocab_size, home=home, progress=show_progress)
     tok_sha = _tokenizer_fingerprint(tok)
     stores, notes = {}, []
+    cut = cache_cut_key(tok)  # stores of another rule were built with GPT-2's, wrong for this tokenizer
     for split in splits:
         part = source.parts[split]
         fingerprint = {"text": source.text_sha256(part), "range": [part.start, part.stop], "tokenizer": tok_sha}
-        cut = cut_rule(tok) if isinstance(tok, BPETokenizer) else "after-non-space"
-        if cut != "after-non-space":  # stores cut otherwise were built with GPT-2's rule, wrong for this tokenizer
-            fingerprint["cut"] = str(cut)
+        if cut is not None:
+            fingerprint["cut"] = cut
         path = source.folder / f"{tok.type}-{tok_sha[:16]}-{source.range_key}-{split}{STORE_SUFFIX}"
 
         def build(target: Path, part: _Part = part, fingerprint: dict = fingerprint, split: str = split) -> TokenStore:
