@@ -453,7 +453,8 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     mt_options = {"valid": None if opts["valid"] is None else recorded_path(str(opts["valid"]), pairs=True),
                   **{k: opts[k] for k in ("vocab_size", "max_tokens", "max_len", "label_smoothing", "strict", "bleu",
                                           "bleu_sentences", "word_dropout", "anneal_share")},
-                  "anneal_data": None if opts["anneal_data"] is None else recorded_path(opts["anneal_data"], pairs=True),
+                  "anneal_data": (None if opts["anneal_data"] is None
+                                  else recorded_path(opts["anneal_data"], pairs=True)),
                   **({"anneal_replay": opts["anneal_replay"]} if opts["anneal_replay"] else {}),
                   **({"average_last": opts["average_last"]} if opts["average_last"] else {}),  # reused on resume
                   **({"reverse": True} if opts["reverse"] else {}),  # absent when off: older runs read the same

@@ -69,7 +69,8 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
     """Average the weights of the checkpoint folders ``paths`` into a new checkpoint folder ``out``.
 
     The model is rebuilt from the newest (last) checkpoint's ``model_config``; all checkpoints must hold the
-    same model config and tokenizer, and no un-merged LoRA adapters. ``out`` must not be one of ``paths``. Returns ``out``.
+    same model config and tokenizer, and no un-merged LoRA adapters. ``out`` must not be one of ``paths``. Returns
+    ``out``.
     """
     from attnkit.models.builders import build_model
     from attnkit.models.configs import config_from_dict

@@ -26,8 +26,8 @@ from typing import Any, Callable
 from .checkpoint import (FORMAT, STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint,
                          read_checkpoint_state)
 
-__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "check_output_file", "resolve_checkpoint",
-           "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
+__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "check_output_file",
+           "resolve_checkpoint", "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
 
 RUN_FILE = "run.json"
 TRAINER_STATE_KEYS = ("step", "train_config", "model_config", "task")  # what every Trainer checkpoint's state holds
