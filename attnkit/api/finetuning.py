@@ -26,7 +26,8 @@ Every checkpoint's ``extra`` holds ``kind: "lm"``, the tokenizer, the chat templ
 source model's prompting conventions (``prompting``: ``add_bos_token``, prompts start with ``<bos>``, and
 ``stop_token_ids``, the ids that end a generation; so ``attnkit sample --ckpt`` prompts and stops the fine-tuned
 model as it did the source), the data and the LoRA settings; a local ``--data`` or ``--from`` as its absolute
-path, so that ``--resume`` works from any working directory (a ``--data`` or ``--from`` given on resume must name the same file or name as the run's).
+path, so that ``--resume`` works from any working directory (a ``--data`` or ``--from`` given on resume must name
+the same file or name as the run's).
 
 There are no tensor axes in this file.
 """
