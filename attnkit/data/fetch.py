@@ -17,7 +17,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from attnkit.files import write_text_atomic
 
@@ -29,6 +31,7 @@ __all__ = [
     "apt_download",
     "dpkg_extract",
     "write_source_record",
+    "verified_record",
 ]
 
 
@@ -187,3 +190,20 @@ def write_source_record(folder: str | os.PathLike, record: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "SOURCE.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     return folder / "SOURCE.json"
+
+
+def verified_record(folder: str | os.PathLike, outputs: Iterable[str], **expected: Any) -> dict | None:
+    """The cached ``SOURCE.json`` of ``folder`` when it holds every ``key=value`` of ``expected`` and each file of
+    ``outputs`` (the files the recipe writes, not the record's own list) exists with the sha256 it records; else
+    ``None`` (also for a missing, damaged, non-UTF-8 or non-object record)."""
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / "SOURCE.json").read_text(encoding="utf-8"))
+        if any(record.get(key) != value for key, value in expected.items()):
+            return None
+        if all((folder / name).is_file() and sha256_file(folder / name) == record["outputs"][name]["sha256"]
+               for name in outputs):
+            return record
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
+        pass
+    return None

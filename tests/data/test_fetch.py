@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data.fetch import FetchError, apt_download
+from attnkit.data.fetch import FetchError, apt_download, sha256_file, verified_record, write_source_record
 
 
 @pytest.mark.network
@@ -92,3 +92,23 @@ def test_a_cached_deb_that_fails_its_checksum_is_fetched_again(tmp_path, monkeyp
     assert deb.read_bytes() == good and calls == [["apt-get", "download"]]
     assert apt_download("sed", tmp_path, version="4.9-2", sha256=hashlib.sha256(good).hexdigest())[0] == deb
     assert calls == [["apt-get", "download"]]  # a good cached one is used as it is
+
+
+def test_a_cached_record_is_taken_only_when_its_fields_and_every_output_check_out(tmp_path):
+    (tmp_path / "a.txt").write_text("alpha\n")
+    (tmp_path / "b.txt").write_text("beta\n")
+    outputs = {name: {"sha256": sha256_file(tmp_path / name)} for name in ("a.txt", "b.txt")}
+    write_source_record(tmp_path, {"recipe_version": 3, "outputs": outputs})
+    assert verified_record(tmp_path, ("a.txt", "b.txt"), recipe_version=3)["outputs"] == outputs
+    assert verified_record(tmp_path, ("a.txt", "b.txt"), recipe_version=2) is None  # another recipe version
+    assert verified_record(tmp_path, ("a.txt", "c.txt"), recipe_version=3) is None  # an output it does not record
+    (tmp_path / "b.txt").write_text("altered\n")
+    assert verified_record(tmp_path, ("a.txt",), recipe_version=3) is not None
+    assert verified_record(tmp_path, ("a.txt", "b.txt"), recipe_version=3) is None  # an output altered
+    (tmp_path / "a.txt").unlink()
+    assert verified_record(tmp_path, ("a.txt",)) is None  # an output missing
+    for damaged in (b"[1, 2]", b"\xff\xfe", b"{not json", b'{"outputs": 7}'):
+        (tmp_path / "SOURCE.json").write_bytes(damaged)
+        assert verified_record(tmp_path, ("b.txt",)) is None
+    (tmp_path / "SOURCE.json").unlink()
+    assert verified_record(tmp_path, ()) is None  # no record at all

@@ -64,7 +64,6 @@ There are no tensor axes in this file.
 from __future__ import annotations
 
 import collections
-import json
 import random
 import re
 import struct
@@ -75,7 +74,8 @@ from pathlib import Path
 from typing import Iterable
 
 from attnkit.data.corpora import debian_descriptions, gnome_help, html_manuals, libreoffice_help, man_pages
-from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.data.fetch import (FetchError, apt_download, dpkg_extract, sha256_file, verified_record,
+                                write_source_record)
 from attnkit.data.corpora.pair_filters import admit_blocks, is_full_sentence
 from attnkit.data.corpora.parallel import IN_DOMAIN_FILE, SPLITS, normalize_text, write_tsv
 from attnkit.data.corpora.registry import register
@@ -654,16 +654,7 @@ def _descriptions(root: Path) -> tuple[dict[str, list[Pair]], collections.Counte
 
 def _cached(root: Path) -> bool:
     """True if every output exists and matches the checksums in SOURCE.json written by this recipe version."""
-    source = root / "SOURCE.json"
-    if not source.is_file() or not all((root / f).is_file() for f in _OUTPUTS):
-        return False
-    try:
-        record = json.loads(source.read_text(encoding="utf-8"))
-        if record.get("recipe_version") != RECIPE_VERSION:
-            return False
-        return all(sha256_file(root / f) == record["outputs"][f]["sha256"] for f in _OUTPUTS)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
-        return False
+    return verified_record(root, _OUTPUTS, recipe_version=RECIPE_VERSION) is not None
 
 
 @dataclass

