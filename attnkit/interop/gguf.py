@@ -376,6 +376,14 @@ def _meta_float(meta: dict[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
+def _meta_bool(meta: dict[str, Any], key: str, default: bool) -> bool:
+    """Metadata ``key`` (``default`` when absent), which must be a GGUF bool: a string ``"false"`` is not false."""
+    value = meta.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"GGUF metadata {key!r} must be a bool (true or false), got {value!r}")
+    return value
+
+
 def gguf_to_hf_config(meta: dict[str, Any], *, tensor_names: set[str] | None = None) -> dict[str, Any]:
     """Build a Hugging Face ``LlamaConfig``-style dict from GGUF metadata (keys ``llama.*``, ``tokenizer.ggml.*``).
 
@@ -702,7 +710,7 @@ def load_gguf(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, pr
     Raises:
         ValueError: see :func:`check_gguf_file`, :func:`read_gguf`, :func:`gguf_to_hf_config`,
             :func:`gguf_to_hf_state_dict`, :func:`gguf_tokenizer`; a ``tokenizer.chat_template`` that is not a
-            string.
+            string, a ``tokenizer.ggml.add_bos_token`` that is not a bool.
     """
     from attnkit.data.tokenizers.chat_template import check_chat_template
 
@@ -720,7 +728,7 @@ def load_gguf(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, pr
         state_dict=state,
         tokenizer=tokenizer,
         chat_template=check_chat_template(meta.get("tokenizer.chat_template"), f"{path}: tokenizer.chat_template"),
-        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        add_bos_token=_meta_bool(meta, "tokenizer.ggml.add_bos_token", False),
         tensor_types=dict(Counter(t.tensor_type.name for t in reader.tensors)),
         metadata=scalars,
     )

@@ -14,6 +14,8 @@ The differences, all handled here:
   ``gate_proj``/``up_proj``/``down_proj`` are attnkit's ``w_gate``/``w_in``/``w_out``. Both use the same
   rotary convention (rotate-half), so q/k rows need no permutation.
 * A tied head (``tie_word_embeddings``) is one tensor in attnkit; HF files usually omit ``lm_head.weight``.
+* Llama has no residual or embedding dropout, only ``attention_dropout``: a Llama-style model's ``dropout``
+  (a training setting; inference is unaffected) is not exported, and a Llama export reads back with 0.
 
 The name templates (``{i}`` = layer index) are :data:`GPT2_KEY_TEMPLATES` and :data:`LLAMA_KEY_TEMPLATES`:
 each row is ``(attnkit name, HF name(s), how)`` with ``how`` one of ``"copy"``, ``"transpose"``, ``"cat"``.
@@ -30,12 +32,14 @@ Public API::
 Every mismatch raises ``ValueError``: a config of one family with weights of the other, missing or
 unexpected tensors (listed), a tensor of the wrong shape (named, with both shapes), an unsupported
 config option (named), a state dict with a key that is not a string or a value that is not a tensor (the
-first one named). Pickled ``.bin`` files are only read with ``torch.load(weights_only=True)``.
+first one named), a tensor that is not floating-point or holds NaN/inf (named). Pickled ``.bin`` files are
+only read with ``torch.load(weights_only=True)``.
 
 A model with un-merged LoRA adapters exports its merged weights (``W + (alpha / r) B A``, what
 :func:`~attnkit.modules.lora.merge_lora` would give; the model itself is unchanged), so the exported model
 computes what the adapted one does. Any other tensor the HF layout has no place for is refused.
-Files are written atomically and with the user's umask (like any file the user creates).
+Files are written atomically and with the user's umask (like any file the user creates); :func:`save_hf`
+writes only into a new or empty folder, or over its own earlier export, never over another model's files.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import torch
 
 from attnkit.files import write_atomic
 from attnkit.checkpoints.checkpoint import check_table_sizes
+from attnkit.checkpoints.runs import check_output_file
 from attnkit.data.json_files import read_json_file
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
@@ -439,7 +444,8 @@ def state_dict_from_hf(
     """HF-named tensors + HF config -> (:class:`GPTConfig`, attnkit-named state dict).
 
     Raises ValueError when the weights belong to the other family, tensors are missing or unexpected
-    (all listed), or a tensor's shape differs from the config's (named, with both shapes).
+    (all listed), a tensor's shape differs from the config's (named, with both shapes), or a tensor is not
+    floating-point or holds NaN/inf (named).
     """
     hf_cfg = _config_dict(config)
     family = hf_family(hf_cfg)
@@ -479,6 +485,10 @@ def state_dict_from_hf(
         got = tuple(sd[name].shape)
         if got != shape:
             raise ValueError(f"tensor {name!r} has shape {got}, expected {shape} for this config")
+        if not sd[name].is_floating_point():
+            raise ValueError(f"tensor {name!r} has dtype {sd[name].dtype}, expected a floating-point dtype")
+        if not bool(torch.isfinite(sd[name].float()).all()):  # (float8 tensors have no isfinite of their own)
+            raise ValueError(f"tensor {name!r} holds non-finite values (NaN or inf); expected finite weights")
 
     out: dict[str, torch.Tensor] = {}
     for e in entries:
@@ -638,6 +648,8 @@ def from_hf(source: Any, *, config: Any = None, dtype: torch.dtype | None = None
     Returns:
         the model in eval mode (like ``from_pretrained``).
     """
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
     if isinstance(source, (str, os.PathLike)):
         folder_cfg, state = load_hf_folder(source)
         hf_cfg = folder_cfg if config is None else config
@@ -693,20 +705,54 @@ def to_hf(model: GPT):
     return hf_model.eval()
 
 
+# written into the safetensors metadata of every export: the mark of a file a later save_hf may replace
+_EXPORT_WRITER = "attnkit.save_hf"
+# the files of a Hugging Face model folder: an existing one is a model of the user's, unless save_hf wrote it
+_HF_FOLDER_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                    "pytorch_model.bin.index.json")
+
+
+def _earlier_export(folder: Path) -> bool:
+    """Whether ``folder/model.safetensors`` is an export of :func:`save_hf` (its metadata says so)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+            return (f.metadata() or {}).get("writer") == _EXPORT_WRITER
+    except (OSError, SafetensorError):  # absent, or not a safetensors file
+        return False
+
+
+def _check_export_folder(folder: Path) -> None:
+    """``ValueError`` unless :func:`save_hf` may write into ``folder``: a new or empty folder, or an earlier export
+    (replaced); never a file, a checkpoint folder (or a run's ``checkpoints/``), or a folder holding another model."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"save_hf needs a folder, got {str(folder)!r}, which is a file")
+    for name in ("model.safetensors", "config.json"):
+        check_output_file(folder / name, "save_hf")  # refuses files inside a checkpoint, new or not
+    found = [name for name in _HF_FOLDER_FILES if (folder / name).exists()]
+    if found and not (found == ["config.json", "model.safetensors"] and _earlier_export(folder)):
+        raise ValueError(f"save_hf: {str(folder)!r} already holds {', '.join(found)}, not an earlier save_hf "
+                         "export; expected a new or empty folder (nothing is overwritten): choose another folder")
+
+
 def save_hf(model: GPT, folder: str | os.PathLike) -> Path:
     """Write ``config.json`` + ``model.safetensors`` that ``transformers`` loads with ``from_pretrained``.
 
-    A tied ``lm_head.weight`` is not stored (HF re-ties it from ``tie_word_embeddings``).
-    Returns the folder.
+    A tied ``lm_head.weight`` is not stored (HF re-ties it from ``tie_word_embeddings``). ``folder`` must be new,
+    empty, or an earlier ``save_hf`` export (which is replaced); any other model files in it, or a checkpoint
+    folder, raise ``ValueError`` and nothing is written. Returns the folder.
     """
     from safetensors.torch import save_file
 
     hf_cfg, state = state_dict_to_hf(model, include_tied=False)
     folder = Path(folder)
+    _check_export_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     hf_cfg = dict(hf_cfg, torch_dtype=str(model.wte.weight.dtype).replace("torch.", ""))
-    write_atomic(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata={"format": "pt"}))
+    metadata = {"format": "pt", "writer": _EXPORT_WRITER}
+    write_atomic(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata=metadata))
     text = json.dumps(hf_cfg, indent=2) + "\n"
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
     return folder

@@ -55,6 +55,9 @@ def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel
     from attnkit.interop.pretrained import pretrained_names
 
     if source in pretrained_names():
+        if tokenizer_file is not None:
+            raise ValueError("--tokenizer only applies to a Hugging Face folder; a named model brings its own "
+                             "tokenizer")
         return load_named(source)
     return _load_source(source, tokenizer_file=tokenizer_file)
 

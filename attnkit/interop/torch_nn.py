@@ -28,7 +28,7 @@ batch-first; a torch module built with ``batch_first=False`` has the same weight
 only its call convention differs. ``to_torch`` always builds ``batch_first=True`` modules.
 
 What torch cannot represent raises ``ValueError`` in ``to_torch`` (grouped-query heads, a free
-``head_dim``, RoPE, RMSNorm, gated feed-forwards); what attnkit does not implement raises it in
+``head_dim``, RoPE, RMSNorm, gated feed-forwards, LayerDrop); what attnkit does not implement raises it in
 ``from_torch`` (``add_bias_kv``, ``add_zero_attn``, custom activations, and an ``nn.Transformer`` whose
 encoder or decoder layers differ from encoder layer 0 in ``norm_first``, activation, heads, feed-forward
 width, dropout, bias or norm eps: attnkit builds every layer of both stacks alike).
@@ -227,6 +227,7 @@ def _copy_mha_to_torch(m: MultiHeadAttention, ref: nn.MultiheadAttention) -> Non
     _copy(ref.in_proj_bias, None if b_q is None else torch.cat([b_q, b_k, b_v]), "in_proj_bias")
     _copy(ref.out_proj.weight, m.out_proj.weight, "out_proj.weight")
     _copy(ref.out_proj.bias, m.out_proj.bias, "out_proj.bias")
+    ref.dropout = m.dropout  # on the attention weights: an attention_dropout unlike the layers' dropout too
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -262,6 +263,7 @@ def _transformer_from_torch(ref: nn.Transformer) -> EncoderDecoder:
         num_decoder_layers=len(dec_layers),
         dim_feedforward=first.linear1.out_features,
         dropout=float(first.dropout.p),
+        attention_dropout=float(first.self_attn.dropout),
         activation=_torch_activation_name(first.activation),
         norm_first=bool(first.norm_first),
         norm="layernorm",
@@ -369,6 +371,9 @@ def _transformer_to_torch(m: EncoderDecoder) -> nn.Transformer:
     activation = _torch_activation(ff.activation)
     for attn in (enc0.self_attn, dec0.self_attn, dec0.cross_attn):
         _check_torch_expressible(attn)
+    for stack in (m.encoder, m.decoder):
+        if stack.layer_drop:
+            raise ValueError(f"torch.nn.Transformer has no LayerDrop: expected layer_drop 0.0, got {stack.layer_drop}")
     bias = ff.w_in.bias is not None
     p = _reference_param(m)
     ref = nn.Transformer(

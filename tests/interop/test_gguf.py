@@ -443,6 +443,17 @@ def test_chat_template_that_is_not_a_string_is_refused(tmp_path, hf_model, monke
         g.load_gguf(path, progress=False)
 
 
+@pytest.mark.parametrize("write, shown", [(lambda w: w.add_string("tokenizer.ggml.add_bos_token", "false"), "'false'"),
+                                         (lambda w: w.add_uint8("tokenizer.ggml.add_bos_token", 2), "2")])
+def test_an_add_bos_token_that_is_not_a_bool_is_refused(tmp_path, hf_model, monkeypatch, write, shown):
+    """Was: read with bool(), so the string "false" meant True: every prompt got a <bos> the file said it must not."""
+    monkeypatch.setattr(gguf.GGUFWriter, "add_add_bos_token", lambda self, value: write(self))
+    path = write_gguf(tmp_path / "m.gguf", hf_model)
+    with pytest.raises(ValueError, match=f"^GGUF metadata 'tokenizer.ggml.add_bos_token' must be a bool \\(true or "
+                                         f"false\\), got {shown}$"):
+        g.load_gguf(path, progress=False)
+
+
 LLAMA3_STYLE = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{{ eos_token }}\n"
                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 

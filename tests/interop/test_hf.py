@@ -322,6 +322,43 @@ def test_state_dict_from_hf_names_the_first_bad_entry():
         state_dict_from_hf({("a", 1): torch.zeros(1), **sd}, config)
 
 
+def test_float8_weights_load():
+    """The finiteness check must not refuse a dtype that has no torch.isfinite (float8_e4m3fn)."""
+    config, sd = _hf_state_and_config()
+    fp8 = {k: v.to(torch.float8_e4m3fn) if v.is_floating_point() else v for k, v in sd.items()}
+    model = from_hf(fp8, config=config)
+    assert torch.equal(model.wte.weight, fp8["transformer.wte.weight"].float())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.complex64, "float16"])
+def test_from_hf_refuses_a_dtype_that_is_not_floating(dtype):
+    """Was: a TypeError from deep inside nn.Module.to (int64, "float16"), or a complex model (complex64)."""
+    config, sd = _hf_state_and_config()
+    with pytest.raises(ValueError, match=rf"^dtype must be a floating torch.dtype or None, got {dtype!r}$"):
+        from_hf(sd, config=config, dtype=dtype)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.fill_(float("nan")), r"holds non-finite values \(NaN or inf\); expected finite weights"),
+    (lambda t: t.fill_(float("-inf")), r"holds non-finite values \(NaN or inf\); expected finite weights"),
+    (lambda t: t.round().to(torch.int64), r"has dtype torch.int64, expected a floating-point dtype"),
+    (lambda t: t.to(torch.complex64), r"has dtype torch.complex64, expected a floating-point dtype"),
+], ids=["nan", "inf", "int64", "complex64"])
+def test_weights_that_are_not_finite_floats_are_refused(tmp_path, change, message):
+    """Was: a folder whose weights held NaN loaded silently (every logit NaN), and integer or complex tensors were
+    cast into the model's float parameters."""
+    from safetensors.torch import load_file, save_file
+
+    folder = save_hf(build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16)),
+                     tmp_path / "export")
+    sd = load_file(folder / "model.safetensors")
+    name = "transformer.h.0.mlp.c_fc.weight"
+    sd[name] = change(sd[name].clone())
+    save_file(sd, folder / "model.safetensors")
+    with pytest.raises(ValueError, match=f"^tensor '{name}' {message}$"):
+        from_hf(folder)
+
+
 def _hf_state_and_config():
     hf_model = _hf_gpt2()
     return hf_model.config, dict(hf_model.state_dict())
@@ -363,6 +400,48 @@ def test_save_hf_leaves_no_file_when_writing_fails(tmp_path, monkeypatch):
         save_hf(model, tmp_path)
     assert (tmp_path / "model.safetensors").read_bytes() == before  # the old export is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+
+# --------------------------------------------------------------------------- nothing of the user's is overwritten
+def _folder_with(tmp_path, files: dict[str, bytes]):
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize("files", [
+    {"config.json": b'{"model_type": "llama"}'},
+    {"config.json": b'{"model_type": "gpt2"}', "model.safetensors": b"their weights"},
+    {"model.safetensors.index.json": b"{}"},
+    {"pytorch_model.bin": b"their weights"},
+])
+def test_save_hf_never_overwrites_another_models_files(tmp_path, files):
+    """Was: save_hf wrote over the config.json and model.safetensors of any folder it was given."""
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    folder = _folder_with(tmp_path, files)
+    with pytest.raises(ValueError, match=r"already holds .*not an earlier save_hf export.*choose another folder"):
+        save_hf(model, folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+
+
+def test_save_hf_refuses_a_checkpoint_folder_and_a_file(tmp_path):
+    """Was: save_hf into an attnkit checkpoint folder replaced its model.safetensors with HF-named tensors, and the
+    checkpoint no longer loaded."""
+    from attnkit.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    ckpt = save_checkpoint(tmp_path / "ckpt", model)
+    for folder in (ckpt, ckpt / "hf"):  # the checkpoint, and a new folder inside it (a prune would delete it)
+        with pytest.raises(ValueError, match="is a file of a training run"):
+            save_hf(model, folder)
+    assert sorted(p.name for p in ckpt.iterdir()) == ["model.safetensors", "state.json"]
+    load_checkpoint(ckpt, build_model(model.config))  # still an attnkit checkpoint
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ValueError, match="save_hf needs a folder, got .*which is a file"):
+        save_hf(model, tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "mine"
 
 
 # --------------------------------------------------------------------------- LoRA adapters

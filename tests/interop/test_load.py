@@ -120,3 +120,14 @@ def test_a_folder_without_safetensors_weights(hf_folder, tmp_path):
     (folder / "model.safetensors").unlink()
     with pytest.raises(ValueError, match="without weights attnkit reads: expected model.safetensors"):
         load_model(str(folder))
+
+
+def test_tokenizer_file_with_a_named_model_is_refused(monkeypatch):
+    """Was: load_model(name, tokenizer_file=...) (``finetune --from smollm2-135m-instruct --tokenizer FILE``) fetched
+    the named model and ignored the tokenizer file without a word."""
+    import attnkit.interop.load as load_module
+
+    monkeypatch.setattr(load_module, "load_named", lambda name: pytest.fail("the named model must not be loaded"))
+    with pytest.raises(ValueError, match="^--tokenizer only applies to a Hugging Face folder; a named model brings "
+                                         "its own tokenizer$"):
+        load_model("smollm2-135m-instruct", tokenizer_file="tokenizer.json")

@@ -167,6 +167,29 @@ def test_conversions_carry_dropout_and_the_norms_eps():
     assert {m.p for m in back.modules() if isinstance(m, nn.Dropout)} == {0.15}
 
 
+def test_conversions_carry_an_attention_dropout_unlike_the_layers_dropout():
+    """Was: to_torch gave every torch attention the layers' dropout (0.1, not 0.3), and from_torch took the layers'
+    dropout for the attention weights too: the converted model trained with another attention dropout."""
+    ours = EncoderDecoder(d_model=E, nhead=H, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=24,
+                          dropout=0.1, attention_dropout=0.3)
+    ref = to_torch(ours)
+    attns = [m for m in ref.modules() if isinstance(m, nn.MultiheadAttention)]
+    assert len(attns) == 3 and {m.dropout for m in attns} == {0.3}
+    assert {m.p for m in ref.modules() if isinstance(m, nn.Dropout)} == {0.1}
+    back = from_torch(ref)
+    assert {m.dropout for m in back.modules() if isinstance(m, MultiHeadAttention)} == {0.3}
+    assert {m.p for m in back.modules() if isinstance(m, nn.Dropout)} == {0.1}
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_to_torch_refuses_layer_drop(stack):
+    """Was: the LayerDrop of either stack vanished in the converted model (torch.nn.Transformer has none)."""
+    ours = EncoderDecoder(d_model=E, nhead=H, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=24)
+    getattr(ours, stack).layer_drop = 0.3
+    with pytest.raises(ValueError, match=r"torch.nn.Transformer has no LayerDrop: expected layer_drop 0.0, got 0.3"):
+        to_torch(ours)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("final_norms", [True, False])
 @pytest.mark.parametrize("bias", [True, False])
