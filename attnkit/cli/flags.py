@@ -60,7 +60,7 @@ TRAIN_FLAGS = [
     ("--schedule", "schedule", str, "cosine | inverse_sqrt | constant"),
     ("--weight-decay", "weight_decay", float, "AdamW weight decay (matrices only)"),
     ("--optimizer", "optimizer", str, "adamw | muon (Muon on the hidden matrices, AdamW on embeddings, output "
-                                      "layer, biases and norms; one --lr for both)"),
+                                      "layer, biases and norms; one --lr for both; not with --lora)"),
     ("--muon-ns-steps", "muon_ns_steps", int, "Newton-Schulz steps per Muon update (default 5; fewer is cheaper)"),
     ("--grad-clip", "grad_clip", float, "max global gradient norm (0 = off)"),
     ("--eval-every", "eval_every", int, "evaluate every N steps"),

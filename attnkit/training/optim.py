@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from attnkit.checks import check_int, is_int
+from attnkit.checks import check_float, check_int, is_int
 from .config import SCHEDULES, TrainConfig
 from .muon import MuonWithAdamW
 
@@ -60,7 +60,9 @@ def param_groups(model: nn.Module, weight_decay: float, *, muon: bool = False) -
     matrices (``nn.Linear`` weights other than the output layer and tied embeddings) go to Muon, the embeddings
     and the output layer to "decay", vectors to "no_decay".
     Tied parameters (e.g. ``lm_head.weight`` is ``wte.weight``) appear once, under their first name.
-    Frozen parameters (``requires_grad=False``) are left out.
+    Frozen parameters (``requires_grad=False``) are left out. Raises ``ValueError`` when nothing is trainable, and
+    with ``muon=True`` when no hidden matrix is (a LoRA model's adapters are not ``nn.Linear`` weights): Muon would
+    update nothing.
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"param_groups expects an nn.Module, got {type(model).__name__}")
@@ -72,6 +74,10 @@ def param_groups(model: nn.Module, weight_decay: float, *, muon: bool = False) -
         (orthogonal if id(p) in hidden else decay if p.ndim >= 2 else no_decay).append((name, p))
     if not orthogonal and not decay and not no_decay:
         raise ValueError(f"{type(model).__name__} has no trainable parameters")
+    if muon and not orthogonal:  # e.g. LoRA: the adapters are plain parameters, the nn.Linear weights frozen
+        raise ValueError(f"optimizer 'muon' needs trainable hidden matrices (nn.Linear weights other than the output "
+                         f"layer), got none in {type(model).__name__} (its trainable parameters "
+                         f"{[n for n, _ in decay + no_decay][:3]} would all get AdamW): use optimizer 'adamw'")
     groups = [
         {"params": [p for _, p in decay], "param_names": [n for n, _ in decay],
          "weight_decay": float(weight_decay), "name": "decay"},
@@ -132,9 +138,14 @@ def lr_at(step: int, *, schedule: str, lr: float, min_lr: float = 0.0, warmup_st
     """Learning rate for the update that follows ``step`` completed updates (i.e. update ``n = step + 1``).
 
     See the module docstring for the formulas. Raises ``ValueError`` for an unknown schedule, a negative
-    step, or a missing ``total_steps`` (cosine) / ``d_model`` / ``warmup_steps`` (inverse_sqrt).
+    step, lr, min_lr or warmup_steps, a total_steps or d_model below 1, or a missing ``total_steps`` (cosine) /
+    ``d_model`` / ``warmup_steps`` (inverse_sqrt).
     """
     check_int("step", step, minimum=0)
+    lr, min_lr = check_float("lr_at lr", lr, low=0.0), check_float("lr_at min_lr", min_lr, low=0.0)
+    check_int("lr_at warmup_steps", warmup_steps, minimum=0)
+    check_int("lr_at total_steps", total_steps, minimum=1, allow_none=True)
+    check_int("lr_at d_model", d_model, minimum=1, allow_none=True)
     n = step + 1
     w = warmup_steps
     share = warmup_time_share if total_steps is None else None  # by time: only for time-limited runs
@@ -171,6 +182,7 @@ class LRScheduler:
 
         sched = LRScheduler(optimizer, config)   # sets the lr for update 1
         for ...:
+            lr = sched.apply()                   # the lr of this update, by the clock as it reads now
             optimizer.step()
             sched.step()                         # one more update done; sets the lr for the next one
 
@@ -198,7 +210,7 @@ class LRScheduler:
         if clock is not None and not callable(clock):
             raise ValueError(f"LRScheduler clock must be a callable returning seconds, got {type(clock).__name__}")
         self.clock = clock
-        self._apply()
+        self.apply()
 
     def lr_at(self, step: int) -> float:
         """The lr for the update after ``step`` completed updates."""
@@ -214,15 +226,20 @@ class LRScheduler:
         """The lr the next ``optimizer.step()`` will use."""
         return self.lr_at(self.last_step)
 
-    def _apply(self) -> None:
+    def apply(self) -> float:
+        """Set every param group's lr to :meth:`get_lr` and return it. A schedule that follows the clock (a
+        time-limited run) has moved since the last :meth:`step`: call this just before each update so that the
+        update runs at the lr of its own time (and a resumed run at the lr of its checkpoint's time, not the
+        lr of time 0 that the scheduler had when it was built)."""
         lr = self.get_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        return lr
 
     def step(self) -> None:
         """Record one completed update and set the lr for the next one."""
         self.last_step += 1
-        self._apply()
+        self.apply()
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.last_step, "schedule": self.config.schedule, "lr": self.get_lr()}
@@ -232,4 +249,4 @@ class LRScheduler:
         if not is_int(step) or step < 0:
             raise ValueError(f"scheduler state must contain an int 'step' >= 0, got {state!r}")
         self.last_step = step
-        self._apply()
+        self.apply()

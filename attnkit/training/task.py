@@ -117,10 +117,3 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (list, tuple)):
         return type(batch)(move_to_device(v, device) for v in batch)
     return batch
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """Device of the model's first parameter (CPU for a parameter-less module)."""
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")

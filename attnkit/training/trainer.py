@@ -795,7 +795,7 @@ class Trainer:
             if note:
                 self._batches.discard()  # built from the task as it was
                 self._progress.write(f"step {self.step}: {note}")
-        lr = self.scheduler.get_lr()  # the lr this update uses
+        lr = self.scheduler.apply()  # the lr this update uses (a time-limited schedule: by the clock as it is now)
         t_step = time.perf_counter()
         update = self._update(train_model)
         dt = time.perf_counter() - t_step

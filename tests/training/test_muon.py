@@ -208,6 +208,17 @@ def test_groups_of_a_translation_model_keep_embeddings_and_generator_out_of_muon
     assert set(decay["param_names"]) == {"src_embed.tok.weight", "tgt_embed.tok.weight", "generator.weight"}
 
 
+def test_muon_with_no_trainable_hidden_matrix_is_refused_instead_of_training_with_adamw_alone():
+    from attnkit.training.lora_run import add_lora
+
+    model = GPT(GPTConfig(vocab_size=40, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    add_lora(model, {"rank": 2, "alpha": 4.0, "targets": ["qkv_proj"], "dropout": 0.0})  # only adapters train
+    with pytest.raises(ValueError, match=r"optimizer 'muon' needs trainable hidden matrices .*got none in GPT "
+                                         r"\(its trainable parameters \['blocks.0.attn.qkv_proj.lora_A'.*adamw"):
+        build_optimizer(model, TrainConfig(optimizer="muon", steps=3, warmup_steps=0))
+    assert [g["name"] for g in param_groups(model, 0.1)] == ["decay", "no_decay"]  # AdamW takes the adapters
+
+
 def test_without_muon_the_two_adamw_groups_are_unchanged():
     model = GPT(GPTConfig(vocab_size=40, block_size=16, n_layer=1, n_head=2, n_embd=16))
     assert [g["name"] for g in param_groups(model, 0.1)] == ["decay", "no_decay"]

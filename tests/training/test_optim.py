@@ -58,6 +58,11 @@ def test_constant_with_and_without_warmup():
     (dict(schedule="cosine", lr=1.0, warmup_steps=1), "needs total_steps"),  # neither steps nor time
     (dict(schedule="inverse_sqrt", lr=1.0, warmup_steps=10), "needs d_model"),
     (dict(schedule="inverse_sqrt", lr=1.0, warmup_steps=0, d_model=8), "needs warmup_steps >= 1"),
+    (dict(schedule="cosine", lr=1.0, warmup_steps=-2, total_steps=10), r"warmup_steps must be an int >= 0, got -2"),
+    (dict(schedule="constant", lr=-1.0), r"lr must be a finite number in \[0.0, inf\), got -1.0"),
+    (dict(schedule="cosine", lr=1.0, min_lr=float("nan"), total_steps=10), "min_lr must be a finite number"),
+    (dict(schedule="cosine", lr=1.0, total_steps=0), "total_steps must be an int >= 1, got 0"),
+    (dict(schedule="inverse_sqrt", lr=1.0, warmup_steps=4, d_model=0), "d_model must be an int >= 1, got 0"),
 ])
 def test_lr_at_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -249,6 +249,41 @@ def test_max_time_stops_a_time_only_run(tmp_path, tiny_lm, token_streams):
     assert read_metrics(tmp_path / "run")[-1]["step"] == summary["steps"]
 
 
+def test_a_time_limited_schedule_runs_each_update_at_the_lr_it_logs_also_after_a_resume(tmp_path, tiny_lm,
+                                                                                         token_streams):
+    """The cosine of a time-only run follows the clock: each update must run at the lr of its own time (the one
+    logged), not at the lr set after the update before, and a resumed run not at the lr of time 0."""
+    import os
+    import signal
+
+    from attnkit.training.preemption import Interrupted
+
+    def run(resume: bool, max_time: float, stop_after: int | None) -> list[float]:
+        trainer = _trainer(tmp_path, tiny_lm, token_streams, resume=resume, steps=None, max_time=max_time,
+                           min_lr=0.0, eval_every=10_000, ckpt_every=10_000)
+        applied, step = [], trainer.optimizer.step
+
+        def recording_step(*args, **kwargs):
+            applied.append(trainer.optimizer.param_groups[0]["lr"])
+            if len(applied) == stop_after:
+                os.kill(os.getpid(), signal.SIGINT)  # preemption: a checkpoint at this step, then Interrupted
+            return step(*args, **kwargs)
+
+        trainer.optimizer.step = recording_step
+        try:
+            trainer.fit()
+        except Interrupted:
+            pass
+        return applied
+
+    first = run(False, 0.01, None)  # to the end of a 0.6 s budget
+    resumed = run(True, 0.5, 3)  # the same run with a longer budget, stopped after three updates
+    logged = [r["lr"] for r in read_metrics(tmp_path / "run") if "lr" in r]
+    assert len(first) >= 3 and len(resumed) == 3
+    assert first + resumed == logged
+    assert resumed[0] < BASE["lr"]  # past its warmup and some of its budget: below the peak, the lr of time 0
+
+
 def test_bf16_autocast_trains(tmp_path, tiny_lm, token_streams):
     summary = _trainer(tmp_path, tiny_lm, token_streams, steps=3, eval_every=3, autocast="bf16").fit()
     assert summary["steps"] == 3 and summary["valid_loss"] > 0
