@@ -26,6 +26,7 @@ import torch
 
 from .bench_attention import AttnSizes, run_attention
 from .bench_generate import GenSizes, int8_quality, run_generate, shakespeare_calibration_text
+from .bench_levers import LEVERS, run_levers
 from .bench_lm import LMSizes, run_lm
 from .bench_seq2seq import Seq2SeqSizes, run_seq2seq
 from .harness import loadavg, machine_info, matmul_peak_gflops
@@ -48,6 +49,17 @@ def quick_sizes() -> dict:
     }
 
 
+def _lengths(text: str) -> list[int]:
+    """``--attn-lengths``: comma-separated sequence lengths, each >= 1."""
+    try:
+        lengths = [int(x) for x in text.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return lengths
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,16 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "(generate(compile=True)) under torch.compile "
                                                           "(compile time reported as first_call_s)")
     p.add_argument("--levers", default=None,
-                   help="comma-separated levers for --only levers (default all: fused_qkv,is_causal,no_pad_mask,"
-                        "kv_cache,adamw,int8,threads,head_merge,last_logits,decode_layout,compile)")
+                   help=f"comma-separated levers for --only levers (default all: {','.join(LEVERS)})")
     p.add_argument("--no-peers", action="store_true", help="time attnkit only")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--optimizer", choices=("plain", "foreach", "fused"), default="fused",
                    help="AdamW implementation for every training benchmark (default fused)")
     p.add_argument("--gen-tokens", type=int, default=None, help="new tokens per generation (default 128)")
     p.add_argument("--no-gen-no-cache", action="store_true", help="skip the (slow) no-KV-cache generation runs")
-    p.add_argument("--attn-lengths", default=None, help="comma-separated T values (default 512,1024,2048,4096,8192)")
-    p.add_argument("--attn-ref-max", type=int, default=None, help="largest T for the reference attention (default 4096)")
+    p.add_argument("--attn-lengths", type=_lengths, default=None,
+                   help="comma-separated T values (default 512,1024,2048,4096,8192)")
+    p.add_argument("--attn-ref-max", type=int, default=None,
+                   help="largest T for the reference attention (default 4096)")
     p.add_argument("--out-md", default=str(HERE / "records" / "cpu_speed" / "speed.md"),
                    help="markdown file whose Speed section is (re)written")
     p.add_argument("--out-json", default=str(HERE / "records" / "cpu_speed" / "results.json"),
@@ -80,11 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag, value, least in (("--rounds", args.rounds, 1), ("--warmup", args.warmup, 0),
+                               ("--gen-tokens", args.gen_tokens, 1)):
+        if value is not None and value < least:
+            parser.error(f"{flag} must be >= {least}, got {value}")
     selected = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in selected if s not in ALL]
     if unknown:
         raise SystemExit(f"--only: unknown benchmark(s) {unknown}; choose from {', '.join(ALL)}")
+    levers = None if args.levers is None else tuple(x.strip() for x in args.levers.split(",") if x.strip())
+    unknown = [x for x in levers or () if x not in LEVERS]
+    if unknown:
+        parser.error(f"--levers: unknown lever(s) {unknown}; choose from {', '.join(LEVERS)}")
     if args.threads is not None:
         if args.threads < 1:
             raise SystemExit(f"--threads must be >= 1, got {args.threads}")
@@ -99,11 +121,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.no_gen_no_cache:
         sizes["generate"].no_cache = False
     if args.attn_lengths:
-        sizes["attention"].lengths = [int(x) for x in args.attn_lengths.split(",")]
+        sizes["attention"].lengths = args.attn_lengths
     if args.attn_ref_max is not None:
         sizes["attention"].ref_max_len = args.attn_ref_max
-    train_rounds = args.rounds or (2 if args.quick else 5)
-    other_rounds = args.rounds or (2 if args.quick else 3)
+    train_rounds = args.rounds if args.rounds is not None else (2 if args.quick else 5)
+    other_rounds = args.rounds if args.rounds is not None else (2 if args.quick else 3)
     peers = not args.no_peers
 
     def progress(msg: str) -> None:
@@ -111,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     cmd = "python -m benchmarks" + ("" if argv is None and len(sys.argv) <= 1 else " ") + \
         " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    run = {"command": cmd.strip(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    run = {"command": cmd.strip(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
            "machine": machine_info(), "load_start": loadavg(), "benchmarks": []}
     peak = matmul_peak_gflops(n=256 if args.quick else 2048)
     run["matmul_peak"] = peak
@@ -148,12 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
                                                progress=progress, min_time=0.0 if args.quick else 0.5).to_dict())
         save()
     if "levers" in selected:
-        from .bench_levers import run_levers
-
         progress("levers")
-        only = None if args.levers is None else tuple(x.strip() for x in args.levers.split(",") if x.strip())
         run["benchmarks"].extend(b.to_dict() for b in run_levers(quick=args.quick, rounds=train_rounds,
-                                                                 warmup=args.warmup, progress=progress, only=only))
+                                                                 warmup=args.warmup, progress=progress, only=levers))
     if "quality" in selected:
         progress("int8 quality on SmolLM2-135M")
         try:

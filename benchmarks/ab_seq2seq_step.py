@@ -9,10 +9,11 @@ one of its modules, against attnkit as it is and torch.nn.Transformer, in altern
 
 The old file is loaded as a sibling of the module it replaces; for the "old" rounds every attnkit module attribute
 that is one of the current module's functions (the module's own globals included) is pointed at the old file's
-function of the same name, and put back afterwards. Same models, batch and optimizer as ``python -m benchmarks
---only seq2seq``, whose between-run spread (about 15% on these shared machines) hides a change of a few percent:
-hence the alternating rounds in one process. Built for the attention-dropout change (2026-11-26, then
-``ab_attention_dropout.py --old-attention``) and the 16-bit dropout mask (2026-11-27).
+function of the same name, and put back afterwards. Each variant runs once, untimed, before the rounds. Same models,
+batch and optimizer as ``python -m benchmarks --only seq2seq``, whose between-run spread (about 15% on these shared
+machines) hides a change of a few percent: hence the alternating rounds in one process. Built for the
+attention-dropout change (2026-11-26, then ``ab_attention_dropout.py --old-attention``) and the 16-bit dropout mask
+(2026-11-27).
 
 There are no tensor axes in this file.
 """
@@ -49,12 +50,15 @@ def _swaps(target: types.ModuleType, old: types.ModuleType) -> list[tuple[object
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--old", required=True, metavar="MODULE_PATH=FILE",
                    help="the module to replace (a path under attnkit/) and another revision's copy of it")
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=10, help="timed rounds, after one untimed warm-up call of each "
+                                                          "variant (default 10)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     args = p.parse_args(argv)
+    if args.rounds < 1 or args.threads < 1:
+        p.error(f"--rounds and --threads must be >= 1, got {args.rounds} and {args.threads}")
     module_path, sep, old_file = args.old.partition("=")
     if not sep or not module_path.startswith("attnkit/") or not module_path.endswith(".py"):
         p.error(f"--old must be attnkit/...py=FILE, got {args.old!r}")
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     from benchmarks.breakdown import _impls
+    from benchmarks.harness import run_header
 
     impls = dict(_impls("seq2seq", 5))  # builds the models: every attnkit module they use is imported now
     target = importlib.import_module(module_path[:-3].replace("/", "."))
@@ -84,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = {f"attnkit, old {stem}": (impls["attnkit"], 1), "attnkit": (impls["attnkit"], 0),
             "torch.nn.Transformer": (impls["torch.nn.Transformer"], 0)}
+    for run, which in runs.values():  # warm-up, untimed: lazy initialisation, the optimizer's state, the allocator
+        use(which)
+        run()
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, (run, which) in runs.items():
@@ -92,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             run()
             seconds[name].append(time.perf_counter() - t0)
     use(0)
+    print(run_header("python benchmarks/ab_seq2seq_step.py", argv))
     peer = statistics.median(seconds["torch.nn.Transformer"])
     for name, values in seconds.items():
         print(f"{name}: median {statistics.median(values):.4f} s per 5 steps (min {min(values):.4f}, max "

@@ -103,17 +103,6 @@ def _hf_run(model, prompt: list[int], n: int, use_cache: bool, static_cache: boo
     return run
 
 
-def weight_bytes_per_token(model: torch.nn.Module) -> int:
-    """Bytes of weights a decoding step reads: every matrix once (the token table only once if tied)."""
-    seen, total = set(), 0
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        if id(t) in seen or "cache" in name or t.dtype == torch.bool:
-            continue
-        seen.add(id(t))
-        total += t.numel() * t.element_size()
-    return total
-
-
 def run_generate(sizes: GenSizes | None = None, *, rounds: int = 3, warmup: int = 1, peers: bool = True,
                  compile: bool = False, progress=None) -> BenchResult:
     """Greedy decoding tokens/s of attnkit, HF and the matvec floor; ``compile`` adds attnkit's opt-in

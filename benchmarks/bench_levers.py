@@ -352,6 +352,9 @@ LEVERS = ("fused_qkv", "is_causal", "no_pad_mask", "kv_cache", "adamw", "int8", 
 
 def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progress=None, compile: bool = True,
                only: tuple[str, ...] | None = None) -> list[BenchResult]:
+    unknown = sorted(set(only or ()) - set(LEVERS))
+    if unknown:
+        raise ValueError(f"unknown lever(s) {unknown}; choose from {', '.join(LEVERS)}")
     s = LMSizes() if not quick else LMSizes(n_layer=2, n_head=2, n_embd=64, block_size=32, batch_size=2,
                                             steps_per_round=1)
     todo = {

@@ -16,7 +16,6 @@ peers are HF transformers and, for seq2seq, torch.nn.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 
 import torch

@@ -4,8 +4,9 @@ Axis legend: ``B`` batch, ``S`` source length, ``T`` target length, ``C`` width 
 
 Both models: post-norm ("Attention is all you need") encoder-decoder, ReLU feed-forward, final LayerNorms
 on encoder and decoder (``torch.nn.Transformer`` always has them), token embeddings x sqrt(C) + sinusoidal
-positions, dropout, untied output Linear. Same batch (ids in ``[1, V)``; id 0 is padding, so the padding
-masks are all False but are passed to both), same AdamW. Throughput counts *target* tokens (``B*T``).
+positions, dropout, untied output Linear. Same batch (ids in ``[1, V)``; id 0 is padding, so nothing is padded:
+torch.nn.Transformer is given the all-False padding masks, attnkit derives them from ``pad_id`` and drops them, as
+it does for every unpadded batch), same AdamW. Throughput counts *target* tokens (``B*T``).
 """
 
 from __future__ import annotations

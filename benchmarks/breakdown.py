@@ -20,11 +20,12 @@ the same kernels, which bounds how much faster any of them can be. The implement
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
 
 import torch
+
+from .harness import run_header
 
 CATEGORIES = ("matmul", "attention kernel", "dropout RNG", "softmax / cross-entropy", "optimizer", "other")
 
@@ -132,9 +133,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.breakdown", description=__doc__.split("\n\n")[0])
     p.add_argument("bench", choices=("lm", "seq2seq", "generate"))
     p.add_argument("--steps", type=int, default=None,
-                   help="training steps (lm, seq2seq; default 2) or new tokens (generate; default 32) per profiled call")
+                   help="training steps (lm, seq2seq; default 2) or new tokens (generate; default 32) per "
+                        "profiled call")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--rounds", type=int, default=3, help="alternating profiled rounds; the fastest is shown (default 3)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternating profiled rounds; the fastest is shown (default 3)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
@@ -153,8 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             cats = profile_breakdown(run, warmup=1 if r == 0 else 0)
             if name not in rows or sum(cats.values()) < sum(rows[name].values()):
                 rows[name] = cats
-    print(f"Self CPU time by kernel category, `python -m benchmarks.breakdown {' '.join(sys.argv[1:] if argv is None else argv)}` "
-          f"(torch threads: {torch.get_num_threads()})\n")
+    print(f"Self CPU time by kernel category, {run_header('python -m benchmarks.breakdown', argv)}\n")
     print(breakdown_markdown(args.bench, rows))
     return rows
 

@@ -9,11 +9,11 @@
 3. runs ``attnkit finetune`` in-process for ``--minutes`` of wall-clock time (LoRA by default),
 4. takes the trainer's final validation loss (same windows), draws five samples from the fine-tuned model and
    five from the pretrained one (same seeds; each starts right after an end-of-sequence token, i.e. "a new
-   fortune"), and writes the "Fine-tuning" section of ``benchmarks/records/finetune/finetune_fortunes.md`` (between its own
-   markers; other sections are left alone) plus ``<out>/benchmark.json``.
+   fortune"), and writes the "Fine-tuning" section of ``benchmarks/records/finetune/finetune_fortunes.md``
+   (between its own markers; other sections are left alone) plus ``<out>/benchmark.json``.
 
-The machine's load average is recorded before and after: on a shared CPU the number of steps done in the
-time budget depends on it. This is a benchmark, not a test (it takes ~30 minutes).
+The date, the machine (CPU model, cores, torch) and its load average before and after are recorded: on a shared
+CPU the number of steps done in the time budget depends on them. This is a benchmark, not a test (it takes ~30 minutes).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
-from .harness import loadavg
+from .harness import loadavg, machine_info
 from .report import write_results_md
 
 HERE = Path(__file__).resolve().parent
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.checkpoints import load
 
     command = [sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.finetune_fortunes"] + (argv or sys.argv[1:])
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_start = loadavg()
     t0 = time.perf_counter()
     model, tok, info = load_pretrained("smollm2-135m-instruct")
@@ -103,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     train_cfg = state["train_config"]
     lora = state["extra"].get("lora")
     load_end = loadavg()
+    machine = machine_info()
     record = {
         "command": " ".join(command), "finetune_command": "attnkit " + " ".join(ft_args),
+        "date": date, "machine": machine,
         "valid_loss_before": before["loss"], "valid_ppl_before": before["ppl"],
         "valid_loss_after": after, "valid_ppl_after": summary.get("valid_ppl"),
         "steps": summary["steps"], "train_seconds": summary["elapsed"], "tokens": summary["tokens"],
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{train_cfg['warmup_steps']} warmup steps), batch {args.batch_size} x {args.block_size} tokens, "
         f"{summary['steps']} steps = {summary['tokens']:,} training tokens in the {args.minutes:g}-minute budget "
         f"(the trainer's elapsed time, {summary['elapsed'] / 60:.1f} min, includes the final evaluation) "
-        f"(fortunes train split: {record['train_tokens_total']:,} tokens, so {summary['tokens'] / record['train_tokens_total']:.2f} "
+        f"(fortunes train split: {record['train_tokens_total']:,} tokens, so "
+        f"{summary['tokens'] / record['train_tokens_total']:.2f} "
         "epochs). Validation: the trainer's fixed windows, "
         f"{args.eval_batches} batches = {record['eval_tokens']:,} tokens of the fortunes valid split "
         f"({record['valid_tokens_total']:,} tokens; every fortune ends with the EOS token).",
@@ -138,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         "| model | valid loss | valid perplexity |",
         "|---|---|---|",
         f"| SmolLM2-135M-Instruct (pretrained, Q4_1 dequantized) | {before['loss']:.4f} | {before['ppl']:.2f} |",
-        f"| after {args.minutes:g} min of fine-tuning ({summary['steps']} steps) | {after:.4f} | {summary.get('valid_ppl', float('nan')):.2f} |",
+        f"| after {args.minutes:g} min of fine-tuning ({summary['steps']} steps) | {after:.4f} | "
+        f"{summary.get('valid_ppl', float('nan')):.2f} |",
         "",
-        f"Machine: {os.cpu_count()} CPU cores shared with other jobs, torch {torch.__version__}, "
+        f"Date: {date}. Machine: {machine.get('cpu_model', 'unknown CPU')}, {os.cpu_count()} CPU cores shared with "
+        f"other jobs, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads. Load average (1/5/15 min): {load_start} at the start, "
         f"{load_train_start} when training started, {load_train_end} when it ended, {load_end} at the end. "
         f"Whole benchmark: {record['wall_seconds'] / 60:.1f} min.",

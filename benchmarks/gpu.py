@@ -886,7 +886,6 @@ def chunked_cross_entropy(hidden, weight, targets, chunk: int):
 
     Shape: hidden ``(N, C)``, weight ``(V, C)``, targets ``(N,)`` -> a 0-dim loss.
     """
-    import torch
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
 

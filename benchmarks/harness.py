@@ -15,8 +15,9 @@ generation, one attention forward+backward) and returns how much work it did (to
    allocation above 64 KiB by ``mmap`` and to return it at once (``mallopt``), so the **peak resident
    memory above the level at its start** (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``) sees
    every large temporary instead of memory the C allocator had kept from an earlier call. The pass runs
-   twice (A B A B) and the smaller peak of each implementation is reported; it is not timed; afterwards glibc gets thresholds (32 MiB mmap / 64 MiB trim) close to the ones it would
-   have reached on its own. Without ``/proc`` or glibc the peak is ``None``;
+   twice (A B A B) and the smaller peak of each implementation is reported; it is not timed; afterwards glibc
+   gets thresholds (32 MiB mmap / 64 MiB trim) close to the ones it would have reached on its own. Without
+   ``/proc`` or glibc the peak is ``None``;
 4. we report ``min / median / max`` of the per-round throughput; ratios between implementations are
    ratios of medians from the same run.
 
@@ -26,10 +27,13 @@ processes took CPU time from the benchmark, and absolute numbers are then lower 
 
 from __future__ import annotations
 
+import datetime
 import gc
 import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -77,6 +81,16 @@ def machine_info() -> dict:
     except OSError:
         pass
     return info
+
+
+def run_header(prog: str, argv: list[str] | None = None) -> str:
+    """One line for a script that prints its figures: the command (``prog`` and ``argv``, by default the process's
+    arguments), the UTC date, the CPU model, torch and its threads."""
+    command = " ".join([prog, *(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))])
+    info = machine_info()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"`{command}`, {date}; {info.get('cpu_model', platform.machine())}, {info['cpu_count']} cores, "
+            f"torch {info['torch']}, {info['torch_threads']} thread(s)")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from datetime import datetime, timezone
 
 import torch
 
 from .bench_generate import INT8_MODE, Fp32Reference, quantized_copy, calibration_batches, load_quality_model
+from .harness import machine_info
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,7 +45,10 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"{args.calibration}: {e}") from None
     n = args.length
     ref = Fp32Reference(model, tok, args.new_tokens)
-    out = {"model": source, "calibration": args.calibration, "calibration_tokens": n * len(batches),
+    command = " ".join(["python -m benchmarks.int8_gptq", *(sys.argv[1:] if argv is None else argv)])
+    out = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "machine": machine_info(), "model": source, "calibration": args.calibration,
+           "calibration_tokens": n * len(batches),
            "fp32_text": tok.decode(ref.tokens),
            "fp32_top2_margins_first_8": [round(float(m), 3) for m in ref.margin[:8]]}
     out["rtn"] = ref.compare(quantized_copy(model, INT8_MODE))

@@ -13,14 +13,13 @@ alternating rounds (``benchmarks.harness.alternate``), one thread. Prints tokens
 from __future__ import annotations
 
 import argparse
-import platform
 
 import torch
 
 from attnkit.generation import generate
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
-from benchmarks.harness import Impl, alternate, loadavg
+from benchmarks.harness import Impl, alternate, loadavg, run_header
 
 BLOCK = 128
 
@@ -36,10 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", type=int, default=400, help="new tokens per sample (default 400)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per implementation (default 3)")
     args = p.parse_args(argv)
+    if args.new < 1 or args.rounds < 1:
+        p.error(f"--new and --rounds must be >= 1, got {args.new} and {args.rounds}")
     torch.set_num_threads(1)
     prompt = [[int(t) for t in torch.randint(0, 65, (BLOCK - 8,), generator=torch.Generator().manual_seed(1))]]
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread; "
-          f"load before {loadavg()}")
+    print(f"{run_header('python -m benchmarks.long_sampling', argv)}; load before {loadavg()}")
     for position in ("learned", "rope"):
         model = _model(position)
         impls = [Impl(f"{position} {name}", (lambda cache: lambda: len(generate(

@@ -14,13 +14,14 @@ reported, with the read bandwidth it implies. This is what ``use_decoding_layout
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
 from .common import seeded
-from .harness import loadavg
+from .harness import loadavg, run_header
 
 # GPT-2 small: qkv, attention output, MLP in, MLP out (bias), head (no bias)
 SHAPES: tuple[tuple[int, int, bool], ...] = (
@@ -55,23 +56,25 @@ def measure(rounds: int = 12) -> list[dict]:
                 times[layout].append((time.perf_counter() - t0) / copies)
         row = {"N": N, "K": K, "bias": bias}
         for layout in LAYOUTS:
-            med = sorted(times[layout][1:])[rounds // 2]
+            med = statistics.median(times[layout][1:])
             row[layout] = {"us": med * 1e6, "GB/s": N * K * 4 / med / 1e9}
         rows.append(row)
     return rows
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=12)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.matvec_layouts", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--rounds", type=int, default=12,
+                    help="timed rounds per layout, after one warm-up round (default 12)")
     args = ap.parse_args(argv)
     if args.threads < 1 or args.rounds < 1:
         ap.error(f"--threads and --rounds must be >= 1, got {args.threads} and {args.rounds}")
     torch.set_num_threads(args.threads)
     before = loadavg()
     rows = measure(args.rounds)
-    print(f"threads {args.threads}, rounds {args.rounds}, load before {before}, after {loadavg()}")
+    header = run_header("python -m benchmarks.matvec_layouts", argv)
+    print(f"{header}; rounds {args.rounds}, load before {before}, after {loadavg()}")
     print("| weight (N x K) | row-major us | transposed us | row-major GB/s | transposed GB/s | faster |")
     print("|---|---:|---:|---:|---:|---|")
     for r in rows:

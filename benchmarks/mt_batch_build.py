@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=200, help="batches timed per setting")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
+    if args.batches < 1:
+        p.error(f"--batches must be >= 1, got {args.batches}")
 
     from attnkit.data.corpora.parallel import resolve_parallel_data
     from attnkit.data.tokenizers.tokenizer import load_tokenizer

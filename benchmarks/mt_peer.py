@@ -278,7 +278,7 @@ def plot_curves(curves: dict[str, list[tuple[float, float]]], path: Path) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=15.0, help="training budget of each of the two runs")
     p.add_argument("--data", default=None,
                    help="prepared data folder (train/valid/test.tsv; default: the de-en recipe)")

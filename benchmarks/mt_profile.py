@@ -54,14 +54,15 @@ def wall_clock_split(rows: list[dict], eval_steps: set[int]) -> dict[str, float]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="a finished `attnkit train mt` run folder")
     p.add_argument("--batches", type=int, default=300, help="training batches to time for the data part")
     args = p.parse_args(argv)
-    import torch
-
+    if args.batches < 1:
+        p.error(f"--batches must be >= 1, got {args.batches}")
     from attnkit.training import MTTask
     from attnkit.checkpoints import load
+    from benchmarks.harness import run_header
 
     rows = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     state = json.loads((args.run / "run.json").read_text())
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     loss_s = time.perf_counter() - t0
     task.translate_fn = saved
     t0 = time.perf_counter()
-    task.translation_scores(model, opts["bleu_sentences"])
+    decoded = task.translation_scores(model, opts["bleu_sentences"])["sentences"]  # at most the valid set
     decode_s = time.perf_counter() - t0
     pad = task.padding_ratio("train")
 
@@ -115,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{split['evaluations'] / total:.1%} |",
         f"| - of which valid loss ({cfg['eval_batches']} batches), timed here: {loss_s:.1f} s x {n_evals} | "
         f"{loss_s * n_evals:.0f} | {loss_s * n_evals / total:.1%} |",
-        f"| - of which greedy decoding of {opts['bleu_sentences']} sentences for BLEU, timed here: {decode_s:.1f} s "
+        f"| - of which greedy decoding of {decoded} sentences for BLEU, timed here: {decode_s:.1f} s "
         f"x {n_evals} | {decode_s * n_evals:.0f} | {decode_s * n_evals / total:.1%} |",
         f"| checkpoints every {cfg['ckpt_every']} updates, logging, the rest | {split['other']:.0f} | "
         f"{split['other'] / total:.1%} |",
     ]
+    print(f"{run_header('python benchmarks/mt_profile.py', argv)}\n")
     print("\n".join(lines))
-    print(f"\nthreads {torch.get_num_threads()}; load average now {os.getloadavg()}")
+    print(f"\nload average now {os.getloadavg()}")
     return 0
 
 

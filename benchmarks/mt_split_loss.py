@@ -47,7 +47,7 @@ def parse_pairs_spec(spec: str) -> tuple[str, Path, str | None, int | None, int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt", required=True, help="checkpoint folder or run folder (its checkpoints/best)")
     p.add_argument("--pairs", action="append", required=True, metavar="NAME=TSV[:START:COUNT]",
                    help="pairs to score (repeatable); COUNT lines from START, or sample:COUNT seeded lines")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "reliability.md"  # what a full sweep rewrites (a run with -k writes nothing unless told)
 
 __all__ = ["Case", "Outcome", "CASES", "Fixtures", "run_case", "check", "main"]
 
@@ -1018,13 +1019,19 @@ def main(argv: list[str] | None = None) -> int:
     import datetime
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.reliability", description=__doc__.splitlines()[0])
-    p.add_argument("--write", default=str(ROOT / "docs" / "reliability.md"), help="markdown file to write ('' = none)")
+    p.add_argument("--write", default=None,
+                   help="markdown file to write ('' = none; default docs/reliability.md, none with -k)")
     p.add_argument("-k", default="", help="only rows whose id contains this")
     args = p.parse_args(argv)
+    cases = [c for c in CASES if args.k in c.id]
+    if not cases:
+        p.error(f"-k {args.k!r} matches no row")
+    if args.write is None:  # a partial sweep must not replace the full table
+        args.write = "" if args.k else str(DOC)
     rows = []
     with tempfile.TemporaryDirectory(prefix="attnkit-sweep-") as root:
         fx = Fixtures(Path(root) / "shared")
-        for i, c in enumerate(x for x in CASES if args.k in x.id):
+        for i, c in enumerate(cases):
             o = run_case(c, fx, Path(root) / f"{i:03d}-{c.id}")
             verdict = check(c, o)
             rows.append((c, o, verdict))

@@ -4,7 +4,8 @@ The standard 1,115,394-byte Tiny Shakespeare file, first 90% of characters train
 character vocabulary from the whole file (65 symbols), as nanoGPT's ``shakespeare_char`` recipe does.
 Training runs through attnkit's one training loop (``Trainer`` + ``LMTask``) for ``--max-time`` minutes;
 afterwards the final model is evaluated on every non-overlapping window of the valid split (not just a
-few random batches), and the figures are printed as JSON (and appended to ``--record`` if given).
+few random batches), and the figures are printed as JSON with the command, date and machine (and appended to
+``--record`` if given).
 
 Usage::
 
@@ -18,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make the benchmarks package importable
+    sys.path.insert(0, str(ROOT))
 
 
 def full_valid_loss(model: torch.nn.Module, data: torch.Tensor, block_size: int, batch: int = 64) -> float:
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.models.configs import GPTConfig
     from attnkit.models.params import count_parameters
     from attnkit.training import LMTask, TrainConfig, Trainer, seed_everything
+    from benchmarks.harness import machine_info
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", type=Path, help="tinyshakespeare.txt")
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "params": count_parameters(model), "threads": torch.get_num_threads(),
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         "command": "python benchmarks/shakespeare_char.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_info(),
     }
     print(json.dumps(result))
     if args.record:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
+import pytest
 import torch
 
 from benchmarks.__main__ import main
@@ -19,7 +21,8 @@ def test_alternate_runs_in_rounds_and_counts_work():
     assert calls == ["a", "b"] + ["a", "b"] * 3 + ["a", "b"] * 2
     assert res["a"].work == [3.0, 3.0, 3.0] and res["b"].work == [5.0, 5.0, 5.0]
     summ = res["b"].summary()
-    assert summ["rounds"] == 3 and summ["throughput"]["min"] <= summ["throughput"]["median"] <= summ["throughput"]["max"]
+    tp = summ["throughput"]
+    assert summ["rounds"] == 3 and tp["min"] <= tp["median"] <= tp["max"]
 
 
 def test_min_time_repeats_short_calls_and_sums_their_work():
@@ -73,7 +76,8 @@ def test_quick_run_covers_every_benchmark(tmp_path):
     lm = run["benchmarks"][0]
     assert {"attnkit", "hf-gpt2-sdpa"} <= set(lm["results"])
     assert lm["results"]["attnkit"]["mfu_measured_peak"] > 0
-    assert "matmul floor (Linear GEMMs only)" in lm["results"] and "matmul floor (Linear GEMMs only)" in run["benchmarks"][1]["results"]
+    floor = "matmul floor (Linear GEMMs only)"
+    assert floor in lm["results"] and floor in run["benchmarks"][1]["results"]
     gen = run["benchmarks"][2]
     assert {"attnkit+cache", "hf+cache", "attnkit-int8+cache", "attnkit no-cache", "hf no-cache",
             "matvec floor (Linear weights only)"} == set(gen["results"])
@@ -81,8 +85,22 @@ def test_quick_run_covers_every_benchmark(tmp_path):
     assert "T=32 attnkit reference" in attn["results"] and "T=64 attnkit reference" not in attn["results"]
     saved = json.loads(js.read_text())
     assert saved["command"].startswith("python -m benchmarks --quick")
+    assert datetime.datetime.fromisoformat(saved["date"]).utcoffset() is not None  # the date names its time zone
     text = md.read_text()
     assert "## Speed" in text and "attnkit / hf-gpt2-sdpa" in text and "Load average" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),  # was taken for "not given": the default rounds ran
+    (["--warmup", "-1"], "--warmup must be >= 0, got -1"),
+    (["--gen-tokens", "0"], "--gen-tokens must be >= 1, got 0"),
+    (["--attn-lengths", "32,x"], "--attn-lengths: expected comma-separated integers >= 1, got '32,x'"),
+    (["--levers", "thread"], "--levers: unknown lever(s) ['thread']; choose from fused_qkv,"),  # was: nothing ran
+])
+def test_bad_counts_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--quick", "--no-write", "--only", "attention", "--attn-ref-max", "0", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_every_lever_runs_at_tiny_sizes():
@@ -91,6 +109,13 @@ def test_every_lever_runs_at_tiny_sizes():
     out = run_levers(quick=True, rounds=1, warmup=0, compile=False)
     assert [r.name for r in out] == [f"lever_{name}" for name in LEVERS if name != "compile"]
     assert all(r.ratios and all(v is not None and v > 0 for v in r.ratios.values()) for r in out)
+
+
+def test_unknown_lever_is_refused_by_name():
+    from benchmarks.bench_levers import run_levers
+
+    with pytest.raises(ValueError, match=r"unknown lever\(s\) \['thread'\]; choose from fused_qkv, "):
+        run_levers(quick=True, rounds=1, warmup=0, only=("threads", "thread"))
 
 
 def test_breakdown_categories_and_table():
