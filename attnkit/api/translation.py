@@ -8,11 +8,12 @@
 
 Sentences are translated in batches of ``batch_size``; :meth:`Translator.stream` yields each batch's translations
 (one per input line, in input order, an empty string for an empty line) as soon as it is done, so a caller can
-stream. Inside a batch the sentences are sorted by length (less padding in the encoder and fewer finished rows
-dragging along in the decoder) and put back in order. A source longer than the model's ``max_len`` (``<eos>``
-included) is cut to fit and counted (:attr:`Translator.n_truncated`), or refused with its line number under
-``strict``. The translation itself is :mod:`attnkit.generation.translate` (shared with ``evaluate_mt`` and the
-BLEU of training).
+stream. Each sentence is read as the training pairs were (:func:`~attnkit.data.corpora.parallel.normalize_text`:
+NFC, no byte-order mark or zero-width character, one space for any whitespace run). Inside a batch the sentences
+are sorted by length (less padding in the encoder and fewer finished rows dragging along in the decoder) and put
+back in order. A source longer than the model's ``max_len`` (``<eos>`` included) is cut to fit and counted
+(:attr:`Translator.n_truncated`), or refused with its line number under ``strict``. The translation itself is
+:mod:`attnkit.generation.translate` (shared with ``evaluate_mt`` and the BLEU of training).
 
 :func:`translate_file` translates a whole file into pairs, the middle step of back-translation
 (``attnkit translate --input FILE --output PAIRS.tsv``)::
@@ -121,15 +122,17 @@ class Translator:
     def stream(self, lines: Iterable[str], *, batch_size: int | None = None) -> Iterator[list[str]]:
         """Translate ``lines`` (line ends stripped) ``batch_size`` at a time (default the options'); yields each
         batch's translations in input order as soon as they are done."""
+        from attnkit.data.corpora.parallel import normalize_text
         from attnkit.generation.translate import encode_sources, translate_ids
 
         o = self.options
         size = o.batch_size if batch_size is None else check_int("batch_size", batch_size, minimum=1)
         for chunk in _chunks(lines, size, self.n_lines + 1):
             _check_utf8(chunk, self.n_lines + 1)
-            ids, cut = encode_sources(self.tokenizer, [s.strip() for s in chunk], max_len=self.max_len,
-                                      strict=o.strict, first_line=self.n_lines + 1)
-            ids = [s if text.strip() else [] for s, text in zip(ids, chunk)]
+            texts = [normalize_text(line) for line in chunk]  # as the training pairs were (NFC, no BOM, spaces)
+            ids, cut = encode_sources(self.tokenizer, texts, max_len=self.max_len, strict=o.strict,
+                                      first_line=self.n_lines + 1)
+            ids = [s if text else [] for s, text in zip(ids, texts)]
             yield from translate_ids(self.model, self.tokenizer, ids, batch_size=size, **o.search)
             self.n_lines += len(chunk)
             self.n_truncated += cut

@@ -19,7 +19,7 @@ the last column::
 
 The padding keys are masked out and the positions restart at 0 for every row, so learned positions and
 RoPE see exactly what they would see for the prompt alone: a row gives the same tokens in a batch as on
-its own (up to float rounding).
+its own (up to float rounding; past ``block_size`` with the cache's sliding window, see there).
 
 **KV cache** (``use_cache=True``): the prompt is fed once ("prefill"), its keys/values are stored, and
 each later step feeds only the one new token. Without the cache, every step feeds the whole sequence
@@ -42,7 +42,9 @@ extrapolate past ``block_size``, with the cache or without); ``sliding_window=Tr
 **Sliding window with the cache** (``use_cache=True, sliding_window=True``). The cache holds at most
 ``W = block_size`` columns. When the next token would not fit (``W + 1`` columns), the window is cut
 at once to its newest ``W - W // 2`` columns, the new token included, and the older ones are dropped
-(a prompt longer than ``W`` is cut the same way before its prefill):
+(a prompt longer than ``W`` is cut the same way before its prefill). The columns are the batch's: a row
+shorter than the longest is cut when the longest fills the window, so it keeps fewer of its own tokens than
+it would decoded alone (``use_cache=False`` crops every row to its own last ``W`` tokens):
 
 * **RoPE** models keep the cache and *shift* it, as llama.cpp's context shift does: the kept keys move
   to the front and are rotated back by the number of real tokens dropped from their row
@@ -61,17 +63,20 @@ at once to its newest ``W - W // 2`` columns, the new token included, and the ol
 before any work; each decoding path is one object with one ``next_logits(tokens, pad) -> (b, V)``:
 ``_Uncached`` (whole context, cropped to the window when asked), ``_Cached`` (prefill, then one column),
 ``_Compiled`` (its one-column steps through ``torch.compile``) and ``_WindowCache`` (above). Logits that
-hold NaN stop generation with ``FloatingPointError`` (an argmax would quietly return id 0). A step reads one
-thing back from the device, its ids; the compiled path, which keeps every row, runs one step ahead of that read
-(``_decode_ahead``), so that the host's bookkeeping and the device's step overlap on a GPU.
+hold NaN or +inf, or are -inf for every token, stop generation with ``FloatingPointError`` (an argmax would
+quietly return id 0, a sample has no distribution to draw from). A step reads one thing back from the device, its
+ids; the compiled path, which keeps every row, runs one step ahead of that read (``_decode_ahead``), so that the
+host's bookkeeping and the device's step overlap on a GPU.
 
 **Stopping** per sequence (see :mod:`attnkit.generation.stopping`): at an ``eos_token_id`` (not included
 in the output), after the token that completes a stop string (included), or after ``max_new_tokens``.
-Finished rows leave the batch (``cache.reorder`` keeps the others), so they cost nothing afterwards.
+Finished rows leave the batch (``cache.reorder`` keeps the others), so they cost nothing afterwards but their
+sampling draws (below).
 
 **Sampling** with ``seed`` uses its own ``torch.Generator``: the same seed gives the same tokens, whatever
-the global RNG state, and the global RNG is not consumed. ``seed=None`` draws from the global RNG (compiled
-decoding whose rows all stop early draws once more: its step ahead).
+the global RNG state, and the global RNG is not consumed. Every step draws for every prompt, finished or not, so a
+row's tokens do not depend on when the other rows stop (nor on the decoding path). ``seed=None`` draws from the
+global RNG (compiled decoding whose rows all stop early draws once more: its step ahead).
 """
 
 from __future__ import annotations
@@ -300,31 +305,41 @@ def _check_context(model: nn.Module, cfg: GenerationConfig, prompt_len: int) -> 
     needed = prompt_len + cfg.max_new_tokens - 1  # the last new token is never fed
     if (cfg.use_cache and not cfg.sliding_window and getattr(mcfg, "position", None) == "learned"
             and block_size is not None and needed > block_size and cfg.max_new_tokens > 0):
+        room = block_size - prompt_len + 1  # new tokens that fit after the prompt (< 1: the prompt alone is too long)
+        fewer = f"at most {room} new tokens" if room >= 1 else f"a prompt of at most {block_size} tokens"
         raise ValueError(
             f"prompt length {prompt_len} + max_new_tokens {cfg.max_new_tokens} - 1 = {needed} positions exceed "
             f"the learned positions' block_size = {block_size}; use sliding_window=True (drops half the window "
-            f"when full), use_cache=False (crops the context to the last {block_size} tokens) or at most "
-            f"{block_size - prompt_len + 1} new tokens")
+            f"when full), use_cache=False (crops the context to the last {block_size} tokens) or {fewer}")
     return max(needed, prompt_len)
 
 
 def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: GenerationConfig,
-          generator: torch.Generator | None) -> torch.Tensor:
-    """The next token of every row: processed logits, then argmax or a sample; -1 for a row whose logits hold NaN
-    (argmax would quietly pick id 0, and a broken model must not look fine: the loop raises when it reads the ids,
-    so that the check costs no wait for the device of its own).
+          generator: torch.Generator | None, rows: torch.Tensor | None = None, batch_size: int = 0) -> torch.Tensor:
+    """The next token of every row: processed logits, then argmax or a sample; -1 for a row whose logits hold NaN or
+    +inf or are all -inf (argmax would quietly pick id 0, and a broken model must not look fine: the loop raises when
+    it reads the ids, so that the check costs no wait for the device of its own). ``rows``: which of the
+    ``batch_size`` prompts the rows are (``None``: all of them, in order).
 
     Shape:
-        logits ``(b, V)``; tokens, pad ``(b, L)`` -> ``(b,)``.
+        logits ``(b, V)``; tokens, pad ``(b, L)``; rows ``(b,)`` -> ``(b,)``.
     """
-    broken = torch.isnan(logits).any(dim=-1)  # (b,)
-    logits = logits.masked_fill(broken[:, None], 0.0)  # (b, V): a NaN row would stop sampling's multinomial
-    return torch.where(broken, -1, _choose(logits, tokens, pad, cfg, generator))
+    broken = ~torch.isfinite(logits.amax(dim=-1))  # (b,): a NaN or +inf logit, or none above -inf
+    logits = logits.masked_fill(broken[:, None], 0.0)  # (b, V): such a row is no distribution to sample from
+    return torch.where(broken, -1, _choose(logits, tokens, pad, cfg, generator, rows, batch_size))
 
 
 def _choose(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: GenerationConfig,
-            generator: torch.Generator | None) -> torch.Tensor:
-    """Processed logits, then argmax or a sample. Shape: logits ``(b, V)``; tokens, pad ``(b, L)`` -> ``(b,)``."""
+            generator: torch.Generator | None, rows: torch.Tensor | None, batch_size: int) -> torch.Tensor:
+    """Processed logits, then argmax or a sample (see :func:`_pick`).
+
+    A sample is ``argmax(p / q)`` with ``q ~ Exp(1)`` per token (an exact draw from ``p``, as ``torch.multinomial``
+    makes one), and ``q`` is drawn for every prompt's row, finished or not: a row's tokens do not depend on which
+    other rows have stopped (nor on whether finished rows stay in the batch, as in compiled decoding).
+
+    Shape:
+        logits ``(b, V)``; tokens, pad ``(b, L)``; rows ``(b,)`` -> ``(b,)``.
+    """
     logits = P.process_logits(
         logits.float(), input_ids=tokens, ignore_mask=pad, repetition_penalty=cfg.repetition_penalty,
         temperature=cfg.temperature if cfg.do_sample else 1.0,
@@ -333,8 +348,12 @@ def _choose(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: 
     )
     if not cfg.do_sample:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits, dim=-1)  # filtered tokens have probability 0
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+    probs = torch.softmax(logits, dim=-1)  # (b, V): filtered tokens have probability 0
+    B = probs.shape[0] if rows is None else batch_size
+    q = torch.empty(B, probs.shape[1], dtype=probs.dtype, device=probs.device).exponential_(generator=generator)
+    if rows is not None:
+        q = q[rows]  # (b, V): the draws of the rows still decoding
+    return (probs / q).argmax(dim=-1)
 
 
 def _check_streamer(streamer, batch_size: int) -> None:
@@ -407,6 +426,7 @@ def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], need
         generator.manual_seed(cfg.seed)
     tokens, pad = left_pad(rows, cfg.pad_token_id, device=device)  # (B, L) each
     active = list(range(len(rows)))  # active[i] = which prompt row i of the current batch belongs to
+    active_rows = None  # the same on the device, once a row has left
     # compiled steps: dynamo's recompile limit raised once for the loop (compiled_step then skips its own patch)
     limit = torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT) if cfg.compile else contextlib.nullcontext()
     with eval_mode(model), limit:
@@ -414,7 +434,7 @@ def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], need
         if path.keeps_batch:
             return _decode_ahead(path, tokens, pad, cfg, generator, stopper, streamer)
         while True:
-            next_ids = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator)  # (b,)
+            next_ids = _pick(path.next_logits(tokens, pad), tokens, pad, cfg, generator, active_rows, len(rows))
             _book(next_ids, active, stopper, streamer)
             if stopper.all_done:
                 return
@@ -427,17 +447,18 @@ def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], need
                 tokens, pad = tokens[index], pad[index]  # (b', L + 1)
                 path.reorder(index)
                 active = [active[i] for i in keep]
+                active_rows = torch.tensor(active, dtype=torch.long, device=device)  # (b',)
 
 
 def _book(next_ids: torch.Tensor, active: list[int], stopper: StoppingCriteria, streamer) -> None:
-    """Read a step's ids (the one wait for the device a step), raise on NaN logits (-1, see :func:`_pick`), record
+    """Read a step's ids (the one wait for the device a step), raise on broken logits (-1, see :func:`_pick`), record
     each unfinished row's token, stream it. Shape: next_ids ``(b,)``."""
     finished = stopper.done
     picked = next_ids.tolist()
     if min(picked) < 0:
         bad = [active[i] for i, tok in enumerate(picked) if tok < 0]
-        raise FloatingPointError(f"the model's next-token logits hold NaN (batch rows {bad}): its weights or inputs "
-                                 f"are not finite")
+        raise FloatingPointError(f"the model's next-token logits hold NaN or +inf, or are -inf for every token (batch "
+                                 f"rows {bad}): its weights or inputs are not finite")
     for i, tok in enumerate(picked):
         if finished[active[i]]:
             continue  # (compiled: finished rows stay in the batch, their tokens are ignored)

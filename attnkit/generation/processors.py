@@ -45,9 +45,17 @@ _IMPLAUSIBLE_LOGIT = 1e30
 # ----------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------
+def _check_number(name: str, value) -> None:
+    """``value`` must be a Python ``int`` or ``float`` (a NumPy ``float32``, say, is refused by its type, not by a
+    range it may well be in)."""
+    if not is_number(value):
+        raise ValueError(f"{name} must be an int or float, got {value!r} ({type(value).__name__})")
+
+
 def check_temperature(temperature) -> float:
     """``temperature`` must be a finite number > 0 (use ``do_sample=False`` for the greedy limit ``-> 0``)."""
-    if not is_number(temperature) or not math.isfinite(temperature) or temperature <= 0:
+    _check_number("temperature", temperature)
+    if not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     return float(temperature)
 
@@ -60,14 +68,16 @@ def check_top_k(top_k) -> int:
 
 def check_top_p(top_p) -> float:
     """``top_p`` must be a number with ``0 < top_p <= 1``."""
-    if not is_number(top_p) or not (0.0 < top_p <= 1.0):
+    _check_number("top_p", top_p)
+    if not (0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {top_p!r}")
     return float(top_p)
 
 
 def check_repetition_penalty(penalty) -> float:
     """``repetition_penalty`` must be a finite number > 0 (1.0 = off, > 1 discourages repeats)."""
-    if not is_number(penalty) or not math.isfinite(penalty) or penalty <= 0:
+    _check_number("repetition_penalty", penalty)
+    if not math.isfinite(penalty) or penalty <= 0:
         raise ValueError(f"repetition_penalty must be a finite number > 0, got {penalty!r}")
     return float(penalty)
 

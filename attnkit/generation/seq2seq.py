@@ -53,9 +53,11 @@ def check_length_args(max_len, max_len_a, max_len_b) -> None:
 def prepare_source(
     model: nn.Module, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate the source batch and return it on the model's device with its padding mask.
+    """Validate the source batch and return it on the model's device with its padding mask, right-padded.
 
-    Without ``src_key_padding_mask`` the padding is ``src == pad_id``.
+    Without ``src_key_padding_mask`` the padding is ``src == pad_id``. Padding on the left (or anywhere) is moved
+    to the right, the real tokens keeping their order: the encoder numbers positions from column 0, so a sentence
+    must start there to be encoded as it is on its own.
 
     Shape:
         src ``(B, S)`` int; src_key_padding_mask ``(B, S)`` bool -> the same two, mask never ``None``.
@@ -72,7 +74,8 @@ def prepare_source(
     else:
         check_padding_mask("src_key_padding_mask", src_key_padding_mask, tuple(src.shape))
         mask = src_key_padding_mask.to(device)
-    return src, mask
+    order = torch.sort(mask.to(torch.uint8), dim=1, stable=True).indices  # (B, S): real columns first, in order
+    return src.gather(1, order), mask.gather(1, order)
 
 
 def max_target_lengths(
@@ -154,9 +157,11 @@ class IncrementalDecoder:
             cache=self.cache,
         )
         logits = logits[:, -1, :].float()  # (N, V)
-        if bool(torch.isnan(logits).any()):  # argmax / top-k would quietly pick id 0: a broken model must not look fine
-            raise FloatingPointError("the decoder's next-token logits hold NaN: the model's weights or inputs are "
-                                     "not finite")
+        # a NaN or +inf logit, or none above -inf: argmax / top-k would quietly pick id 0 or a NaN log-probability's
+        # token, and a broken model must not look fine
+        if not bool(torch.isfinite(logits.amax(dim=-1)).all()):
+            raise FloatingPointError("the decoder's next-token logits hold NaN or +inf, or are -inf for every token: "
+                                     "the model's weights or inputs are not finite")
         return logits
 
     def select(self, index: torch.Tensor) -> None:
@@ -199,9 +204,13 @@ def start_search(
     check_length_args(max_len, max_len_a, max_len_b)
     check_bool("use_cache", use_cache)
     src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
+    lengths = (~mask).sum(dim=1).tolist()  # B real source tokens
+    if 0 in lengths:
+        raise ValueError(f"every source needs at least one real token (e.g. <eos>), got only padding in source row "
+                         f"{lengths.index(0)}")
     model_max = getattr(getattr(model, "config", None), "max_len", None)
-    limits = max_target_lengths((~mask).sum(dim=1).tolist(), max_len=max_len, max_len_a=max_len_a,
-                                max_len_b=max_len_b, model_max_len=model_max)
+    limits = max_target_lengths(lengths, max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b,
+                                model_max_len=model_max)
     return src, mask, limits
 
 
@@ -226,7 +235,8 @@ def greedy_search(
     Args:
         model: an encoder-decoder with ``encode(src, mask)``, ``decode(tgt, memory, *, memory_key_padding_mask,
             tgt_key_padding_mask, cache)`` and (for ``use_cache``) ``new_cache(batch_size, max_len)``.
-        src: source ids, padded (on either side) with ``pad_id`` or described by ``src_key_padding_mask``.
+        src: source ids (at least one real token each), padded (on either side) with ``pad_id`` or described by
+            ``src_key_padding_mask``.
         src_key_padding_mask: ``True`` = padding; default ``src == pad_id``.
         bos_id: the first target token fed to the decoder; eos_id: ends a sentence (not returned);
         pad_id: source padding id.

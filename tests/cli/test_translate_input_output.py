@@ -16,6 +16,7 @@ import pytest
 from attnkit import api
 from attnkit.api.translation import TranslateFileOptions, TranslateOptions, Translator, translate_file
 from attnkit.cli.main import main
+from attnkit.data.corpora.parallel import normalize_text
 
 TINY_MT = dict(preset="transformer-cpu", overrides={"d_model": 32, "num_heads": 2, "dim_feedforward": 64,
                                                     "num_encoder_layers": 1, "num_decoder_layers": 1},
@@ -137,6 +138,24 @@ def test_a_bare_carriage_return_stays_inside_its_line(run, tmp_path, capsys, mon
     lines = pairs.read_text(encoding="utf-8").split("\n")
     assert len(lines) == 3 and lines[0].startswith("a b c d\t") and lines[1].startswith("e f\t")
     assert json.loads((tmp_path / "cr.tsv.json").read_text())["lines"] == 2
+
+
+def test_a_line_is_read_as_the_training_pairs_were(run, tmp_path, capsys):
+    """A byte-order mark (a file saved by Notepad), a zero-width space, decomposed accents or a tab used to reach the
+    tokenizer on the stdout path (only ``strip()``), so a line was translated differently from the same line in
+    ``--output`` pairs and from the normalised text the model was trained on."""
+    source = tmp_path / "odd.txt"
+    source.write_text("\ufeffa b c\nd\u200b e\tf\nge\u0301 h\n", encoding="utf-8")
+    clean = tmp_path / "clean.txt"
+    clean.write_text("a b c\nd e f\ng\u00e9 h\n", encoding="utf-8")
+    assert _translate(run, "--input", str(source)) == 0
+    odd = capsys.readouterr().out
+    assert _translate(run, "--input", str(clean)) == 0
+    assert odd == capsys.readouterr().out
+    pairs = tmp_path / "odd.tsv"
+    assert _translate(run, "--input", str(source), "--output", str(pairs)) == 0
+    assert [line.split("\t")[1] for line in pairs.read_text(encoding="utf-8").split("\n")[:-1]] == \
+        [normalize_text(line) for line in odd.split("\n")[:-1]]
 
 
 def test_a_closed_stdin_or_a_folder_as_input_is_one_line(run, tmp_path, capsys, monkeypatch):

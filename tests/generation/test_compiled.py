@@ -58,6 +58,10 @@ def test_compiled_equals_eager_seeded_sampling(make_gpt, prompts):
     kw = dict(max_new_tokens=12, do_sample=True, seed=5, temperature=1.3, top_k=12, repetition_penalty=1.2)
     eager = generate(model, prompts, **kw)
     assert generate(model, prompts, compile=True, **kw) == eager and varied(eager)
+    # a row that stops early: eager decoding drops it, compiled keeps it; the others' samples used to differ
+    kw["eos_token_id"] = eager[0][1]
+    eager = generate(model, prompts, **kw)
+    assert len(eager[0]) == 1 and generate(model, prompts, compile=True, **kw) == eager
 
 
 def test_compile_argument_checks(make_gpt, prompts):

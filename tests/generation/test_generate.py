@@ -91,6 +91,19 @@ def test_seed_reproducible_and_independent_of_global_rng(gpt, prompts):
     assert generate(gpt, prompts, **{**kw, "seed": 124}) != a
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_row_that_stops_does_not_change_the_samples_of_the_others(gpt, prompts, use_cache):
+    """Seeded sampling used to draw only for the rows still decoding, so when one row stopped at an EOS every other
+    row's later tokens changed (and compiled decoding, which keeps finished rows, gave other tokens than eager)."""
+    kw = dict(max_new_tokens=12, do_sample=True, seed=5, temperature=1.3, top_k=12, use_cache=use_cache)
+    free = generate(gpt, prompts, **kw)
+    eos = free[0][1]  # row 0 stops after one token; the others run on (or stop at their own eos)
+    stopped = generate(gpt, prompts, eos_token_id=eos, **kw)
+    assert stopped[0] == free[0][:1]
+    assert stopped == [row[:row.index(eos)] if eos in row else row for row in free]
+    assert varied(stopped[1:]) and sum(eos not in row for row in free) >= 2  # some rows outlive row 0
+
+
 def test_unseeded_sampling_uses_global_rng(gpt, prompts):
     kw = dict(max_new_tokens=10, do_sample=True)
     torch.manual_seed(5)
@@ -155,8 +168,11 @@ def test_learned_positions_beyond_block_size(make_gpt):
     model = make_gpt("gpt2", seed=3, block_size=8)
     prompt = [[5, 6, 7, 8, 9, 10]]
     assert len(generate(model, prompt, max_new_tokens=3)[0]) == 3  # 6 + 3 - 1 = 8 positions: fits
-    with pytest.raises(ValueError, match="block_size = 8"):
+    with pytest.raises(ValueError, match="block_size = 8.* or at most 3 new tokens$"):
         generate(model, prompt, max_new_tokens=4, use_cache=True)  # 9 positions with a cache: refused
+    # a prompt that alone passes the block size: no number of new tokens fits (it used to say "at most -1")
+    with pytest.raises(ValueError, match="block_size = 8.* or a prompt of at most 8 tokens$"):
+        generate(model, [list(range(1, 11))], max_new_tokens=2)
     # without a cache the context slides, nanoGPT style: feed the last block_size tokens each step
     out = generate(model, prompt, max_new_tokens=10, use_cache=False)[0]
     assert out == _greedy_last_window(model, prompt, 10, window=8)
@@ -247,4 +263,25 @@ def test_nan_logits_stop_generation_instead_of_picking_id_0(make_gpt):
         model.wte.weight[5] = float("nan")
     for sample in (False, True):
         with pytest.raises(FloatingPointError, match="logits hold NaN"):
+            generate(model, [[1, 2], [3, 5]], max_new_tokens=2, do_sample=sample, seed=0)
+
+
+@pytest.mark.parametrize("broken", ["+inf", "all -inf"])
+def test_infinite_logits_stop_generation_instead_of_picking_id_0(make_gpt, monkeypatch, broken):
+    """Logits no distribution comes from (a +inf one, or -inf for every token) are a broken model too: sampling used
+    to crash inside torch.multinomial, greedy decoding to return id 0 for a row of -inf."""
+    model = make_gpt("gpt2", seed=1)
+    forward = model.forward
+
+    def overflowing(*args, **kwargs):
+        logits = forward(*args, **kwargs).clone()  # (b, T, V)
+        if broken == "+inf":
+            logits[1:, :, 7] = float("inf")
+        else:
+            logits[1:] = float("-inf")
+        return logits
+
+    monkeypatch.setattr(model, "forward", overflowing)
+    for sample in (False, True):
+        with pytest.raises(FloatingPointError, match=r"or are -inf for every token \(batch rows \[1\]\)"):
             generate(model, [[1, 2], [3, 5]], max_new_tokens=2, do_sample=sample, seed=0)

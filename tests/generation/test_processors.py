@@ -2,12 +2,16 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from attnkit.generation.processors import (
     apply_repetition_penalty,
     apply_temperature,
+    check_repetition_penalty,
+    check_temperature,
+    check_top_p,
     process_logits,
     top_k_filter,
     top_p_filter,
@@ -111,6 +115,13 @@ def test_top_p_must_be_in_0_1(value):
 def test_repetition_penalty_must_be_positive(value):
     with pytest.raises(ValueError, match="repetition_penalty"):
         apply_repetition_penalty(torch.zeros(1, 3), torch.zeros(1, 2, dtype=torch.long), value)
+
+
+@pytest.mark.parametrize("check", [check_temperature, check_top_p, check_repetition_penalty])
+def test_a_value_of_another_type_is_refused_by_its_type(check):
+    """A NumPy float32 of 0.5 used to be refused with "top_p must satisfy 0 < top_p <= 1, got np.float32(0.5)"."""
+    with pytest.raises(ValueError, match=r"must be an int or float, got np.float32\(0.5\) \(float32\)"):
+        check(np.float32(0.5))
 
 
 def test_error_message_names_the_value():

@@ -113,6 +113,22 @@ def test_explicit_source_mask_equals_pad_derived_mask(setup):
     assert greedy_search(model, src, mask, **kw) == greedy_search(model, src, **kw)
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("explicit_mask", [False, True])
+def test_left_padded_sources_translate_as_right_padded(setup, beam_size, explicit_mask):
+    """Padding "on either side": the encoder numbers positions from column 0, so a left-padded source used to be
+    encoded with its positions shifted by its padding and translated differently."""
+    model, src, kw = setup
+    S = src.shape[1]
+    left = torch.full_like(src, kw["pad_id"])
+    for b, n in enumerate(LENGTHS):
+        left[b, S - n:] = src[b, :n]
+    mask = (left == kw["pad_id"]) if explicit_mask else None
+    search = greedy_search if beam_size == 1 else beam_search
+    options = {} if beam_size == 1 else dict(beam_size=beam_size)
+    assert search(model, left, mask, **options, **kw) == search(model, src, **options, **kw)
+
+
 def test_training_flag_restored(setup):
     model, src, kw = setup
     model.train()
@@ -151,12 +167,17 @@ def test_beam_search_bad_arguments(setup, kw, match):
         (torch.ones(3, dtype=torch.long), None, r"\(B, S\)"),
         (torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 4, dtype=torch.bool), "src_key_padding_mask must have shape"),
         (torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 3), "bool"),
+        # a source of nothing but padding used to be "translated" from an encoder that saw no token
+        (torch.tensor([[3, 4], [0, 0]]), None, "at least one real token .*only padding in source row 1"),
+        (torch.ones(2, 3, dtype=torch.long), torch.tensor([[False] * 3, [True] * 3]), "only padding in source row 1"),
     ],
 )
 def test_greedy_search_bad_source(setup, src, mask, match):
     model, _, kw = setup
     with pytest.raises(ValueError, match=match):
         greedy_search(model, src, mask, **kw)
+    with pytest.raises(ValueError, match=match):
+        beam_search(model, src, mask, beam_size=2, **kw)
 
 
 def test_nan_logits_stop_greedy_and_beam_search(make_transformer, make_sources, mt_ids):
@@ -170,4 +191,22 @@ def test_nan_logits_stop_greedy_and_beam_search(make_transformer, make_sources, 
     with pytest.raises(FloatingPointError, match="logits hold NaN"):
         greedy_search(model, src, **ids)
     with pytest.raises(FloatingPointError, match="logits hold NaN"):
+        beam_search(model, src, beam_size=2, **ids)
+
+
+@pytest.mark.parametrize("broken", ["+inf", "all -inf"])
+def test_infinite_logits_stop_greedy_and_beam_search(make_transformer, make_sources, mt_ids, broken):
+    """A +inf logit (NaN log-probabilities) or -inf for every token used to give tokens silently: greedy search id 7
+    or 0 over and over, beam search an arbitrary hypothesis."""
+    model = make_transformer(seed=0)
+    with torch.no_grad():
+        if broken == "+inf":
+            model.generator.bias[7] = float("inf")
+        else:
+            model.generator.bias.fill_(float("-inf"))
+    src = make_sources([3, 2])
+    ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad)
+    with pytest.raises(FloatingPointError, match="or are -inf for every token"):
+        greedy_search(model, src, **ids)
+    with pytest.raises(FloatingPointError, match="or are -inf for every token"):
         beam_search(model, src, beam_size=2, **ids)
