@@ -58,7 +58,7 @@ class FinetuneOptions(TrainOptions):
     Attributes:
         source: what to fine-tune (``--from``; not needed when resuming).
         data: a recipe name (``fortunes``, ``shakespeare``) or a UTF-8 text file or folder.
-        documents: ``auto`` (fortune if the text has lines holding only ``%``, else none), ``fortune``,
+        documents: ``auto`` (fortune if the train text has lines holding only ``%``, else none), ``fortune``,
             ``blank-line`` or ``none``: how the text splits into documents, each followed by the EOS token.
         tokenizer: the tokenizer of a Hugging Face folder without ``tokenizer.json``.
         block_size: the context length T (default 256).

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default=None, help="recipe name (fortunes, shakespeare) or a UTF-8 text file/folder")
     p.add_argument("--documents", choices=DOCUMENT_MODES, default=None,
                    help="how the text splits into documents, each followed by the EOS token: fortune ('%%' lines), "
-                        "blank-line (paragraphs), none (one stream); auto (default) = fortune if the text has "
+                        "blank-line (paragraphs), none (one stream); auto (default) = fortune if the train text has "
                         "lines holding only '%%', else none")
     p.add_argument("--tokenizer", default=None, metavar="FILE",
                    help="tokenizer for a Hugging Face folder without tokenizer.json: an attnkit tokenizer JSON or "

@@ -67,17 +67,19 @@ def encode_documents(tokenizer, text: str, mode: str, *, add_bos: bool = False):
 
 def prepare_finetune_data(data: str, tokenizer, documents: str = "auto", *, add_bos: bool = False):
     """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer
-    (:func:`encode_documents`; ``add_bos``: each document starts with ``<bos>``).
+    (:func:`encode_documents`; ``add_bos``: each document starts with ``<bos>``). ``"auto"`` picks the mode from
+    the train text, and both splits are encoded in that one mode.
 
     Shape: returns ``LongTensor (N_train,)``, ``LongTensor (N_valid,)``.
     """
     from attnkit.data.corpora.text import load_text_corpus
 
+    check_choice("documents mode", documents, DOCUMENT_MODES)
     train_text, valid_text, info = load_text_corpus(data)
-    train = encode_documents(tokenizer, train_text, documents, add_bos=add_bos)
-    valid = encode_documents(tokenizer, valid_text, documents, add_bos=add_bos)
     mode = documents
     if mode == "auto":
         mode = "fortune" if _FORTUNE_SEP.search(train_text) else "none"
+    train = encode_documents(tokenizer, train_text, mode, add_bos=add_bos)
+    valid = encode_documents(tokenizer, valid_text, mode, add_bos=add_bos)
     info = json.loads(json.dumps(info, default=str))
     return train, valid, {"source": info, "documents": mode}

@@ -118,9 +118,13 @@ def cut_rule(tokenizer: Tokenizer) -> str | None:
     whitespace after it: ``"after-non-space"``. Llama 3's keeps a line break with the punctuation before it
     (``".\n"`` is one piece) but not with a letter or a digit: ``"after-word"``. The rule is found by encoding
     probe lines whole and cut; a tokenizer that fails both (one that prepends a marker to every text, say) is not
-    cut at all.
+    cut at all. Nor is a rule used that would cut inside one of the tokenizer's added tokens (``"END\n"``, say).
     """
+    added = ([t.content for t in tokenizer.backend.get_added_tokens_decoder().values()]
+             if isinstance(tokenizer, BPETokenizer) else [])
     for rule in CUT_RULES:
+        if any(next_cut(token, 1, rule) >= 0 for token in added):
+            continue
         try:
             if all(_cut_encodes_exactly(tokenizer, probe, rule) for probe in _CUT_PROBES):
                 return rule
@@ -227,8 +231,9 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
     if path.is_file():
         try:
             arr = np.load(path, allow_pickle=False)
-            in_range = arr.size == 0 or (arr.min() >= 0 and arr.max() < tokenizer.vocab_size)
-            if arr.ndim == 1 and arr.dtype == np.int64 and in_range:
+            # the dtype first: min and max of another dtype (a damaged header) may fail or mean nothing
+            if arr.ndim == 1 and arr.dtype == np.int64 and (
+                    arr.size == 0 or (arr.min() >= 0 and arr.max() < tokenizer.vocab_size)):
                 return torch.from_numpy(arr)
         except (OSError, ValueError):
             pass  # unreadable: encode again and overwrite
@@ -335,7 +340,8 @@ def build_tokenizer(kind: str | os.PathLike | Tokenizer, texts: list[str], *, vo
     if kind == "char":
         return CharTokenizer.train(texts)
     if kind == "bpe":
-        return BPETokenizer.train(texts[0], vocab_size or DEFAULT_BPE_VOCAB, special_tokens=["<|endoftext|>"])
+        V = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
+        return BPETokenizer.train(texts[0], V, special_tokens=["<|endoftext|>"])
     if kind == "gpt2":
         from attnkit.data.tokenizers.gpt2_tokenizer import gpt2_tokenizer
 

@@ -175,7 +175,7 @@ def _resolve_tokenizer(kind: str | os.PathLike | Tokenizer, source: _Source, *, 
             raise ValueError("cannot build a character vocabulary from empty text (0 characters)")
         return CharTokenizer(source.all_chars())
     if kind == "bpe":
-        V = vocab_size or DEFAULT_BPE_VOCAB
+        V = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
         part = source.parts["train"]
         path = source.folder / f"tokenizer-bpe-{V}.json"
         want = {"text": source.text_sha256(part), "range": [part.start, part.stop]}

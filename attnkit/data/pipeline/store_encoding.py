@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, backend_call, check_encodable
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import Tokenizer
 
@@ -86,7 +86,11 @@ def batch_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, n
     Shape: ``d`` texts → ids ``(n,)`` int64 (the texts' ids one after the other), lengths ``(d,)``.
     """
     if isinstance(tokenizer, BPETokenizer):
-        lists = [e.ids for e in tokenizer.backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+        texts = list(texts)
+        check_encodable(texts)
+        encoded = backend_call("cannot encode the texts", tokenizer.backend.encode_batch_fast, texts,
+                               add_special_tokens=False)
+        lists = [e.ids for e in encoded]
     else:
         lists = tokenizer.encode_batch(list(texts))
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))

@@ -37,7 +37,7 @@ from attnkit.data.tokenizers.tokenizer import Tokenizer, register_tokenizer_type
 MAX_BPE_VOCAB = 1 << 22  # 4,194,304 tokens, 16x the largest vocabularies in use; the trainer allocates per token
 
 __all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer", "backend_call",
-           "tokenizer_from_json"]
+           "check_encodable", "tokenizer_from_json"]
 
 # GPT-2's pre-tokenization regex: text is first cut into pieces (contractions, a word with its leading space,
 # a number, a run of punctuation, whitespace), and BPE merges never cross a piece boundary.
@@ -64,6 +64,20 @@ def backend_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
     except BaseException as err:  # noqa: BLE001 - Exception and pyo3's PanicException
         message = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(f"{what}: {message[:500]}") from None
+
+
+def check_encodable(texts: Sequence[str]) -> None:
+    """``ValueError`` naming the first lone surrogate in ``texts``: such a ``str`` is not Unicode text (UTF-8 cannot
+    encode it), and the backend refuses it saying only that it "must be str"."""
+    for text in texts:
+        if isinstance(text, str) and not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                start = max(err.start - 20, 0)
+                raise ValueError(f"cannot tokenize a lone surrogate, {text[err.start]!r} at character {err.start} of "
+                                 f"the text (near {text[start:err.start + 20]!r}): expected Unicode text that UTF-8 "
+                                 "can encode") from None
 
 
 def _check_bpe_merges(spec: Any, what: str) -> None:
@@ -263,6 +277,7 @@ class BPETokenizer(Tokenizer):
         return self._vocab_size
 
     def _encode(self, text: str) -> list[int]:
+        check_encodable([text])
         return backend_call("cannot encode the text", self._tok.encode, text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -270,6 +285,7 @@ class BPETokenizer(Tokenizer):
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ValueError(f"encode_batch expects strings, item {i} is {type(t).__name__}")
+        check_encodable(texts)
         encoded = backend_call("cannot encode the texts", self._tok.encode_batch, list(texts),
                                 add_special_tokens=False)
         return [e.ids for e in encoded]

@@ -127,6 +127,12 @@ class CharTokenizer(Tokenizer):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CharTokenizer":
+        """Rebuild from :meth:`to_dict`; ``ValueError`` for ``chars`` out of id order (a damaged or hand-made file)."""
         if d.get("type") != cls.type or not isinstance(d.get("chars"), list):
             raise ValueError(f"expected a dict with type {cls.type!r} and a 'chars' list, got keys {sorted(d)}")
-        return cls(d["chars"])
+        tok = cls(d["chars"])
+        if tok.chars != d["chars"]:  # ids are positions in the list: another order would give other ids
+            shown = next(f"{a!r} before {b!r}" for a, b in zip(d["chars"], d["chars"][1:]) if not a < b)
+            raise ValueError(f"a char tokenizer's 'chars' must be its vocabulary in id order, sorted by code point "
+                             f"as to_dict writes it; got {shown}")
+        return tok

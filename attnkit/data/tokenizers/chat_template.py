@@ -6,6 +6,8 @@ A chat template is Jinja code shipped with a model's tokenizer (``tokenizer_conf
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any, Sequence
 
 __all__ = ["ChatTemplateError", "apply_chat_template", "check_chat_template"]
@@ -35,6 +37,35 @@ def check_chat_template(template: Any, where: str) -> str | None:
     return template
 
 
+def _to_json(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """The ``tojson`` filter as transformers defines it: plain ``json.dumps`` (Jinja's own escapes ``<``, ``>``,
+    ``&`` and ``'`` for HTML, writes non-ASCII as ``\\u`` escapes and sorts the keys: another prompt)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    # Llama 3's templates write today's date into the system turn (a fixed date when this is undefined)
+    return datetime.now().strftime(fmt)
+
+
+def _generation_tag() -> type:
+    """The ``{% generation %}...{% endgeneration %}`` block of transformers (it marks the assistant's text for a
+    training mask); rendering it gives its body unchanged."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class GenerationTag(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return GenerationTag
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
@@ -47,7 +78,8 @@ def apply_chat_template(info: Any, messages: Sequence[dict[str, str]], *, add_ge
     The template is Jinja code that came with the weights, so it is treated as untrusted: it runs in Jinja's
     sandbox (``ImmutableSandboxedEnvironment``), which forbids touching Python internals. Rendering follows
     Hugging Face ``transformers`` (``trim_blocks``, ``lstrip_blocks``, the ``loopcontrols`` extension, a
-    ``raise_exception`` helper, ``tools=None``, ``documents=None``), so given the tokenizer's special-token
+    ``raise_exception`` helper, its ``tojson`` filter, ``strftime_now``, the ``{% generation %}`` block,
+    ``tools=None``, ``documents=None``), so given the tokenizer's special-token
     strings the result equals ``tokenizer.apply_chat_template(..., tokenize=False)``.
 
     Args:
@@ -87,8 +119,10 @@ def apply_chat_template(info: Any, messages: Sequence[dict[str, str]], *, add_ge
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError as err:  # pragma: no cover - jinja2 comes with transformers and is a dependency
         raise ImportError("rendering chat templates needs the jinja2 package (pip install jinja2)") from err
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.globals["raise_exception"] = _raise_exception
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols, _generation_tag()])
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    env.filters["tojson"] = _to_json
     try:
         compiled = env.from_string(template)
     except TemplateError as err:  # TemplateSyntaxError (and friends): the template's own fault

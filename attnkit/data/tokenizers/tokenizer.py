@@ -214,7 +214,12 @@ def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(tok.to_dict(), ensure_ascii=False) + "\n")
+    text = json.dumps(tok.to_dict(), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a char vocabulary may hold one): \u escapes load back exactly
+        text = json.dumps(tok.to_dict())
+    write_text_atomic(path, text + "\n")
     return path
 
 

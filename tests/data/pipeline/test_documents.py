@@ -40,3 +40,21 @@ def test_documents_start_with_bos_for_a_model_that_prompts_with_it():
     text = "aa b\n\nccc\n"
     assert encode_documents(_Tok(), text, "blank-line").tolist() == [12, 11, 2, 13, 2]
     assert encode_documents(_Tok(), text, "blank-line", add_bos=True).tolist() == [1, 12, 11, 2, 1, 13, 2]
+
+
+@pytest.mark.parametrize("percent_line_in", ["train", "valid"])
+def test_auto_encodes_both_splits_in_the_mode_of_the_train_text(tmp_path, percent_line_in):
+    """Was: "auto" looked at each split on its own, so a "%" line in the last tenth only cut the valid text into
+    fortunes (with <eos>, "%" lines dropped) while train stayed one stream and the info said "none"; one in the
+    train part only left the valid text a stream with its "%" lines in it."""
+    from attnkit.data.pipeline.documents import prepare_finetune_data
+
+    lines = [f"line {i} of a plain text." for i in range(100)]
+    lines.insert(10 if percent_line_in == "train" else 95, "%")
+    path = tmp_path / "text.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train, valid, info = prepare_finetune_data(str(path), _Tok(), "auto")
+    want = "fortune" if percent_line_in == "train" else "none"
+    assert info["documents"] == want
+    for ids in (train, valid):
+        assert (2 in ids.tolist()) == (want == "fortune")  # <eos> (2) ends each document, and only documents

@@ -92,6 +92,23 @@ def test_a_tokenizer_no_cut_suits_encodes_whole(bpe):
     assert encode_corpus(tok, SENTENCES, chunk_chars=50).tolist() == tok.encode(SENTENCES)
 
 
+def test_an_added_token_holding_a_line_end_is_never_cut(bpe, tmp_path):
+    """Was: "after-non-space" still chosen, so chunks cut "END\n" between "END" and "\n" and the ids differed from
+    encoding the whole text (and so did a token store's)."""
+    from attnkit.data.pipeline.store_encoding import encode_blocks
+    from attnkit.data.pipeline.token_store import TokenStoreWriter
+
+    tok = BPETokenizer.from_dict(bpe.to_dict())
+    tok.backend.add_tokens([tokenizers.AddedToken("END\n", normalized=False)])
+    tok = BPETokenizer(tok.backend)
+    text = "Line one END\nLine two.\n" * 40
+    assert cut_rule(tok) is None
+    assert encode_corpus(tok, text, chunk_chars=50).tolist() == tok.encode(text)
+    with TokenStoreWriter(tmp_path / "s.tokens", vocab_size=tok.vocab_size) as writer:
+        encode_blocks(tok, [text[:333], text[333:]], writer)
+        assert writer.finish({}).tolist() == tok.encode(text)
+
+
 def test_next_and_last_cut_agree():
     text = SENTENCES[:300] + "\n\n  \r\n"
     for rule in CUT_RULES:
@@ -128,6 +145,14 @@ def test_encode_corpus_cached(bpe, tmp_path):
     assert torch.equal(a, b) and a.tolist() == bpe.encode(TEXT)
     # a damaged cache file is ignored and rewritten
     files[0].write_bytes(b"garbage")
+    assert torch.equal(encode_corpus_cached(bpe, TEXT, tmp_path), a)
+
+
+def test_encode_corpus_cached_file_of_another_dtype_is_encoded_again(bpe, tmp_path):
+    """Was: numpy's UFuncTypeError from the range check, made before the dtype check, on a damaged header."""
+    a = encode_corpus_cached(bpe, TEXT, tmp_path)
+    (path,) = tmp_path.glob("*.npy")
+    path.write_bytes(path.read_bytes().replace(b"'<i8'", b"'<U2'", 1))
     assert torch.equal(encode_corpus_cached(bpe, TEXT, tmp_path), a)
 
 
@@ -241,3 +266,10 @@ def test_prepare_lm_data_block_too_long_for_train(tmp_path):
 def test_prepare_lm_data_unknown_tokenizer(tmp_path):
     with pytest.raises(ValueError, match=r"tokenizer must be one of \('char', 'bpe', 'gpt2'\).*'wordpiece'"):
         prepare_lm_data(_corpus(tmp_path), "wordpiece", block_size=8)
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_prepare_lm_data_bpe_vocab_size_zero_is_refused(tmp_path, cache):
+    """Was: ``vocab_size or 2048`` took 0 for "not given" and trained the default 2048-token BPE."""
+    with pytest.raises(ValueError, match=r"vocab_size must be an int in \[.*\], got 0"):
+        prepare_lm_data(_corpus(tmp_path), "bpe", block_size=8, vocab_size=0, cache=cache, home=tmp_path / "home")

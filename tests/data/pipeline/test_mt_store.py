@@ -91,3 +91,10 @@ def test_pairs_hash_tells_a_nul_inside_a_text_from_the_end_of_one():
     for text in plain[0] + plain[1]:
         h.update(text.encode() + b"\0")
     assert pairs_sha256(*plain) == h.hexdigest()
+
+
+def test_a_lone_surrogate_is_a_value_error(tok, tmp_path):
+    """Was: a TypeError straight from the backend's batch call ("TextEncodeInput must be Union[...]")."""
+    with pytest.raises(ValueError, match=r"cannot tokenize a lone surrogate, '\\udce9' at character 3"):
+        encode_pairs_stored(tok, ["Haus", "caf\udce9"], ["house", "cafe"], max_src_len=16, cache_dir=tmp_path)
+    assert not list(tmp_path.glob("*.tokens"))  # nothing half-built left behind

@@ -164,3 +164,13 @@ def test_bytes_to_unicode_is_a_bijection_of_printable_characters():
     assert len(set(m.values())) == 256
     assert m[ord(" ")] == "Ġ" and m[ord("\n")] == "Ċ" and m[ord("A")] == "A"
     assert all(ch.isprintable() and not ch.isspace() for ch in m.values())
+
+
+def test_a_lone_surrogate_is_named_not_called_a_non_str(tok):
+    """Was: "cannot encode the text: TextInputSequence must be str" (and "TextEncodeInput must be Union[...]" for a
+    batch) of a str: the backend's words for text UTF-8 cannot encode, such as a surrogate-escaped byte of argv."""
+    match = r"cannot tokenize a lone surrogate, '\\udce9' at character 3 of the text \(near 'caf\\udce9 au lait'\)"
+    with pytest.raises(ValueError, match=match):
+        tok.encode("caf\udce9 au lait")
+    with pytest.raises(ValueError, match=match):
+        tok.encode_batch(["fine", "caf\udce9 au lait"])

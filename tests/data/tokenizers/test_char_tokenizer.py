@@ -88,3 +88,22 @@ def test_vocabulary_entries_must_be_distinct():
 def test_id_to_token_out_of_range():
     with pytest.raises(ValueError, match=r"\[0, 3\), got 3"):
         CharTokenizer("abc").id_to_token(3)
+
+
+def test_a_file_with_chars_out_of_id_order_is_refused(tmp_path):
+    """Was: loaded re-sorted, so every id differed from the file's ("b" was id 0 there, id 1 once loaded)."""
+    path = tmp_path / "tok.json"
+    path.write_text('{"type": "char", "chars": ["b", "a", "c"]}', encoding="utf-8")
+    with pytest.raises(ValueError, match="'chars' must be its vocabulary in id order.*got 'b' before 'a'"):
+        load_tokenizer(path)
+    path.write_text('{"type": "char", "chars": ["a", "b", "c"]}', encoding="utf-8")
+    assert load_tokenizer(path).encode("bca") == [1, 2, 0]
+
+
+def test_a_vocabulary_with_a_lone_surrogate_is_saved_and_loads_back(tmp_path):
+    """Was: save_tokenizer failed with a UnicodeEncodeError naming no file (UTF-8 cannot hold a lone surrogate)."""
+    tok = CharTokenizer.train("ab\ud800")
+    back = load_tokenizer(save_tokenizer(tok, tmp_path / "tok.json"))
+    assert back.to_dict() == tok.to_dict() and back.encode("b\ud800a") == tok.encode("b\ud800a")
+    assert '"\u00e9"' in save_tokenizer(CharTokenizer.train("caf\u00e9"), tmp_path / "t2.json").read_text("utf-8")
+    # (other text stays readable: written as UTF-8, not as escapes)

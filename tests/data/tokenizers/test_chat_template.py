@@ -89,3 +89,31 @@ def test_rendering_equals_transformers(template, gen):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     assert apply_chat_template(template, messages, add_generation_prompt=gen, bos_token="<s>", eos_token="</s>") == \
         hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+
+# transformers' environment: its own tojson filter (no HTML escapes, no \u escapes, keys in order), the
+# {% generation %} block of assistant-mask templates, and strftime_now (Llama 3 writes today's date)
+HF_MESSAGES = [{"role": "user", "content": "a<b & 'café' 😀"}, {"role": "assistant", "content": "Oui."}]
+HF_ENV_TEMPLATES = [
+    ("{% for m in messages %}{{ m | tojson }}\n{% endfor %}",
+     '{"role": "user", "content": "a<b & \'café\' 😀"}\n{"role": "assistant", "content": "Oui."}\n'),
+    ("{% for m in messages %}{{ m['content'] | tojson(indent=2) }}{% endfor %}", '"a<b & \'café\' 😀""Oui."'),
+    ("{% for m in messages %}{% generation %}[{{ m['content'] }}]{% endgeneration %}{% endfor %}",
+     "[a<b & 'café' 😀][Oui.]"),
+    ("{% if strftime_now is defined %}{{ strftime_now('%Y') | length }}{% else %}none{% endif %}", "4"),
+]
+
+
+@pytest.mark.parametrize("template, want", HF_ENV_TEMPLATES,
+                         ids=["tojson", "tojson-indent", "generation", "strftime_now"])
+def test_tojson_generation_and_strftime_now_render_as_in_transformers(template, want):
+    """Was: Jinja's own tojson ('<' as \\u003c, 'é' as \\u00e9, keys sorted: another prompt than the model was
+    trained on), {% generation %} refused as not valid Jinja, strftime_now undefined."""
+    assert apply_chat_template(template, HF_MESSAGES, add_generation_prompt=False) == want
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models
+
+    backend = Tokenizer(models.WordLevel({"<s>": 0, "</s>": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>")
+    hf.chat_template = template
+    assert hf.apply_chat_template(HF_MESSAGES, tokenize=False) == want
