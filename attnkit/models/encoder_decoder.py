@@ -79,6 +79,7 @@ class DecoderCache(LayerCaches):
             KVCache(batch_size, num_heads, max_len, head_dim, dtype=dtype, device=device) for _ in range(num_layers)
         ]
         self.self_caches = self.self_attn  # LayerCaches: length (target positions decoded), batch_size, max_len
+        self.memory_len = memory_len  # None: each cross-attention cache is sized by the first memory it sees
         self.cross_attn: list[KVCache | None] = [None] * num_layers
         if memory_len is not None:
             self.cross_attn = [
@@ -89,15 +90,24 @@ class DecoderCache(LayerCaches):
         self.memory_key_padding_mask: torch.Tensor | None = None  # (B, S) bool, remembered on first use
 
     def cross_cache(self, layer: int, memory_len: int) -> KVCache:
-        """The cross-attention cache of ``layer``, created for ``memory_len`` source positions if needed."""
+        """The cross-attention cache of ``layer``, created for ``memory_len`` source positions if needed.
+
+        A cache sized by an earlier source (``memory_len`` not given) is made again for a longer one after
+        :meth:`reset`; a filled cache only serves the memory it was filled from (same length).
+        """
         cache = self.cross_attn[layer]
+        if cache is not None and cache.length == 0 and cache.max_len < memory_len:
+            if self.memory_len is not None:
+                raise ValueError(f"DecoderCache was made for memory_len = {cache.max_len}, "
+                                 f"got memory of length {memory_len}")
+            cache = None  # sized by a shorter source before reset()
         if cache is None:
             cache = KVCache(self.batch_size, self.num_heads, memory_len, self.head_dim,
                             dtype=self.dtype, device=self.device)
             self.cross_attn[layer] = cache
-        elif cache.length == 0 and cache.max_len < memory_len:
-            raise ValueError(f"DecoderCache was made for memory_len = {cache.max_len}, "
-                             f"got memory of length {memory_len}")
+        elif cache.length not in (0, memory_len):
+            raise ValueError(f"DecoderCache holds the projections of a memory of length {cache.length}, got memory "
+                             f"of length {memory_len}; reset() the cache for a new source")
         return cache
 
     def reorder(self, index: torch.Tensor) -> None:

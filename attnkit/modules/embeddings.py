@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import check_choice, check_lookup_ids, check_probability
+from attnkit.checks import check_choice, check_int, check_lookup_ids, check_probability
 
 from .dropout import Dropout
 from .learned_positions import LearnedPositionalEmbedding
@@ -39,9 +39,10 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, dim: int, *, padding_idx: int | None = None):
         super().__init__()
-        if vocab_size <= 0 or dim <= 0:
-            raise ValueError(f"TokenEmbedding needs vocab_size > 0 and dim > 0, got vocab_size={vocab_size}, dim={dim}")
-        if padding_idx is not None and not 0 <= padding_idx < vocab_size:
+        check_int("TokenEmbedding vocab_size", vocab_size, minimum=1)
+        check_int("TokenEmbedding dim", dim, minimum=1)
+        check_int("TokenEmbedding padding_idx", padding_idx, minimum=0, allow_none=True)
+        if padding_idx is not None and padding_idx >= vocab_size:
             raise ValueError(f"padding_idx must be in [0, vocab_size) = [0, {vocab_size}), got {padding_idx}")
         self.vocab_size = vocab_size
         self.dim = dim
@@ -122,9 +123,9 @@ class TransformerEmbedding(nn.Module):
             if position_ids is None:
                 pos = self.pos.forward_len(T)  # (T, C), broadcasts over B
             else:
-                if position_ids.shape[-1] != T:
-                    raise ValueError(f"position_ids must end with the sequence length T = {T}, "
-                                     f"got shape {tuple(position_ids.shape)}")
+                if tuple(position_ids.shape) not in ((T,), tuple(ids.shape)):
+                    raise ValueError(f"position_ids must have shape (T,) = ({T},) or the ids' shape "
+                                     f"{tuple(ids.shape)}, got {tuple(position_ids.shape)}")
                 pos = self.pos(position_ids.to(ids.device))  # (B, T, C) or (T, C)
             x = x + pos.to(x.dtype)
         return self.dropout(x)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import check_choice, check_probability
+from attnkit.checks import check_choice, check_int, check_probability
 
 from .dropout import Dropout
 
@@ -85,8 +85,9 @@ class FeedForward(nn.Module):
     ):
         super().__init__()
         check_choice("activation", activation, ACTIVATIONS)
-        if dim <= 0 or hidden_dim <= 0:
-            raise ValueError(f"dim and hidden_dim must be positive, got dim={dim}, hidden_dim={hidden_dim}")
+        check_int("FeedForward dim", dim, minimum=1)
+        check_int("FeedForward hidden_dim", hidden_dim, minimum=1)
+        check_int("FeedForward out_dim", out_dim, minimum=1, allow_none=True)
         check_probability("dropout", dropout)
         self.dim = dim
         self.hidden_dim = hidden_dim

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.checks import is_int, no_host_reads
+from attnkit.checks import check_int, is_int, no_host_reads
 
 
 class KVCache(nn.Module):
@@ -51,8 +51,7 @@ class KVCache(nn.Module):
         super().__init__()
         for name, value in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
                             ("max_len", max_len), ("head_dim", head_dim)):
-            if value <= 0:
-                raise ValueError(f"KVCache {name} must be a positive int, got {value}")
+            check_int(f"KVCache {name}", value, minimum=1)
         self.max_len = max_len
         shape = (batch_size, num_kv_heads, max_len, head_dim)
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import check_lookup_ids
+from attnkit.checks import check_int, check_lookup_ids
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -28,8 +28,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, dim: int):
         super().__init__()
-        if max_len <= 0 or dim <= 0:
-            raise ValueError(f"LearnedPositionalEmbedding needs max_len > 0 and dim > 0, got max_len={max_len}, dim={dim}")
+        check_int("LearnedPositionalEmbedding max_len", max_len, minimum=1)
+        check_int("LearnedPositionalEmbedding dim", dim, minimum=1)
         self.max_len = max_len
         self.dim = dim
         self.weight = nn.Parameter(torch.empty(max_len, dim))

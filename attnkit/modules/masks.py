@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from attnkit.checks import no_host_reads
+from attnkit.checks import check_int, is_int, no_host_reads
 
 
 def causal_mask(T: int, S: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -66,7 +66,7 @@ def padding_mask(
     if lengths_t.numel() and int(lengths_t.min()) < 0:
         raise ValueError(f"lengths must be >= 0, got min {int(lengths_t.min())}")
     longest = int(lengths_t.max()) if lengths_t.numel() else 0
-    S = longest if max_len is None else max_len
+    S = longest if max_len is None else check_int("max_len", max_len, minimum=0)
     if S < longest:
         raise ValueError(f"max_len must be >= max(lengths) = {longest}, got {S}")
     positions = torch.arange(S, device=lengths_t.device)  # (S,)
@@ -85,7 +85,7 @@ def pad_right(sequences: Sequence[Sequence[int]], pad_id: int, *, length: int | 
     lengths = [len(seq) for seq in sequences]
     if not lengths:
         raise ValueError("pad_right needs at least one sequence, got none")
-    S = max(lengths) if length is None else length
+    S = max(lengths) if length is None else check_int("pad_right length", length, minimum=0)
     if S < max(lengths):
         raise ValueError(f"pad_right length must be >= the longest sequence ({max(lengths)}), got {S}")
     mask = padding_mask(lengths, max_len=S)  # (B, S) True = padding
@@ -111,8 +111,9 @@ def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:
     Shape:
         returns ``(seq_len, seq_len)`` bool.
     """
-    if seq_len < 0:
-        raise ValueError(f"seq_len must be >= 0, got {seq_len}")
+    check_int("seq_len", seq_len, minimum=0)
+    if not is_int(masked_len):
+        raise ValueError(f"masked_len must be an int, got {masked_len!r} ({type(masked_len).__name__})")
     i = torch.arange(seq_len)[:, None]  # (L, 1) query index
     j = torch.arange(seq_len)[None, :]  # (1, L) key index
     return (seq_len - j + i) <= masked_len  # (L, L)

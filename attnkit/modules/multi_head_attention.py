@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.checks import check_probability
+from attnkit.checks import check_int, check_probability
 
 from .attention import scaled_dot_product_attention
 from .kv_cache import KVCache
@@ -65,17 +65,18 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | None = None,
     ):
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim and num_heads must be positive, got embed_dim={embed_dim}, num_heads={num_heads}")
+        check_int("MultiHeadAttention embed_dim", embed_dim, minimum=1)
+        check_int("MultiHeadAttention num_heads", num_heads, minimum=1)
+        for name, value in (("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("kdim", kdim), ("vdim", vdim),
+                            ("out_dim", out_dim)):
+            check_int(f"MultiHeadAttention {name}", value, minimum=1, allow_none=True)
         if head_dim is None:
             if embed_dim % num_heads != 0:
                 raise ValueError(f"embed_dim must be divisible by num_heads when head_dim is not given: "
                                  f"embed_dim={embed_dim}, num_heads={num_heads} (remainder {embed_dim % num_heads})")
             head_dim = embed_dim // num_heads
-        if head_dim <= 0:
-            raise ValueError(f"head_dim must be positive, got {head_dim}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
+        if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads must be divisible by num_kv_heads: num_heads={num_heads}, "
                              f"num_kv_heads={num_kv_heads}")
         kdim = embed_dim if kdim is None else kdim
@@ -120,29 +121,39 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, heads, self.head_dim).transpose(1, 2)  # (B, heads, L, D)
 
+    @staticmethod
+    def _packed_parts(layer: nn.Module, inputs: tuple[torch.Tensor, ...], widths: list[int]) -> list[torch.Tensor]:
+        """Part ``i`` of the packed ``layer``'s output on ``inputs[i]``, for inputs that differ.
+
+        The layer itself runs on each distinct input (not a slice of its ``weight``), so a layer that is not a
+        plain ``nn.Linear`` (a LoRA adapter, an int8 layer) computes what it does in the one-input case.
+
+        Shape:
+            inputs[i] ``(B, L_i, in)`` -> part i ``(B, L_i, widths[i])``.
+        """
+        outputs: dict[int, tuple[torch.Tensor, ...]] = {}
+        parts = []
+        for i, x in enumerate(inputs):
+            if id(x) not in outputs:
+                outputs[id(x)] = layer(x).split(widths, dim=-1)
+            parts.append(outputs[id(x)][i])
+        return parts
+
     def _project_self(self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None):
         """q, k, v from the packed projection (rows [q | k | v])."""
         q_width = self.num_heads * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
         if key is None:  # the usual case: one matmul for all three
             return self.qkv_proj(query).split([q_width, kv_width, kv_width], dim=-1)
-        # Self-attention weights applied to distinct key/value inputs (as torch.nn.MultiheadAttention allows):
-        # slice the packed weight.
-        w_q, w_k, w_v = self.qkv_proj.weight.split([q_width, kv_width, kv_width], dim=0)
-        b = self.qkv_proj.bias
-        b_q, b_k, b_v = (None, None, None) if b is None else b.split([q_width, kv_width, kv_width])
-        lin = nn.functional.linear
-        return lin(query, w_q, b_q), lin(key, w_k, b_k), lin(value, w_v, b_v)
+        # Self-attention weights applied to distinct key/value inputs (as torch.nn.MultiheadAttention allows).
+        return self._packed_parts(self.qkv_proj, (query, key, value), [q_width, kv_width, kv_width])
 
     def _project_kv_cross(self, key: torch.Tensor, value: torch.Tensor):
         kv_width = self.num_kv_heads * self.head_dim
         if self.kdim == self.vdim:
-            if key is value:
+            if key is value:  # the usual case (the encoder's memory): one matmul for both
                 return self.kv_proj(key).split([kv_width, kv_width], dim=-1)
-            w_k, w_v = self.kv_proj.weight.split([kv_width, kv_width], dim=0)
-            b = self.kv_proj.bias
-            b_k, b_v = (None, None) if b is None else b.split([kv_width, kv_width])
-            return nn.functional.linear(key, w_k, b_k), nn.functional.linear(value, w_v, b_v)
+            return self._packed_parts(self.kv_proj, (key, value), [kv_width, kv_width])
         return self.k_proj(key), self.v_proj(value)
 
     # ------------------------------------------------------------------ validation

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import check_float
+
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 
@@ -25,6 +27,11 @@ def _positive_dim(dim: int, name: str) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
         raise ValueError(f"{name} dim must be a positive int, got {dim!r}")
     return dim
+
+
+def _check_eps(eps: float, name: str) -> float:
+    # a negative eps turns vectors of small variance into NaN; 0 is allowed (as torch.nn: only a constant vector is NaN)
+    return check_float(f"{name} eps", eps, low=0.0)
 
 
 def _check_last_dim(x: torch.Tensor, dim: int, name: str) -> None:
@@ -41,12 +48,13 @@ class RMSNorm(nn.Module):
         elementwise_affine: learn a per-channel gain ``weight`` (initialised to ones).
 
     Shape:
-        x: ``(*, C)`` -> ``(*, C)``, same dtype as ``x``.
+        x: ``(*, C)`` -> ``(*, C)``, in the dtype of ``x`` and ``weight`` promoted together (``x``'s own when the
+        model is in one dtype; a float32 ``weight`` on a bfloat16 ``x`` gives float32, as HF Llama).
     """
 
     def __init__(self, dim: int, *, eps: float = 1e-6, elementwise_affine: bool = True):
         super().__init__()
-        self.dim, self.eps = _positive_dim(dim, "RMSNorm"), eps
+        self.dim, self.eps = _positive_dim(dim, "RMSNorm"), _check_eps(eps, "RMSNorm")
         self.register_parameter("weight", nn.Parameter(torch.ones(dim)) if elementwise_affine else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -84,7 +92,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, dim: int, *, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        self.dim, self.eps = _positive_dim(dim, "LayerNorm"), eps
+        self.dim, self.eps = _positive_dim(dim, "LayerNorm"), _check_eps(eps, "LayerNorm")
         self.weight = nn.Parameter(torch.ones(dim))
         self.register_parameter("bias", nn.Parameter(torch.zeros(dim)) if bias else None)
 

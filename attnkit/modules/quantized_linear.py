@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import check_choice
+from attnkit.checks import check_choice, check_int
 
 MODES: tuple[str, ...] = ("reference", "two_digit", "dynamic", "weight_only")
 _KERNEL_EXACT: bool | None = None  # fast_int8_is_exact(), probed on first use
@@ -163,8 +163,8 @@ class QuantizedLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True, mode: str = "two_digit"):
         super().__init__()
-        if in_features <= 0 or out_features <= 0:
-            raise ValueError(f"in_features and out_features must be positive, got {in_features}, {out_features}")
+        check_int("QuantizedLinear in_features", in_features, minimum=1)
+        check_int("QuantizedLinear out_features", out_features, minimum=1)
         check_choice("mode", mode, MODES)
         self.in_features = in_features
         self.out_features = out_features

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.checks import no_host_reads
+from attnkit.checks import check_float, check_int, is_int, no_host_reads
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -47,12 +47,12 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, *, max_len: int = 2048, theta: float = 10000.0):
         super().__init__()
-        if head_dim <= 0 or head_dim % 2 != 0:
-            raise ValueError(f"RotaryEmbedding head_dim must be a positive even int, got {head_dim}")
-        if max_len <= 0:
-            raise ValueError(f"RotaryEmbedding max_len must be > 0, got {max_len}")
+        if not is_int(head_dim) or head_dim <= 0 or head_dim % 2 != 0:
+            raise ValueError(f"RotaryEmbedding head_dim must be a positive even int, got {head_dim!r}")
+        check_int("RotaryEmbedding max_len", max_len, minimum=1)
         self.head_dim = head_dim
-        self.theta = float(theta)
+        # theta <= 0 would make every angle NaN (0 ** -x = inf, a negative base to a fractional power = NaN)
+        self.theta = check_float("RotaryEmbedding theta", theta, low=0.0, low_inclusive=False)
         # inv_freq_i = theta ** (-2i / D), i < D/2, computed as HF does (int exponents -> float32)
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
         inv_freq = 1.0 / (self.theta ** exponents)  # (D/2,)

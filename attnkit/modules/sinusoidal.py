@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from attnkit.checks import no_host_reads
+from attnkit.checks import check_int, no_host_reads
 
 
 def sinusoidal_table(seq_len: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32,
@@ -79,8 +79,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, dim: int, *, max_len: int = 5000, base: float = 10000.0):
         super().__init__()
-        if dim <= 0 or max_len <= 0:
-            raise ValueError(f"SinusoidalPositionalEncoding needs dim > 0 and max_len > 0, got dim={dim}, max_len={max_len}")
+        check_int("SinusoidalPositionalEncoding dim", dim, minimum=1)
+        check_int("SinusoidalPositionalEncoding max_len", max_len, minimum=1)
         self.dim = dim
         self.base = base
         self.register_buffer("pe", sinusoidal_table(max_len, dim, base=base), persistent=False)

@@ -188,6 +188,32 @@ def test_decoder_cache_reorder_for_beam_search(tiny_transformer_config, spread):
     assert cache.length == 0 and all(c is None or c.length == 0 for c in cache.cross_attn)
 
 
+def test_decoder_cache_reused_after_reset_for_a_longer_source(tiny_transformer_config, spread):
+    # The cross-attention caches are sized by the first source; after reset() a longer source used to be
+    # refused ("made for memory_len", a length the caller never gave), and a different memory without reset()
+    # was silently replaced by the cached projections of the old one.
+    model = _model(tiny_transformer_config(), spread)
+    short, long, tgt = _ids(2, 4, 23), _ids(2, 7, 23), _ids(2, 3, 19)
+    with torch.no_grad():
+        cache = model.new_cache(2, 3)
+        model.decode(tgt[:, :1], model.encode(short), cache=cache)
+        with pytest.raises(ValueError, match=r"memory of length 4, got memory of length 7; reset\(\) the cache"):
+            model.decode(tgt[:, 1:2], model.encode(long), cache=cache)
+        cache.reset()
+        memory = model.encode(long)
+        steps = [model.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(3)]
+        expected = model(long, tgt)
+    assert_close(torch.cat(steps, dim=1), expected, "float32")
+
+
+def test_decoder_cache_with_a_given_memory_len_refuses_a_longer_memory(tiny_transformer_config, spread):
+    model = _model(tiny_transformer_config(), spread)
+    with torch.no_grad():
+        cache = model.new_cache(1, 2, memory_len=5)
+        with pytest.raises(ValueError, match=r"made for memory_len = 5, got memory of length 7"):
+            model.decode(_ids(1, 1, 19), model.encode(_ids(1, 7, 23)), cache=cache)
+
+
 # --------------------------------------------------------------------------- torch.nn.Transformer parity
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -56,6 +56,14 @@ def test_learned_positions_and_per_row_position_ids():
     torch.testing.assert_close(out, emb.tok.weight[ids] + emb.pos.weight[pos], **TOL)
 
 
+@pytest.mark.parametrize("shape", [(3, 4), (2, 1, 4), (4, 1)])
+def test_position_ids_shape_checked(shape):
+    # (2, 1, 4) used to broadcast into a (2, 2, 4, C) output silently, (3, 4) to fail inside torch
+    emb = TransformerEmbedding(20, 8, max_len=6)
+    with pytest.raises(ValueError, match=r"position_ids must have shape \(T,\) = \(4,\) or the ids' shape \(2, 4\)"):
+        emb(torch.randint(0, 20, (2, 4)), position_ids=torch.zeros(shape, dtype=torch.long))
+
+
 def test_no_positions():
     emb = TransformerEmbedding(20, 8, max_len=6, position="none")
     assert emb.pos is None
@@ -90,3 +98,17 @@ def test_sequence_longer_than_learned_table():
 def test_unknown_position_kind():
     with pytest.raises(ValueError, match=r"^position must be one of \['sinusoidal', 'learned', 'none'\], got 'rope'$"):
         TransformerEmbedding(20, 8, max_len=6, position="rope")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: TokenEmbedding(10.0, 4), r"TokenEmbedding vocab_size must be an int >= 1, got 10\.0 \(float\)"),
+    (lambda: TokenEmbedding(10, 0), r"TokenEmbedding dim must be an int >= 1, got 0"),
+    (lambda: TokenEmbedding(10, 4, padding_idx=True), r"padding_idx must be an int >= 0 or None, got True \(bool\)"),
+    (lambda: TokenEmbedding(10, 4, padding_idx=10), r"padding_idx must be in \[0, vocab_size\) = \[0, 10\), got 10"),
+    (lambda: LearnedPositionalEmbedding(8.0, 4), r"LearnedPositionalEmbedding max_len must be an int >= 1, got 8\.0"),
+    (lambda: SinusoidalPositionalEncoding(4, max_len=2.5), r"SinusoidalPositionalEncoding max_len must be an int >= 1"),
+])
+def test_sizes_must_be_ints(make, message):
+    # floats used to fail inside torch with a TypeError, a bool padding_idx was taken as 0 or 1
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -86,3 +86,14 @@ def test_feed_forward_wrong_width():
 def test_dropout_outside_zero_one_or_not_a_number_is_refused(p, message):
     with pytest.raises(ValueError, match=message):
         FeedForward(8, 16, dropout=p)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dim=8.0, hidden_dim=16), r"FeedForward dim must be an int >= 1, got 8\.0 \(float\)"),
+    (dict(dim=8, hidden_dim=0), r"FeedForward hidden_dim must be an int >= 1, got 0"),
+    (dict(dim=8, hidden_dim=16, out_dim=0), r"FeedForward out_dim must be an int >= 1, got 0"),
+])
+def test_sizes_must_be_positive_ints(kwargs, message):
+    # out_dim=0 used to build a layer with an empty output, a float a TypeError inside torch
+    with pytest.raises(ValueError, match=message):
+        FeedForward(**kwargs)

@@ -101,3 +101,14 @@ def test_reorder_index_out_of_range():
     cache = KVCache(2, 1, 4, 2)
     with pytest.raises(ValueError, match=r"\[0, 2\), got min 0 max 2"):
         cache.reorder(torch.tensor([0, 2]))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((2.0, 1, 4, 8), r"KVCache batch_size must be an int >= 1, got 2\.0 \(float\)"),
+    ((2, True, 4, 8), r"KVCache num_kv_heads must be an int >= 1, got True \(bool\)"),
+    ((2, 1, None, 8), r"KVCache max_len must be an int >= 1, got None"),
+    ((2, 1, 4, 0), r"KVCache head_dim must be an int >= 1, got 0"),
+])
+def test_sizes_must_be_positive_ints(args, message):
+    with pytest.raises(ValueError, match=message):
+        KVCache(*args)

@@ -133,3 +133,15 @@ def test_drop_if_unpadded():
     unpadded = torch.zeros(2, 5, dtype=torch.bool)
     with checks_on_device():  # testing the mask would read it back from the device: it is kept
         assert drop_if_unpadded(unpadded) is unpadded
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: padding_mask([2, 3], max_len=3.5), r"max_len must be an int >= 0, got 3\.5 \(float\)"),
+    (lambda: pad_right([[1, 2], [3]], 0, length=2.5), r"pad_right length must be an int >= 0, got 2\.5"),
+    (lambda: generate_mask_mat(2.5, 1), r"seq_len must be an int >= 0, got 2\.5"),
+    (lambda: generate_mask_mat(3, 1.0), r"masked_len must be an int, got 1\.0 \(float\)"),
+])
+def test_lengths_must_be_ints(make, message):
+    # a float length used to give a mask of the rounded-up size (or a TypeError inside numpy)
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -330,3 +330,35 @@ def test_kv_cache_overflow_through_module():
 def test_dropout_must_be_a_probability(p):
     with pytest.raises(ValueError, match=r"^dropout must be a number in \[0, 1\), got "):
         MultiHeadAttention(8, 2, dropout=p)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(embed_dim=16.0, num_heads=4), r"embed_dim must be an int >= 1, got 16\.0 \(float\)"),
+    (dict(embed_dim=16, num_heads=True), r"num_heads must be an int >= 1, got True \(bool\)"),
+    (dict(embed_dim=16, num_heads=4, num_kv_heads=2.0), r"num_kv_heads must be an int >= 1 or None, got 2\.0"),
+    (dict(embed_dim=16, num_heads=4, head_dim=0), r"head_dim must be an int >= 1, got 0"),
+    (dict(embed_dim=16, num_heads=4, kdim=0, self_attention=False), r"kdim must be an int >= 1, got 0"),
+    (dict(embed_dim=16, num_heads=4, out_dim=0), r"out_dim must be an int >= 1, got 0"),
+])
+def test_sizes_must_be_positive_ints(kwargs, message):
+    # a zero width used to build a layer with empty outputs, a float a TypeError inside torch
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+# ------------------------------------------------------------------ adapted projections
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_separate_key_value_go_through_an_adapted_projection(self_attention):
+    # With key != value the packed projection's weight used to be sliced by hand, which skipped a LoRA
+    # adapter (and failed on an int8 layer, which has no weight): the adapter must count as after merging.
+    from attnkit.modules.lora import apply_lora, merge_lora
+
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 4, self_attention=self_attention).eval()
+    (name,) = apply_lora(m, rank=2, targets=("qkv_proj" if self_attention else "kv_proj",))
+    nn.init.normal_(m.get_submodule(name).lora_B)  # a non-zero update
+    x, key, value = torch.randn(2, 3, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with torch.no_grad():
+        adapted, _ = m(x, key, value)
+        merged, _ = merge_lora(m)(x, key, value)
+    assert_close(adapted, merged, "float32")

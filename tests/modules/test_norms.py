@@ -76,3 +76,11 @@ def test_build_norm_unknown_kind():
 def test_norm_wrong_width():
     with pytest.raises(ValueError, match=r"C = 8, got shape \(2, 6\)"):
         RMSNorm(8)(torch.randn(2, 6))
+
+
+@pytest.mark.parametrize("cls", [RMSNorm, LayerNorm])
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), "1e-5"])
+def test_norm_eps_must_be_a_non_negative_number(cls, eps):
+    # a negative eps made the output NaN, silently
+    with pytest.raises(ValueError, match=rf"{cls.__name__} eps must be a"):
+        cls(8, eps=eps)

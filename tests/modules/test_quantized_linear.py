@@ -226,3 +226,12 @@ def test_requires_grad_input_refused():
 def test_from_linear_type_check():
     with pytest.raises(ValueError, match="expects an nn.Linear"):
         QuantizedLinear.from_linear(nn.Conv1d(2, 2, 1))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((8.0, 4), r"QuantizedLinear in_features must be an int >= 1, got 8\.0 \(float\)"),
+    ((8, 0), r"QuantizedLinear out_features must be an int >= 1, got 0"),
+])
+def test_sizes_must_be_positive_ints(args, message):
+    with pytest.raises(ValueError, match=message):
+        QuantizedLinear(*args)

@@ -61,6 +61,23 @@ def test_odd_head_dim_rejected():
         RotaryEmbedding(7)
 
 
+@pytest.mark.parametrize("theta", [0.0, -10000.0, float("nan"), float("inf"), "10000"])
+def test_theta_must_be_a_positive_finite_number(theta):
+    # theta = 0 or negative made every rotated value NaN, silently
+    with pytest.raises(ValueError, match=r"RotaryEmbedding theta must be a"):
+        RotaryEmbedding(8, theta=theta)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(head_dim=8.0), r"head_dim must be a positive even int, got 8\.0"),
+    (dict(head_dim=8, max_len=2.5), r"max_len must be an int >= 1, got 2\.5 \(float\)"),
+    (dict(head_dim=8, max_len=0), r"max_len must be an int >= 1, got 0"),
+])
+def test_sizes_must_be_ints(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RotaryEmbedding(**kwargs)
+
+
 def test_position_ids_shape_checked():
     rope = RotaryEmbedding(4)
     with pytest.raises(ValueError, match=r"\(B, T\) = \(2, 3\) or \(T,\), got \(2, 4\)"):
