@@ -28,6 +28,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from attnkit.checks import check_float, check_int
+
 __all__ = ["input_hessians", "gptq_round"]
 
 
@@ -84,8 +86,8 @@ def gptq_round(weight: torch.Tensor, hessian: torch.Tensor, *, damp: float = 0.0
     if weight.dim() != 2 or tuple(hessian.shape) != (weight.shape[1], weight.shape[1]):
         raise ValueError(f"gptq_round expects weight (N, K) and hessian (K, K); got weight "
                          f"{tuple(weight.shape)}, hessian {tuple(hessian.shape)}")
-    if damp < 0 or block < 1:
-        raise ValueError(f"damp must be >= 0 and block >= 1, got damp={damp}, block={block}")
+    damp = check_float("gptq_round damp", damp, low=0.0)
+    check_int("gptq_round block", block, minimum=1)
     W = weight.detach().to("cpu", torch.float64).clone()  # (N, K), updated as columns are rounded
     H = hessian.detach().to("cpu", torch.float64).clone()  # (K, K)
     K = W.shape[1]

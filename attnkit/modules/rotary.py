@@ -149,7 +149,8 @@ class RotaryEmbedding(nn.Module):
         """
         if x.dim() != 4 or x.shape[-1] != self.head_dim:
             raise ValueError(f"RotaryEmbedding.shift expects x of shape (B, K, S, D={self.head_dim}), got {tuple(x.shape)}")
-        if delta.dim() != 1 or delta.shape[0] != x.shape[0] or delta.is_floating_point():
+        if (delta.dim() != 1 or delta.shape[0] != x.shape[0] or delta.is_floating_point() or delta.is_complex()
+                or delta.dtype == torch.bool):
             raise ValueError(f"delta must be an integer tensor of shape (B,) = ({x.shape[0]},), got "
                              f"{delta.dtype} {tuple(delta.shape)}")
         inv_freq = self._frequencies()

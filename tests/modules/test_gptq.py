@@ -41,8 +41,11 @@ def test_zero_inputs_are_ignored():
 def test_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match=r"weight \(N, K\) and hessian \(K, K\); got weight \(4, 6\), hessian \(5, 5\)"):
         gptq_round(torch.randn(4, 6), torch.eye(5, dtype=torch.float64))
-    with pytest.raises(ValueError, match="damp must be >= 0 and block >= 1"):
+    with pytest.raises(ValueError, match=r"gptq_round block must be an int >= 1, got 0"):
         gptq_round(torch.randn(4, 6), torch.eye(6, dtype=torch.float64), block=0)
+    # was: a NaN damp passed the check and failed later inside torch's Cholesky factorisation
+    with pytest.raises(ValueError, match=r"gptq_round damp must be a finite number in \[0.0, inf\), got nan"):
+        gptq_round(torch.randn(4, 6), torch.eye(6, dtype=torch.float64), damp=float("nan"))
 
 
 def _gpt():

@@ -98,3 +98,11 @@ def test_tables_grown_after_a_half_precision_cast_are_computed_in_float32(dtype)
     x = torch.randn(1, 1, 2, 8)
     delta = torch.tensor([-1000])
     assert (rope.shift(x.to(dtype), delta).float() - ref.shift(x, delta)).abs().max() < 5e-2
+
+
+@pytest.mark.parametrize("delta", [torch.tensor([True, False]), torch.tensor([1.0, 2.0])])
+def test_shift_takes_integer_amounts_only(delta):
+    """Was: a bool delta was taken as 1 and 0 positions."""
+    rope = RotaryEmbedding(8)
+    with pytest.raises(ValueError, match=r"delta must be an integer tensor of shape \(B,\) = \(2,\)"):
+        rope.shift(torch.randn(2, 1, 3, 8), delta)
