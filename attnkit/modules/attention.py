@@ -90,6 +90,8 @@ def merge_masks(
     The result broadcasts to ``(B, H, T, S)`` without being expanded (a padding mask stays
     ``(B, 1, 1, S)``). It is bool (``True`` = may not attend) when every input is bool, otherwise
     additive float in ``dtype`` (bool entries become ``-inf``). Returns ``None`` when both are ``None``.
+    A float mask is used in ``dtype``, the query's, as torch's fused attention requires: in float16 a value below
+    its range (e.g. ``-7e4``, or float32's ``finfo.min``) becomes ``-inf``, so a row of them is fully masked (zeros).
 
     Shape:
         attn_mask: ``(T, S)``, ``(B, T, S)`` or ``(B|1, H|1, T, S)``; key_padding_mask: ``(B, S)``;
