@@ -39,9 +39,10 @@ def write_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     The temporary name is unique and hidden (``.<name>.<pid>.<random>.tmp``) and is created with ``open(..., "xb")``,
     so no file of the user's is touched and the result has the user's umask like any file they create (a writer
     that replaces the file it writes, as safetensors' ``save_file`` does with 0600, is given that mode back). The
-    temporary file is removed if ``write`` fails.
+    temporary file is removed if ``write`` fails. A ``path`` that is a symbolic link stays one: the file it points
+    to is the one replaced.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     while True:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
@@ -83,15 +84,17 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
 def publish_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
     """Put the finished folder ``tmp`` in the place of ``path`` so that, at every instant, either the old or the
     new complete folder exists (or the old one as ``<path>.old``): a directory cannot be renamed over a non-empty
-    one, so an existing ``path`` is moved aside first and removed after. Returns ``path``."""
+    one, so an existing ``path`` is moved aside first and removed after. An ``<path>.old`` left by a crash is
+    removed only when ``path`` exists (the caller checks that it is not a folder of the user's). Returns ``path``."""
     tmp, path = Path(tmp), Path(path)
     old = path.with_name(path.name + ".old")
-    if path.exists():
+    moved = path.exists()
+    if moved:
         if old.exists():
             shutil.rmtree(old)
         os.rename(path, old)
     os.rename(tmp, path)
     fsync_dir(path.parent)
-    if old.exists():
+    if moved:
         shutil.rmtree(old)
     return path

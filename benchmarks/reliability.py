@@ -883,7 +883,8 @@ case("viz-predict-nan-weights", "cli viz", "viz predict --ckpt a run whose weigh
     lambda fx, tmp: cli(["viz", "predict", "--ckpt", _nan_weights(fx, tmp), "--text", "ROMEO", "--out", tmp / "p.png"]))
 case("viz-attention-nan-weights", "cli viz", "viz attention --ckpt a run whose weights are all NaN", "error: NaN")(
     lambda fx, tmp: cli(["viz", "attention", "--ckpt", _nan_weights(fx, tmp), "--text", "ROMEO", "--out", tmp / "a.png"]))
-case("finetune-nan-weights", "cli finetune", "finetune --from a run whose weights are all NaN", "error: training loss is nan at step 1")(
+case("finetune-nan-weights", "cli finetune", "finetune --from a run whose weights are all NaN",
+     "error: holds values that are not finite (NaN or inf)")(
     lambda fx, tmp: cli(["finetune", "--from", _nan_weights(fx, tmp), "--data", fx.corpus, "--out", tmp / "ft",
                          "--steps", "2", "--no-progress"]))
 case("trace-unknown-preset", "cli trace", "trace --preset no-such-preset", "error: no-such-preset")(

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from attnkit.files import write_atomic, write_bytes_atomic, write_text_atomic
+from attnkit.files import publish_folder, write_atomic, write_bytes_atomic, write_text_atomic
 
 
 def test_a_users_file_named_like_the_old_temporary_is_left_alone(tmp_path):
@@ -49,3 +49,26 @@ def test_the_file_gets_the_users_umask_even_from_a_writer_that_sets_0600(tmp_pat
         os.umask(old)
     for name in ("a.bin", "b.txt"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_symlinked_target_stays_a_link_and_the_file_it_points_to_is_replaced(tmp_path):
+    """The link was replaced by a new file, and the file it pointed to kept its old content."""
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "config.json"
+    real.write_text("old")
+    link = tmp_path / "config.json"
+    link.symlink_to(real)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    assert [p.name for p in (tmp_path / "real").iterdir()] == ["config.json"]
+
+
+def test_publishing_a_new_folder_leaves_a_users_folder_named_like_the_old_copy_alone(tmp_path):
+    """``<path>.old`` was removed after every publish, also when ``path`` had not existed (nothing was moved there)."""
+    (tmp_path / "model.old").mkdir()
+    (tmp_path / "model.old" / "notes.txt").write_text("keep me")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "weights").write_text("w")
+    publish_folder(tmp_path / "new", tmp_path / "model")
+    assert (tmp_path / "model" / "weights").read_text() == "w"
+    assert (tmp_path / "model.old" / "notes.txt").read_text() == "keep me"

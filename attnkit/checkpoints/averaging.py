@@ -23,8 +23,8 @@ from typing import Sequence
 import torch
 
 from attnkit.checks import check_int
-from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, list_checkpoints, read_checkpoint_state,
-                         save_checkpoint)
+from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, checked_model_config, list_checkpoints,
+                         read_checkpoint_state, save_checkpoint, stored_float_dtype)
 
 __all__ = ["average_state_dicts", "average_checkpoints", "average_last_checkpoints", "AVERAGED_DIR"]
 
@@ -65,15 +65,22 @@ def average_state_dicts(state_dicts: Sequence[dict[str, torch.Tensor]]) -> dict[
     return out
 
 
+def _is_average(folder: Path) -> bool:
+    """Whether ``folder`` is a checkpoint :func:`average_checkpoints` wrote (what a rerun replaces)."""
+    try:
+        return "averaged_from" in read_checkpoint_state(folder)
+    except CheckpointError:
+        return False
+
+
 def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLike) -> Path:
     """Average the weights of the checkpoint folders ``paths`` into a new checkpoint folder ``out``.
 
     The model is rebuilt from the newest (last) checkpoint's ``model_config``; all checkpoints must hold the
-    same model config and tokenizer, and no un-merged LoRA adapters. ``out`` must not be one of ``paths``. Returns
-    ``out``.
+    same model config and tokenizer, and no un-merged LoRA adapters. ``out`` must not exist, or be a checkpoint this
+    function wrote before (which is replaced); anything else there raises ``ValueError``. Returns ``out``.
     """
     from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
 
     paths = [Path(p) for p in paths]
     if not paths:
@@ -81,6 +88,9 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
     out = Path(out)
     if any(out.resolve() == p.resolve() for p in paths):
         raise ValueError(f"average_checkpoints: out {out} is one of the inputs; choose another folder")
+    if os.path.lexists(out) and not _is_average(out):
+        raise ValueError(f"average_checkpoints: {out} exists and is not an averaged checkpoint; it would be "
+                         f"overwritten: choose another folder")
     states = [read_checkpoint_state(p) for p in paths]
     last = states[-1]
     if "model_config" not in last:
@@ -98,7 +108,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
                              f"{adapters[0]}); average checkpoints with the adapters merged into the weights")
     averaged = average_state_dicts(weights)
 
-    model = build_model(config_from_dict(last["model_config"]))
+    config = checked_model_config(paths[-1], last)  # fits its weights: an edited size is refused, not allocated
+    model = build_model(config)
+    dtype = stored_float_dtype(paths[-1] / MODEL_FILE)
+    if dtype is not None:  # the average of bfloat16 checkpoints is saved in bfloat16 too
+        model.to(dtype)
     loaded = model.load_state_dict(averaged, strict=False)  # tied weights are stored under one name, as saved
     if loaded.unexpected_keys:
         raise ValueError(f"cannot average {paths[-1]}: its weights hold tensors the model has no place for, e.g. "

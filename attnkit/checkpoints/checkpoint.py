@@ -59,10 +59,28 @@ TABLE_ALLOWANCE = 64 << 20
 # keys of state.json that every reader takes for JSON objects (a hand-edited file may hold anything there)
 OBJECT_KEYS = ("extra", "optimizer", "scheduler", "rng", "model_config", "train_config", "task")
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+# what a checkpoint folder holds (DCP_DIR: a sharded one), besides the records `attnkit eval` writes there about its
+# weights (eval_lm.json, ...); a save replaces or clears away no folder holding more
+_CHECKPOINT_ENTRIES = (MODEL_FILE, OPTIMIZER_FILE, STATE_FILE, DCP_DIR)
+EVAL_RECORD_PREFIX = "eval_"
 
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, corrupt or does not fit the model/optimizer."""
+
+
+def _not_replaceable(folder: Path) -> str | None:
+    """Why a save may not replace (or clear away) ``folder``: it is a file or a link, or it holds more than a
+    checkpoint's files, evaluation records and the hidden temporary files of atomic writes a crash left (a
+    half-written checkpoint holds no more); None when it may, or when it does not exist."""
+    if not os.path.lexists(folder):
+        return None
+    if folder.is_symlink() or not folder.is_dir():
+        return "is a link" if folder.is_symlink() else "is a file"
+    foreign = sorted(e.name for e in folder.iterdir()
+                     if e.name not in _CHECKPOINT_ENTRIES and not e.name.startswith(EVAL_RECORD_PREFIX)
+                     and not (e.name.startswith(".") and e.name.endswith(".tmp")))
+    return f"holds {foreign[:3]}, not a checkpoint's files" if foreign else None
 
 
 def step_dir_name(step: int) -> str:
@@ -247,7 +265,9 @@ def _optimizer_from_payload(optimizer: torch.optim.Optimizer, model: nn.Module, 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     scheduler: Any = None, state: dict[str, Any] | None = None,
                     extra: dict[str, str | dict] | None = None, *, include_rng: bool = True) -> Path:
-    """Write a checkpoint folder at ``path`` atomically (replacing an existing one) and return its path.
+    """Write a checkpoint folder at ``path`` atomically (replacing an existing checkpoint folder) and return its path.
+    A ``path`` (or ``<path>.tmp``, ``<path>.old``) that is a file, a link or a folder holding more than a
+    checkpoint's files (and its ``eval_*`` records) raises ``ValueError``: it is not replaced.
 
     Args:
         model: its ``state_dict`` goes to ``model.safetensors`` (shared/tied tensors stored once).
@@ -282,8 +302,13 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         payload["rng"] = capture_rng_state()
     text = _to_json(payload, "checkpoint state")  # fail before touching the disk
 
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for folder, fate in ((path, "replaced"), (tmp, "removed"), (old, "removed")):  # crash leftovers are removed
+        why = _not_replaceable(folder)
+        if why:
+            raise ValueError(f"save_checkpoint: {folder} exists and {why}; it would be {fate}: move it away or "
+                             f"choose another path")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
@@ -461,6 +486,20 @@ def read_weight_shapes(file: str | os.PathLike) -> dict[str, tuple[int, ...]]:
         raise CheckpointError(f"{file} is corrupt or truncated: {err}") from None
 
 
+_FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+
+
+def stored_float_dtype(file: str | os.PathLike) -> torch.dtype | None:
+    """The floating point dtype of the tensors of the safetensors ``file`` (e.g. ``torch.bfloat16`` for a model
+    saved in bfloat16), or None when they have none or several. Raises :class:`CheckpointError`."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            found = {_FLOAT_DTYPES.get(f.get_slice(k).get_dtype()) for k in f.keys()} - {None}
+    except Exception as err:  # SafetensorError (header/size checks), OSError
+        raise CheckpointError(f"{file} is corrupt or truncated: {err}") from None
+    return found.pop() if len(found) == 1 else None
+
+
 def _storage_key(t: torch.Tensor) -> tuple:
     """Identifies the memory a tensor views: tied parameters share it (on the meta device, where nothing has
     memory, the tensor object itself tells them apart)."""
@@ -499,6 +538,27 @@ def check_weights_fit(model: nn.Module, shapes: dict[str, tuple[int, ...]], file
                               f"unexpected keys {unexpected[:10]}, shape mismatches {wrong[:10]}")
 
 
+def check_weight_values(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
+    """The tensors of ``file`` (``weights``, whose names and shapes fit ``model``) hold what ``model``'s do: floating
+    point numbers, all finite, where the model has floating point tensors (``load_state_dict`` would turn integers
+    or booleans into floats, and a NaN would only show as NaN output), and the model's own dtype elsewhere (the
+    int8 weights of a quantized layer); and a tensor the model ties (an output head that is the embedding) is
+    not stored twice with different values (the weights of an untied model: one of them would be dropped). Raises
+    :class:`CheckpointError` naming the tensor."""
+    expected = model.state_dict(keep_vars=True)
+    tied: dict[tuple, str] = {}
+    for name, t in weights.items():
+        want = expected[name]
+        if t.is_floating_point() != want.is_floating_point() or (not t.is_floating_point() and t.dtype != want.dtype):
+            raise CheckpointError(f"{file}: {name} is {t.dtype}, but the model's {name} is {want.dtype}")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{file}: {name} holds values that are not finite (NaN or inf)")
+        first = tied.setdefault(_storage_key(want), name)
+        if first != name and not torch.equal(weights[first], t):
+            raise CheckpointError(f"{file}: {first} and {name} differ, but they are one tensor in the "
+                                  f"{type(model).__name__} (tied): the weights are not of a model with tied weights")
+
+
 def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     scheduler: Any = None, *, restore_rng: bool = False,
                     device: str | torch.device | None = None) -> dict[str, Any]:
@@ -506,8 +566,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
 
     Returns the parsed ``state.json`` dict (the caller's ``state`` keys plus ``extra``, ``optimizer``,
     ``scheduler``, ``rng``). ``device`` defaults to the model's current device. Everything is checked before
-    the model is touched: a missing or corrupt file, or weights whose names/shapes do not fit the model,
-    raise :class:`CheckpointError` naming the file.
+    the model is touched: a missing or corrupt file, or weights whose names/shapes do not fit the model (or
+    whose values do not: :func:`check_weight_values`), raise :class:`CheckpointError` naming the file.
     """
     path = Path(path)
     if not isinstance(model, nn.Module):
@@ -523,6 +583,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     # Validate every file before modifying anything, so a failed load leaves model and optimizer intact.
     check_weights_fit(model, read_weight_shapes(path / MODEL_FILE), path / MODEL_FILE)  # before reading tensors
     weights = _read_safetensors(path / MODEL_FILE, device)
+    check_weight_values(model, weights, path / MODEL_FILE)
     opt_tensors = None
     if optimizer is not None:
         if "optimizer" not in data:

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError, build_checkpoint_model, load_checkpoint, read_checkpoint_state
+from .checkpoint import (MODEL_FILE, CheckpointError, build_checkpoint_model, load_checkpoint, read_checkpoint_state,
+                         stored_float_dtype)
 from .runs import resolve_checkpoint
 
 __all__ = ["KINDS", "LoadedModel", "load", "checkpoint_kind"]
@@ -32,7 +33,8 @@ class LoadedModel:
     """A model ready to use, with what is needed to prompt it.
 
     Attributes:
-        model: the model, in eval mode, on the CPU unless asked otherwise.
+        model: the model, in eval mode, on the CPU unless asked otherwise, in the floating point dtype its
+            weights were saved in.
         tokenizer: its tokenizer (None only from ``load(..., require_tokenizer=False)``).
         chat_template: the chat template text, or None.
         chat_source: what :func:`attnkit.data.tokenizers.chat_template.apply_chat_template` takes (a pretrained
@@ -129,6 +131,18 @@ def _checked_extra(extra: dict[str, Any], file: Path) -> dict[str, Any]:
     return merged
 
 
+def _check_tokenizer_fits(tokenizer: Any, config: Any, file: Path) -> None:
+    """Every id of ``tokenizer`` has an embedding in the model of ``config`` (its vocabulary may be larger: padded),
+    else :class:`CheckpointError` naming both sizes."""
+    if tokenizer is None:
+        return
+    for key in ("vocab_size", "src_vocab_size", "tgt_vocab_size"):
+        size = getattr(config, key, None)
+        if size is not None and tokenizer.vocab_size > size:
+            raise CheckpointError(f"{file}: extra.tokenizer has {tokenizer.vocab_size} tokens but the model_config's "
+                                  f"{key} is {size}: they do not belong together")
+
+
 def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "best",
          device: str | torch.device = "cpu", require_tokenizer: bool = True) -> LoadedModel:
     """Rebuild the model of an attnkit checkpoint, load its weights and its tokenizer.
@@ -169,6 +183,10 @@ def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "bes
     except ValueError as err:
         raise CheckpointError(f"{file}: extra.tokenizer: {err}") from None
     model = build_checkpoint_model(ckpt, state)  # built once its sizes agree with the weights' header
+    _check_tokenizer_fits(tokenizer, model.config, file)
+    dtype = stored_float_dtype(ckpt / MODEL_FILE)
+    if dtype is not None:  # a model saved in bfloat16 comes back in bfloat16, not as float32 copies of its weights
+        model.to(dtype)
     load_checkpoint(ckpt, model, device=device)
     if isinstance(extra.get("lora"), dict) and not extra["lora"].get("merged", True):
         from attnkit.modules.lora import merge_lora

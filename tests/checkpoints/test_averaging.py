@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from attnkit.models.builders import build_model
 from attnkit.models.configs import TransformerConfig
@@ -120,6 +121,59 @@ def test_out_may_not_be_an_input(tmp_path):
     first = tmp_path / "checkpoints" / "step_00000010"
     with pytest.raises(ValueError, match="is one of the inputs"):
         average_checkpoints([first, tmp_path / "checkpoints" / "step_00000020"], first)
+
+
+@pytest.mark.parametrize("out", ["mine", "run/checkpoints", "run/checkpoints/best", "notes.txt"])
+def test_out_that_is_not_an_earlier_average_is_refused(tmp_path, out):
+    """A user's folder, the folder holding the inputs, or best/ was deleted and replaced by the average."""
+    _run_with_checkpoints(tmp_path / "run", 2)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    (tmp_path / "notes.txt").write_text("keep me")
+    save_checkpoint(tmp_path / "run" / "checkpoints" / "best", build_model(CONFIG),
+                    state={"model_config": CONFIG.to_dict(), "step": 5})
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    inputs = [tmp_path / "run" / "checkpoints" / f"step_{s:08d}" for s in (10, 20)]
+    with pytest.raises(ValueError, match="exists and is not an averaged checkpoint"):
+        average_checkpoints(inputs, tmp_path / out)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert load(tmp_path / "run" / "checkpoints" / "best", require_tokenizer=False).state["step"] == 5
+
+
+def test_an_earlier_average_is_replaced(tmp_path):
+    _run_with_checkpoints(tmp_path, 3)
+    average_last_checkpoints(tmp_path, 2)
+    out = average_last_checkpoints(tmp_path, 3)
+    assert json.loads((out / "state.json").read_text())["averaged_steps"] == [10, 20, 30]
+
+
+def test_an_edited_oversized_config_is_refused_before_the_model_is_built(tmp_path):
+    """The model was built from the newest state.json unchecked: max_len 2 * 10**6 allocated its position tables
+    (hundreds of MiB; 10**8: gigabytes) before anything compared the config with the weights."""
+    _run_with_checkpoints(tmp_path, 2)
+    for step in (10, 20):
+        file = tmp_path / "checkpoints" / f"step_{step:08d}" / "state.json"
+        state = json.loads(file.read_text())
+        state["model_config"]["max_len"] = 2 * 10**6
+        file.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=r"position tables for length 2000000 would take"):
+        average_last_checkpoints(tmp_path, 2)
+    assert not (tmp_path / "checkpoints" / "averaged").exists()
+
+
+def test_the_average_of_bfloat16_checkpoints_stays_bfloat16(tmp_path):
+    """Was: the weights were loaded into a float32 model and saved as float32."""
+    models = []
+    for step in (10, 20):
+        torch.manual_seed(step)
+        models.append(build_model(CONFIG).to(torch.bfloat16))
+        save_checkpoint(tmp_path / "checkpoints" / f"step_{step:08d}", models[-1],
+                        state={"model_config": CONFIG.to_dict(), "step": step}, extra={"kind": "mt"})
+    out = average_last_checkpoints(tmp_path, 2)
+    weights = load_file(str(out / "model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    expected = (models[0].generator.weight.double() + models[1].generator.weight.double()) / 2
+    assert torch.equal(weights["generator.weight"], expected.to(torch.bfloat16))
 
 
 def test_state_dicts_with_different_shapes_are_refused():

@@ -95,6 +95,19 @@ def test_tied_gpt_weights_stored_once_and_still_tied_after_load(tmp_path):
     assert torch.equal(model(idx), model2(idx))
 
 
+def test_the_weights_of_an_untied_model_do_not_load_into_a_tied_one(tmp_path):
+    """Was: both tensors were copied into the one tied weight, the last silently winning (tie_embeddings set to
+    true in the state.json of an untied model)."""
+    config = dict(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "ck", GPT(GPTConfig(**config, tie_embeddings=False)))
+    tied = GPT(GPTConfig(**config, tie_embeddings=True))
+    before = tied.wte.weight.detach().clone()
+    with pytest.raises(CheckpointError, match=r"lm_head.weight and wte.weight differ, but they are one tensor"):
+        load_checkpoint(tmp_path / "ck", tied)
+    assert torch.equal(tied.wte.weight, before)
+
+
 def test_rng_state_saved_and_restored(tmp_path, tiny_lm):
     model = tiny_lm()
     torch.manual_seed(3)
@@ -124,6 +137,32 @@ def test_save_over_existing_checkpoint_replaces_it(tmp_path, tiny_lm):
     save_checkpoint(tmp_path / "best", model, state={"step": 2})
     assert read_checkpoint_state(tmp_path / "best")["step"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]  # no .tmp / .old left behind
+
+
+@pytest.mark.parametrize("where", ["ck", "ck.tmp", "ck.old"])
+@pytest.mark.parametrize("what", ["folder", "file"])
+def test_a_save_replaces_no_file_or_folder_that_is_not_a_checkpoint(tmp_path, tiny_lm, where, what):
+    """A user's folder at the checkpoint's path (or at ``<path>.tmp`` / ``.old``, names a save uses on the way) was
+    deleted to make room for the checkpoint."""
+    mine = tmp_path / where
+    if what == "folder":
+        mine.mkdir()
+        (mine / "notes.txt").write_text("keep me")
+    else:
+        mine.write_text("keep me")
+    why = r"holds \['notes.txt'\], not a checkpoint's files" if what == "folder" else "is a file"
+    with pytest.raises(ValueError, match=rf"{mine.name} exists and {why}; it would be"):
+        save_checkpoint(tmp_path / "ck", tiny_lm(), state={"step": 1})
+    assert (mine / "notes.txt" if what == "folder" else mine).read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+
+
+def test_a_checkpoint_with_evaluation_records_is_replaced(tmp_path, tiny_lm):
+    """``attnkit eval`` writes ``<checkpoint>/eval_lm.json``: a resumed run still replaces its best/."""
+    save_checkpoint(tmp_path / "best", tiny_lm(), state={"step": 1})
+    (tmp_path / "best" / "eval_lm.json").write_text("{}")
+    save_checkpoint(tmp_path / "best", tiny_lm(), state={"step": 2})
+    assert read_checkpoint_state(tmp_path / "best")["step"] == 2
 
 
 def test_a_save_that_fails_leaves_the_published_checkpoint_whole(tmp_path, tiny_lm, monkeypatch):
@@ -249,6 +288,26 @@ def test_weights_of_another_shape_do_not_fit(saved, tiny_lm):
     with pytest.raises(CheckpointError, match=r"model.safetensors does not fit TinyLM: .*emb.weight: checkpoint \(32, 16\), model \(40, 16\)"):
         load_checkpoint(saved, model)
     assert torch.equal(model.emb.weight, before)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda t: t.to(torch.int64), r"emb.weight is torch.int64, but the model's emb.weight is torch.float32"),
+    (lambda t: t > 0, r"emb.weight is torch.bool, but the model's emb.weight is torch.float32"),
+    (lambda t: t.index_fill(0, torch.tensor([3]), float("nan")), r"emb.weight holds values that are not finite"),
+    (lambda t: t.index_fill(1, torch.tensor([0]), float("-inf")), r"emb.weight holds values that are not finite"),
+], ids=["int64", "bool", "nan", "inf"])
+def test_weights_of_another_kind_or_not_finite_are_refused(saved, tiny_lm, bad, message):
+    """They were converted to floats (booleans to 0 and 1) or loaded as NaN, which only showed as NaN output."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(saved / "model.safetensors"))
+    weights["emb.weight"] = bad(weights["emb.weight"])
+    save_file(weights, str(saved / "model.safetensors"))
+    model = tiny_lm(seed=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(saved, model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_weights_with_missing_keys_do_not_fit(saved, tiny_lm):
