@@ -49,6 +49,9 @@ class GenerationConfig:
             models shift the cache, others re-fill it once). See :mod:`attnkit.generation.generate`.
         compile: run the decoding steps through ``torch.compile`` (needs ``use_cache`` and no
             ``sliding_window``).
+        vocab_size: generate only ids below this (a model whose output layer is padded beyond its tokenizer's
+            vocabulary: the padding ids decode to nothing). ``None``: every id of the model's output, or, when
+            :func:`~attnkit.generation.generate` is given a tokenizer with fewer tokens, the tokenizer's.
     """
 
     max_new_tokens: int
@@ -64,6 +67,7 @@ class GenerationConfig:
     pad_token_id: int = 0
     sliding_window: bool = False
     compile: bool = False
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
@@ -80,6 +84,7 @@ class GenerationConfig:
         object.__setattr__(self, "stop_strings", _check_stop_strings(self.stop_strings))
         check_seed("seed", self.seed)
         check_int("pad_token_id", self.pad_token_id, minimum=0)
+        check_int("vocab_size", self.vocab_size, minimum=1, allow_none=True)
         if self.compile and (not self.use_cache or self.sliding_window):
             raise ValueError(f"compile=True needs use_cache=True and sliding_window=False, got use_cache="
                              f"{self.use_cache!r}, sliding_window={self.sliding_window!r}")
@@ -120,6 +125,8 @@ class GenerationConfig:
         V = getattr(getattr(model, "config", None), "vocab_size", None)
         if V is not None and self.pad_token_id >= V:
             raise ValueError(f"pad_token_id must be an int in [0, {V}), got {self.pad_token_id}")
+        if V is not None and self.vocab_size is not None and self.vocab_size > V:
+            raise ValueError(f"vocab_size must be at most the model's vocab_size = {V}, got {self.vocab_size}")
         normalize_stop_strings(self.stop_strings or None, tokenizer)  # (stop strings need a tokenizer)
         if self.use_cache and not callable(getattr(model, "new_cache", None)):
             raise ValueError(f"use_cache=True needs model.new_cache(batch_size, max_len); "

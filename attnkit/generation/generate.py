@@ -82,6 +82,7 @@ global RNG (compiled decoding whose rows all stop early draws once more: its ste
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -324,6 +325,8 @@ def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: Ge
     Shape:
         logits ``(b, V)``; tokens, pad ``(b, L)``; rows ``(b,)`` -> ``(b,)``.
     """
+    if cfg.vocab_size is not None:
+        logits = logits[:, :cfg.vocab_size]  # (b, V'): the ids past it (a padded output layer) are never chosen
     broken = ~torch.isfinite(logits.amax(dim=-1))  # (b,): a NaN or +inf logit, or none above -inf
     logits = logits.masked_fill(broken[:, None], 0.0)  # (b, V): such a row is no distribution to sample from
     return torch.where(broken, -1, _choose(logits, tokens, pad, cfg, generator, rows, batch_size))
@@ -388,8 +391,9 @@ def generate(
         config: a :class:`GenerationConfig`; ``options`` (its field names: ``max_new_tokens=``,
             ``do_sample=``, ``temperature=``, ``top_k=``, ``top_p=``, ``repetition_penalty=``,
             ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``, ``pad_token_id=``,
-            ``sliding_window=``, ``compile=``) replace its fields, or make one without it.
-        tokenizer: used to decode for stop strings.
+            ``sliding_window=``, ``compile=``, ``vocab_size=``) replace its fields, or make one without it.
+        tokenizer: used to decode for stop strings; one with fewer tokens than the model's output layer (a
+            padded vocabulary) limits the generated ids to its own (``config.vocab_size``, unless given).
         streamer: ``put(ids)`` / ``end()`` object (e.g. :class:`~attnkit.generation.streaming.TextStreamer`),
             fed each kept token; batch size 1 only.
 
@@ -401,6 +405,7 @@ def generate(
     """
     cfg = GenerationConfig.from_options(config, **options)
     cfg.check_for(model, tokenizer)
+    cfg = _tokenizer_vocab(cfg, model, tokenizer)
     rows = _prompts_as_lists(prompts, getattr(getattr(model, "config", None), "vocab_size", None))
     B = len(rows)
     _check_streamer(streamer, B)
@@ -414,6 +419,16 @@ def generate(
     if streamer is not None:
         streamer.end()
     return stopper.outputs
+
+
+def _tokenizer_vocab(cfg: GenerationConfig, model: nn.Module, tokenizer) -> GenerationConfig:
+    """``cfg`` with ``vocab_size`` the tokenizer's when it is not given and the model's output layer is larger (its
+    padding ids have no text: a sample of one could not be decoded)."""
+    V = getattr(getattr(model, "config", None), "vocab_size", None)
+    n = getattr(tokenizer, "vocab_size", None)
+    if cfg.vocab_size is None and is_int(V) and is_int(n) and 0 < n < V:
+        return dataclasses.replace(cfg, vocab_size=n)
+    return cfg
 
 
 def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], needed: int,

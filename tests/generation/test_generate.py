@@ -285,3 +285,18 @@ def test_infinite_logits_stop_generation_instead_of_picking_id_0(make_gpt, monke
     for sample in (False, True):
         with pytest.raises(FloatingPointError, match=r"or are -inf for every token \(batch rows \[1\]\)"):
             generate(model, [[1, 2], [3, 5]], max_new_tokens=2, do_sample=sample, seed=0)
+
+
+@pytest.mark.parametrize("do_sample", [True, False])
+def test_a_tokenizer_smaller_than_the_output_layer_limits_the_ids(gpt, do_sample):
+    """Was: a padded output layer (``--set vocab_size``) could give ids the tokenizer cannot decode."""
+    tok = CharTokenizer([chr(ord("a") + i) for i in range(12)])  # ids 0..11 of the model's 40
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+    kw = dict(max_new_tokens=24, do_sample=do_sample, seed=3, temperature=2.0)
+    unlimited = generate(gpt, prompts, **kw)
+    assert max(max(o) for o in unlimited) >= 12  # the padding ids are there to be picked
+    limited = generate(gpt, prompts, tokenizer=tok, **kw)
+    assert max(max(o) for o in limited) < 12
+    assert generate(gpt, prompts, vocab_size=12, **kw) == limited  # the same, given explicitly
+    with pytest.raises(ValueError, match=r"vocab_size must be at most the model's vocab_size = 40, got 41"):
+        generate(gpt, prompts, vocab_size=41, **kw)
