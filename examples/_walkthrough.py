@@ -2,8 +2,9 @@
 most (one by default), and the folder their figures go to.
 
 Figures are written to the folder given by ``--out DIR``, else ``$ATTNKIT_EXAMPLES_OUT``, else ``examples/out/``
-(ignored by git). Arguments a notebook kernel passes (``-f kernel.json``) are ignored, so the walkthroughs run
-unchanged as scripts and, cell by cell, as notebooks (their ``# %%`` cells).
+(ignored by git). Run as ``python examples/NAME.py``, a walkthrough takes ``--help`` and (if it draws figures)
+``--out DIR``, and any other argument is a one-line usage error; run cell by cell in a notebook (its ``# %%``
+cells), the arguments of the kernel (``-f kernel.json``) are ignored.
 
 Axes are named by the caller (the legend is in each walkthrough's docstring).
 """
@@ -19,7 +20,8 @@ from typing import Callable
 import torch
 
 OUT_ENV = "ATTNKIT_EXAMPLES_OUT"
-DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+EXAMPLES = Path(__file__).resolve().parent
+DEFAULT_OUT = EXAMPLES / "out"
 
 
 def setup(seed: int = 0, threads: int = 1) -> None:
@@ -56,13 +58,43 @@ def error_of(call: Callable[[], object], expected: type[BaseException] | tuple[t
     raise AssertionError(f"expected {expected} to be raised, got no error")
 
 
-def output_dir(argv: list[str] | None = None) -> Path:
-    """The folder for figures (created): ``--out DIR``, else ``$ATTNKIT_EXAMPLES_OUT``, else ``examples/out``."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--out", default=None)
-    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    out = Path(args.out or os.environ.get(OUT_ENV) or DEFAULT_OUT).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
+def _parser(figures: bool) -> argparse.ArgumentParser:
+    """The command line of the walkthrough being run: its docstring's first line, ``--help``, ``--out DIR``."""
+    doc = (sys.modules["__main__"].__doc__ or "").strip()
+    parser = argparse.ArgumentParser(prog=f"python examples/{Path(sys.argv[0]).name}",
+                                     description=doc.splitlines()[0] if doc else None)
+    if figures:
+        parser.add_argument("--out", metavar="DIR", help=f"the folder for the figures (default: ${OUT_ENV}, "
+                                                         f"else examples/out/)")
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Run as ``python examples/NAME.py``, the walkthrough's arguments; anywhere else (a notebook kernel, whose
+    ``sys.argv[0]`` is not a file of examples/ and whose other arguments, ``-f kernel.json``, are its own) none."""
+    script = Path(sys.argv[0]).resolve()
+    if script.parent != EXAMPLES or not script.is_file():
+        return parser.parse_args([])
+    return parser.parse_args(sys.argv[1:])
+
+
+def command_line(figures: bool = False) -> argparse.Namespace:
+    """The walkthrough's arguments: ``--help``, and ``--out DIR`` when it draws figures (``figures``); any other
+    argument is a one-line usage error (exit status 2)."""
+    return _parse(_parser(figures))
+
+
+def output_dir() -> Path:
+    """The folder for figures (created): ``--out DIR``, else ``$ATTNKIT_EXAMPLES_OUT``, else ``examples/out``;
+    one that cannot be a folder (an existing file, no permission) is a one-line usage error."""
+    parser = _parser(figures=True)
+    out = Path(_parse(parser).out or os.environ.get(OUT_ENV) or DEFAULT_OUT).expanduser()
+    if out.exists() and not out.is_dir():
+        parser.error(f"expected a folder for the figures, got the file {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"cannot make the folder for the figures {out}: {err.strerror}")
     return out
 
 

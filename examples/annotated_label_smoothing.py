@@ -48,8 +48,9 @@ def smoothed_targets(labels: torch.Tensor, V: int, eps: float) -> torch.Tensor:
 # ## 1. The smoothed target distribution / 平滑后的目标分布
 #
 # Each row is one position's target: most of the mass on the reference token, the rest spread evenly. The figure
-# uses ε = 0.4 on a vocabulary of 8 (as large as the Annotated Transformer's, so the spread is visible); the paper's
-# 0.1 on a 37,000-token vocabulary leaves 0.9 + 2.7e-6 on the reference and 2.7e-6 on every other token.
+# uses ε = 0.4, as the Annotated Transformer's does, on a vocabulary of 8 (its figure has 5), so the spread is
+# visible; the paper's 0.1 on a 37,000-token vocabulary leaves 0.9 + 2.7e-6 on the reference and 2.7e-6 on every
+# other token.
 # 目标分布：正确词得到 1-ε+ε/V，其余每个词得到 ε/V。
 
 # %%

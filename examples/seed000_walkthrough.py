@@ -12,7 +12,8 @@ same order — RMSNorm, the SiLU feed-forward, single-head attention, MultiHeadA
 dimensions, the loop positional encoding, generate_mask_mat, encoder and decoder, the whole Transformer
 returning probabilities, greedy next-token choice — with the seed's own example configuration, and calls the
 attnkit module that implements each step. Where the seed goes wrong (a loop over every element, ids drawn one
-past the vocabulary, a mask built but never passed), the script says so and does it right.
+past the vocabulary, a mask built but never passed, a decoder that attends to itself when given no encoder
+output), the script says so and does it right.
 
 Axis legend: B batch, S source length, T target length, C model width (the seed's dim_emb), H heads
 (head_num), D head dim (dim_head), F feed-forward width, V vocabulary.
@@ -25,13 +26,14 @@ import math
 
 import torch
 
-from _walkthrough import error_of, section, setup, show
+from _walkthrough import command_line, error_of, section, setup, show
 from attnkit.models import build_model, get_preset
 from attnkit.modules import (FeedForward, MultiHeadAttention, RMSNorm, causal_mask, generate_mask_mat,
                              positional_encoding, reference_attention)
 from attnkit.viz.trace import model_axes
 
 setup(seed=0)
+command_line()  # --help; it draws no figures, so it takes no --out
 
 # the seed's example configuration
 encoder_num, decoder_num = 2, 3
@@ -167,14 +169,16 @@ print("     row 0 (the first target token sees only itself):", mask[0].int().tol
 # The seed's configuration is the preset ``transformer-seed000`` (post-norm RMSNorm blocks). The seed draws ids
 # with ``random.randint(0, vocab_size)``, which can return ``vocab_size`` itself, one past the embedding table;
 # attnkit refuses such an id. The seed's demo builds a mask and never passes it; attnkit's decoder applies the
-# causal mask itself.
-# 种子文章的示例可能取到越界的编号，并且构造的掩码从未传入模型。
+# causal mask itself. Given no encoder output, the seed's decoder attends to itself a second time; attnkit's refuses.
+# 种子文章的示例可能取到越界的编号，构造的掩码从未传入模型，没有编码器输出时解码器退化为第二次自注意力。
 
 # %%
 section("7-8. The Transformer: encoders and decoders", "编码器与解码器")
 print("  post-norm RMSNorm blocks")
 model = build_model(get_preset("transformer-seed000")).eval()
-print(f"     preset transformer-seed000: {encoder_num} encoders, {decoder_num} decoders, axes {model_axes(model)}")
+layers = (model.config.num_encoder_layers, model.config.num_decoder_layers)
+assert layers == (encoder_num, decoder_num)
+print(f"     preset transformer-seed000: {layers[0]} encoders, {layers[1]} decoders, axes {model_axes(model)}")
 # torch.randint's upper bound is exclusive, so every id here is in [0, V).
 src = torch.randint(0, vocab_size, (batch, input_seq_len))
 tgt = torch.randint(0, vocab_size, (batch, output_seq_len))
@@ -183,6 +187,8 @@ print(f"     ids in [0, {vocab_size}) (the seed's random.randint(0, vocab_size) 
       f"the table: attnkit refuses it with a ValueError)")
 show("input_seq (source ids)", src, "B, S")
 show("output_seq (target ids)", tgt, "B, T")
+no_memory = error_of(lambda: model.decode(tgt, None), ValueError)
+print(f"     the decoder without the encoder's output is refused (the seed's attends to itself again): {no_memory}")
 with torch.no_grad():
     memory = model.encode(src)
     show("encoder output (memory)", memory, "B, S, C")

@@ -26,12 +26,13 @@ import warnings
 import torch
 from torch import nn
 
-from _walkthrough import section, setup, show
+from _walkthrough import command_line, section, setup, show
 from attnkit.interop.torch_nn import from_torch
 from attnkit.models import EncoderDecoder, Transformer, TransformerConfig
 from attnkit.modules import ACTIVATIONS, causal_mask, scaled_dot_product_attention
 
 setup(seed=0)
+command_line()  # --help; it draws no figures, so it takes no --out
 
 
 def spread(module: nn.Module) -> nn.Module:

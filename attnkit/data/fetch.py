@@ -40,9 +40,15 @@ class FetchError(RuntimeError):
 
 
 def attnkit_home() -> Path:
-    """The cache folder: ``$ATTNKIT_HOME`` if set, else ``~/.cache/attnkit``; created on first use."""
+    """The cache folder: ``$ATTNKIT_HOME`` if set, else ``~/.cache/attnkit``; created on first use. ``ValueError``
+    when it cannot be a folder (a file of that name, or a folder that cannot be made)."""
     home = Path(os.environ.get("ATTNKIT_HOME") or Path.home() / ".cache" / "attnkit").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # FileExistsError: a file there (or in the way); PermissionError, ...
+        what = "the file" if home.is_file() else "a folder it cannot make"
+        raise ValueError(f"the data cache ($ATTNKIT_HOME, default ~/.cache/attnkit) must be a folder, got {what} "
+                         f"{home} ({err.strerror})") from None
     return home
 
 

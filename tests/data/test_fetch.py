@@ -112,3 +112,18 @@ def test_a_cached_record_is_taken_only_when_its_fields_and_every_output_check_ou
         assert verified_record(tmp_path, ("b.txt",)) is None
     (tmp_path / "SOURCE.json").unlink()
     assert verified_record(tmp_path, ()) is None  # no record at all
+
+
+def test_a_data_cache_that_cannot_be_a_folder_is_named(tmp_path, monkeypatch):
+    """Was: a raw FileExistsError ('[Errno 17] File exists') that did not say a folder was expected."""
+    from attnkit.data.fetch import attnkit_home
+
+    (tmp_path / "afile").write_text("mine")
+    for home, what in ((tmp_path / "afile", "the file"), (tmp_path / "afile" / "sub", "a folder it cannot make")):
+        monkeypatch.setenv("ATTNKIT_HOME", str(home))
+        with pytest.raises(ValueError, match=rf"data cache \(\$ATTNKIT_HOME, default ~/.cache/attnkit\) must be a "
+                                             rf"folder, got {what} {home}"):
+            attnkit_home()
+    assert (tmp_path / "afile").read_text() == "mine"
+    monkeypatch.setenv("ATTNKIT_HOME", str(tmp_path / "new" / "home"))
+    assert attnkit_home() == tmp_path / "new" / "home" and attnkit_home().is_dir()

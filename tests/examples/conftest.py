@@ -3,7 +3,8 @@
 ``run_example(name, *args, env=None)`` runs the script with this checkout on ``PYTHONPATH`` and its figures sent to
 a temporary folder (``$ATTNKIT_EXAMPLES_OUT``, or ``--out`` when the test passes it), asserts that it exits with
 status 0 (each walkthrough checks its own claims with ``assert``, so a wrong claim fails here) and returns
-``(stdout, figure folder)``. ``expect_lines`` and ``expect_figures`` check what it printed and drew.
+``(stdout, figure folder)``; ``run_script`` runs it the same way and returns the process, whatever its exit status.
+``expect_lines`` and ``expect_figures`` check what it printed and drew.
 """
 
 from __future__ import annotations
@@ -21,15 +22,24 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
-def run_example(tmp_path):
-    def run(name: str, *args: str, env: dict[str, str] | None = None) -> tuple[str, Path]:
-        out = tmp_path / "figures"
+def run_script(tmp_path):
+    """``run_script(name, *args, env=None)``: the finished process (any exit status) of ``python examples/NAME.py``,
+    its figures sent to ``tmp_path / "figures"`` unless ``--out`` says otherwise."""
+    def run(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         environ = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                       ATTNKIT_EXAMPLES_OUT=str(out), **(env or {}))
-        result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], env=environ, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=600)
+                       ATTNKIT_EXAMPLES_OUT=str(tmp_path / "figures"), **(env or {}))
+        return subprocess.run([sys.executable, str(EXAMPLES / name), *args], env=environ, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+
+    return run
+
+
+@pytest.fixture
+def run_example(run_script, tmp_path):
+    def run(name: str, *args: str, env: dict[str, str] | None = None) -> tuple[str, Path]:
+        result = run_script(name, *args, env=env)
         assert result.returncode == 0, f"{name} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        return result.stdout, out
+        return result.stdout, tmp_path / "figures"
 
     return run
 

