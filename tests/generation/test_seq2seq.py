@@ -180,33 +180,21 @@ def test_greedy_search_bad_source(setup, src, mask, match):
         beam_search(model, src, mask, beam_size=2, **kw)
 
 
-def test_nan_logits_stop_greedy_and_beam_search(make_transformer, make_sources, mt_ids):
+@pytest.mark.parametrize("broken", ["NaN", "+inf", "all -inf"])
+def test_broken_logits_stop_greedy_and_beam_search(make_transformer, make_sources, mt_ids, broken):
+    """NaN, a +inf logit (NaN log-probabilities) or -inf for every token stop both searches; the infinite ones used
+    to give tokens silently: greedy search id 7 or 0 over and over, beam search an arbitrary hypothesis."""
     from attnkit.generation import beam_search
 
     model = make_transformer(seed=0)
     with torch.no_grad():
-        model.generator.bias[5] = float("nan")
-    src = make_sources([3, 2])
-    ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad)
-    with pytest.raises(FloatingPointError, match="logits hold NaN"):
-        greedy_search(model, src, **ids)
-    with pytest.raises(FloatingPointError, match="logits hold NaN"):
-        beam_search(model, src, beam_size=2, **ids)
-
-
-@pytest.mark.parametrize("broken", ["+inf", "all -inf"])
-def test_infinite_logits_stop_greedy_and_beam_search(make_transformer, make_sources, mt_ids, broken):
-    """A +inf logit (NaN log-probabilities) or -inf for every token used to give tokens silently: greedy search id 7
-    or 0 over and over, beam search an arbitrary hypothesis."""
-    model = make_transformer(seed=0)
-    with torch.no_grad():
-        if broken == "+inf":
-            model.generator.bias[7] = float("inf")
-        else:
+        if broken == "all -inf":
             model.generator.bias.fill_(float("-inf"))
+        else:
+            model.generator.bias[5] = float("nan") if broken == "NaN" else float("inf")
     src = make_sources([3, 2])
     ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad)
-    with pytest.raises(FloatingPointError, match="or are -inf for every token"):
+    with pytest.raises(FloatingPointError, match="logits hold NaN or \\+inf, or are -inf for every token"):
         greedy_search(model, src, **ids)
-    with pytest.raises(FloatingPointError, match="or are -inf for every token"):
+    with pytest.raises(FloatingPointError, match="logits hold NaN or \\+inf, or are -inf for every token"):
         beam_search(model, src, beam_size=2, **ids)
