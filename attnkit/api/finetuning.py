@@ -95,7 +95,10 @@ def lora_settings(o: FinetuneOptions, saved: dict[str, Any] | None, resuming: bo
             if o.lora or any(v is not None for v in given.values()):
                 raise ValueError("--resume: the run is a full fine-tune; drop the --lora flags")
             return None
-        saved = {k: saved[k] for k in ("rank", "alpha", "dropout", "targets")}
+        keys = ("rank", "alpha", "dropout", "targets")
+        if not isinstance(saved, dict) or any(k not in saved for k in keys):
+            raise ValueError(f"--resume: the checkpoint's extra.lora must hold {', '.join(keys)}, got {saved!r}")
+        saved = {k: saved[k] for k in keys}
         for key, value in given.items():
             if value is not None and value != saved[key]:
                 raise ValueError(f"--resume: --lora-{key} must stay {saved[key]!r} (the run's), got {value!r}")

@@ -45,6 +45,10 @@ def input_hessians(model: nn.Module, batches: Sequence[Sequence[int]],
     if not batches or any(len(b) == 0 for b in batches):
         raise ValueError(f"calibration needs at least one non-empty sequence of token ids, got "
                          f"{[len(b) for b in batches] if batches else batches!r}")
+    rows_in = [torch.tensor([list(ids)]) for ids in batches]  # each (1, T)
+    for x in rows_in:
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise ValueError(f"calibration token ids must be integers, got {x.dtype} values {x[0, :4].tolist()}")
     layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)
               and (names is None or name in names)}
     sums = {name: torch.zeros(m.in_features, m.in_features, dtype=torch.float64) for name, m in layers.items()}
@@ -62,8 +66,8 @@ def input_hessians(model: nn.Module, batches: Sequence[Sequence[int]],
     was_training = model.training
     model.eval()
     try:
-        for ids in batches:
-            model(torch.tensor([list(ids)], dtype=torch.long, device=device))
+        for x in rows_in:
+            model(x.to(device, torch.long))
     finally:
         for h in handles:
             h.remove()
@@ -86,6 +90,10 @@ def gptq_round(weight: torch.Tensor, hessian: torch.Tensor, *, damp: float = 0.0
     if weight.dim() != 2 or tuple(hessian.shape) != (weight.shape[1], weight.shape[1]):
         raise ValueError(f"gptq_round expects weight (N, K) and hessian (K, K); got weight "
                          f"{tuple(weight.shape)}, hessian {tuple(hessian.shape)}")
+    if not (weight.is_floating_point() and hessian.is_floating_point()):
+        raise ValueError(f"gptq_round expects float weight and hessian, got {weight.dtype} and {hessian.dtype}")
+    if not (bool(torch.isfinite(weight).all()) and bool(torch.isfinite(hessian).all())):
+        raise ValueError("gptq_round expects finite weight and hessian, got NaN or inf")
     damp = check_float("gptq_round damp", damp, low=0.0)
     check_int("gptq_round block", block, minimum=1)
     W = weight.detach().to("cpu", torch.float64).clone()  # (N, K), updated as columns are rounded

@@ -58,6 +58,8 @@ from torch import nn
 
 from attnkit.checks import check_choice, check_int
 
+from .lora import LoRALinear
+
 MODES: tuple[str, ...] = ("reference", "two_digit", "dynamic", "weight_only")
 _KERNEL_EXACT: bool | None = None  # fast_int8_is_exact(), probed on first use
 
@@ -139,6 +141,8 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if weight.dim() != 2 or not weight.is_floating_point():
         raise ValueError(f"weight must be a 2-D float tensor (N, K), got {weight.dim()}-D {weight.dtype}")
+    if not bool(torch.isfinite(weight).all()):
+        raise ValueError("weight must hold only finite values to be quantized, got NaN or inf")
     w = weight.detach().float()
     scale = w.abs().amax(dim=1) / 127.0  # (N,)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -287,13 +291,37 @@ def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: t
     ``calibration``: sequences of token ids (a language model's ``model(LongTensor (1, T))`` must run on
     them). When given, the int8 values are chosen by GPTQ (:mod:`attnkit.modules.gptq`) on the inputs each
     layer sees for that text, instead of rounding each weight to the nearest level: same format, same
-    speed, smaller output error (a few thousand tokens of ordinary text are enough).
+    speed, smaller output error (a few thousand tokens of ordinary text are enough). A layer the calibration
+    text does not reach (one the model's forward does not use) is rounded to nearest.
+
+    Raises ``ValueError`` (before changing anything) for a ``skip`` name that is no ``nn.Linear`` of ``model``, a
+    layer whose weight holds NaN or inf, a model that already has :class:`QuantizedLinear` layers (quantize the fp32
+    model once, with the ``mode`` wanted) and a model with LoRA adapters (``merge_lora(model)`` first).
 
     Shape:
         unchanged: every replaced layer maps ``(*, K) -> (*, N)`` as before.
     """
     check_choice("mode", mode, MODES)
-    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and name not in skip]
+    if isinstance(skip, str) or not all(isinstance(s, str) for s in skip):
+        raise ValueError(f"skip must be a sequence of module names (e.g. ('lm_head',)), got {skip!r}")
+    modules = dict(model.named_modules())
+    adapted = [name for name, m in modules.items() if isinstance(m, LoRALinear)]
+    if adapted:
+        raise ValueError(f"{type(model).__name__} has LoRA adapters ({adapted[0]!r}, ...): merge_lora(model) "
+                         f"before quantizing, or the adapted layers would stay in fp32")
+    done = [name for name, m in modules.items() if isinstance(m, QuantizedLinear)]
+    if done:
+        raise ValueError(f"{type(model).__name__} is already quantized ({len(done)} QuantizedLinear layers, e.g. "
+                         f"{done[0]!r}); quantize the fp32 model once, with the mode wanted")
+    linears = [name for name, m in modules.items() if isinstance(m, nn.Linear)]
+    unknown = [name for name in skip if name not in linears]
+    if unknown:
+        raise ValueError(f"skip names {unknown} are no nn.Linear of {type(model).__name__}; its Linear layers "
+                         f"are named like {linears[:6]} ({len(linears)} in all)")
+    targets = [(name, modules[name]) for name in linears if name not in skip]
+    bad = [name for name, m in targets if not bool(torch.isfinite(m.weight).all())]
+    if bad:
+        raise ValueError(f"cannot quantize {bad}: their weights hold NaN or inf")
     hessians = None
     if calibration is not None:
         from .gptq import gptq_round, input_hessians  # (imported here: plain quantization does not need it)
@@ -303,7 +331,9 @@ def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: t
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         q = QuantizedLinear.from_linear(linear, mode=mode)
-        if hessians is not None:
+        # a layer the calibration text never reached (all-zero Hessian) keeps round-to-nearest: GPTQ would take
+        # all its inputs for ones that do not matter and set every weight to 0
+        if hessians is not None and bool(hessians[name].any()):
             codes, scale = gptq_round(linear.weight, hessians[name])
             q.weight_int8.copy_(codes)
             q.scale.copy_(scale)

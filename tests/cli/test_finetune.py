@@ -201,6 +201,20 @@ def test_lora_resume_is_exact(pretrained, corpus, tmp_path):
         assert torch.equal(v, b.state_dict()[k]), k
 
 
+def test_resume_of_a_checkpoint_without_its_lora_dropout_is_one_line(pretrained, corpus, tmp_path, capsys):
+    # was: a KeyError traceback ('dropout'), the checkpoint loader itself needing only rank, alpha and targets
+    out = tmp_path / "run"
+    assert _finetune(pretrained["ckpt"], corpus, out, "--lora", "--lora-rank", "2", "--steps", "4") == 0
+    state_file = out / "checkpoints" / "step_00000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["extra"]["lora"]["dropout"]
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(["finetune", "--resume", "--out", str(out), "--steps", "6", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "extra.lora must hold rank, alpha, dropout, targets, got {'rank': 2" in err and "Traceback" not in err
+
+
 def test_full_resume_is_exact_and_refuses_changes(pretrained, corpus, tmp_path, capsys):
     straight, resumed = tmp_path / "s", tmp_path / "r"
     assert _finetune(pretrained["ckpt"], corpus, straight, "--steps", "8", "--warmup-steps", "1", "--schedule", "constant") == 0

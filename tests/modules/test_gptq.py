@@ -46,6 +46,15 @@ def test_rejects_mismatched_shapes():
     # was: a NaN damp passed the check and failed later inside torch's Cholesky factorisation
     with pytest.raises(ValueError, match=r"gptq_round damp must be a finite number in \[0.0, inf\), got nan"):
         gptq_round(torch.randn(4, 6), torch.eye(6, dtype=torch.float64), damp=float("nan"))
+    # was: integer weights were rounded as if scaled, NaN or inf ones gave garbage codes without a word
+    with pytest.raises(ValueError, match=r"float weight and hessian, got torch.int64 and torch.float64"):
+        gptq_round(torch.ones(4, 6, dtype=torch.int64), torch.eye(6, dtype=torch.float64))
+    w = torch.randn(4, 6)
+    w[0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"finite weight and hessian, got NaN or inf"):
+        gptq_round(w, torch.eye(6, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"finite weight and hessian, got NaN or inf"):
+        gptq_round(torch.randn(4, 6), torch.full((6, 6), float("nan"), dtype=torch.float64))
 
 
 def _gpt():
@@ -72,6 +81,12 @@ def test_input_hessians_are_the_inputs_second_moments():
         input_hessians(model, [[]])
 
 
+def test_calibration_ids_must_be_integers():
+    # was: float ids were truncated to integers (1.5 read as token 1) without a word
+    with pytest.raises(ValueError, match=r"token ids must be integers, got torch.float32 values \[1.5, 2.0, 3.0\]"):
+        input_hessians(_gpt(), [[1.5, 2.0, 3.0]])
+
+
 def test_quantize_linear_layers_with_calibration():
     """On text like the calibration text, GPTQ's logits are closer to fp32's than plain rounding's."""
     model = _gpt()
@@ -87,3 +102,13 @@ def test_quantize_linear_layers_with_calibration():
         err_rtn = (rtn(test) - ref).pow(2).mean().item()
         err_gptq = (gptq(test) - ref).pow(2).mean().item()
     assert err_gptq < 0.8 * err_rtn
+
+
+def test_a_layer_the_calibration_does_not_reach_keeps_round_to_nearest():
+    # was: its Hessian was all zero, GPTQ took every input for a dead one and set all its weights to 0
+    model = _gpt()
+    model.value_head = torch.nn.Linear(32, 1)  # not used by the LM forward
+    weight = model.value_head.weight.detach().clone()
+    quantize_linear_layers(model, mode="reference", calibration=[list(range(20))])
+    codes, scale = quantize_weight(weight)
+    assert torch.equal(model.value_head.weight_int8, codes) and torch.equal(model.value_head.scale, scale)

@@ -197,6 +197,52 @@ def test_skip_leaves_fp32():
     assert isinstance(model[1], nn.Linear)
 
 
+def test_skip_names_must_be_linear_layers():
+    # was: an unknown name was ignored (the layer meant to stay fp32 was quantized), and a string was read by
+    # substring ("lm_head" also skipped "head", "h", ...)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    with pytest.raises(ValueError, match=r"skip names \['2'\] are no nn.Linear of Sequential; .*\['0', '1'\]"):
+        quantize_linear_layers(model, skip=("2",))
+    with pytest.raises(ValueError, match=r"skip must be a sequence of module names .*, got '1'"):
+        quantize_linear_layers(model, skip="1")
+    assert all(isinstance(m, nn.Linear) for m in model)  # nothing replaced
+
+
+def test_quantizing_twice_refused():
+    # was: the second call replaced nothing and returned 0, silently keeping the first call's mode
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    assert quantize_linear_layers(model, mode="two_digit") == 2
+    with pytest.raises(ValueError, match=r"already quantized \(2 QuantizedLinear layers, e.g. '0'\)"):
+        quantize_linear_layers(model, mode="reference")
+    assert model[0].mode == "two_digit"
+
+
+def test_model_with_lora_adapters_refused():
+    # was: the adapted layers (LoRALinear, not nn.Linear) were skipped and stayed fp32 without a word
+    from attnkit.modules.lora import apply_lora, merge_lora
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    apply_lora(model, rank=2, targets=("0",))
+    with pytest.raises(ValueError, match=r"has LoRA adapters \('0', ...\): merge_lora\(model\)"):
+        quantize_linear_layers(model)
+    assert isinstance(model[1], nn.Linear)  # nothing replaced
+    assert quantize_linear_layers(merge_lora(model)) == 2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_refused(bad):
+    # was: a NaN row became zeros with scale 1, an inf row zeros with scale inf (NaN outputs), silently
+    lin = nn.Linear(4, 3)
+    with torch.no_grad():
+        lin.weight[1, 2] = bad
+    with pytest.raises(ValueError, match="only finite values"):
+        quantize_weight(lin.weight)
+    model = nn.Sequential(nn.Linear(4, 4), lin)
+    with pytest.raises(ValueError, match=r"cannot quantize \['1'\]: their weights hold NaN or inf"):
+        quantize_linear_layers(model)
+    assert isinstance(model[0], nn.Linear)  # checked before anything is replaced
+
+
 def test_bad_mode():
     with pytest.raises(ValueError, match="mode must be one of"):
         QuantizedLinear(4, 4, mode="int4")
