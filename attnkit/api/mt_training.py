@@ -25,9 +25,9 @@ the minutes that reading the data and training a BPE take on the CPU):
    betas (0.9, 0.98), no weight decay. Each evaluation also translates the first ``bleu_sentences`` validation
    sentences greedily, reports ``valid_bleu`` / ``valid_chrf``, logs a few of them next to their references, and
    ``best/`` is the checkpoint with the best BLEU (``bleu=False``: lowest validation loss, no decoding).
-5. ``average_last=N``: after training, the weights of the last N step checkpoints are averaged into
-   ``<out>/checkpoints/averaged`` (:mod:`attnkit.checkpoints.averaging`).
-6. The final summary scores ``best/`` on the whole validation set (greedy BLEU and chrF).
+5. The final summary scores ``best/`` on the whole validation set (greedy BLEU and chrF).
+6. ``average_last=N``: the weights of the last N step checkpoints are averaged into ``<out>/checkpoints/averaged``
+   (:mod:`attnkit.checkpoints.averaging`; fewer than N step checkpoints raise ``ValueError``, after the scores).
 
 The tokenizer travels in the checkpoint (``extra["tokenizer"]``, with ``extra["kind"] = "mt"``), so
 ``attnkit translate --ckpt RUN`` and ``attnkit eval mt --ckpt RUN`` need nothing else.
@@ -468,12 +468,12 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     if not is_main_process():  # rank 0 reports, averages and scores; the other processes are done
         return RunResult(out, summary)
     log(done_line(summary, f"run folder {out}"))
-    if opts["average_last"] > 0:
+    if opts["bleu"] and summary.get("best_checkpoint"):
+        _score_best(task, summary, out, log)
+    if opts["average_last"] > 0:  # last: a run with too few checkpoints to average has its final scores
         from attnkit.checkpoints.averaging import average_last_checkpoints
 
         avg = average_last_checkpoints(out, opts["average_last"])
         ev = json.loads((avg / "state.json").read_text()).get("averaged_from", [])
         log(f"averaged {len(ev)} checkpoints into {avg} (use --ckpt {avg})")
-    if opts["bleu"] and summary.get("best_checkpoint"):
-        _score_best(task, summary, out, log)
     return RunResult(out, summary)

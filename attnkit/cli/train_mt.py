@@ -46,7 +46,8 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.add_argument("--bleu-sentences", type=int, default=None,
                     help=f"validation sentences translated at each evaluation (default {MT_DEFAULT_BLEU_SENTENCES})")
     mt.add_argument("--word-dropout", type=float, default=None, metavar="P",
-                    help="replace each source token by <unk> with probability P in training (default 0)")
+                    help="replace each source token (not <eos>, nor the <bt> tag) by <unk> with probability P in "
+                         "training (default 0)")
     mt.add_argument("--anneal-data", default=None, metavar="DATA",
                     help="for the last --anneal-share of the budget, train on these pairs only (e.g. the training "
                          "pairs of the test's domain): a recipe name (its in-domain.tsv; de-en: the dictionary "

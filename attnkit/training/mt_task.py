@@ -88,7 +88,7 @@ class MTTask:
             :func:`greedy_translator` builds one from a tokenizer.
         references: reference texts of ``valid`` (same order), required with ``translate_fn``.
         bleu_sentences: how many validation sentences (from the start) are translated per evaluation.
-        word_dropout: probability in [0, 1) that a source token (not ``<eos>``, not padding) is replaced by
+        word_dropout: probability in [0, 1) that a source token (not ``<eos>``, ``<bt>`` or padding) is replaced by
             ``unk_id`` in a *training* batch (Sennrich & Zhang 2019 use 0.1-0.3 on small data); 0 = off. It
             draws from torch's global generator, which the trainer seeds and checkpoints.
         unk_id: the id that word dropout writes (``<unk>`` = 3 in the joint BPE).
@@ -256,11 +256,6 @@ class MTTask:
         if tokenizer is None:
             tokenizer = train_joint_bpe(train_corpus.sources, train_corpus.targets, vocab_size,
                                         extra_specials=(BT_TAG,) if synthetic is not None else ())
-        mixed = None
-        if synthetic is not None:
-            mixed = cls.mix_synthetic(train_corpus, valid_corpus, synthetic, tokenizer, ratio=synthetic_ratio,
-                                      seed=kwargs.get("seed", 0), strict=strict)
-            train_corpus = mixed["train"]
         corpora = {"train": train_corpus, "valid": valid_corpus}
         if anneal is not None:
             from attnkit.data.corpora.parallel import load_in_domain
@@ -271,6 +266,11 @@ class MTTask:
             if len(corpora["anneal"]) == 0:
                 raise ValueError(f"MTTask anneal data {corpora['anneal'].path!r} holds no usable pair "
                                  f"({corpora['anneal'].skipped} malformed lines skipped)")
+        mixed = None
+        if synthetic is not None:
+            mixed = cls.mix_synthetic(train_corpus, valid_corpus, synthetic, tokenizer, ratio=synthetic_ratio,
+                                      seed=kwargs.get("seed", 0), strict=strict, anneal=corpora.get("anneal"))
+            train_corpus = corpora["train"] = mixed["train"]
         enc = {name: encode_pairs_stored(tokenizer, c.sources, c.targets, max_src_len=max_len, truncate=truncate,
                                          verify=verify)
                for name, c in corpora.items()}
@@ -294,17 +294,17 @@ class MTTask:
 
     @staticmethod
     def mix_synthetic(train: Any, valid: Any, path: str | Path, tokenizer: Any, *, ratio: float, seed: int,
-                      strict: bool = False) -> dict[str, Any]:
+                      strict: bool = False, anneal: Any = None) -> dict[str, Any]:
         """Real training pairs plus back-translated ones, each synthetic source tagged with ``<bt>``.
 
-        ``train``/``valid``: :class:`~attnkit.data.corpora.parallel.ParallelCorpus` of the real pairs; ``path``: a
-        back-translation file. ``k = round(ratio * len(train))`` synthetic pairs follow the real ones: the whole file
-        ``k // n`` times over (``n`` pairs in the file), then ``k % n`` pairs drawn without replacement from
-        ``numpy.random.default_rng([seed, 13])``, each part in file order: the same pairs in every run and resume
-        with that seed. The tag must be one special
-        token of ``tokenizer`` (so it reaches the model as one id that BPE never splits) and appear in no real
-        sentence. Returns ``{"train": the mixed corpus, "pairs": k, "available": pairs in the file, "skipped":
-        malformed lines of the file, "ratio": k / len(train), "copies": whole passes over the file, "tag": BT_TAG,
+        ``train``/``valid`` (and ``anneal``, optional): :class:`~attnkit.data.corpora.parallel.ParallelCorpus` of the
+        real pairs; ``path``: a back-translation file. ``k = round(ratio * len(train))`` synthetic pairs follow the
+        real ones: the whole file ``k // n`` times over (``n`` pairs in the file), then ``k % n`` pairs drawn without
+        replacement from ``numpy.random.default_rng([seed, 13])``, each part in file order: the same pairs in every
+        run and resume with that seed. The tag must be one special token of ``tokenizer`` (so it reaches the model as
+        one id that BPE never splits) and appear in no real sentence (training, validation or anneal pairs).
+        Returns ``{"train": the mixed corpus, "pairs": k, "available": pairs in the file, "skipped": malformed lines
+        of the file, "ratio": k / len(train), "copies": whole passes over the file, "tag": BT_TAG,
         "tag_id": its id}``.
         """
         import numpy as np
@@ -318,10 +318,11 @@ class MTTask:
             raise ValueError(f"synthetic pairs need the tokenizer to have {BT_TAG!r} as one special token (a BPE "
                              f"trained by train mt with synthetic data has it as id 4); this tokenizer encodes it as "
                              f"{tokenizer.encode(BT_TAG)}")
-        tagged_real = sum(BT_TAG in s for s in (*train.sources, *valid.sources))
+        real = (train, valid) + ((anneal,) if anneal is not None else ())
+        tagged_real = sum(BT_TAG in s for corpus in real for s in (*corpus.sources, *corpus.targets))
         if tagged_real:
-            raise ValueError(f"{tagged_real} real source sentences contain the back-translation tag {BT_TAG!r}, which "
-                             f"marks synthetic sources; remove it from the real data")
+            raise ValueError(f"{tagged_real} real sentences (sources or targets) contain the back-translation tag "
+                             f"{BT_TAG!r}, which marks synthetic sources; remove it from the real data")
         corpus = read_back_translations(path, strict=strict)
         if len(corpus) == 0:
             raise ValueError(f"synthetic data {str(path)!r} holds no usable pair ({corpus.skipped} malformed or "
@@ -381,7 +382,8 @@ class MTTask:
         ``fraction`` the share of the run's budget used so far. The first time ``fraction >= 1 - anneal_share``
         the task switches to the anneal pairs from batch ``step`` on and returns a line saying so (else None)."""
         check_step(step)
-        if self.anneal is None or self.anneal_from is not None or fraction < 1.0 - self.anneal_share:
+        # (with a hair of tolerance: 3 / 10 of the steps is below 1 - 0.7 in floating point)
+        if self.anneal is None or self.anneal_from is not None or fraction < 1.0 - self.anneal_share - 1e-9:
             return None
         self.anneal_from = step
         pairs = (f"{len(self.anneal):,} anneal pairs and {self.n_replayed:,} replayed training pairs" if self.n_replayed
@@ -429,9 +431,11 @@ class MTTask:
         return batch.n_tokens
 
     def _drop_words(self, b: MTBatch) -> MTBatch:
-        """``b`` with each real source token except ``<eos>`` replaced by ``unk_id`` with probability
-        ``word_dropout`` (src ``(B, S)``; the masks and the target side are unchanged)."""
+        """``b`` with each real source token except ``<eos>`` and the back-translation tag replaced by ``unk_id``
+        with probability ``word_dropout`` (src ``(B, S)``; the masks and the target side are unchanged)."""
         keep = b.src_key_padding_mask | (b.src == self.train.eos_id)  # (B, S) padding and <eos> stay
+        if self.synthetic is not None:  # so does <bt>: it marks a synthetic pair, it is not a word
+            keep |= b.src == self.synthetic["tag_id"]
         drop = (torch.rand(b.src.shape, device=b.src.device) < self.word_dropout) & ~keep
         return b._replace(src=b.src.masked_fill(drop, self.unk_id))
 

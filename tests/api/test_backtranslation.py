@@ -162,6 +162,20 @@ def test_the_tag_reaches_the_model_and_its_embedding_learns(pairs, tmp_path):
         assert table.grad[5:].abs().sum() > 0  # ordinary tokens always learn
 
 
+def test_word_dropout_never_drops_the_tag(pairs, tmp_path):
+    syn = _synthetic_file(tmp_path / "syn.tsv", 200)
+    task = MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.5, max_tokens=256,
+                            word_dropout=0.9)
+    tag, unk = task.synthetic["tag_id"], task.tokenizer.unk_id
+    torch.manual_seed(0)
+    for i in range(task.num_batches("train")):
+        b = task.batch("train", i)
+        dropped = task._drop_words(b).src  # (B, S)
+        assert torch.equal(dropped == tag, b.src == tag)  # every tag stays, and no word becomes one
+        words = ~b.src_key_padding_mask & (b.src != task.train.eos_id) & (b.src != tag)  # (B, S)
+        assert (dropped[words] == unk).float().mean() > 0.5  # the words around it are dropped
+
+
 def test_mixing_refuses_a_tokenizer_without_the_tag_and_tagged_real_sources(pairs, tmp_path):
     from attnkit.data.pipeline.mt_batching import train_joint_bpe
 
@@ -171,7 +185,12 @@ def test_mixing_refuses_a_tokenizer_without_the_tag_and_tagged_real_sources(pair
         MTTask.from_data(pairs, tokenizer=plain, max_len=32, synthetic=syn)
     tagged = tmp_path / "tagged.tsv"
     tagged.write_text("".join(f"{BT_TAG}a b {i}\tA B {i}\n" for i in range(20)), encoding="utf-8")
-    with pytest.raises(ValueError, match="real source sentences contain the back-translation tag"):
+    with pytest.raises(ValueError, match=r"real sentences \(sources or targets\) contain the back-translation tag"):
+        MTTask.from_data(tagged, vocab_size=300, max_len=32, synthetic=syn)
+    with pytest.raises(ValueError, match="20 real sentences .* contain the back-translation tag"):
+        MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, anneal=tagged, anneal_share=0.2)
+    tagged.write_text("".join(f"a b {i}\tA B {BT_TAG}{i}\n" for i in range(20)), encoding="utf-8")  # in the targets
+    with pytest.raises(ValueError, match="20 real sentences .* contain the back-translation tag"):
         MTTask.from_data(tagged, vocab_size=300, max_len=32, synthetic=syn)
     with pytest.raises(ValueError, match="synthetic_ratio must be a number > 0"):
         MTTask.from_data(pairs, vocab_size=300, max_len=32, synthetic=syn, synthetic_ratio=0.0)

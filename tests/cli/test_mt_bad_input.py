@@ -187,6 +187,15 @@ def test_average_last_needs_enough_checkpoints_kept(tmp_path, copy_data, capsys)
     assert not (tmp_path / "run").exists()
 
 
+def test_too_few_checkpoints_to_average_keep_the_final_scores(tmp_path, copy_data, capsys):
+    run = tmp_path / "run"  # 2 steps, --ckpt-every 1: two step checkpoints, three asked for
+    assert _train(str(copy_data), run, "--average-last", "3", "--ckpt-every", "1", "--bleu-sentences", "2") == 2
+    assert "cannot average the last 3 checkpoints" in capsys.readouterr().err
+    final = json.loads((run / "summary.json").read_text())["final_valid"]  # best/ was scored all the same
+    assert final["sentences"] == 20 and final["step"] in (1, 2)
+    assert not (run / "checkpoints" / "averaged").exists()
+
+
 def test_eval_mt_counts_or_refuses_malformed_reference_lines(trained, tmp_path, copy_data, capsys):
     bad = _bad_tsv(tmp_path, copy_data)
     assert main(["eval", "mt", "--ckpt", str(trained), "--data", str(bad), "--beam", "1",

@@ -63,6 +63,15 @@ def test_switches_once_when_the_last_share_of_the_budget_begins():
     assert not _is_anneal(task.batch("valid", 0))  # validation is never annealed
 
 
+@pytest.mark.parametrize("steps", [10, 100, 1000])
+@pytest.mark.parametrize("share", [0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
+def test_the_anneal_phase_is_the_share_of_the_steps(steps, share):
+    task, cfg = _task(share), TrainConfig(steps=steps, warmup_steps=1)
+    notes = [task.on_budget(step, cfg.budget_used(step, 0.0)) for step in range(steps)]  # before each update
+    assert sum(n is not None for n in notes) == 1
+    assert steps - task.anneal_from == round(share * steps)  # 0.7 of 10 steps: 7 updates, not 6
+
+
 def test_without_anneal_pairs_the_budget_changes_nothing():
     task = _task(None)
     before = task.batch("train", 5).src
