@@ -145,11 +145,13 @@ def _read_lines(path: Path) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]  # tolerate CRLF files
 
 
-def read_tsv(path: str | os.PathLike, *, strict: bool = False) -> ParallelCorpus:
+def read_tsv(path: str | os.PathLike, *, strict: bool = False,
+             columns: tuple[str, str] = ("source", "target")) -> ParallelCorpus:
     """Read ``source<TAB>target`` lines.
 
     A line with no tab, more than one tab, or an empty side (after :func:`normalize_text`) is skipped and its
-    line number recorded; with ``strict=True`` the first such line raises ``ValueError`` naming it.
+    line number recorded; with ``strict=True`` the first such line raises ``ValueError`` naming it (and the
+    column, by ``columns``: what the file's two columns are called in messages).
 
     Shape:
         returns a :class:`ParallelCorpus` of ``N`` pairs (``N`` ≤ number of lines).
@@ -161,16 +163,17 @@ def read_tsv(path: str | os.PathLike, *, strict: bool = False) -> ParallelCorpus
     for lineno, line in enumerate(_read_lines(path), start=1):
         n_tabs = line.count("\t")
         if n_tabs != 1:
-            problem = f"expected exactly one tab (source<TAB>target), got {n_tabs}"
+            problem = f"expected exactly one tab ({columns[0]}<TAB>{columns[1]}), got {n_tabs}"
         else:
             src, tgt = (normalize_text(s) for s in line.split("\t"))
             if src and tgt:
                 sources.append(src)
                 targets.append(tgt)
                 continue
-            problem = f"empty {'source' if not src else 'target'} side"
+            problem = f"empty {columns[0] if not src else columns[1]} side"
         if strict:
-            raise ValueError(f"{path}:{lineno}: {problem} (pass strict=False to skip and count bad lines)")
+            raise ValueError(f"{path}:{lineno}: {problem} (without strict checking such lines are skipped and "
+                             f"counted)")
         skipped.append(lineno)
     return ParallelCorpus(sources, targets, skipped, str(path))
 
@@ -201,7 +204,8 @@ def read_parallel_files(source_path: str | os.PathLike, target_path: str | os.Pa
             continue
         if strict:
             side = source_path if not s else target_path
-            raise ValueError(f"{side}:{lineno}: empty line (pass strict=False to skip and count bad pairs)")
+            raise ValueError(f"{side}:{lineno}: empty line (without strict checking such pairs are skipped and "
+                             f"counted)")
         skipped.append(lineno)
     return ParallelCorpus(sources, targets, skipped, f"{source_path} + {target_path}")
 
@@ -386,4 +390,4 @@ def read_back_translations(path: str | os.PathLike, *, strict: bool = False) -> 
     machine translation into that model's source language. Returns ``(translation, sentence)`` pairs, the
     synthetic source first; lines with an empty side (an empty input line or translation) are skipped and counted
     like any malformed TSV line (refused under ``strict``)."""
-    return read_tsv(path, strict=strict).swapped()
+    return read_tsv(path, strict=strict, columns=("sentence", "translation")).swapped()

@@ -88,6 +88,19 @@ def test_tsv_empty_side_is_refused_with_its_line_number_when_strict(tmp_path):
         read_tsv(path, strict=True)
 
 
+def test_a_back_translation_file_names_its_own_columns_when_strict(tmp_path):
+    """Was: 'empty source side (pass strict=False ...)' for a missing translation: the wrong column, Python advice."""
+    from attnkit.data.corpora.parallel import read_back_translations
+
+    path = _write(tmp_path / "syn.tsv", "a b\tA B\n\tc d\n")
+    with pytest.raises(ValueError, match=r"syn\.tsv:2: empty sentence side \(without strict checking such lines are "
+                                         r"skipped and counted\)"):
+        read_back_translations(path, strict=True)
+    _write(path, "a b\tA B\nc d\n")
+    with pytest.raises(ValueError, match=r"syn\.tsv:2: expected exactly one tab \(sentence<TAB>translation\), got 0"):
+        read_back_translations(path, strict=True)
+
+
 def test_tsv_accepts_crlf_line_ends(tmp_path):
     path = _write(tmp_path / "d.tsv", "Ja.\tYes.\r\nNein.\tNo.\r\n")
     assert read_tsv(path).pairs() == [("Ja.", "Yes."), ("Nein.", "No.")]
