@@ -10,8 +10,9 @@ batches spread evenly over it, and reports the mean cross-entropy and ``exp`` of
 one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer.
 
 ``evaluate_mt`` translates the sources of a split (recipe name or prepared folder + ``split``, a TSV file, or
-``SRC_FILE,TGT_FILE``; the other way round for a model trained with ``reverse``) with beam search (``beam=1`` = greedy) and scores the *detokenized* output against the
-references with sacreBLEU: corpus BLEU (default ``13a`` tokenizer, the WMT standard) and chrF.
+``SRC_FILE,TGT_FILE``; the other way round for a model trained with ``reverse``) with beam search (``beam=1`` =
+greedy) and scores the *detokenized* output against the references with sacreBLEU: corpus BLEU (default ``13a``
+tokenizer, the WMT standard) and chrF.
 
 Both write the figures as JSON (``json``, default a file in the checkpoint folder, written atomically);
 ``evaluate_mt`` can also write the translations (``hyps``). There are no tensor axes in this file.
@@ -137,11 +138,15 @@ def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path, sente
                               may_replace=f"translations of these {sentences} sentences, one a line")
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
+def _write_text(path: str | Path, text: str) -> None:
     from attnkit.files import write_text_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json_lib.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, text)
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    _write_text(path, json_lib.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResult:
@@ -199,7 +204,7 @@ def _eval_data(o: EvalMTOptions, state: dict[str, Any]) -> str:
 
 def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResult:
     """sacreBLEU BLEU and chrF of a translator on a split (see the module docstring)."""
-    from attnkit.checkpoints import load, write_text_atomic
+    from attnkit.checkpoints import load
     from attnkit.data.corpora.parallel import load_eval_pairs
     from attnkit.generation.translate import translate_sentences
     from attnkit.training.bleu import score_translations
@@ -236,9 +241,9 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
               "beam": o.beam, "length_penalty": o.length_penalty, "max_len_a": o.max_len_a,
               "max_len_b": o.max_len_b, **scores, "seconds": seconds,
               **({"hyps": str(Path(o.hyps).resolve())} if o.hyps is not None else {})}
+    if o.hyps is not None:  # before the record that names it
+        _write_text(o.hyps, "".join(h + "\n" for h in hyps))
     _write_json(out, result)
-    if o.hyps is not None:
-        write_text_atomic(o.hyps, "".join(h + "\n" for h in hyps))
     notes = ([f"{corpus.skipped} malformed lines skipped, {n_cut} sources truncated"]
              if corpus.skipped or n_cut else [])
     return EvalResult(result, out, notes)

@@ -8,7 +8,8 @@ Greedy search keeps one prefix per sentence; beam search keeps the ``k`` best *l
 their total log-probability ``log p(y_1..y_t | x) = sum_i log p(y_i | y_<i, x)``. One step:
 
 1. every beam proposes every token: ``score(beam) + log_softmax(logits)`` -> ``(B, k * V)`` candidates;
-2. the best ``2k`` candidates of each sentence are read in order. A candidate ending in EOS becomes a
+2. the best ``2k`` candidates of each sentence are read in order (equal scores: lowest beam, then lowest
+   token first, as greedy search's argmax takes the lowest token). A candidate ending in EOS becomes a
    *finished hypothesis* if it ranks among the top ``k`` (so with ``k = 1`` beam search is exactly greedy
    search); the first ``k`` candidates that do not end in EOS become the next beams (``2k`` candidates
    always contain ``k`` of them, since at most ``k`` end in EOS);
@@ -107,7 +108,16 @@ def _top_candidates(scores: torch.Tensor, logp: torch.Tensor, k: int) -> tuple[l
     flat_scores = scores.view(n * k, 1)  # (n*k, 1)
     cand = (flat_scores + logp).masked_fill(flat_scores == float("-inf"), float("-inf"))  # dead stay dead
     cand = cand.view(n, k * V)  # (n, k*V): candidate c is token c % V appended to beam c // V
-    top_scores, top_index = cand.topk(min(2 * k, k * V), dim=1)  # (n, 2k), best first
+    m = min(2 * k, k * V)
+    top_scores, top_index = cand.topk(min(m + 1, k * V), dim=1)  # (n, m + 1), best first
+    if bool((top_scores[:, 1:] == top_scores[:, :-1]).any()):
+        # topk orders equal scores arbitrarily: take them lowest beam, then lowest token, first, as greedy search's
+        # argmax does (so beam 1 stays exactly greedy). The r best of each row hold all that reach its m-th score.
+        r = int((cand >= top_scores[:, m - 1:m]).sum(dim=1).max())
+        top_index = cand.topk(r, dim=1).indices.sort(dim=1).values  # (n, r), by candidate index
+        top_scores, order = cand.gather(1, top_index).sort(dim=1, descending=True, stable=True)  # (n, r)
+        top_index = top_index.gather(1, order)
+    top_scores, top_index = top_scores[:, :m], top_index[:, :m]  # (n, 2k), best first
     return top_scores.tolist(), (top_index // V).tolist(), (top_index % V).tolist()
 
 

@@ -5,8 +5,8 @@ The one translation path of attnkit: ``attnkit translate``, ``attnkit eval mt`` 
 which decodes batches of sources with :func:`search_ids` (pad, then greedy search for beam 1 or beam search
 from :mod:`attnkit.generation`) and turns the ids into text; ``attnkit viz``/``trace`` call :func:`search_ids`
 for the target ids of one sentence. :func:`encode_sources` turns text into source ids with ``<eos>`` under the
-model's length limit; :func:`translate_sentences` does the whole list (sorted by length for less padding, results put back in
-input order).
+model's length limit; :func:`translate_sentences` does the whole list (sorted by length for less padding,
+results put back in input order).
 
 Axis legend: B sentences in a batch, S source length.
 """
@@ -109,10 +109,8 @@ def translate_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, b
     Yields one list of ``len(chunk)`` strings per chunk of ``batch_size`` sources, in input order; each chunk's
     non-empty sources are decoded together by :func:`search_ids`.
     """
-    if beam < 1:
-        raise ValueError(f"beam must be >= 1, got {beam}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_int("beam", beam, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
     for start in range(0, len(sources), batch_size):
         chunk = list(sources[start:start + batch_size])
         hyps = [""] * len(chunk)
@@ -126,9 +124,10 @@ def translate_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, b
 
 
 def single_line(text: str) -> str:
-    """A translation as one line: each line break the model wrote (``\\n``, ``\\r``, U+2028, ... as
-    ``str.splitlines`` knows them) becomes a space, so ``attnkit translate`` writes exactly one line per input line."""
-    return " ".join(text.splitlines())
+    """A translation as one line and one TSV field: each line break the model wrote (``\\n``, ``\\r``, U+2028, ...
+    as ``str.splitlines`` knows them) and each tab becomes a space, so ``attnkit translate`` writes exactly one
+    line per input line, and ``--output`` pairs and ``eval mt --hyps`` files stay readable as such."""
+    return " ".join(text.splitlines()).replace("\t", " ")
 
 
 def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *, strict: bool = False,
@@ -138,6 +137,11 @@ def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *,
     With ``sort_all`` the whole list is sorted by length before batching (fast for a test set), and the
     results are put back in order. ``kwargs`` go to :func:`translate_ids`.
     """
+    if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Sequence):
+        raise ValueError(f"sentences must be a list of strings, got {type(sentences).__name__}")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise ValueError(f"sentences[{i}] must be a string, got {type(s).__name__}")
     max_len = getattr(getattr(model, "config", None), "max_len", None)
     ids, n_cut = encode_sources(tokenizer, [s.strip() for s in sentences], max_len=max_len, strict=strict)
     ids = [s if text.strip() else [] for s, text in zip(ids, sentences)]

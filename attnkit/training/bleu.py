@@ -9,15 +9,29 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 __all__ = ["score_translations"]
 
 
-def score_translations(hyps: list[str], refs: list[str]) -> dict[str, Any]:
-    """sacreBLEU corpus BLEU (13a tokenizer, detokenized input) and chrF; ``{"bleu", "chrf", "signature"...}``."""
+def _check_texts(name: str, texts: Any) -> None:
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise ValueError(f"{name} must be a list of strings, got {type(texts).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"{name}[{i}] must be a string, got {type(text).__name__}")
+
+
+def score_translations(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
+    """sacreBLEU corpus BLEU (13a tokenizer, detokenized input) and chrF of ``hyps`` against ``refs`` (one each, in
+    the same order): ``{"bleu", "chrf", "bleu_detail", "bleu_signature", "chrf_signature", "bp", "sys_len",
+    "ref_len"}``."""
     import sacrebleu
 
+    _check_texts("hyps", hyps)
+    _check_texts("refs", refs)
+    if not hyps:
+        raise ValueError("need at least one hypothesis and reference, got none")
     if len(hyps) != len(refs):
         raise ValueError(f"need one hypothesis per reference, got {len(hyps)} hypotheses and {len(refs)} references")
     bleu = sacrebleu.metrics.BLEU()  # tokenize="13a", the default

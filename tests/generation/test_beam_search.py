@@ -177,3 +177,19 @@ def test_fewer_possible_continuations_than_beams():
                                       use_cache=use_cache, **IDS)[0]
         assert [h.tokens for h in hyps] == [[A, B], [A]]
         assert [h.score for h in hyps] == pytest.approx([math.log(0.6), math.log(0.4)], abs=1e-6)
+
+
+def test_beam_size_1_is_greedy_when_tokens_tie(make_transformer, mt_ids):
+    # four tokens share the best logit at every step: greedy search's argmax takes the lowest, and so must beam
+    # search (torch.topk returns equal values in no set order); wider beams rank the ties lowest token first
+    model = make_transformer()
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.fill_(-5.0)
+        model.generator.bias[[11, 7, 9, 5]] = 3.0
+    src = torch.tensor([[3, 4, 5, mt_ids.eos]])
+    ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad, max_len_a=0, max_len_b=3)
+    assert greedy_search(model, src, **ids) == [[5, 5, 5]]
+    assert beam_search(model, src, beam_size=1, **ids) == [[5, 5, 5]]
+    hyps = beam_search_hypotheses(model, src, beam_size=3, **ids)[0]
+    assert [h.tokens for h in hyps] == [[5, 5, 5], [5, 5, 7], [5, 5, 9]]

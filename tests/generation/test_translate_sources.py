@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
-from attnkit.generation.translate import CHARS_PER_TOKEN, encode_sources, single_line
+from attnkit.generation.translate import CHARS_PER_TOKEN, encode_sources, single_line, translate_sentences
 
 TEXT = ("Die Katze sitzt auf der Matte. Der Hund schläft im Garten, 42 Mal! Was ist das? "
         "Ein Übersetzer übersetzt Sätze; er zählt Wörter und Zeichen.\n") * 40
@@ -60,3 +60,20 @@ def test_a_translation_is_one_line():
     """Was: a model that writes a line break split one output line in two (fuzz_loaders, translate-cli)."""
     assert single_line("Das Haus\nist\r\ngroß\u2028.\x85") == "Das Haus ist groß ."
     assert single_line("") == "" and single_line("ein Satz") == "ein Satz"
+
+
+def test_a_translation_is_one_tsv_field():
+    """Was: a tab the model wrote (byte-level BPE has a token for it) stayed in the translation, so `translate
+    --output` wrote a pair of three fields and `eval mt --hyps` refused to replace its own translations file."""
+    assert single_line("Das\tHaus\n\tist") == "Das Haus  ist"
+
+
+@pytest.mark.parametrize("sentences, options, message", [
+    ("Die Katze", {}, r"sentences must be a list of strings, got str"),  # was: translated letter by letter
+    (["Die Katze", None], {}, r"sentences\[1\] must be a string, got NoneType"),  # was: AttributeError
+    (["Die Katze"], {"batch_size": 2.5}, r"batch_size must be an int >= 1, got 2.5 \(float\)"),  # was: TypeError
+    (["Die Katze"], {"beam": "4"}, r"beam must be an int >= 1, got '4' \(str\)"),  # was: TypeError
+])
+def test_translate_sentences_refuses_bad_input_before_decoding(tok, sentences, options, message):
+    with pytest.raises(ValueError, match=message):
+        translate_sentences(None, tok, sentences, **options)  # refused before the model is needed
