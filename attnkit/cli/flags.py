@@ -72,8 +72,8 @@ TRAIN_FLAGS = [
 ]
 
 
-def add_run_flags(p: argparse.ArgumentParser) -> None:
-    """Length of the run, run folder, resume, preset and ``--set``, and every :data:`TRAIN_FLAGS` flag."""
+def add_run_flags(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
+    """Length of the run, run folder, resume, preset and ``--set``, and each :data:`TRAIN_FLAGS` flag but ``skip``."""
     g = p.add_argument_group("length of the run")
     g.add_argument("--steps", type=int, default=None, help="optimizer updates to run")
     g.add_argument("--max-time", type=float, default=None, metavar="MIN",
@@ -92,7 +92,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set dropout=0.2 (repeatable; finetune: dropout only)")
     t = p.add_argument_group("training")
-    for flag, field, typ, help_ in TRAIN_FLAGS:
+    for flag, field, typ, help_ in (row for row in TRAIN_FLAGS if row[0] not in skip):
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
     t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model with the loss")
     t.add_argument("--cuda-graphs", action="store_true", default=None,

@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)
         return 2
     finally:
-        if "torch.distributed" in sys.modules:  # a torchrun job: leave the process group cleanly
-            from attnkit.training.distributed import shutdown
-
+        # A training run's process group (torchrun) is left cleanly; not imported (or cut short by Ctrl-C): none.
+        shutdown = getattr(sys.modules.get("attnkit.training.distributed"), "shutdown", None)
+        if shutdown is not None:
             shutdown()
 
 

@@ -71,5 +71,5 @@ def register(tsub: argparse._SubParsersAction) -> None:
     mt.add_argument("--average-last", type=int, default=None, metavar="N",
                     help="after training, average the last N step checkpoints into <out>/checkpoints/averaged "
                          "(resuming: default the run's N; 0 turns it off)")
-    add_run_flags(mt)
+    add_run_flags(mt, skip=("--batch-size",))  # its batches are sized by --max-tokens
     mt.set_defaults(func=runs(train_mt, TrainMTOptions))

@@ -251,6 +251,20 @@ def test_help_on_every_command(capsys):
         assert "usage:" in capsys.readouterr().out
 
 
+def test_ctrl_c_while_torch_is_still_importing_exits_130(monkeypatch, capsys):
+    """Ctrl-C in a command's first seconds cuts its imports short: the exit is 130 and one line, not a traceback of
+    the process-group cleanup importing the half-loaded torch again (here: a module that cannot be imported)."""
+    import attnkit.cli.params
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attnkit.cli.params, "run", interrupted)
+    monkeypatch.setitem(sys.modules, "attnkit.training.distributed", None)  # `import` of it raises ImportError
+    assert main(["params", "gpt2"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
 def test_params_command(capsys):
     assert main(["params", "gpt2"]) == 0
     assert "124,439,808" in capsys.readouterr().out

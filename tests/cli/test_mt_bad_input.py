@@ -219,6 +219,18 @@ def test_unknown_optimizer_is_one_line_and_writes_nothing(tmp_path, copy_data, c
     assert not (tmp_path / "run").exists()
 
 
+def test_batch_size_is_no_flag_of_train_mt(tmp_path, copy_data, capsys):
+    """train mt sizes its batches by --max-tokens: a --batch-size (accepted and ignored before) is a usage error."""
+    with pytest.raises(SystemExit) as stop:
+        _train(str(copy_data), tmp_path / "run", "--batch-size", "8")
+    assert stop.value.code == 2 and "unrecognized arguments: --batch-size 8" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):
+        main(["train", "mt", "--help"])
+    usage = capsys.readouterr().out
+    assert "--batch-size" not in usage and "--max-tokens" in usage
+
+
 def test_muon_run_trains_and_keeps_its_optimizer_state(tmp_path, copy_data):
     from attnkit.checkpoints.checkpoint import read_checkpoint_state
 
