@@ -26,7 +26,7 @@ from typing import Any, Callable
 from .checkpoint import (FORMAT, STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint,
                          read_checkpoint_state)
 
-__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "is_run_dir", "check_output_file",
+__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "RUN_RECORDS", "is_run_dir", "check_output_file",
            "resolve_checkpoint", "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
 
 RUN_FILE = "run.json"
@@ -45,7 +45,7 @@ def is_run_dir(path: str | Path) -> bool:
 
 
 # the records a run writes at the top of its folder (the metrics' views included)
-_RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
+RUN_RECORDS = _RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
 
 
 def _in_checkpoint(real: Path) -> bool:

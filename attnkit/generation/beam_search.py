@@ -163,6 +163,7 @@ def beam_search_hypotheses(
     max_len_a: float = 1.2,
     max_len_b: float = 10,
     use_cache: bool = True,
+    vocab_size: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search returning up to ``beam_size`` finished hypotheses per sentence, best first.
 
@@ -175,6 +176,7 @@ def beam_search_hypotheses(
         length_penalty_style: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, default) or ``"simple"`` (``len ** alpha``).
         max_len, max_len_a, max_len_b: the length limit ``min(max_len, floor(a * src_len + b))``.
         use_cache: reorder a KV cache with the beams (default) or recompute every prefix.
+        vocab_size: only target ids below it are proposed (a padded output layer); ``None``: any.
 
     Shape:
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists of :class:`Hypothesis`.
@@ -191,7 +193,8 @@ def beam_search_hypotheses(
         to_beams = torch.arange(B, device=device).repeat_interleave(k)  # (B*k,): [0,0,..,1,1,..]
         memory = memory.index_select(0, to_beams)  # (B*k, S, C)
         memory_mask = None if memory_mask is None else memory_mask.index_select(0, to_beams)  # (B*k, S)
-        dec = IncrementalDecoder(model, memory, memory_mask, use_cache=use_cache, max_len=max(limits))
+        dec = IncrementalDecoder(model, memory, memory_mask, use_cache=use_cache, max_len=max(limits),
+                                 vocab_size=vocab_size)
 
         tgt = torch.full((B * k, 1), bos_id, dtype=torch.long, device=device)  # (N, t) with t = 1
         # All beams start as the same prefix [BOS]; only beam 0 is alive, or the first step would pick
@@ -235,7 +238,8 @@ def beam_search(model: nn.Module, src: torch.Tensor, src_key_padding_mask: torch
     """Translate each source sentence with beam search; return the best hypothesis of each.
 
     ``options`` are :func:`beam_search_hypotheses`'s (``bos_id``, ``eos_id``, ``pad_id``, ``beam_size``,
-    ``length_penalty``, ``length_penalty_style``, ``max_len``, ``max_len_a``, ``max_len_b``, ``use_cache``).
+    ``length_penalty``, ``length_penalty_style``, ``max_len``, ``max_len_a``, ``max_len_b``, ``use_cache``,
+    ``vocab_size``).
 
     Returns:
         ``B`` lists of target ids (no BOS, no EOS).

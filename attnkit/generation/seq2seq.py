@@ -31,7 +31,7 @@ import math
 import torch
 from torch import nn
 
-from attnkit.checks import check_bool, check_id, check_padding_mask, is_int, is_number
+from attnkit.checks import check_bool, check_id, check_int, check_padding_mask, is_int, is_number
 from .generate import eval_mode, model_device
 from .stopping import StoppingCriteria
 
@@ -128,8 +128,9 @@ class IncrementalDecoder:
     """
 
     def __init__(self, model: nn.Module, memory: torch.Tensor, memory_key_padding_mask: torch.Tensor | None, *,
-                 use_cache: bool, max_len: int):
+                 use_cache: bool, max_len: int, vocab_size: int | None = None):
         self.model = model
+        self.vocab_size = check_int("vocab_size", vocab_size, minimum=1, allow_none=True)  # None: every output id
         self.memory = memory
         self.memory_key_padding_mask = memory_key_padding_mask
         self.cache = None
@@ -140,7 +141,8 @@ class IncrementalDecoder:
             self.cache = model.new_cache(memory.shape[0], max_len)
 
     def next_logits(self, tgt: torch.Tensor) -> torch.Tensor:
-        """Logits of the token after ``tgt`` (float32).
+        """Logits of the token after ``tgt`` (float32); only of the ids below ``vocab_size`` when it is given (a
+        padded output layer's padding ids have no text).
 
         Shape:
             tgt ``(N, t)`` -> ``(N, V)``.
@@ -156,7 +158,7 @@ class IncrementalDecoder:
             tgt_key_padding_mask=_real_target_mask(self.model, tgt),
             cache=self.cache,
         )
-        logits = logits[:, -1, :].float()  # (N, V)
+        logits = logits[:, -1, :self.vocab_size].float()  # (N, V)
         # a NaN or +inf logit, or none above -inf: argmax / top-k would quietly pick id 0 or a NaN log-probability's
         # token, and a broken model must not look fine
         if not bool(torch.isfinite(logits.amax(dim=-1)).all()):
@@ -229,6 +231,7 @@ def greedy_search(
     max_len_a: float = 1.2,
     max_len_b: float = 10,
     use_cache: bool = True,
+    vocab_size: int | None = None,
 ) -> list[list[int]]:
     """Translate each source sentence by always taking the most likely next token.
 
@@ -242,6 +245,8 @@ def greedy_search(
         pad_id: source padding id.
         max_len, max_len_a, max_len_b: the length limit (see the module docstring).
         use_cache: KV-cached incremental decoding (default) or recompute the whole prefix every step.
+        vocab_size: only target ids below it are chosen (a model whose output layer is padded beyond its
+            tokenizer's vocabulary); ``None``: any.
 
     Returns:
         ``B`` lists of target ids (no BOS, no EOS).
@@ -255,7 +260,8 @@ def greedy_search(
 
     with eval_mode(model):
         memory, memory_mask = encode_source(model, src, mask)  # (B, S, C), once
-        dec = IncrementalDecoder(model, memory, memory_mask, use_cache=use_cache, max_len=max(limits))
+        dec = IncrementalDecoder(model, memory, memory_mask, use_cache=use_cache, max_len=max(limits),
+                                 vocab_size=vocab_size)
         stopper = StoppingCriteria(B, max_new_tokens=limits, eos_token_id=eos_id)
         tgt = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (b, t) with t = 1
         active = list(range(B))  # active[i] = the sentence that decoder row i belongs to

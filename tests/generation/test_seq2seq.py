@@ -198,3 +198,27 @@ def test_broken_logits_stop_greedy_and_beam_search(make_transformer, make_source
         greedy_search(model, src, **ids)
     with pytest.raises(FloatingPointError, match="logits hold NaN or \\+inf, or are -inf for every token"):
         beam_search(model, src, beam_size=2, **ids)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_tokenizer_smaller_than_the_output_layer_limits_the_translation(make_transformer, make_sources, mt_ids,
+                                                                        beam):
+    """Was: a padded target vocabulary (``--set tgt_vocab_size``) could give ids its tokenizer cannot decode, which
+    crashed the BLEU of training, translate and eval mt."""
+    from types import SimpleNamespace
+
+    from attnkit.generation import beam_search
+    from attnkit.generation.translate import search_ids
+
+    model = make_transformer(seed=0)
+    with torch.no_grad():
+        model.generator.bias[mt_ids.tgt_vocab - 2] = 50.0  # a padding id the model prefers
+    src = make_sources([3, 2])
+    ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad)
+    search = greedy_search if beam == 1 else lambda *a, **k: beam_search(*a, beam_size=beam, **k)
+    assert any(t >= 12 for row in search(model, src, **ids) for t in row)  # unlimited: the padding id
+    limited = search(model, src, vocab_size=12, **ids)
+    assert all(t < 12 for row in limited for t in row) and any(limited)
+    tok = SimpleNamespace(pad_id=mt_ids.pad, bos_id=mt_ids.bos, eos_id=mt_ids.eos, vocab_size=12)
+    sources = [[int(t) for t in row if t != mt_ids.pad] for row in src]
+    assert search_ids(model, tok, sources, beam=beam, length_penalty=1.0) == limited  # translate, eval, BLEU

@@ -79,11 +79,23 @@ def test_without_the_bar_the_evaluation_lines_still_print_and_log_false_silences
     assert "step " not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", ["summary.json", "metrics.csv", "loss.png"])
+def test_a_folder_holding_files_a_run_writes_is_not_written_into(tmp_path, tiny_lm, token_streams, name):
+    """Was: a folder that is no run but holds a file of the user's named like a run's record was trained into and
+    the file replaced."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / name).write_text("mine")
+    with pytest.raises(ValueError, match=rf"holds {name}, which a run would overwrite, and no training run"):
+        _trainer(tmp_path, tiny_lm, token_streams, steps=2)
+    assert (tmp_path / "run" / name).read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [name]
+
+
 def test_existing_run_is_never_overwritten(tmp_path, tiny_lm, token_streams):
     _trainer(tmp_path, tiny_lm, token_streams, steps=4, eval_every=4).fit()
     before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
     assert is_run_dir(tmp_path / "run")
-    with pytest.raises(ValueError, match="already holds a training run; pass resume=True"):
+    with pytest.raises(ValueError, match=r"already holds a training run; pass --resume \(resume=True\)"):
         _trainer(tmp_path, tiny_lm, token_streams, steps=4)
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before
 
