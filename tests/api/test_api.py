@@ -113,6 +113,9 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
     scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, hyps=tmp_path / "hyps.txt")
     assert scores.metrics["sentences"] == 20 and 0.0 <= scores.metrics["bleu"] <= 100.0
     assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 20
+    new = tmp_path / "new" / "folder" / "hyps.txt"  # was: the record was written, then the translations failed
+    record = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, hyps=new, json=tmp_path / "n.json")
+    assert len(new.read_text().splitlines()) == 20 and json.loads(record.path.read_text())["hyps"] == str(new.resolve())
     test_tsv = (pairs / "test.tsv").read_bytes()
     with pytest.raises(ValueError, match=r"--hyps .* is \(or is inside\) the data being scored"):
         api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=pairs / "test.tsv")
