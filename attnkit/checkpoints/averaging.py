@@ -23,8 +23,8 @@ from typing import Sequence
 import torch
 
 from attnkit.checks import check_int
-from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, checked_model_config, list_checkpoints,
-                         read_checkpoint_state, save_checkpoint, stored_float_dtype)
+from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, build_checkpoint_model, list_checkpoints,
+                         read_checkpoint_state, save_checkpoint)
 
 __all__ = ["average_state_dicts", "average_checkpoints", "average_last_checkpoints", "AVERAGED_DIR"]
 
@@ -80,8 +80,6 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
     same model config and tokenizer, and no un-merged LoRA adapters. ``out`` must not exist, or be a checkpoint this
     function wrote before (which is replaced); anything else there raises ``ValueError``. Returns ``out``.
     """
-    from attnkit.models.builders import build_model
-
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint folder, got none")
@@ -108,11 +106,8 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
                              f"{adapters[0]}); average checkpoints with the adapters merged into the weights")
     averaged = average_state_dicts(weights)
 
-    config = checked_model_config(paths[-1], last)  # fits its weights: an edited size is refused, not allocated
-    model = build_model(config)
-    dtype = stored_float_dtype(paths[-1] / MODEL_FILE)
-    if dtype is not None:  # the average of bfloat16 checkpoints is saved in bfloat16 too
-        model.to(dtype)
+    # checked against its weights (an edited size is refused, not allocated), in their dtype (bfloat16 stays so)
+    model = build_checkpoint_model(paths[-1], last)
     loaded = model.load_state_dict(averaged, strict=False)  # tied weights are stored under one name, as saved
     if loaded.unexpected_keys:
         raise ValueError(f"cannot average {paths[-1]}: its weights hold tensors the model has no place for, e.g. "

@@ -424,13 +424,16 @@ def _with_adapters(model: nn.Module, lora: dict[str, Any] | None) -> nn.Module:
 
 def build_checkpoint_model(path: str | os.PathLike, state: dict[str, Any] | None = None) -> nn.Module:
     """A new model as the checkpoint at ``path`` describes it (``state.json``'s ``model_config``, with the
-    adapters of an unmerged LoRA step checkpoint), built only after :func:`check_model_config`; its weights are
-    random until :func:`load_checkpoint`. Raises :class:`CheckpointError`."""
+    adapters of an unmerged LoRA step checkpoint), built only after :func:`check_model_config`, in the floating
+    point dtype its weights were saved in (a bfloat16 model comes back in bfloat16); its weights are random until
+    :func:`load_checkpoint`. Raises :class:`CheckpointError`."""
     from attnkit.models.builders import build_model
 
     path = Path(path)
     state = read_checkpoint_state(path) if state is None else state
-    return _with_adapters(build_model(checked_model_config(path, state)), _lora_settings(path, state))
+    model = _with_adapters(build_model(checked_model_config(path, state)), _lora_settings(path, state))
+    dtype = stored_float_dtype(path / MODEL_FILE)
+    return model if dtype is None else model.to(dtype)
 
 
 def checked_model_config(path: str | os.PathLike, state: dict[str, Any]) -> Any:

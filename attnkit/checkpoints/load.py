@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import (MODEL_FILE, CheckpointError, build_checkpoint_model, load_checkpoint, read_checkpoint_state,
-                         stored_float_dtype)
+from .checkpoint import CheckpointError, build_checkpoint_model, load_checkpoint, read_checkpoint_state
 from .runs import resolve_checkpoint
 
 __all__ = ["KINDS", "LoadedModel", "load", "checkpoint_kind"]
@@ -184,9 +183,6 @@ def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "bes
         raise CheckpointError(f"{file}: extra.tokenizer: {err}") from None
     model = build_checkpoint_model(ckpt, state)  # built once its sizes agree with the weights' header
     _check_tokenizer_fits(tokenizer, model.config, file)
-    dtype = stored_float_dtype(ckpt / MODEL_FILE)
-    if dtype is not None:  # a model saved in bfloat16 comes back in bfloat16, not as float32 copies of its weights
-        model.to(dtype)
     load_checkpoint(ckpt, model, device=device)
     if isinstance(extra.get("lora"), dict) and not extra["lora"].get("merged", True):
         from attnkit.modules.lora import merge_lora

@@ -45,7 +45,7 @@ def is_run_dir(path: str | Path) -> bool:
 
 
 # the records a run writes at the top of its folder (the metrics' views included)
-RUN_RECORDS = _RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
+RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
 
 
 def _in_checkpoint(real: Path) -> bool:
@@ -74,7 +74,7 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
     real = path.resolve()
     ours = run_prefix is not None and real.name.startswith(run_prefix)
-    if not ours and (_in_checkpoint(real) or (real.name in _RUN_RECORDS and is_run_dir(real.parent))):
+    if not ours and (_in_checkpoint(real) or (real.name in RUN_RECORDS and is_run_dir(real.parent))):
         raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
     if not path.exists():
         return path

@@ -84,6 +84,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -421,14 +422,17 @@ def generate(
     return stopper.outputs
 
 
-def _tokenizer_vocab(cfg: GenerationConfig, model: nn.Module, tokenizer) -> GenerationConfig:
-    """``cfg`` with ``vocab_size`` the tokenizer's when it is not given and the model's output layer is larger (its
-    padding ids have no text: a sample of one could not be decoded)."""
-    V = getattr(getattr(model, "config", None), "vocab_size", None)
+def text_vocab_limit(output_size: Any, tokenizer: Any) -> int | None:
+    """The tokenizer's size when the model's output layer (``output_size`` ids) is larger, else ``None``: the ids
+    past it are padding (``--set vocab_size``) and have no text, so decoding never chooses them."""
     n = getattr(tokenizer, "vocab_size", None)
-    if cfg.vocab_size is None and is_int(V) and is_int(n) and 0 < n < V:
-        return dataclasses.replace(cfg, vocab_size=n)
-    return cfg
+    return n if is_int(output_size) and is_int(n) and 0 < n < output_size else None
+
+
+def _tokenizer_vocab(cfg: GenerationConfig, model: nn.Module, tokenizer) -> GenerationConfig:
+    """``cfg`` with ``vocab_size`` the tokenizer's when it is not given and the model's output layer is larger."""
+    limit = text_vocab_limit(getattr(getattr(model, "config", None), "vocab_size", None), tokenizer)
+    return dataclasses.replace(cfg, vocab_size=limit) if cfg.vocab_size is None and limit is not None else cfg
 
 
 def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], needed: int,

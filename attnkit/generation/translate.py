@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
-from attnkit.checks import check_int, is_int
-from attnkit.generation.generate import model_device
+from attnkit.checks import check_int
+from attnkit.generation.generate import model_device, text_vocab_limit
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
 __all__ = ["DEFAULT_BEAM", "DEFAULT_LENGTH_PENALTY", "DEFAULT_BATCH_SIZE", "encode_sources", "search_ids",
@@ -87,10 +87,9 @@ def search_ids(model: Any, tokenizer: Any, sources: Sequence[list[int]], *, beam
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     src, mask = pad_right([sources[i] for i in order], tokenizer.pad_id)  # (B, S), (B, S)
     device = model_device(model)
-    V = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
-    n = getattr(tokenizer, "vocab_size", None)  # fewer than the output layer's: its padding ids have no text
+    limit = text_vocab_limit(getattr(getattr(model, "config", None), "tgt_vocab_size", None), tokenizer)
     common = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
-                  max_len_a=max_len_a, max_len_b=max_len_b, vocab_size=n if is_int(V) and is_int(n) and n < V else None)
+                  max_len_a=max_len_a, max_len_b=max_len_b, vocab_size=limit)
     with torch.no_grad():
         if beam == 1:
             ids = greedy_search(model, src.to(device), mask.to(device), **common)

@@ -6,6 +6,7 @@ A chat template is Jinja code shipped with a model's tokenizer (``tokenizer_conf
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from typing import Any, Sequence
@@ -49,6 +50,7 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+@functools.cache  # one class for every rendering (jinja2 is imported only when a template is rendered)
 def _generation_tag() -> type:
     """The ``{% generation %}...{% endgeneration %}`` block of transformers (it marks the assistant's text for a
     training mask); rendering it gives its body unchanged."""
