@@ -5,19 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 
-# Each module defines ``register(subparsers)`` that adds its parser and sets ``func``.
-_COMMAND_MODULES = (
-    "attnkit.cli.params",
-    "attnkit.cli.data",
-    "attnkit.cli.train",
-    "attnkit.cli.finetune",
-    "attnkit.cli.sample",
-    "attnkit.cli.evaluate",
-    "attnkit.cli.translate",
-    "attnkit.cli.viz",
-    "attnkit.cli.trace",
-    "attnkit.cli.convert",
-)
+# Each module defines ``register(subparsers)`` that adds its parser and sets ``func``; in ``attnkit --help`` order.
+_COMMAND_MODULES = tuple(f"attnkit.cli.{name}" for name in (
+    "params", "data", "train", "finetune", "sample", "evaluate", "translate", "viz", "trace", "convert"))
 
 
 def register_all(subparsers: argparse._SubParsersAction) -> None:

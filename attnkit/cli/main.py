@@ -3,12 +3,14 @@
 result; heavy imports happen inside the commands, so ``--help`` is instant.
 
 Exit codes: 0 done, 2 a clear error (one line), 130 / 143 stopped by SIGINT / SIGTERM (a training run first writes
-a checkpoint and prints the command that resumes it; see :mod:`attnkit.training.preemption`).
+a checkpoint and prints the command that resumes it; see :mod:`attnkit.training.preemption`), 141 (128 + SIGPIPE)
+stopped quietly because the reader of its output went away (``attnkit sample ... | head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from attnkit import __version__
@@ -48,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         if message:
             print(message, file=sys.stderr)
         return code
+    except BrokenPipeError:  # stdout's reader has gone (`| head`): stop as a Unix filter does, without a word
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush then writes nowhere
+        return 141
     except (ValueError, OSError, RuntimeError, ArithmeticError) as e:
         # Expected failures (bad input, missing files, fetch errors, float overflow): one clear line, no traceback.
         print(f"attnkit {args.command}: error: {e}", file=sys.stderr)

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write sentence<TAB>translation pairs to this file instead of translations to stdout (needs "
                         "--input): the synthetic data of back-translation (train mt --synthetic); a progress bar, the "
                         "throughput at the end; an existing file is continued after its last complete line")
-    p.add_argument("--sort-batches", type=int, default=16, metavar="K",
+    p.add_argument("--sort-batches", type=int, default=None, metavar="K",
                    help="with --output: read K batches at a time and sort them by length together (default 16)")
     p.add_argument("--no-progress", action="store_true", help="with --output: no progress bar")
     add_decoding_flags(p)
@@ -42,6 +42,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         return _translate_to_pairs(args)
+    if args.sort_batches is not None or args.no_progress:
+        raise ValueError("--sort-batches and --no-progress work only with --output (a pairs file), got them without")
     if args.input is None and sys.stdin is None:
         raise ValueError("no input: stdin is closed; pass --input FILE")
     if args.input is not None and not Path(args.input).is_file():
@@ -68,7 +70,8 @@ def _translate_to_pairs(args: argparse.Namespace) -> int:
 
     if args.input is None:
         raise ValueError("--output needs --input (a file, read again to continue a stopped run)")
-    result = translate_file(options_from(TranslateFileOptions, args))
+    sort = TranslateFileOptions.sort_batches if args.sort_batches is None else args.sort_batches  # None: default 16
+    result = translate_file(options_from(TranslateFileOptions, args, sort_batches=sort))
     if result.truncated:
         print(f"attnkit translate: {result.truncated} sentences were longer than the model allows and were truncated "
               "(--strict refuses them)", file=sys.stderr)

@@ -265,6 +265,23 @@ def test_ctrl_c_while_torch_is_still_importing_exits_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "interrupted"
 
 
+def test_reader_going_away_stops_quietly_with_141():
+    """``attnkit sample ... | head``: when the reader of stdout closes the pipe, the command stops at once with exit
+    code 141 (128 + SIGPIPE, as a Unix filter) and nothing on stderr, not "error: [Errno 32] Broken pipe" (2)."""
+    script = ("import sys, attnkit.cli.params as p\n"
+              "from attnkit.cli.main import main\n"
+              "def flood(args):\n"
+              "    while True:\n"
+              "        print('x' * 99, flush=True)\n"
+              "p.run = flood\n"
+              "sys.exit(main(['params']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"x" * 99 + b"\n"
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
+
+
 def test_params_command(capsys):
     assert main(["params", "gpt2"]) == 0
     assert "124,439,808" in capsys.readouterr().out

@@ -41,7 +41,8 @@ def mono(tmp_path) -> Path:
 
 
 def _translate(run: Path, *flags: str) -> int:
-    return main(["translate", "--ckpt", str(run), "--device", "cpu", "--no-progress", "--beam", "1", *flags])
+    quiet = ["--no-progress"] if "--output" in flags else []  # the bar is the pairs file's
+    return main(["translate", "--ckpt", str(run), "--device", "cpu", *quiet, "--beam", "1", *flags])
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -201,3 +202,14 @@ def test_bad_decoding_values_are_refused_before_anything_is_written(run, mono, t
     assert _translate(run, "--input", str(mono), "--output", str(out)) == 0
     with pytest.raises(ValueError, match=message.replace("+", r"\+")):
         TranslateOptions(ckpt=run, **{flag[2:].replace("-", "_"): float(value)})
+
+
+@pytest.mark.parametrize("flags", [("--sort-batches", "4"), ("--no-progress",)])
+def test_the_pairs_file_flags_are_refused_without_it(run, mono, capsys, flags):
+    """``--sort-batches`` and ``--no-progress`` change only how ``--output`` writes a pairs file: translating to
+    stdout with them is refused in one line, not silently done without them."""
+    assert _translate(run, "--input", str(mono), *flags) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == ("attnkit translate: error: --sort-batches and --no-progress work only with "
+                                    "--output (a pairs file), got them without")
