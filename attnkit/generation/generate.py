@@ -24,7 +24,8 @@ its own (up to float rounding; past ``block_size`` with the cache's sliding wind
 **KV cache** (``use_cache=True``): the prompt is fed once ("prefill"), its keys/values are stored, and
 each later step feeds only the one new token. Without the cache, every step feeds the whole sequence
 again: slower, but it needs no cache and lets learned-position models slide past ``block_size``.
-Both give the same tokens.
+Both give the same tokens. The cache starts with room for the prompt and ``FIRST_ROOM`` new tokens and doubles
+when full, so a generous ``max_new_tokens`` costs the memory of the tokens made, not of the limit.
 
 **Context length.** A model with *learned* positions has no embedding for positions ``>= block_size``.
 Generating needs ``L = T_prompt + max_new_tokens - 1`` positions (the last new token is never fed back).
@@ -198,18 +199,25 @@ class _Uncached:
 
 
 class _Cached:
-    """Prefill the prompt once, then feed one new column per step; the cache holds every column."""
+    """Prefill the prompt once, then feed one new column per step; the cache holds every column. Its buffers start
+    with room for ``capacity`` columns (default ``max_len``) and double when full, up to ``max_len``: a large
+    ``max_new_tokens`` costs the memory of the tokens made, not of the limit (a cache without ``grow`` is made
+    whole)."""
 
     keeps_batch = False
 
-    def __init__(self, model: nn.Module, batch_size: int, max_len: int):
-        self.model = model
-        self.cache = model.new_cache(batch_size, max_len=max_len)
+    def __init__(self, model: nn.Module, batch_size: int, max_len: int, capacity: int | None = None):
+        self.model, self.max_len = model, max_len
+        self.cache = model.new_cache(batch_size, max_len=max_len if capacity is None else min(capacity, max_len))
+        if self.cache.max_len < max_len and not callable(getattr(self.cache, "grow", None)):
+            self.cache = model.new_cache(batch_size, max_len=max_len)
         self.start = 0  # first column of `tokens` in the cache
         self.fed = 0  # columns of `tokens` already in the cache
 
     def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """Shape: tokens, pad ``(b, L)`` -> logits ``(b, V)``. The mask covers the cached and the new keys."""
+        if tokens.shape[1] - self.start > self.cache.max_len:  # full: double it
+            self.cache.grow(min(max(2 * self.cache.max_len, tokens.shape[1] - self.start), self.max_len))
         window_pad = pad[:, self.start:]  # (b, S)
         positions = position_ids_from_padding(window_pad)[:, self.fed - self.start:]  # (b, new columns)
         logits = self.model(tokens[:, self.fed:], key_padding_mask=window_pad, position_ids=positions, cache=self.cache)
@@ -226,8 +234,7 @@ class _Compiled(_Cached):
     keeps_batch = True
 
     def __init__(self, model: nn.Module, batch_size: int, max_len: int):
-        super().__init__(model, batch_size, max_len)
-        self.max_len = max_len
+        super().__init__(model, batch_size, max_len)  # every slot now: a compiled step's shapes never change
         for module in model.modules():  # a compiled step cannot grow a sinusoidal table: size it for every slot now
             if isinstance(module, SinusoidalPositionalEncoding):
                 module.reserve(max_len)
@@ -284,7 +291,11 @@ class _WindowCache(_Cached):
             keys.copy_(self.rotary.shift(keys, -dropped))
 
 
-def _decoding_path(model: nn.Module, cfg: GenerationConfig, batch_size: int, needed: int):
+# new-token columns an eager cache has room for after the prompt before it first grows (it doubles when full)
+FIRST_ROOM = 256
+
+
+def _decoding_path(model: nn.Module, cfg: GenerationConfig, batch_size: int, needed: int, prompt_len: int):
     """The object whose ``next_logits`` runs the model for ``cfg`` (see the module doc for each path)."""
     mcfg = getattr(model, "config", None)
     block_size = getattr(mcfg, "block_size", None)
@@ -297,7 +308,7 @@ def _decoding_path(model: nn.Module, cfg: GenerationConfig, batch_size: int, nee
     if cfg.compile:  # round up, so that nearby lengths share one compilation (never past learned positions)
         rounded = -(-needed // SLOT_MULTIPLE) * SLOT_MULTIPLE
         return _Compiled(model, batch_size, min(rounded, block_size) if learned and block_size else rounded)
-    return _Cached(model, batch_size, needed)
+    return _Cached(model, batch_size, needed, capacity=prompt_len + FIRST_ROOM)
 
 
 def _check_context(model: nn.Module, cfg: GenerationConfig, prompt_len: int) -> int:
@@ -449,7 +460,7 @@ def _decode(model: nn.Module, cfg: GenerationConfig, rows: list[list[int]], need
     # compiled steps: dynamo's recompile limit raised once for the loop (compiled_step then skips its own patch)
     limit = torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT) if cfg.compile else contextlib.nullcontext()
     with eval_mode(model), limit:
-        path = _decoding_path(model, cfg, len(rows), needed)
+        path = _decoding_path(model, cfg, len(rows), needed, tokens.shape[1])
         if path.keeps_batch:
             return _decode_ahead(path, tokens, pad, cfg, generator, stopper, streamer)
         while True:

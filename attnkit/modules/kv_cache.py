@@ -4,7 +4,8 @@ Axis legend: ``B`` batch, ``K`` key/value heads, ``T`` new positions in one step
 
 During generation each new token only needs its own query; the keys and values of all earlier tokens
 do not change, so they are stored once and reused. The cache preallocates ``(B, K, max_len, D)``
-buffers and fills them from the left; ``length`` counts the filled positions.
+buffers and fills them from the left; ``length`` counts the filled positions. :meth:`KVCache.grow` moves them
+into larger buffers (generation starts small and doubles a full cache).
 
 Two ways to write: :meth:`KVCache.update` appends at ``length`` (a Python int) and returns the filled
 part, whose length grows by one every step; :meth:`KVCache.update_at` writes at slots given as a *tensor*
@@ -156,6 +157,23 @@ class KVCache(nn.Module):
         """Forget every cached position (the buffers are kept for reuse)."""
         self.length = 0
 
+    def grow(self, max_len: int) -> None:
+        """Make room for ``max_len`` positions, keeping the cached ones: new buffers, the filled part copied in.
+        (Generation starts a cache with room for the prompt and some new tokens and doubles it when full.)
+
+        Shape:
+            the buffers become ``(B, K, max_len, D)``.
+        """
+        if not is_int(max_len) or max_len < self.max_len:
+            raise ValueError(f"KVCache.grow: max_len must be an int >= the current max_len = {self.max_len}, "
+                             f"got {max_len!r}")
+        for name in ("k_cache", "v_cache"):
+            old = getattr(self, name)  # (B, K, old max_len, D)
+            new = old.new_zeros(old.shape[0], old.shape[1], max_len, old.shape[3])  # (B, K, max_len, D)
+            new.narrow(2, 0, self.length).copy_(old.narrow(2, 0, self.length))
+            setattr(self, name, new)  # a registered buffer: this replaces it
+        self.max_len = max_len
+
     def reorder(self, index: torch.Tensor) -> None:
         """Select/reorder batch rows, e.g. to follow the surviving hypotheses of a beam search.
 
@@ -200,3 +218,8 @@ class LayerCaches:
     @property
     def max_len(self) -> int:
         return self.self_caches[0].max_len
+
+    def grow(self, max_len: int) -> None:
+        """Give every layer's self-attention cache room for ``max_len`` positions (see :meth:`KVCache.grow`)."""
+        for cache in self.self_caches:
+            cache.grow(max_len)

@@ -8,6 +8,8 @@ What the module doc promises, checked on tiny random GPTs:
   layers' kept entries still reflect the dropped tokens.
 """
 
+import importlib
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -118,6 +120,26 @@ def test_rope_window_cache_runs_long_and_stays_finite():
     model = _gpt("rope", 2)
     out = generate(model, PROMPTS, max_new_tokens=40, sliding_window=True, do_sample=True, seed=1)
     assert [len(o) for o in out] == [40] * 3
+
+
+def test_the_cache_grows_with_the_tokens_not_with_max_new_tokens(monkeypatch):
+    """A RoPE model may be asked for any number of new tokens: the cache starts with room for the prompt and a few
+    more and doubles when full, so a huge ``max_new_tokens`` (here 10**12, whose cache would be 2 TB) costs only
+    what is generated, and growing changes no token (rows leaving the batch included)."""
+    from attnkit.models.gpt import GPTCache
+
+    gen = importlib.import_module("attnkit.generation.generate")  # (the package's `generate` is the function)
+
+    model = _gpt("rope", 2)
+    # every id ends a row at once: the limit is never reached, and only the first cache is ever made
+    assert generate(model, PROMPTS, max_new_tokens=10**12, eos_token_id=list(range(30))) == [[], [], []]
+    eos = generate(model, PROMPTS, max_new_tokens=30, use_cache=False)[1][11]  # makes row 1 stop early
+    reference = generate(model, PROMPTS, max_new_tokens=30, use_cache=False, eos_token_id=eos)
+    grown, grow = [], GPTCache.grow
+    monkeypatch.setattr(GPTCache, "grow", lambda cache, n: (grown.append((cache.length, n)), grow(cache, n))[1])
+    monkeypatch.setattr(gen, "FIRST_ROOM", 1)  # room for the longest prompt (7) + 1, then 16, 32, 36 = 7 + 30 - 1
+    assert generate(model, PROMPTS, max_new_tokens=30, eos_token_id=eos) == reference
+    assert grown == [(8, 16), (16, 32), (32, 36)]
 
 
 def test_learned_positions_without_sliding_window_still_refuse_the_cache():

@@ -1,4 +1,4 @@
-"""KVCache: append, views, reset, reorder (beam search), overflow and shape/dtype checks."""
+"""KVCache: append, views, reset, reorder (beam search), grow, overflow and shape/dtype checks."""
 
 import pytest
 import torch
@@ -112,3 +112,18 @@ def test_reorder_index_out_of_range():
 def test_sizes_must_be_positive_ints(args, message):
     with pytest.raises(ValueError, match=message):
         KVCache(*args)
+
+
+def test_grow_keeps_the_cached_positions_and_makes_room():
+    cache = KVCache(2, 3, 4, 5)
+    k1, v1 = torch.randn(2, 3, 3, 5), torch.randn(2, 3, 3, 5)
+    cache.update(k1, v1)
+    cache.grow(7)
+    assert cache.max_len == 7 and cache.k_cache.shape == (2, 3, 7, 5) and cache.length == 3
+    k2, v2 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # 3 + 4 = 7 would overflow the old buffers
+    k, v = cache.update(k2, v2)
+    assert torch.equal(k, torch.cat([k1, k2], 2)) and torch.equal(v, torch.cat([v1, v2], 2))
+    with pytest.raises(ValueError, match=r"max_len must be an int >= the current max_len = 7, got 6"):
+        cache.grow(6)
+    with pytest.raises(ValueError, match=r"got 8.0"):
+        cache.grow(8.0)
