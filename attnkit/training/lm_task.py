@@ -28,7 +28,9 @@ from torch import nn
 
 from attnkit.checks import check_int
 from attnkit.data.pipeline.token_store import TokenStore
-from .task import batch_seed, check_split, check_step, model_device, tensor_fingerprint
+from attnkit.generation.generate import model_device
+
+from .task import batch_seed, check_split, check_step, tensor_fingerprint
 
 
 def _fingerprint(tokens: torch.Tensor | TokenStore) -> str:

@@ -53,9 +53,10 @@ from attnkit.checks import check_int, is_number
 from attnkit.data.pipeline.mt_batching import (BT_TAG, IGNORE_INDEX, EncodedPairs, MTBatch, TokenBudgetBatcher,
                                                tag_sources)
 
+from attnkit.generation.generate import model_device
 from attnkit.generation.translate import greedy_translator
 
-from .task import check_split, check_step, model_device, move_to_device
+from .task import check_split, check_step, move_to_device
 
 # (model, [source ids (with <eos>), ...]) -> [hypothesis text, ...]
 TranslateFn = Callable[[nn.Module, list[list[int]]], list[str]]

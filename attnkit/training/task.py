@@ -45,7 +45,6 @@ import torch
 from torch import nn
 
 from attnkit.checks import check_choice, check_int
-from attnkit.generation.generate import model_device  # the one definition; re-exported for the tasks
 
 SPLITS: tuple[str, ...] = ("train", "valid")
 TASK_METHODS: tuple[str, ...] = ("batch", "loss", "evaluate", "state_dict", "load_state_dict")

@@ -240,7 +240,7 @@ def test_from_hugging_face_folder(pretrained, corpus, tmp_path, capsys):
     assert _finetune(pretrained["hf"], corpus, out, "--lora", "--steps", "4", "--lr", "1e-2") == 0
     assert "Hugging Face folder" in capsys.readouterr().err
     loaded = load(out)
-    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
+    tok, state = loaded.tokenizer, loaded.state
     assert state["extra"]["chat_template"] == CHAT_TEMPLATE
     assert tok.eos_id == tok.token_to_id("<|im_end|>")
     # the attnkit checkpoint and the HF folder hold the same model: same starting validation loss

@@ -299,7 +299,7 @@ def test_train_with_gpt2_tokenizer(corpus, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     assert _train(corpus, out, "--tokenizer", "gpt2", "--steps", "3") == 0
     loaded = load(out)
-    model, tok, state = loaded.model, loaded.tokenizer, loaded.state
+    model, tok = loaded.model, loaded.tokenizer
     assert tok.vocab_size == 50257 == model.config.vocab_size
     assert tok.encode("Hello world") == [15496, 995]
     capsys.readouterr()

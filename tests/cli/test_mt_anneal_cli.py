@@ -3,7 +3,6 @@ switch and the options travel with the run (resume), and bad values get one clea
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

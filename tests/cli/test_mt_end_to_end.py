@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
-
-import pytest
 
 from attnkit.cli.main import main
 from attnkit.checkpoints import load

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from attnkit.cli.main import main
 
 TINY_MT = ["--preset", "transformer-small", "--set", "d_model=32", "--set", "num_heads=2",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 import torch.nn.functional as F
 
-from attnkit.training.task import model_device, move_to_device
+from attnkit.generation.generate import model_device
+from attnkit.training.task import move_to_device
 
 
 class FixedTask:

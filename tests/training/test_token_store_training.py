@@ -3,7 +3,6 @@ its ids in memory before the store existed), and DDP ranks (gloo, torchrun) shar
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.checkpoints.checkpoint import latest_checkpoint
-from attnkit.data.pipeline.lm_dataset import eval_batches, prepare_lm_data
+from attnkit.data.pipeline.lm_dataset import eval_batches
 from attnkit.data.pipeline.mt_batching import encode_pairs, train_joint_bpe
 from attnkit.data.pipeline.mt_store import encode_pairs_stored
 from attnkit.data.pipeline.token_store import TokenStore, TokenStoreWriter
