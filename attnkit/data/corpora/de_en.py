@@ -389,6 +389,9 @@ def read_mo(data: bytes | str | Path) -> list[CatalogEntry]:
         raise ValueError(f"unsupported .mo major revision {revision >> 16} (expected 0 or 1)")
 
     def string(table: int, i: int) -> bytes:
+        if table + 8 * i + 8 > len(data):
+            raise ValueError(f".mo table entry {i} at byte {table + 8 * i} runs past the end of the file "
+                             f"({len(data)} bytes): truncated or not a .mo file")
         length, offset = struct.unpack(endian + "2I", data[table + 8 * i: table + 8 * i + 8])
         if offset + length > len(data):
             raise ValueError(f".mo string {i} runs past the end of the file ({offset + length} > {len(data)})")

@@ -17,8 +17,9 @@ teletype "overstriking" (``_\\bw`` underlines a ``w``, ``w\\bw`` makes it bold; 
 is resolved to the plain characters (:func:`strip_overstrike`); lines whose UTF-8 was decoded as Latin-1 once
 too often (``donâ\x80\x99t`` for ``don’t``) are repaired (:func:`fix_mojibake`); other control characters (the
 terminal bell ``\a`` of a few computer jokes) are removed; trailing spaces are removed from each line and blank
-lines from the start and end of each entry; empty entries are dropped; exact duplicates (the same fortune in two
-files) are kept once, so no validation text is also in training.
+lines from the start and end of each entry; empty entries are dropped; duplicates (the same fortune in two files,
+also when wrapped or indented differently: compared with every run of whitespace as one space) are kept once, so no
+validation text is also in training.
 
 Split (:func:`split_entries`): a seeded shuffle of the entries (``random.Random(1234)``), the first 5% to
 ``valid.txt``, the rest to ``train.txt``, each in shuffled order (topics mixed).
@@ -79,7 +80,7 @@ EXCLUDED_FILES = ("art", "ascii-art")  # pictures drawn with characters, not lan
 SEPARATOR = "%"
 VALID_FRACTION = 0.05
 SEED = 1234
-CONVERTER_VERSION = 3  # bump when the cleaning changes, so cached outputs are rebuilt
+CONVERTER_VERSION = 4  # bump when the cleaning changes, so cached outputs are rebuilt
 # Debian versions checked when this recipe was written (version -> sha256 of the .deb). Others are accepted
 # (apt verifies them) and recorded; the counts may then differ slightly.
 KNOWN_DEBS = {"1:1.99.1-7.3": "41d0551dc0ff52f875a2ecef7c39da2f672ab468c37e170119f7e0245a9d63c5"}
@@ -197,8 +198,14 @@ def fortune_files(folder: str | Path) -> list[Path]:
     return out
 
 
+def _duplicate_key(entry: str) -> str:
+    """What two entries share when they are the same fortune: the words, whatever the wrapping and indentation."""
+    return " ".join(entry.split())
+
+
 def collect_entries(folder: str | Path) -> tuple[list[str], dict[str, int], int]:
-    """Entries of every fortune file in ``folder``, exact duplicates kept once (first occurrence wins).
+    """Entries of every fortune file in ``folder``, duplicates kept once (first occurrence wins): entries that
+    differ only in their whitespace (wrapped at other places, indented otherwise) count as the same.
 
     Returns:
         ``(entries, per_file_counts, duplicates_removed)``; per-file counts are before deduplication.
@@ -219,10 +226,11 @@ def collect_entries(folder: str | Path) -> tuple[list[str], dict[str, int], int]
         parsed = parse_fortunes(text)
         per_file[p.name] = len(parsed)
         for e in parsed:
-            if e in seen:
+            key = _duplicate_key(e)
+            if key in seen:
                 dups += 1
                 continue
-            seen.add(e)
+            seen.add(key)
             entries.append(e)
     return entries, per_file, dups
 

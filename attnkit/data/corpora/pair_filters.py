@@ -16,12 +16,13 @@ import collections
 import re
 from typing import Iterable
 
-__all__ = ["MIN_RATIO", "MAX_RATIO", "MAX_WORDS", "function_words", "looks_german", "looks_english",
+__all__ = ["MIN_RATIO", "MAX_RATIO", "MAX_WORDS", "MAX_CHARS", "function_words", "looks_german", "looks_english",
            "check_pair", "admit_pair", "admit_blocks", "is_full_sentence", "split_sentences"]
 
 MIN_RATIO = 0.5  # character-length ratio german / english allowed for a pair
 MAX_RATIO = 2.0
 MAX_WORDS = 80  # per side
+MAX_CHARS = 1000  # per side: a side of a few very long "words" (a path, a hash, a run of symbols) is no sentence
 
 # The most frequent function words, chosen so that none is a common word of the other language.
 _GERMAN = frozenset("""der die das und ist nicht mit für ein eine einen einem einer sich auf werden wird
@@ -53,15 +54,17 @@ def looks_english(text: str) -> bool:
 def check_pair(german: str, english: str) -> str:
     """``"ok"`` or why the pair is not a usable sentence pair.
 
-    Reasons: ``"empty"``, ``"identical"`` (untranslated), ``"too long"`` (more than ``MAX_WORDS`` words on a
-    side), ``"length ratio"`` (German/English character ratio outside ``[MIN_RATIO, MAX_RATIO]``, the usual
-    sign of a misalignment), ``"language"`` (a side that looks like the other language).
+    Reasons: ``"empty"``, ``"identical"`` (untranslated), ``"too long"`` (more than ``MAX_WORDS`` words or
+    ``MAX_CHARS`` characters on a side), ``"length ratio"`` (German/English character ratio outside
+    ``[MIN_RATIO, MAX_RATIO]``, the usual sign of a misalignment), ``"language"`` (a side that looks like the other
+    language).
     """
     if not german.strip() or not english.strip():
         return "empty"
     if german == english:
         return "identical"
-    if len(german.split()) > MAX_WORDS or len(english.split()) > MAX_WORDS:
+    if (len(german.split()) > MAX_WORDS or len(english.split()) > MAX_WORDS
+            or len(german) > MAX_CHARS or len(english) > MAX_CHARS):
         return "too long"
     ratio = len(german) / len(english)
     if not MIN_RATIO <= ratio <= MAX_RATIO:

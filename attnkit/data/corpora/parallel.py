@@ -11,6 +11,7 @@ Bad lines are handled by one rule, the same for both forms. A TSV line with no t
 with an empty side is *skipped and counted* by default (``ParallelCorpus.skipped``), or refused with its line
 number when ``strict=True``. Two files of different lengths are always refused (``ValueError`` naming both
 counts): a missing line shifts every later pair, so nothing after it could be trusted.
+A file that is not UTF-8, or holds a NUL byte (binary, or UTF-16 without a byte-order mark), raises ``ValueError``.
 
 Training data without its own validation pairs (one TSV file or two line-aligned files, no ``--valid``) gets a
 validation part split off by :func:`split_off_valid`: a seeded shuffle (fixed seed, so every run of the same file
@@ -133,10 +134,12 @@ class ParallelCorpus:
 def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"parallel data file {str(path)!r} does not exist")
+    data = path.read_bytes()  # decoded whole: a lone "\r" inside a line does not split it, we split on "\n"
+    nul = data.find(b"\x00")
+    if nul >= 0:  # binary, or UTF-16 without a byte-order mark: valid UTF-8 that would read as garbled pairs
+        raise ValueError(f"{str(path)!r} looks binary: NUL byte at byte offset {nul}; expected UTF-8 text")
     try:
-        # newline="" keeps a lone "\r" inside a line from splitting it; we split on "\n" ourselves.
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     lines = text.split("\n")

@@ -92,14 +92,16 @@ def get_recipe(name: str, *, paths: bool = True) -> Recipe:
     return _RECIPES[name]
 
 
-def prepare(name: str, *, force: bool = False, home: Path | None = None) -> Path:
-    """Run the recipe ``name`` (fetch, convert, split, cache) and return the folder holding its files."""
+def prepare(name: str, *, force: bool = False, home: str | os.PathLike | None = None) -> Path:
+    """Run the recipe ``name`` (fetch, convert, split, cache) and return the folder holding its files; ``home``:
+    the cache folder (default :func:`~attnkit.data.fetch.attnkit_home`)."""
     recipe = get_recipe(name, paths=False)  # `data prepare` takes recipe names only
-    root = (home or attnkit_home()) / "data" / name
+    home = attnkit_home() if home is None else Path(home).expanduser()
+    root = home / "data" / name
     for folder in (root, *root.parents):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file, but the data cache needs a folder there (ATTNKIT_HOME: "
-                             f"{home or attnkit_home()})")
+                             f"{home})")
     root.mkdir(parents=True, exist_ok=True)
     with _preparing(root, name):
         return recipe.fn(root, force=force)

@@ -115,6 +115,9 @@ def test_read_mo_refuses_a_truncated_file():
         read_mo(data[:-20])
     with pytest.raises(ValueError, match="at least 20 bytes, got 3"):
         read_mo(b"\xde\x12\x04")
+    # cut inside the tables of (length, offset) pairs: a ValueError too, not struct.error
+    with pytest.raises(ValueError, match=r"\.mo table entry \d+ at byte \d+ runs past the end of the file"):
+        read_mo(data[:30])
 
 
 # --- catalog cleaning: one test per rule ------------------------------------------------------------------------

@@ -158,6 +158,7 @@ def test_split_sentences_respects_abbreviations():
     ("This is the English text left untranslated.", "This is the English text, left untranslated here.", "language"),
     ("Das ist der deutsche Text.", "Das ist der deutsche Text, nicht englisch.", "language"),
     (" ".join(["Wort"] * 81), " ".join(["word"] * 81), "too long"),
+    ("Pfad /" + "x" * 1000 + ".", "Path /" + "x" * 1000 + ".", "too long"),  # two words, but no sentence
 ])
 def test_check_pair(german, english, reason):
     assert check_pair(german, english) == reason

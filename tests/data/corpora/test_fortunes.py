@@ -101,6 +101,19 @@ def test_collect_deduplicates(tmp_path):
     assert dups == 1 and len(entries) == 46 and len(set(entries)) == 46
 
 
+def test_collect_drops_a_fortune_wrapped_otherwise_in_another_file(tmp_path):
+    # the same fortune in two files, wrapped at other places and indented otherwise (as the real package has it):
+    # kept once, so it cannot land in both train and valid
+    d = tmp_path / "fortunes"
+    d.mkdir()
+    (d / "a").write_text("Live within your income, even if you\nhave to borrow to do so.\n%\nOther one.\n%\n",
+                         encoding="utf-8")
+    (d / "b").write_text("  Live within your income, even if you have to\n  borrow to do so.\n%\n", encoding="utf-8")
+    entries, per_file, dups = f.collect_entries(d)
+    assert entries == ["Live within your income, even if you\nhave to borrow to do so.", "Other one."]
+    assert per_file == {"a": 2, "b": 1} and dups == 1
+
+
 def test_split_is_deterministic_disjoint_and_complete():
     entries = [f"entry {i}" for i in range(200)]
     train, valid = f.split_entries(entries, valid_fraction=0.05, seed=7)
@@ -181,7 +194,7 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     assert "computers" in record["entries_per_file"]
     train, valid = f.read_entries(root / "train.txt"), f.read_entries(root / "valid.txt")
     assert (len(train), len(valid)) == (counts["train"], counts["valid"])
-    assert not set(train) & set(valid)
+    assert not {" ".join(e.split()) for e in train} & {" ".join(e.split()) for e in valid}  # not even rewrapped
     text = (root / "train.txt").read_text(encoding="utf-8")
     assert 2_000_000 <= len(text) <= 2_600_000
     # no control characters but tab and newline, no mojibake left

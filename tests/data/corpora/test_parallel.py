@@ -112,6 +112,18 @@ def test_tsv_that_is_not_utf8_is_refused(tmp_path):
         read_tsv(path)
 
 
+
+def test_utf16_or_binary_parallel_data_is_refused(tmp_path):
+    # UTF-16 without a byte-order mark is valid UTF-8 full of NUL bytes: it must not read as garbled pairs
+    pairs = "".join(f"Satz {i}.\tSentence {i}.\n" for i in range(20))
+    (tmp_path / "u16.tsv").write_bytes(pairs.encode("utf-16-le"))
+    with pytest.raises(ValueError, match=r"u16\.tsv' looks binary: NUL byte at byte offset 1"):
+        load_train_valid(tmp_path / "u16.tsv")
+    (tmp_path / "de.txt").write_text("Ja.\n", encoding="utf-8")
+    (tmp_path / "en.txt").write_bytes(b"Yes.\x00\n")
+    with pytest.raises(ValueError, match=r"en\.txt' looks binary: NUL byte at byte offset 4"):
+        load_parallel([tmp_path / "de.txt", tmp_path / "en.txt"])
+
 def test_missing_file_is_a_file_not_found_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_tsv(tmp_path / "nope.tsv")

@@ -79,6 +79,11 @@ def test_the_lock_is_released_when_the_recipe_fails(tmp_path):
         registry._RECIPES.pop("test-failing", None)
 
 
+def test_the_cache_folder_may_be_given_as_a_string(slow_recipe, tmp_path):
+    assert registry.prepare("test-slow", home=str(tmp_path)) == tmp_path / "data" / "test-slow"
+    assert (tmp_path / "data" / "test-slow" / "data.txt").is_file()
+
+
 def test_an_unknown_recipe_names_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match=r"unknown data recipe 'no-such'; known recipes: .*de-en") as err:
         registry.prepare("no-such", home=tmp_path)
