@@ -40,10 +40,12 @@ class PreparedData:
 
 
 def prepare_data(name: str, *, force: bool = False) -> PreparedData:
-    """Fetch, convert, split and cache recipe ``name`` (``force``: rebuild even if cached)."""
+    """Fetch, convert, split and cache recipe ``name`` (``force``: rebuild even if cached; a ``bool``, so that
+    ``force="no"`` is refused rather than read as true)."""
+    from attnkit.checks import check_bool
     from attnkit.data.corpora.registry import prepare
 
-    folder = prepare(name, force=force)
+    folder = prepare(name, force=check_bool("force", force))
     record = folder / "SOURCE.json"
     source = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
     files = [(f.name, f.stat().st_size) for f in sorted(folder.iterdir())  # not a temporary file of a stopped run

@@ -78,6 +78,9 @@ class EvalMTOptions(DecodingOptions):
         super()._check()
         if not str(self.ckpt):
             raise ValueError("evaluate_mt needs ckpt (a run or checkpoint folder)")
+        if self.data is not None and not self.data.strip():  # "" would fall back to the training data
+            raise ValueError(f"--data must name the pairs to score (None: the data the model was trained on), got "
+                             f"{self.data!r}")
         if self.split not in SPLITS:
             raise ValueError(f"--split must be one of {list(SPLITS)}, got {self.split!r}")
         if self.max_sentences is not None and self.max_sentences < 1:

@@ -27,13 +27,14 @@ source model's prompting conventions (``prompting``: ``add_bos_token``, prompts 
 ``stop_token_ids``, the ids that end a generation; so ``attnkit sample --ckpt`` prompts and stops the fine-tuned
 model as it did the source), the data and the LoRA settings; a local ``--data`` or ``--from`` as its absolute
 path, so that ``--resume`` works from any working directory (a ``--data`` or ``--from`` given on resume must name
-the same file or name as the run's).
+the same file or name as the run's, a ``--tokenizer`` the same tokenizer).
 
 There are no tensor axes in this file.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ class FinetuneOptions(TrainOptions):
         data: a recipe name (``fortunes``, ``shakespeare``) or a UTF-8 text file or folder.
         documents: ``auto`` (fortune if the train text has lines holding only ``%``, else none), ``fortune``,
             ``blank-line`` or ``none``: how the text splits into documents, each followed by the EOS token.
-        tokenizer: the tokenizer of a Hugging Face folder without ``tokenizer.json``.
+        tokenizer: the tokenizer of a Hugging Face folder without ``tokenizer.json`` (resuming: only the run's).
         block_size: the context length T (default 256).
         lora: train low-rank adapters instead of all weights; lora_rank (8), lora_alpha (16), lora_dropout (0),
             lora_targets (``qkv_proj out_proj``; also ``w_in w_gate w_out``).
@@ -130,6 +131,16 @@ def _is_pretrained(name: str) -> bool:
     return name in pretrained_names()
 
 
+def _same_tokenizer_file(path: str, extra_saved: dict[str, Any]) -> bool:
+    """Whether the tokenizer file ``path``, read as a new run reads ``--tokenizer`` (a Hugging Face
+    ``tokenizer.json`` with the roles of the ``--from`` folder's ``tokenizer_config.json``), is the run's."""
+    from attnkit.interop.load import _load_tokenizer_file
+
+    source = Path(extra_saved["from"])
+    tokenizer, _ = _load_tokenizer_file(Path(path), source if source.is_dir() else None)
+    return json.loads(json.dumps(tokenizer.to_dict())) == extra_saved.get("tokenizer")
+
+
 def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, str, str, str]:
     """``(lora settings or None, data, documents, source)``: the resumed run's, checked against the options,
     or the options', checked for completeness."""
@@ -146,6 +157,9 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
                                           ("--data", "data", o.data, is_recipe)):
             if value is not None and not same_path(value, extra_saved[key], is_name=is_name):
                 raise ValueError(f"--resume: the run used {flag} {extra_saved[key]!r}, got {value!r}")
+        if o.tokenizer is not None and not _same_tokenizer_file(o.tokenizer, extra_saved):
+            raise ValueError(f"--resume: the run's tokenizer (in its checkpoint) differs from the one in --tokenizer "
+                             f"{o.tokenizer!r}")
         documents = None if o.documents == "auto" else o.documents
         if documents is not None and documents != extra_saved.get("documents"):
             raise ValueError(f"--resume: the run used --documents {extra_saved.get('documents')!r}, got {documents!r}")

@@ -31,7 +31,7 @@ class ModelText(DeviceOptions):
 
     def _check(self) -> None:
         super()._check()
-        if (self.ckpt is None) == (self.model is None):
+        if (self.ckpt is None) == (self.model is None) or "" in (self.ckpt, self.model):  # "" is no folder, no name
             raise ValueError("give exactly one of ckpt (a run or checkpoint folder) and model (a named pretrained "
                              f"model), got ckpt={self.ckpt!r}, model={self.model!r}")
 

@@ -47,8 +47,9 @@ class TrainLMOptions(TrainOptions):
             fill every field left unset (``--recipe``); a new run only.
 
     ``overrides`` (``--set``) may not hold ``block_size`` (use ``block_size``, ``--block-size``); a ``vocab_size``
-    there pads the model's vocabulary past the tokenizer's (GPT-2's 50304, a multiple of 64), never below it. A local ``data`` file or folder is recorded as its absolute path; resuming, ``data``,
-    ``preset``, ``tokenizer`` and ``vocab_size`` may be given only with the run's own values.
+    there pads the model's vocabulary past the tokenizer's (GPT-2's 50304, a multiple of 64), never below it. A
+    local ``data`` file or folder is recorded as its absolute path; resuming, ``data``, ``preset``, ``tokenizer``
+    and ``vocab_size`` may be given only with the run's own values.
     """
 
     data: str | None = None
@@ -87,7 +88,8 @@ class TrainLMOptions(TrainOptions):
         check_vocab_size(self.vocab_size)
         if self.vocab_size is not None and not self.resume and (self.tokenizer or "char") != "bpe":
             raise ValueError(f"--vocab-size sizes a BPE trained on the data (--tokenizer bpe); --tokenizer "
-                             f"{self.tokenizer or 'char'!r} brings its own vocabulary, got --vocab-size {self.vocab_size}")
+                             f"{self.tokenizer or 'char'!r} brings its own vocabulary, got --vocab-size "
+                             f"{self.vocab_size}")
 
 
 def describe_batch(cfg: Any) -> str:

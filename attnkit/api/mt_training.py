@@ -80,6 +80,10 @@ class TrainMTOptions(TrainOptions):
         stop_at_loss, schedule_steps: stop at the first evaluation whose validation loss is at or below this; the
             cosine schedule's length in updates (as :class:`~attnkit.api.TrainLMOptions`').
 
+    ``batch_size`` does not apply (batches are sized by ``max_tokens``: refused, as ``train mt --batch-size`` is);
+    ``overrides`` (``--set``) may not hold ``max_len`` (use ``max_len``, ``--max-len``), and a ``src_vocab_size`` /
+    ``tgt_vocab_size`` there pads the vocabulary past the tokenizer's, never below it.
+
     Local files and folders (``data``, ``valid``, ``anneal_data``, ``synthetic``) are recorded as absolute paths, so
     a run resumes from any working directory. Resuming, each data and translation option above may be given only
     with the run's own value (a different one is refused before anything is read); ``average_last`` may be given
@@ -109,6 +113,12 @@ class TrainMTOptions(TrainOptions):
 
     def _check(self) -> None:
         super()._check()
+        if self.batch_size is not None:  # a TrainOptions field that train mt has no use for
+            raise ValueError(f"train mt sizes its batches by --max-tokens (max_tokens=, padded tokens per batch), not "
+                             f"by a number of sentences; got batch_size={self.batch_size!r}")
+        if "max_len" in self.overrides:  # the data are cut to --max-len: a model of another length would not fit
+            raise ValueError(f"train mt sets the model's max_len from --max-len (max_len=), got --set "
+                             f"max_len={self.overrides['max_len']!r}: use --max-len {self.overrides['max_len']!r}")
         if self.average_last is not None and self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
         check_vocab_size(self.vocab_size)
@@ -319,6 +329,11 @@ def _mt_model_config(o: TrainMTOptions, saved: dict | None, preset: str, tokeniz
             raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
                              f"{preset!r} is a decoder-only GPT")
         model_config = get_preset(preset, **overrides)
+        if tokenizer is not None:  # an id past an embedding would fail inside torch, after the run folder is made
+            for name in ("src_vocab_size", "tgt_vocab_size"):
+                if getattr(model_config, name) < tokenizer.vocab_size:
+                    raise ValueError(f"--set {name} must be >= the tokenizer's {tokenizer.vocab_size:,} tokens (a "
+                                     f"larger one pads the vocabulary), got {getattr(model_config, name):,}")
     if not isinstance(model_config, TransformerConfig):
         raise ValueError(f"train mt resumes encoder-decoder runs; {o.out} holds a {type(model_config).__name__}")
     return model_config

@@ -6,8 +6,9 @@ command line. Field names are the flags' names with ``_`` for ``-`` (``--max-tim
 ``--set FIELD=VALUE`` (``overrides``, a dict) and ``--no-progress`` (``progress=False``).
 
 Options are validated when made: a field of the wrong type raises ``ValueError`` naming the field, the expected
-type and the value given. Ranges are checked where the value is used (the training config, the data readers),
-with the same messages as the command line's. Nothing here imports torch. There are no tensor axes in this file.
+type and the value given (and, in the training options, an empty string, which would read as a field left unset).
+Ranges are checked where the value is used (the training config, the data readers), with the same messages as the
+command line's. Nothing here imports torch. There are no tensor axes in this file.
 """
 
 from __future__ import annotations
@@ -198,6 +199,18 @@ class TrainOptions(DeviceOptions):
     cuda_graphs: bool | None = None
     fsdp: bool | None = None
     progress: bool = True
+
+    def _check(self) -> None:
+        super()._check()
+        for f in dataclasses.fields(self):  # "" would read as not given: out="" trained into the working directory
+            value = getattr(self, f.name)
+            if isinstance(value, str) and not value.strip():
+                raise ValueError(f"{type(self).__name__}.{f.name} must not be empty, got {value!r} (None: the "
+                                 f"default)")
+        for key in self.overrides:  # the model config's field names (keyword arguments of get_preset)
+            if not isinstance(key, str):
+                raise ValueError(f"{type(self).__name__}.overrides must map model config field names (str) to values, "
+                                 f"got the key {key!r} ({type(key).__name__})")
 
 
 def train_values(options: TrainOptions, *, block_size: int | None = None) -> dict[str, Any]:

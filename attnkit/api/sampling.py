@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from attnkit.checks import SEED_MAX, check_seed
+from attnkit.checks import SEED_MAX, check_int, check_seed
 
 from .options import DeviceOptions, Log, default_log, inference_device, place_model
 
@@ -55,7 +55,7 @@ class SampleOptions(DeviceOptions):
 
     def _check(self) -> None:
         super()._check()
-        if (self.ckpt is None) == (self.model is None):
+        if (self.ckpt is None) == (self.model is None) or "" in (self.ckpt, self.model):  # "" is no folder, no name
             raise ValueError("sample needs exactly one of ckpt (a run or checkpoint folder) and model (a named "
                              f"pretrained model), got ckpt={self.ckpt!r}, model={self.model!r}")
         if self.num_samples < 1:
@@ -117,7 +117,8 @@ class Sampler:
             tok = self.tokenizer
             start = tok.bos_id if tok.bos_id is not None else tok.token_to_id("\n")
             if start is None:
-                raise ValueError("empty --prompt and the tokenizer has neither a BOS token nor a newline; give --prompt")
+                raise ValueError("empty --prompt and the tokenizer has neither a BOS token nor a newline; give "
+                                 "--prompt")
             ids = [start]
         self.prompt_ids = ids
         self.shown_prompt = "" if o.chat else o.prompt
@@ -133,6 +134,7 @@ class Sampler:
 
         from attnkit.generation import TextStreamer, generate
 
+        check_int("index", index, minimum=0)
         seed = self.options.seed
         cfg = self.config if seed is None else dataclasses.replace(self.config, seed=seed + index)
         streamer = None

@@ -127,6 +127,9 @@ class Translator:
 
         o = self.options
         size = o.batch_size if batch_size is None else check_int("batch_size", batch_size, minimum=1)
+        if isinstance(lines, str):  # iterating it would translate each character as a line
+            raise ValueError(f"lines to translate must be an iterable of strings (a list, a file), got one string "
+                             f"{lines!r:.60}; wrap it in a list")
         for chunk in _chunks(lines, size, self.n_lines + 1):
             _check_utf8(chunk, self.n_lines + 1)
             texts = [normalize_text(line) for line in chunk]  # as the training pairs were (NFC, no BOM, spaces)
@@ -319,11 +322,13 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
         for n_lines, line in enumerate(f, start=1):
             _check_utf8([line], n_lines)
     done = _kept_lines(output, input_path)
+    # loaded before anything is written: a checkpoint or device that cannot be had leaves no record behind
+    translator = Translator(o) if done < n_lines else None
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(record_path, json.dumps({**record, "lines": n_lines, "complete": done == n_lines}, indent=2))
     counts = {"translated": 0, "src": 0, "tgt": 0, "cut": 0, "seconds": 0.0}
-    if done < n_lines:
-        _translate_lines(o, input_path, output, done, n_lines, counts)
+    if translator is not None:
+        _translate_lines(translator, input_path, output, done, n_lines, counts)
     seconds = counts["seconds"]
     result = TranslateFileResult(output, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
                                  counts["tgt"], counts["cut"])
@@ -335,11 +340,11 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
     return result
 
 
-def _translate_lines(o: TranslateFileOptions, input_path: Path, output: Path, done: int, n_lines: int,
+def _translate_lines(translator: Translator, input_path: Path, output: Path, done: int, n_lines: int,
                      counts: dict[str, int]) -> None:
-    """Translate the lines of ``input_path`` after the first ``done`` and append the pairs to ``output``, one window
-    of ``batch_size * sort_batches`` lines at a time; adds to ``counts`` (``seconds``: from the model loaded to the
-    last line written)."""
+    """Translate the lines of ``input_path`` after the first ``done`` with ``translator`` (made from
+    :class:`TranslateFileOptions`) and append the pairs to ``output``, one window of ``batch_size * sort_batches``
+    lines at a time; adds to ``counts`` (``seconds``: from the first line read to the last line written)."""
     import os
     import time
 
@@ -348,7 +353,7 @@ def _translate_lines(o: TranslateFileOptions, input_path: Path, output: Path, do
     from attnkit.data.corpora.parallel import normalize_text
     from attnkit.generation.translate import encode_sources, search_ids
 
-    translator = Translator(o)
+    o = translator.options
     model, tok = translator.model, translator.tokenizer
     window = o.batch_size * o.sort_batches
     t0 = time.perf_counter()

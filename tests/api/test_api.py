@@ -77,6 +77,10 @@ def test_evaluate_lm_and_sample(lm_run, corpus, tmp_path):
     texts = api.sample(ckpt=lm_run.out, prompt="ROMEO:", max_new_tokens=8, seed=1, num_samples=2)
     assert len(texts) == 2 and all(t.startswith("ROMEO:") for t in texts)
     assert api.sample(ckpt=lm_run.out, prompt="ROMEO:", max_new_tokens=8, seed=1)[0] == texts[0]
+    sampler = api.Sampler(ckpt=lm_run.out, prompt="ROMEO:", max_new_tokens=8, seed=1)
+    assert sampler.sample(1) == texts[1]  # sample i is drawn with seed + i
+    with pytest.raises(ValueError, match=r"index must be an int >= 0, got '1' \(str\)"):
+        sampler.sample("1")
 
 
 def test_evaluate_refuses_outputs_that_would_overwrite_the_data_the_run_or_a_users_file(lm_run, corpus, tmp_path):
@@ -110,6 +114,9 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
         api.translate(["a b", b"c d"], ckpt=run.out)
     with pytest.raises(ValueError, match=r"batch_size must be an int >= 1, got 2.5 \(float\)"):
         list(translator.stream(["a b"], batch_size=2.5))
+    with pytest.raises(ValueError, match=r"got one string 'a b'; wrap it in a list"):  # not one line per character
+        translator.translate("a b")
+    assert translator.n_lines == 3
     scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, hyps=tmp_path / "hyps.txt")
     assert scores.metrics["sentences"] == 20 and 0.0 <= scores.metrics["bleu"] <= 100.0
     assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 20
@@ -156,12 +163,21 @@ def test_trace_viz_params_and_data(lm_run, tmp_path):
     (lambda: api.TrainLMOptions(steps="10"), r"TrainLMOptions.steps must be an int or None, got '10' \(str\)"),
     (lambda: api.TrainLMOptions(autocast="fp8"), r"autocast must be one of bf16, fp16, off or None, got 'fp8'"),
     (lambda: api.TrainMTOptions(average_last=-1), r"--average-last must be >= 0, got -1"),
+    (lambda: api.TrainLMOptions(overrides={1: 2}),
+     r"TrainLMOptions.overrides must map model config field names \(str\) to values, got the key 1 \(int\)"),
+    # an empty string read as not given: finetune(out="") trained into the working directory, data="" on shakespeare
+    (lambda: api.FinetuneOptions(out=""), r"FinetuneOptions.out must not be empty, got '' \(None: the default\)"),
+    (lambda: api.TrainLMOptions(data=" "), r"TrainLMOptions.data must not be empty, got ' '"),
+    (lambda: api.TrainMTOptions(device=""), r"TrainMTOptions.device must not be empty, got ''"),
     (lambda: api.FinetuneOptions(lora=True, lora_targets=[]), r"--lora-targets must name at least one module"),
     (lambda: api.TranslateOptions(ckpt="x", beam=0), r"--beam must be >= 1, got 0"),
     (lambda: api.TranslateOptions(ckpt="x", length_penalty=1e308), r"--length-penalty must be in \[-10, 10\]"),
     (lambda: api.EvalMTOptions(ckpt="x", max_len_a=1e308), r"--max-len-a must be at most 1e6, got 1e\+308"),
     (lambda: api.SampleOptions(), r"exactly one of ckpt .* and model"),
+    (lambda: api.SampleOptions(ckpt=""), r"exactly one of ckpt .* and model .*got ckpt='', model=None"),
+    (lambda: api.ModelText(ckpt="", text="a"), r"exactly one of ckpt .* and model .*got ckpt='', model=None"),
     (lambda: api.EvalLMOptions(ckpt="x"), r"evaluate_lm needs data"),
+    (lambda: api.EvalMTOptions(ckpt="x", data=""), r"--data must name the pairs to score .*got ''"),
 ])
 def test_bad_options_are_refused_when_made(make, message):
     with pytest.raises(ValueError, match=message):
@@ -219,7 +235,8 @@ def test_evaluate_mt_scores_a_reversed_run_the_other_way_round(pairs, tmp_path, 
     run = api.train_mt(data=str(pairs), out=tmp_path / "rev", steps=4, reverse=True, log=lambda s: None, **TINY_MT)
     seen = {}
     real = bleu.score_translations
-    monkeypatch.setattr(bleu, "score_translations", lambda hyps, refs: seen.setdefault("refs", refs) and real(hyps, refs))
+    monkeypatch.setattr(bleu, "score_translations",
+                        lambda hyps, refs: seen.setdefault("refs", refs) and real(hyps, refs))
     scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1)
     assert scores.metrics["reverse"] is True and scores.metrics["sentences"] == 20
     # the references are the source side of test.tsv (lower case; the targets are upper case)
@@ -264,3 +281,15 @@ def test_prepared_data_summary_shows_a_package_list_as_its_length(tmp_path):
                                                     "license": "MIT", "other": 1}, [])
     assert prepared.summary() == {"packages": f"2 (listed in {tmp_path / 'SOURCE.json'})", "version": '"1"',
                                   "license": '"MIT"'}
+
+
+@pytest.mark.parametrize("force", ["no", 0, None])
+def test_prepare_data_refuses_a_force_that_is_not_a_bool(force, monkeypatch):
+    from attnkit.data.corpora import registry
+
+    def prepare(name, *, force=False):  # force="no" was truthy: the cached recipe was fetched and built again
+        raise AssertionError(f"prepared {name} with force={force!r}")
+
+    monkeypatch.setattr(registry, "prepare", prepare)
+    with pytest.raises(ValueError, match=rf"force must be a bool, got {force!r}"):
+        api.prepare_data("shakespeare", force=force)

@@ -109,6 +109,13 @@ def test_translate_file_refuses_an_output_of_other_input_or_decoding(reverse_run
         translate_file(TranslateFileOptions(output=out, beam=3, **opts))
 
 
+def test_translate_file_writes_nothing_when_the_model_cannot_be_loaded(mono, tmp_path):
+    out = tmp_path / "new" / "pairs.tsv"  # no record (pairs.tsv.json) and no folder is left behind
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        translate_file(TranslateFileOptions(ckpt=tmp_path / "nowhere", input=mono, output=out, progress=False))
+    assert not (tmp_path / "new").exists()
+
+
 def _synthetic_file(path: Path, n: int) -> Path:
     """``n`` distinct back-translation lines: ``SENTENCE<TAB>translation`` (an upper-case target, a lower-case
     source)."""

@@ -133,6 +133,24 @@ def test_a_relative_finetune_data_path_resumes_from_another_working_directory(lm
     assert _state(out) == before  # its documents, source and prompting are kept
 
 
+def test_finetune_resume_refuses_another_tokenizer_file(lm_run, corpus, tmp_path):
+    """A ``tokenizer`` given on resume is compared with the run's, as ``data`` and ``source`` are (it was ignored)."""
+    from attnkit.checkpoints import load
+    from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
+
+    out = tmp_path / "ft"
+    api.finetune(source=str(lm_run), data=str(corpus), out=out, steps=2, block_size=16, batch_size=4, eval_every=2,
+                 eval_batches=1, ckpt_every=2, progress=False, device="cpu", log=quiet)
+    own = load(out).tokenizer.save(tmp_path / "own.json")
+    other = CharTokenizer.train("abc").save(tmp_path / "other.json")
+    with pytest.raises(ValueError, match=r"the run's tokenizer \(in its checkpoint\) differs from the one in "
+                                         r"--tokenizer '.*other.json'"):
+        api.finetune(out=out, resume=True, steps=3, tokenizer=str(other), progress=False, log=quiet)
+    with pytest.raises(FileNotFoundError, match="nowhere.json does not exist"):
+        api.finetune(out=out, resume=True, steps=3, tokenizer=str(tmp_path / "nowhere.json"), progress=False, log=quiet)
+    assert api.finetune(out=out, resume=True, steps=3, tokenizer=str(own), progress=False, log=quiet).steps == 3
+
+
 def test_train_lm_resume_refuses_a_translation_run(mt_run, tmp_path):
     with pytest.raises(ValueError, match=r"is not a `train lm` run; continue it with `attnkit train mt --out "):
         api.train_lm(out=_copy(mt_run, tmp_path), resume=True, steps=9, progress=False, log=quiet)
@@ -194,7 +212,7 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
     assert result.steps == 4
 
 
-# --- 5. --set block_size, --vocab-size 0, --set vocab_size ---------------------------------------------------------------
+# --- 5. --set block_size / max_len, --vocab-size 0, --set vocab_size ----------------------------------------------
 
 @pytest.mark.parametrize("make, message", [
     (lambda: api.TrainLMOptions(overrides={"block_size": 8}),
@@ -206,8 +224,11 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
      r"--tokenizer 'tok.json' brings its own vocabulary, got --vocab-size 500"),
     (lambda: api.TrainLMOptions(vocab_size=500), r"--tokenizer 'char' brings its own vocabulary, got --vocab-size 500"),
     (lambda: api.TrainLMOptions(tokenizer="gpt2", vocab_size=500), r"--tokenizer 'gpt2' brings its own vocabulary"),
+    (lambda: api.TrainMTOptions(overrides={"max_len": 4}),
+     r"train mt sets the model's max_len from --max-len .*got --set max_len=4: use --max-len 4"),
+    (lambda: api.TrainMTOptions(batch_size=8), r"train mt sizes its batches by --max-tokens .*got batch_size=8"),
 ])
-def test_train_lm_options_refuse_what_the_run_sets_itself(make, message):
+def test_train_options_refuse_what_the_run_sets_itself(make, message):
     with pytest.raises(ValueError, match=message):
         make()
 
@@ -221,6 +242,15 @@ def test_set_vocab_size_pads_the_vocabulary_but_never_cuts_it(corpus, tmp_path):
     with pytest.raises(ValueError, match=r"--set vocab_size must be >= the tokenizer's \d+ tokens .*got 3"):
         api.train_lm(data=str(corpus), out=tmp_path / "cut", steps=2, log=quiet,
                      **{**TINY_LM, "overrides": {**TINY_LM.get("overrides", {}), "vocab_size": 3}})
+
+
+def test_train_mt_set_vocab_size_pads_the_vocabulary_but_never_cuts_it(pairs, tmp_path):
+    """As train lm's --set vocab_size: below the tokenizer's it is refused before the run folder is made (an id past
+    the embedding would fail inside torch at the first step, leaving a run that can be neither resumed nor redone)."""
+    small = {**TINY_MT["overrides"], "src_vocab_size": 50, "tgt_vocab_size": 50}
+    with pytest.raises(ValueError, match=r"--set src_vocab_size must be >= the tokenizer's \d+ tokens .*got 50"):
+        api.train_mt(data=str(pairs), out=tmp_path / "cut", steps=2, log=quiet, **{**TINY_MT, "overrides": small})
+    assert not (tmp_path / "cut").exists()
 
 
 # --- 6. --average-last on resume ------------------------------------------------------------------------------------
