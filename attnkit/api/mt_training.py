@@ -286,6 +286,11 @@ def _mt_train_config(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any]
     if average_last > cfg.keep_last:
         raise ValueError(f"--average-last {average_last} needs that many step checkpoints, but --keep-last "
                          f"is {cfg.keep_last}; raise --keep-last to at least {average_last}")
+    written = None if cfg.steps is None else -(-cfg.steps // cfg.ckpt_every)  # every ckpt_every steps, and the last
+    if saved is None and written is not None and average_last > written:  # known before training, not after it
+        more = f"lower --ckpt-every to {cfg.steps // average_last}" if cfg.steps >= average_last else "raise --steps"
+        raise ValueError(f"--average-last {average_last} needs that many step checkpoints, but --steps {cfg.steps} "
+                         f"with --ckpt-every {cfg.ckpt_every} writes {written}; {more}")
     return cfg
 
 

@@ -85,7 +85,7 @@ def add_run_flags(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> 
                    help="train lm / train mt: the cosine schedule decays over N updates (default --steps, or the "
                         "--max-time budget when it is given alone); a time budget that ends the run first does "
                         "not stretch it, a longer run goes on at --min-lr")
-    p.add_argument("--out", type=Path, default=None, help="run folder (train: default runs/<lm|mt>-<data>-"
+    p.add_argument("--out", default=None, help="run folder (train: default runs/<lm|mt>-<data>-"
                    "<preset>-<time>; finetune: required); an existing run is never overwritten: pass --resume")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     p.add_argument("--preset", default=None, help="train lm / train mt: model preset (see `attnkit params --list`)")

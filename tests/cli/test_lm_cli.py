@@ -282,6 +282,14 @@ def test_reader_going_away_stops_quietly_with_141():
     assert proc.stderr.read() == b""
 
 
+def test_an_empty_out_is_refused_not_the_working_directory(corpus, tmp_path, monkeypatch, capsys):
+    """``--out ""`` is no folder: it was read as ``Path("")``, the working directory, and a run was written there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "lm", "--data", str(corpus), "--out", "", "--steps", "1", *TINY]) == 2
+    assert "out must not be empty, got ''" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_params_command(capsys):
     assert main(["params", "gpt2"]) == 0
     assert "124,439,808" in capsys.readouterr().out

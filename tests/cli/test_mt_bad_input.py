@@ -187,9 +187,20 @@ def test_average_last_needs_enough_checkpoints_kept(tmp_path, copy_data, capsys)
     assert not (tmp_path / "run").exists()
 
 
+def test_average_last_beyond_the_checkpoints_the_steps_write_is_refused_before_training(tmp_path, copy_data, capsys):
+    for flags, hint in ((("--ckpt-every", "1"), "raise --steps"), (("--steps", "8", "--ckpt-every", "4"),
+                                                                     "lower --ckpt-every to 2")):
+        assert _train(str(copy_data), tmp_path / "run", "--average-last", "3", *flags) == 2
+        steps, every, written = (2, 1, 2) if hint == "raise --steps" else (8, 4, 2)
+        assert (f"--average-last 3 needs that many step checkpoints, but --steps {steps} with --ckpt-every {every} "
+                f"writes {written}; {hint}") in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
+
+
 def test_too_few_checkpoints_to_average_keep_the_final_scores(tmp_path, copy_data, capsys):
-    run = tmp_path / "run"  # 2 steps, --ckpt-every 1: two step checkpoints, three asked for
-    assert _train(str(copy_data), run, "--average-last", "3", "--ckpt-every", "1", "--bleu-sentences", "2") == 2
+    run = tmp_path / "run"  # stopped by the target at step 2 of 4, --ckpt-every 1: two step checkpoints, three asked for
+    assert _train(str(copy_data), run, "--average-last", "3", "--ckpt-every", "1", "--bleu-sentences", "2",
+                  "--steps", "4", "--eval-every", "2", "--stop-at-loss", "1000") == 2
     assert "cannot average the last 3 checkpoints" in capsys.readouterr().err
     final = json.loads((run / "summary.json").read_text())["final_valid"]  # best/ was scored all the same
     assert final["sentences"] == 20 and final["step"] in (1, 2)
