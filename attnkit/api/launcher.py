@@ -8,9 +8,13 @@ Nothing here imports torch (``attnkit --help`` stays instant). There are no tens
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
-__all__ = ["world_size", "is_main_process", "say"]
+__all__ = ["world_size", "is_main_process", "say", "starting_up"]
 
 
 def world_size() -> int:
@@ -38,3 +42,21 @@ def interruption(stop: KeyboardInterrupt) -> tuple[str | None, int]:
     if preemption is None or not isinstance(stop, preemption.Interrupted):
         return "interrupted", 130
     return (f"attnkit: {stop}" if is_main_process() else None), stop.exit_code
+
+
+@contextmanager
+def starting_up() -> Iterator[None]:
+    """While a command starts (its parser is built, torch is imported), Ctrl-C ends the process at once, as SIGINT's
+    default action does: no traceback of half-done imports, and no abort inside a C extension's initialisation that
+    a ``KeyboardInterrupt`` can cause; a shell reports exit code 130. Nothing is written before the command runs, so
+    nothing is lost. Afterwards the previous handler is back (Python's ``KeyboardInterrupt``, which the commands
+    handle). A SIGINT the process ignores (a background job) stays ignored; outside the main thread nothing changes."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main_thread else signal.SIG_IGN
+    if previous is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        if previous is not signal.SIG_IGN:  # None: a handler from outside Python; the default is closest
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)

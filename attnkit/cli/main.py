@@ -1,21 +1,22 @@
 """The ``attnkit`` command line: one entry point, a sub-command per job (``attnkit --help`` lists them; each has
 ``--help``). Each command turns its flags into :mod:`attnkit.api` options, calls one function and prints the
-result; heavy imports happen inside the commands, so ``--help`` is instant.
+result; heavy imports happen after the flags are parsed, so ``--help`` is instant.
 
 Exit codes: 0 done, 2 a clear error (one line), 130 / 143 stopped by SIGINT / SIGTERM (a training run first writes
-a checkpoint and prints the command that resumes it; see :mod:`attnkit.training.preemption`), 141 (128 + SIGPIPE)
-stopped quietly because the reader of its output went away (``attnkit sample ... | head``).
+a checkpoint and prints how to resume, :mod:`attnkit.training.preemption`; before torch is loaded, Ctrl-C ends the
+process at once), 141 (128 + SIGPIPE) stopped quietly as the reader of its output went away (``... | head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
 from attnkit import __version__
+from attnkit.api.launcher import starting_up
 from attnkit.cli import commands
-
 
 # Free-text options take the next argument as their value even when it starts with "-" ("-5 degrees").
 TEXT_OPTIONS = frozenset({"--prompt", "--stop", "--text", "--src", "--tgt"})
@@ -40,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(join_text_values(sys.argv[1:] if argv is None else list(argv)))
+    with starting_up():  # until torch is loaded (every command but `data` runs it), Ctrl-C ends the process quietly
+        args = build_parser().parse_args(join_text_values(sys.argv[1:] if argv is None else list(argv)))
+        if args.command != "data":
+            importlib.import_module("torch")
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as stop:

@@ -265,6 +265,38 @@ def test_ctrl_c_while_torch_is_still_importing_exits_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "interrupted"
 
 
+def test_ctrl_c_while_the_command_starts_ends_it_quietly():
+    """Ctrl-C while the parser is built or torch loads ends the process at once, by SIGINT's default action (a
+    shell shows 130): no traceback of half-done imports, no abort inside a C extension's initialisation."""
+    script = ("import os, signal, sys\n"
+              "import attnkit.cli.main as m\n"
+              "build = m.build_parser\n"
+              "def interrupted():\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    return build()\n"
+              "m.build_parser = interrupted\n"
+              "sys.exit(m.main(['params', 'gpt2']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (-signal.SIGINT, b"")
+
+
+def test_the_command_runs_under_the_sigint_handler_it_was_started_with(monkeypatch, capsys):
+    """Only the start is quiet: the command itself gets Ctrl-C as KeyboardInterrupt (a training run checkpoints
+    then), and a SIGINT the process ignores (a background job) is never turned back on."""
+    import attnkit.cli.params
+
+    seen = []
+    monkeypatch.setattr(attnkit.cli.params, "run", lambda args: seen.append(signal.getsignal(signal.SIGINT)) or 0)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        for handler in (signal.default_int_handler, signal.SIG_IGN):
+            signal.signal(signal.SIGINT, handler)
+            assert main(["params", "gpt2"]) == 0
+            assert seen[-1] is handler and signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_reader_going_away_stops_quietly_with_141():
     """``attnkit sample ... | head``: when the reader of stdout closes the pipe, the command stops at once with exit
     code 141 (128 + SIGPIPE, as a Unix filter) and nothing on stderr, not "error: [Errno 32] Broken pipe" (2)."""
