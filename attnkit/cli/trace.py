@@ -27,13 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", default=None, help="text for a language model (--ckpt / --model)")
     p.add_argument("--src", default=None, help="source sentence (translation checkpoints)")
     p.add_argument("--tgt", default=None, help="target fed after <bos> (translation; default: greedy translation)")
-    p.add_argument("--batch", type=int, default=2, help="--preset: batch size B of the random ids (default 2)")
-    p.add_argument("--len", dest="length", type=int, default=11,
+    p.add_argument("--batch", type=int, default=argparse.SUPPRESS, help="--preset: batch size B (default 2)")
+    p.add_argument("--len", dest="length", type=int, default=argparse.SUPPRESS,
                    help="--preset: length T of the random ids (the target for an encoder-decoder; default 11)")
-    p.add_argument("--src-len", type=int, default=None,
+    p.add_argument("--src-len", type=int, default=argparse.SUPPRESS,
                    help="--preset, encoder-decoder: source length S of the random ids (default: --len)")
-    p.add_argument("--vocab-size", type=int, default=None, help="--preset: override the preset's vocabulary size")
-    p.add_argument("--seed", type=int, default=0, help="--preset: seed of the random weights and ids (default 0)")
+    p.add_argument("--vocab-size", type=int, default=argparse.SUPPRESS, help="--preset: override its vocabulary size")
+    p.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="--preset: seed of weights and ids (default 0)")
     p.add_argument("--depth", type=int, default=None,
                    help="show calls nested at most N deep (0 = the model only; default: every level)")
     p.add_argument("--json", action="store_true", help="print the trace as JSON instead of a table")
@@ -46,13 +46,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.depth is not None and args.depth < 0:
         raise ValueError(f"--depth must be >= 0, got {args.depth}")
-    if args.preset:
-        for flag in ("text", "src", "tgt"):
-            if getattr(args, flag) is not None:
-                raise ValueError(f"--{flag} needs a tokenizer: use --ckpt or --model; a --preset takes --batch/--len")
-        what = options_from(TracePreset, args)
-    else:
-        what = options_from(ModelText, args)
+    for flag in ("text", "src", "tgt") if args.preset else ():
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag} needs a tokenizer: use --ckpt or --model; a --preset takes --batch/--len")
+    for dest in () if args.preset else ("batch", "length", "src_len", "vocab_size", "seed"):  # absent unless given
+        if hasattr(args, dest):
+            raise ValueError(f"--{'len' if dest == 'length' else dest.replace('_', '-')} is for --preset's random ids")
+    what = options_from(TracePreset if args.preset else ModelText, args)
     result = trace_model(what)
     print(result.to_json(args.depth) if args.json else result.format(args.depth))
     return 0

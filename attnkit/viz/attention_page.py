@@ -162,7 +162,8 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
     ...], "next"}``, optionally with ``top_titles``, ``top_ids`` and ``next_id``.
 
     ``view``/``layer``/``head`` choose what is selected first (default: the first view, the last layer, head 0),
-    ``tab`` the view shown first; they are checked against the data (ValueError naming the valid range).
+    ``tab`` the view shown first; they are checked against the data (ValueError naming the valid range), and so
+    are the title (a string) and the numbers (finite: NaN is no JSON, the page would open empty).
     """
     # whose tokens the queries and keys are ("text" for a language model; "source"/"target" for a translator)
     views = [{"query_side": "text", "key_side": "text", **v} for v in data.get("views") or []]
@@ -186,12 +187,19 @@ def render_attention_page(data: dict, *, view: str | None = None, layer: int | N
         raise ValueError(f"layer must be in [0, {L}) (the model has {L} layers), got {layer}")
     if not 0 <= head < H:
         raise ValueError(f"head must be in [0, {H}) (the layer has {H} heads), got {head}")
+    title = data.get("title", "attention")
+    if not isinstance(title, str):
+        raise ValueError(f"data['title'] must be a string, got {type(title).__name__}")
     start = {"view": view, "layer": layer, "head": head, "tab": tab, "cell": DEFAULT_CELL}
-    payload = json.dumps({**data, "views": views, "start": start}, ensure_ascii=False, separators=(",", ":"))
+    try:  # NaN or inf would be written as such, which is no JSON: the browser would show an empty page
+        payload = json.dumps({**data, "views": views, "start": start}, ensure_ascii=False, separators=(",", ":"),
+                             allow_nan=False)
+    except ValueError:
+        raise ValueError("the page's weights and probabilities must be finite numbers, got NaN or inf") from None
     # "<" only occurs inside JSON strings, where \u003c is the same character: no token can end the script
     # element ("</script>") or open a comment in it
     payload = payload.replace("<", "\\u003c")
-    fill = {"TITLE": html_lib.escape(data.get("title", "attention")), "DATA": payload}
+    fill = {"TITLE": html_lib.escape(title), "DATA": payload}
     return re.sub(r"__(TITLE|DATA)__", lambda m: fill[m.group(1)], TEMPLATE)  # one pass: no text is filled twice
 
 

@@ -16,9 +16,11 @@ Two kinds of label:
   first byte of "ß" is ``‹c3›``.
 
 Whitespace that would vanish on a plot axis is made visible: a leading/trailing space becomes ``·`` (as in
-``·the``), a newline ``↵``, a tab ``⇥``, another control character its byte (``‹1b›``). Special tokens keep
-their spelling (``<bos>``). :func:`token_titles` gives the raw form for a hover text: the id, the piece as the
-tokenizer spells it (``"ÃŁ"``) and its bytes.
+``·the``), a newline ``↵``, a tab ``⇥``, another ASCII control character its byte (``‹1b›``); a C1 control, a
+line separator, a bidi control (which would reorder the text around it) and a token of format characters only (a
+lone zero-width space) show their code points (``‹U+202E›``). Special tokens keep their spelling (``<bos>``).
+:func:`token_titles` gives the raw form for a hover text: the id, the piece as the tokenizer spells it (``"ÃŁ"``)
+and its bytes.
 
 The bytes of a token come from its piece: a byte-level tokenizer spells every byte as one printable character
 (:func:`~attnkit.data.tokenizers.bpe_tokenizer.bytes_to_unicode`), so inverting that map gives them back exactly.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
@@ -41,16 +44,35 @@ from typing import Any, Sequence
 __all__ = ["TokenPiece", "text_labels", "token_labels", "token_pieces", "token_titles", "visible", "CONTINUES"]
 
 _REPLACEMENTS = {"\n": "↵", "\r": "␍", "\t": "⇥"}
+# bidi controls (marks, embeddings, overrides, isolates): invisible, and they reorder the text around them
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 CONTINUES = "◌"  # this token holds the first bytes of a character that a later token completes
 
 
+def _hides(c: str) -> bool:
+    """Whether ``c`` shows nothing or moves its neighbours: a control, a line separator, a bidi control."""
+    return unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI
+
+
+def _shown(c: str, alone: bool) -> str:
+    """``c`` itself, or its byte (ASCII) or code point where it would show nothing or move its neighbours:
+    ``‹1b›``, ``‹U+202E›``. Other format characters (a zero-width joiner in an emoji or a word) stay, unless
+    the text is ``alone`` made of them."""
+    if _hides(c) or (alone and unicodedata.category(c) == "Cf"):
+        return f"‹{ord(c):02x}›" if ord(c) < 0x80 else f"‹U+{ord(c):04X}›"
+    return c
+
+
 def visible(text: str) -> str:
     """Make whitespace visible: spaces at either end -> ``·``, newline -> ``↵``, tab -> ``⇥``; another control
-    character is written as its byte in hex (escape -> ``‹1b›``)."""
+    character is written as its byte in hex (escape -> ``‹1b›``), a C1 control, a line separator or a bidi
+    control as its code point (right-to-left override -> ``‹U+202E›``), and so is a text of format characters
+    only (a lone zero-width space -> ``‹U+200B›``)."""
     for raw, shown in _REPLACEMENTS.items():
         text = text.replace(raw, shown)
-    text = "".join(f"‹{ord(c):02x}›" if ord(c) < 0x20 or c == "\x7f" else c for c in text)
+    alone = all(unicodedata.category(c) == "Cf" for c in text)  # e.g. a lone zero-width space: no label at all
+    text = "".join(_shown(c, alone) for c in text)
     if text == "":
         return "∅"
     stripped = text.strip(" ")
@@ -321,7 +343,8 @@ def token_titles(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """
     titles = []
     for p in token_pieces(tokenizer, ids):
-        piece = json.dumps(p.piece, ensure_ascii=False)  # quoted, with \n and \t escaped
+        # quoted, with \n, \t and any other character that hides or reorders text escaped (\u202e)
+        piece = "".join(f"\\u{ord(c):04x}" if _hides(c) else c for c in json.dumps(p.piece, ensure_ascii=False))
         if p.data is None:
             titles.append(f"id {p.id} · special {piece}")
         else:

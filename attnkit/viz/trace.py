@@ -43,7 +43,9 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from attnkit.checks import is_int
 from attnkit.modules.multi_head_attention import MultiHeadAttention
+from attnkit.modules.quantized_linear import QuantizedLinear, fast_int8_is_exact
 
 from .trace_axes import AxisNamer, model_axes, module_roles, shape_text
 from .trace_cost import MultAddCounter, row_bytes, tensor_bytes
@@ -314,6 +316,8 @@ def _default_lengths(model: nn.Module, tensors: list[torch.Tensor]) -> dict[str,
     lens = [int(t.shape[1]) for t in tensors if t.dim() >= 2]
     if seq2seq and len(lens) >= 2:
         return {"S": lens[0], "T": lens[1]}
+    if not lens and tensors[0].dim() == 0:
+        return {}  # a scalar has no length: the model's forward says what it expects
     return {"T": lens[0] if lens else int(tensors[0].shape[-1])}
 
 
@@ -360,6 +364,10 @@ def trace(model: nn.Module, inputs: Any, *, lengths: Mapping[str, int] | None = 
     if not tensors:
         raise ValueError("inputs hold no tensor: nothing to trace")
     axes = model_axes(model)
+    if lengths is not None and (not isinstance(lengths, Mapping) or not lengths
+                                or any(k not in ("S", "T") or not is_int(v) or v < 1 for k, v in lengths.items())):
+        raise ValueError(f"lengths must map 'S' and/or 'T' to positive ints, e.g. {{'S': 12, 'T': 7}}, "
+                         f"got {lengths!r}")
     if lengths is not None and not axes:
         raise ValueError(f"lengths names the length axes of an attnkit model; {type(model).__name__} has no "
                          f"known axes (expected a GPT, a Transformer or a model with MultiHeadAttention layers)")
@@ -372,6 +380,8 @@ def trace(model: nn.Module, inputs: Any, *, lengths: Mapping[str, int] | None = 
                    axes={"B": batch, **dict(lengths), **axes} if axes else {}, legend=namer.legend())
     recorder = _Recorder(model, namer, result)
     counter = MultAddCounter(recorder.add_mult_adds)
+    if any(isinstance(m, QuantizedLinear) for m in model.modules()):
+        fast_int8_is_exact()  # the int8 kernel's one-time probe runs now, not inside the counted forward
     was_training = model.training
     model.eval()
     try:

@@ -13,7 +13,9 @@ all counted, and nothing is estimated from a module's type:
 * fused attention (``scaled_dot_product_attention``'s kernels): ``B·H·T·S·(D + Dv)``, the scores ``q·kᵀ``
   plus the weighted sum of ``v``, counted whole even where a causal mask hides about half of the scores;
 * products of 8-bit weights (``_int_mm``, ``_weight_int8pack_mm``, ``quantized::linear_*``): ``rows · in · out``
-  like the Linear they replace;
+  for the rows the kernel multiplies (``QuantizedLinear``'s ``two_digit`` mode multiplies two digit rows per
+  input row and one pin row, about twice the Linear it replaces; where the CPU's int8 kernel is not exact it
+  runs the dequantized ``F.linear``, counted as a Linear);
 * element-wise work (norms, activations, softmax, rotary, residual additions) and lookups: none.
 
 An operation that looks like a product but is in neither list (e.g. ``nn.MultiheadAttention``'s fused

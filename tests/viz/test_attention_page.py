@@ -125,6 +125,19 @@ def test_the_data_must_match_its_labels(make_gpt):
         render_attention_page(data)
 
 
+
+def test_non_finite_weights_and_a_title_that_is_no_text_are_refused(make_gpt):
+    # NaN is no JSON: the page would open empty; a None title failed inside html.escape
+    data = _data(lm_attention_page(make_gpt("gpt2"), _Tok(), [1, 2, 3]))
+    data["views"][0]["weights"][0][0][2][0] = float("nan")
+    with pytest.raises(ValueError, match="weights and probabilities must be finite numbers, got NaN or inf"):
+        render_attention_page(data)
+    data = _data(lm_attention_page(make_gpt("gpt2"), _Tok(), [1, 2, 3]))
+    data["title"] = None
+    with pytest.raises(ValueError, match=r"data\['title'\] must be a string, got NoneType"):
+        render_attention_page(data)
+
+
 def test_write_page(tmp_path):
     assert write_page("<html></html>", tmp_path / "a" / "p.html").read_text() == "<html></html>"
     with pytest.raises(ValueError, match=r"\.html"):

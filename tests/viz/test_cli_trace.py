@@ -84,6 +84,15 @@ def test_bad_input_one_line(argv, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flag, value", [("--batch", "3"), ("--len", "4"), ("--src-len", "4"), ("--vocab-size", "9"),
+                                         ("--seed", "0")])
+def test_preset_flags_with_a_run_folder_are_refused(lm_checkpoint, capsys, flag, value):
+    # a run folder traces its text (B = 1): a --batch or --len given with it would be silently ignored
+    code, out, err = _run(capsys, "--ckpt", str(lm_checkpoint), "--text", "ROMEO", flag, value)
+    assert code == 2 and out == ""
+    assert f"{flag} is for --preset's random ids" in err and len(err.strip().splitlines()) == 1
+
+
 def test_missing_checkpoint(tmp_path, capsys):
     code, _, err = _run(capsys, "--ckpt", str(tmp_path / "nothing"), "--text", "x")
     assert code == 2 and len(err.strip().splitlines()) == 1

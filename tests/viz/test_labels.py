@@ -7,6 +7,7 @@ Axis legend: ``N`` tokens.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,19 @@ def test_visible_control_characters():
     assert visible("\tx ") == "⇥x·"
 
 
+def test_invisible_and_reordering_characters_are_shown():
+    # a right-to-left override would reverse the labels and text after it on the page; a C1 control or a line
+    # separator draws nothing or breaks the line; a lone zero-width space would be an empty label
+    assert visible("ab\u202ecd") == "ab‹U+202E›cd"
+    assert visible("x\x85\u2028") == "x‹U+0085›‹U+2028›"
+    assert visible("\u200b") == "‹U+200B›"
+    assert visible("👨\u200d👩") == "👨\u200d👩"  # a joiner inside an emoji sequence stays
+    tok = CharTokenizer.train("a\u202e\u2028")
+    assert text_labels(tok, tok.encode("a\u202e")) == ["a", "‹U+202E›"]
+    assert token_titles(tok, tok.encode("\u202e\u2028")) == ['id 2 · piece "\\u202e" · bytes e2 80 ae',
+                                                          'id 1 · piece "\\u2028" · bytes e2 80 a8']
+
+
 _UNDO = {"·": " ", "↵": "\n", "⇥": "\t", "␍": "\r"}
 
 
@@ -148,6 +162,7 @@ def test_labels_spell_the_text(german_bpe, text):
     ids = german_bpe.encode(text)
     labels = text_labels(german_bpe, ids, max_chars=10_000)
     joined = "".join(labels).replace(CONTINUES, "")
+    joined = re.sub(r"‹U\+([0-9A-F]+)›", lambda m: chr(int(m.group(1), 16)), joined)  # code points shown
     assert "".join(_UNDO.get(c, c) for c in joined) == text
     done = 0  # how many bytes of the text are whole characters so far
     for p, label in zip(token_pieces(german_bpe, ids), labels):

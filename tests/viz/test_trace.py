@@ -233,6 +233,17 @@ def test_sequential_gets_plain_sizes_never_guessed_names():
         trace(model, torch.randn(2, 8), lengths={"T": 8})
 
 
+
+@pytest.mark.parametrize("lengths", [{"T": "11"}, {"X": 11}, {"T": 0}, {"T": True}, 11, {}])
+def test_bad_lengths_are_refused(make_gpt, lengths):
+    with pytest.raises(ValueError, match="lengths must map 'S' and/or 'T' to positive ints"):
+        trace(make_gpt("gpt2"), torch.randint(0, 41, (2, 11)), lengths=lengths)
+
+
+def test_scalar_input_gets_the_models_own_error(make_gpt):
+    with pytest.raises(ValueError, match=r"idx must have shape \(B, T\), got 0-D"):
+        trace(make_gpt("gpt2"), torch.tensor(3))
+
 def test_encoder_decoder_of_equal_lengths_names_source_and_target(make_transformer):
     t = trace(make_transformer(), (torch.randint(1, 37, (2, 6)), torch.randint(1, 29, (2, 6))))  # S = T = 6
     assert _row(t, "").inputs == ["B=2 S=6", "B=2 T=6"]
@@ -355,6 +366,17 @@ def test_quantized_linear_products_are_counted(make_gpt, mode):
     w_in = _row(t, "blocks.0.mlp.w_in")
     assert w_in.kind == "QuantizedLinear" and w_in.mult_adds == 2 * 5 * 32 * 128  # rows · in · out, as the Linear
     assert t.uncounted == {}  # weight packing is no product
+
+
+def test_int8_kernel_probe_is_not_counted(monkeypatch):
+    # QuantizedLinear probes the int8 kernel once per process, on its first call: not a product of the model
+    from attnkit.modules import quantized_linear
+    from attnkit.modules.quantized_linear import QuantizedLinear
+
+    monkeypatch.setattr(quantized_linear, "_KERNEL_EXACT", None)  # as in a fresh process
+    layer = QuantizedLinear.from_linear(torch.nn.Linear(16, 8), mode="dynamic")
+    t = trace(layer, torch.randn(3, 16))
+    assert t.totals.mult_adds == t.rows[0].mult_adds == 3 * 16 * 8
 
 
 @pytest.mark.parametrize("S, T", [(7, 4), (6, 6)])
