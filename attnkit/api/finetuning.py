@@ -84,6 +84,11 @@ class FinetuneOptions(TrainOptions):
             raise ValueError(f"FinetuneOptions.documents must be one of {list(DOCUMENT_MODES)}, got {self.documents!r}")
         if self.lora_targets is not None and not self.lora_targets:
             raise ValueError("--lora-targets must name at least one module (e.g. qkv_proj out_proj), got an empty list")
+        if self.preset is not None:
+            raise ValueError("finetune takes the architecture from --from; --preset does not apply")
+        bad = sorted(set(self.overrides) - {"dropout"})
+        if bad:
+            raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")
 
 
 def lora_settings(o: FinetuneOptions, saved: dict[str, Any] | None, resuming: bool) -> dict[str, Any] | None:
@@ -233,11 +238,6 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     o = FinetuneOptions.make(options, kwargs)
     lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
-    if o.preset is not None:
-        raise ValueError("finetune takes the architecture from --from; --preset does not apply")
-    bad = sorted(set(o.overrides) - {"dropout"})
-    if bad:
-        raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")
     saved = read_saved_run(o.out) if o.resume else None
     lora, data, documents, source = _run_inputs(o, saved)
     cfg = resolve_train_config(_defaults(o, lora), saved.get("train_config") if saved else None,

@@ -3,7 +3,8 @@
 Every field left ``None`` takes the recipe's default (:mod:`attnkit.recipes`) or, when resuming, the value the run
 was started with (:func:`attnkit.training.config.resolve_train_config`), exactly as a flag left unset does on the
 command line. Field names are the flags' names with ``_`` for ``-`` (``--max-time`` is ``max_time``), except
-``--set FIELD=VALUE`` (``overrides``, a dict) and ``--no-progress`` (``progress=False``).
+``--set FIELD=VALUE`` (``overrides``, a dict), ``--no-progress`` (``progress=False``), ``--no-bleu``
+(``bleu=False``), ``--no-cache`` (``use_cache=False``), ``--from`` (``source``) and ``--len`` (``length``).
 
 Options are validated when made: a field of the wrong type raises ``ValueError`` naming the field, the expected
 type and the value given (and, in the training options, an empty string, which would read as a field left unset).

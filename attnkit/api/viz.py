@@ -41,12 +41,16 @@ def draw_positions(out: str | Path, *, dim: int = 128, length: int = 100, dims: 
 def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | None = None,
               masked_len: int | None = None, lengths: Sequence[int] | None = None, dpi: int = 100) -> Path:
     """A boolean mask in torch.nn polarity as a grid: ``causal`` (bottom-right aligned when ``key_length`` >
-    ``length``: a KV cache), ``banded`` (seed 000's ``generate_mask_mat``) or ``padding`` (from ``lengths``)."""
+    ``length``: a KV cache), ``banded`` (seed 000's ``generate_mask_mat``, ``masked_len``) or ``padding`` (from
+    ``lengths``); ``masked_len`` and ``lengths`` are refused with another kind."""
     from attnkit.checks import is_int
     from attnkit.viz.plots import (check_figure_path, check_pixels, make_mask, mask_figure_inches, plot_mask,
                                    save_figure)
 
     check_figure_path(out, dpi)
+    for name, value, needs in (("masked-len", masked_len, "banded"), ("lengths", lengths, "padding")):
+        if value is not None and kind != needs:  # it would draw the mask without it
+            raise ValueError(f"--{name} is for --kind {needs}, got it with --kind {kind}")
     # the figure's size before the mask is built (rows x cols cells; make_mask checks the values themselves)
     rows = len(lengths) if kind == "padding" and lengths else length
     cols = (key_length if key_length is not None and kind != "banded"  # banded: (len, len), --key-len unread

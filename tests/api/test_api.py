@@ -131,6 +131,10 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
     default = run.out / "checkpoints" / "best" / f"eval_mt_{pairs.name}_test.json"  # the --json left unset
     with pytest.raises(ValueError, match=r"--json and --hyps name the same file"):
         api.evaluate_mt(ckpt=run.out, data=str(pairs), beam=1, hyps=default)
+    src, tgt = tmp_path / "t.de", tmp_path / "t.en"  # two files: both stems (was eval_mt_t.json, the last alone)
+    src.write_text("haus\n"), tgt.write_text("house\n")
+    with pytest.raises(ValueError, match=r"--json and --hyps name the same file"):
+        api.evaluate_mt(ckpt=run.out, data=f"{src},{tgt}", beam=1, hyps=default.with_name("eval_mt_t_t.json"))
     assert (pairs / "test.tsv").read_bytes() == test_tsv
     mine = tmp_path / "mine.txt"
     mine.write_text("keep me\n")
@@ -170,6 +174,8 @@ def test_trace_viz_params_and_data(lm_run, tmp_path):
     (lambda: api.TrainLMOptions(data=" "), r"TrainLMOptions.data must not be empty, got ' '"),
     (lambda: api.TrainMTOptions(device=""), r"TrainMTOptions.device must not be empty, got ''"),
     (lambda: api.FinetuneOptions(lora=True, lora_targets=[]), r"--lora-targets must name at least one module"),
+    (lambda: api.FinetuneOptions(preset="gpt2"), r"finetune takes the architecture from --from; --preset does not"),
+    (lambda: api.FinetuneOptions(overrides={"n_layer": 3}), r"finetune can only --set dropout .*got \['n_layer'\]"),
     (lambda: api.TranslateOptions(ckpt="x", beam=0), r"--beam must be >= 1, got 0"),
     (lambda: api.TranslateOptions(ckpt="x", length_penalty=1e308), r"--length-penalty must be in \[-10, 10\]"),
     (lambda: api.EvalMTOptions(ckpt="x", max_len_a=1e308), r"--max-len-a must be at most 1e6, got 1e\+308"),

@@ -138,6 +138,18 @@ def test_translation_model_needs_src(mt_checkpoint, tmp_path, capsys):
     assert code == 2 and "needs --src" in err
 
 
+@pytest.mark.parametrize("kind, flags", [("causal", ["--masked-len", "3"]), ("causal", ["--lengths", "3,4"]),
+                                         ("banded", ["--lengths", "3,4"]),
+                                         ("padding", ["--lengths", "3", "--masked-len", "1"])])
+def test_a_mask_flag_of_another_kind_is_refused_not_ignored(kind, flags, tmp_path, capsys):
+    out = tmp_path / "m.png"
+    code, _, err = _run(capsys, "mask", "--kind", kind, *flags, "--out", str(out))
+    name = "masked-len" if "--masked-len" in flags else "lengths"
+    needs = "banded" if name == "masked-len" else "padding"
+    assert code == 2 and f"error: --{name} is for --kind {needs}, got it with --kind {kind}" in err, err
+    assert not out.exists()
+
+
 def test_padding_mask_needs_lengths(tmp_path, capsys):
     code, _, err = _run(capsys, "mask", "--kind", "padding", "--out", str(tmp_path / "m.png"))
     assert code == 2 and "--kind padding needs --lengths" in err
