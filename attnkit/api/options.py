@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -93,10 +94,15 @@ def field_kind(annotation: str) -> str:
 
 class Options:
     """Base of every options dataclass: each field is checked against its annotation when the options are made
-    (:func:`field_kind`), then :meth:`_check` checks ranges and combinations (subclasses extend it)."""
+    (:func:`field_kind`), then :meth:`_check` checks ranges and combinations (subclasses extend it). A text field
+    that may name a file (``data``, ``source``, ``tokenizer``) takes a ``pathlib.Path`` too, kept as its str."""
 
     def __post_init__(self) -> None:
-        check_fields(self, {f.name: field_kind(f.type) for f in dataclasses.fields(self)})
+        kinds = {f.name: field_kind(f.type) for f in dataclasses.fields(self)}
+        for name, kind in kinds.items():
+            if kind.rstrip("?") == "str" and isinstance(getattr(self, name), os.PathLike):
+                setattr(self, name, os.fspath(getattr(self, name)))  # data=Path("corpus.txt"): as the CLI gives it
+        check_fields(self, kinds)
         self._check()
 
     def _check(self) -> None:

@@ -190,6 +190,19 @@ def test_bad_options_are_refused_when_made(make, message):
         make()
 
 
+def test_a_path_is_taken_where_a_file_name_is():
+    """``data``, ``source``, ``tokenizer`` and the other fields that name a file or a recipe are typed ``str`` (a
+    recipe name, or ``SRC,TGT`` files) but take a ``pathlib.Path`` as a notebook gives it, kept as its str."""
+    from pathlib import Path
+
+    assert api.TrainLMOptions(data=Path("corpus.txt"), tokenizer=Path("tok.json")).data == "corpus.txt"
+    assert api.FinetuneOptions(source=Path("hf")).source == "hf"
+    assert api.TrainMTOptions(data=Path("pairs.tsv"), valid=Path("v.tsv")).valid == "v.tsv"
+    assert api.EvalLMOptions(ckpt="x", data=Path("corpus.txt")).data == "corpus.txt"
+    with pytest.raises(ValueError, match=r"TrainLMOptions.data must be a string or None, got 3 \(int\)"):
+        api.TrainLMOptions(data=3)
+
+
 def test_errors_come_before_any_work(corpus, tmp_path):
     with pytest.raises(ValueError, match=r"--resume needs --out"):
         api.train_lm(resume=True)
