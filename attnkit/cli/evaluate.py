@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="split of a recipe or prepared folder (default test; test-docs: the de-en recipe's package-description sentences; ignored for files)")
     mt.add_argument("--max-sentences", type=int, default=None, help="only the first N pairs (quick checks)")
     add_decoding_flags(mt)
-    mt.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
+    mt.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences/batch (default %(default)s)")
     mt.add_argument("--strict", action="store_true", help="refuse malformed lines and over-long sources")
     mt.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_mt_<data>"
                     "[_<split>].json)")

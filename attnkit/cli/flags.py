@@ -139,11 +139,11 @@ def runs(run: Any, options: type) -> Any:
 def add_decoding_flags(p: argparse.ArgumentParser) -> None:
     """``--beam``, ``--length-penalty``, ``--max-len-a``, ``--max-len-b`` (``translate`` and ``eval mt``)."""
     g = p.add_argument_group("decoding")
-    g.add_argument("--beam", type=int, default=DEFAULT_BEAM, help="beam size (1 = greedy search)")
+    g.add_argument("--beam", type=int, default=DEFAULT_BEAM, help="beam size (1 = greedy; default %(default)s)")
     g.add_argument("--length-penalty", type=float, default=DEFAULT_LENGTH_PENALTY,
-                   help="alpha of the GNMT length normalisation ((5 + len) / 6) ** alpha (0 = none)")
-    g.add_argument("--max-len-a", type=float, default=1.2, help="target length limit a * source length + b: a")
-    g.add_argument("--max-len-b", type=float, default=10, help="target length limit a * source length + b: b")
+                   help="alpha of the GNMT length norm ((5 + len) / 6) ** alpha (0 = none; default %(default)s)")
+    g.add_argument("--max-len-a", type=float, default=1.2, help="length limit a * src_len + b: a (default %(default)s)")
+    g.add_argument("--max-len-b", type=float, default=10, help="length limit a * src_len + b: b (default %(default)s)")
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:

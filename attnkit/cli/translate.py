@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --output: read K batches at a time and sort them by length together (default 16)")
     p.add_argument("--no-progress", action="store_true", help="with --output: no progress bar")
     add_decoding_flags(p)
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences/batch (default %(default)s)")
     p.add_argument("--strict", action="store_true", help="refuse sentences longer than the model allows (not cut)")
     add_device_flags(p)
     p.set_defaults(func=run_translate)
