@@ -333,6 +333,10 @@ def _mt_model_config(o: TrainMTOptions, saved: dict | None, preset: str, tokeniz
         if not isinstance(get_preset(preset), TransformerConfig):  # before its fields meet the overrides
             raise ValueError(f"train mt needs an encoder-decoder preset (transformer-small, transformer-base), "
                              f"{preset!r} is a decoder-only GPT")
+        one = [k for k in ("src_vocab_size", "tgt_vocab_size") if k in o.overrides]  # the other is the tokenizer's
+        if len(one) == 1 and overrides.get("share_embeddings", get_preset(preset).share_embeddings):
+            raise ValueError(f"--set {one[0]} alone: the source and target share one embedding (share_embeddings), so "
+                             f"give src_vocab_size and tgt_vocab_size the same value, got {one[0]}={o.overrides[one[0]]}")
         model_config = get_preset(preset, **overrides)
         if tokenizer is not None:  # an id past an embedding would fail inside torch, after the run folder is made
             for name in ("src_vocab_size", "tgt_vocab_size"):

@@ -251,6 +251,12 @@ def test_train_mt_set_vocab_size_pads_the_vocabulary_but_never_cuts_it(pairs, tm
     with pytest.raises(ValueError, match=r"--set src_vocab_size must be >= the tokenizer's \d+ tokens .*got 50"):
         api.train_mt(data=str(pairs), out=tmp_path / "cut", steps=2, log=quiet, **{**TINY_MT, "overrides": small})
     assert not (tmp_path / "cut").exists()
+    one = {**TINY_MT["overrides"], "src_vocab_size": 400}  # was: "... got 400 and 2000", the preset's 2000
+    with pytest.raises(ValueError, match=r"--set src_vocab_size alone: the source and target share one embedding "
+                                         r"\(share_embeddings\), so give src_vocab_size and tgt_vocab_size the same "
+                                         r"value, got src_vocab_size=400"):
+        api.train_mt(data=str(pairs), out=tmp_path / "one", steps=2, log=quiet, **{**TINY_MT, "overrides": one})
+    assert not (tmp_path / "one").exists()
 
 
 # --- 6. --average-last on resume ------------------------------------------------------------------------------------
