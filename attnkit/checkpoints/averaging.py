@@ -23,8 +23,8 @@ from typing import Sequence
 import torch
 
 from attnkit.checks import check_int
-from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, build_checkpoint_model, list_checkpoints,
-                         read_checkpoint_state, save_checkpoint)
+from .checkpoint import (MODEL_FILE, CheckpointError, _read_safetensors, build_checkpoint_model, check_not_sharded,
+                         list_checkpoints, read_checkpoint_state, save_checkpoint)
 
 __all__ = ["average_state_dicts", "average_checkpoints", "average_last_checkpoints", "AVERAGED_DIR"]
 
@@ -94,6 +94,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], out: str | os.PathLi
     if "model_config" not in last:
         raise CheckpointError(f"{paths[-1]} has no model_config; it was not written by attnkit train")
     for p, st in zip(paths, states):
+        check_not_sharded(p, st)
         if st.get("model_config") != last["model_config"]:
             raise ValueError(f"cannot average {p} with {paths[-1]}: their model configs differ")
         if (st.get("extra") or {}).get("tokenizer") != (last.get("extra") or {}).get("tokenizer"):

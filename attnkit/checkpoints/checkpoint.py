@@ -83,6 +83,19 @@ def _not_replaceable(folder: Path) -> str | None:
     return f"holds {foreign[:3]}, not a checkpoint's files" if foreign else None
 
 
+def check_replaceable(path: str | os.PathLike, who: str) -> None:
+    """Raise ``ValueError`` (starting with ``who``) when a save to ``path`` may not replace ``path`` or remove the
+    ``<path>.tmp`` / ``<path>.old`` a crash may have left: one of them is a file, a link or a folder of the user's
+    (:func:`_not_replaceable`)."""
+    path = Path(path)
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for folder, fate in ((path, "replaced"), (tmp, "removed"), (old, "removed")):
+        why = _not_replaceable(folder)
+        if why:
+            raise ValueError(f"{who}: {folder} exists and {why}; it would be {fate}: move it away or choose another "
+                             f"path")
+
+
 def step_dir_name(step: int) -> str:
     """Folder name of the checkpoint after ``step`` updates: ``step_00000400`` (sorts by name)."""
     return f"step_{step:08d}"
@@ -302,12 +315,8 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         payload["rng"] = capture_rng_state()
     text = _to_json(payload, "checkpoint state")  # fail before touching the disk
 
-    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
-    for folder, fate in ((path, "replaced"), (tmp, "removed"), (old, "removed")):  # crash leftovers are removed
-        why = _not_replaceable(folder)
-        if why:
-            raise ValueError(f"save_checkpoint: {folder} exists and {why}; it would be {fate}: move it away or "
-                             f"choose another path")
+    check_replaceable(path, "save_checkpoint")  # crash leftovers (.tmp, .old) are removed, no folder of the user's
+    tmp = path.with_name(path.name + ".tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -431,9 +440,18 @@ def build_checkpoint_model(path: str | os.PathLike, state: dict[str, Any] | None
 
     path = Path(path)
     state = read_checkpoint_state(path) if state is None else state
+    check_not_sharded(path, state)
     model = _with_adapters(build_model(checked_model_config(path, state)), _lora_settings(path, state))
     dtype = stored_float_dtype(path / MODEL_FILE)
     return model if dtype is None else model.to(dtype)
+
+
+def check_not_sharded(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointError` when the checkpoint at ``path`` (its ``state``) is a sharded (FSDP) one: it has
+    no ``model.safetensors`` to read, only the shards a run under torchrun resumes from."""
+    if state.get("sharded"):
+        raise CheckpointError(f"{path} is a sharded (FSDP) checkpoint: resume it with --fsdp under torchrun, or "
+                              f"turn it into an ordinary one with `attnkit convert {path} OUT`")
 
 
 def checked_model_config(path: str | os.PathLike, state: dict[str, Any]) -> Any:
@@ -576,9 +594,7 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     if not isinstance(model, nn.Module):
         raise ValueError(f"load_checkpoint expects an nn.Module, got {type(model).__name__}")
     data = read_checkpoint_state(path)
-    if data.get("sharded"):
-        raise CheckpointError(f"{path} is a sharded (FSDP) checkpoint: resume it with --fsdp under torchrun, or "
-                              f"turn it into an ordinary one with `attnkit convert {path} OUT`")
+    check_not_sharded(path, data)
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
     device = str(torch.device(device))
@@ -641,9 +657,10 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
 
 
 def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` ``step_*`` checkpoints (``best/`` is never touched)."""
+    """Delete all but the newest ``keep_last`` ``step_*`` checkpoints (``best/`` is never touched, nor a ``step_*``
+    folder that is a link or holds files of the user's)."""
     check_int("keep_last", keep_last, minimum=1)
-    doomed = [p for _, p in list_checkpoints(root)[:-keep_last]]
+    doomed = [p for _, p in list_checkpoints(root)[:-keep_last] if _not_replaceable(p) is None]
     for p in doomed:
         shutil.rmtree(p)
     return doomed
@@ -653,17 +670,20 @@ def clean_stale(root: str | os.PathLike) -> list[str]:
     """Repair a checkpoint folder after a crash; returns a description of each action taken.
 
     ``<name>.tmp`` (a save that never finished) is deleted. ``<name>.old`` (the previous version of a
-    folder being replaced) is deleted if ``<name>`` exists, and renamed back to ``<name>`` otherwise.
+    folder being replaced) is deleted if ``<name>`` exists, and renamed back to ``<name>`` otherwise. A file, a
+    link or a folder holding files of the user's is left alone (a save refuses to remove it too).
     """
     root = Path(root)
     actions: list[str] = []
     if not root.is_dir():
         return actions
     for entry in sorted(root.iterdir()):
+        if not entry.name.endswith((".tmp", ".old")) or _not_replaceable(entry) is not None:
+            continue
         if entry.name.endswith(".tmp"):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            shutil.rmtree(entry)
             actions.append(f"removed unfinished {entry.name}")
-        elif entry.name.endswith(".old") and entry.is_dir():
+        else:
             target = entry.with_name(entry.name[: -len(".old")])
             if target.exists():
                 shutil.rmtree(entry)

@@ -49,6 +49,11 @@ def _unwords_b64(text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text, validate=True), dtype="<u4").astype(np.uint32)
 
 
+def _reason(err: Exception) -> str:
+    """What a failed read of a saved state says: a ``KeyError``'s text is only the key."""
+    return f"it lacks {err}" if isinstance(err, KeyError) else str(err)
+
+
 def capture_rng_state() -> dict[str, Any]:
     """JSON-able snapshot of the python, numpy and torch (CPU + CUDA) generators."""
     version, internal, gauss = random.getstate()
@@ -84,7 +89,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
             raise ValueError(f"gauss must be null or a finite number, got {py['gauss']!r}")
         random.setstate((py["version"], words, py["gauss"]))
     except (KeyError, TypeError, ValueError, OverflowError) as err:
-        raise ValueError(f"RNG state 'python' is malformed: {err}") from None
+        raise ValueError(f"RNG state 'python' is malformed: {_reason(err)}") from None
     try:
         npx = state["numpy"]
         key = _unwords_b64(npx["key"])
@@ -97,7 +102,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state({"bit_generator": npx["bit_generator"], "state": {"key": key, "pos": npx["pos"]},
                              "has_gauss": npx["has_gauss"], "gauss": npx["gauss"]})
     except (KeyError, TypeError, ValueError, OverflowError) as err:
-        raise ValueError(f"RNG state 'numpy' is malformed: {err}") from None
+        raise ValueError(f"RNG state 'numpy' is malformed: {_reason(err)}") from None
     try:
         torch.set_rng_state(_unb64(state["torch_cpu"]))
     except (TypeError, ValueError, RuntimeError) as err:

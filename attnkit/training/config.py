@@ -314,6 +314,10 @@ def resolve_train_config(defaults: dict[str, Any], saved: dict[str, Any] | None,
     """
     values = dict(defaults)
     if saved is not None:
+        unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(TrainConfig)})
+        if unknown:
+            raise ValueError(f"--resume: the run's train_config holds settings this attnkit does not know: {unknown} "
+                             f"(written by a newer attnkit?)")
         values.update(saved)
     values.update(given)
     if saved is None and "steps" not in given and "max_time" not in given:

@@ -28,13 +28,13 @@ def finalize_lora_run(out: str | Path) -> Path | None:
 
     The step checkpoints keep the adapters (``--resume`` continues from those, exactly); ``best/`` is only read
     back by the trainer for its score, so replacing its tensors is safe. The rewrite is atomic; the state
-    (step, score, configs) is kept and ``extra["lora"]["merged"]`` becomes true. Returns the folder, or None
-    when there is no best checkpoint or it is already merged.
+    (step, score, configs) and the weights' dtype (a run from a bfloat16 model stays bfloat16) are kept and
+    ``extra["lora"]["merged"]`` becomes true. Returns the folder, or None when there is no best checkpoint or it
+    is already merged.
     """
-    from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
     from attnkit.modules.lora import merge_lora
-    from attnkit.checkpoints.checkpoint import RESERVED_KEYS, load_checkpoint, read_checkpoint_state, save_checkpoint
+    from attnkit.checkpoints.checkpoint import (RESERVED_KEYS, build_checkpoint_model, load_checkpoint,
+                                                read_checkpoint_state, save_checkpoint)
 
     best = Path(out) / "checkpoints" / "best"
     if not (best / "state.json").is_file():
@@ -44,8 +44,7 @@ def finalize_lora_run(out: str | Path) -> Path | None:
     lora = extra.get("lora")
     if not isinstance(lora, dict) or lora.get("merged"):
         return None
-    model = build_model(config_from_dict(state["model_config"]))
-    add_lora(model, lora)
+    model = build_checkpoint_model(best, state)  # with the adapters of extra.lora, in the weights' dtype
     load_checkpoint(best, model)
     merge_lora(model)
     extra["lora"] = dict(lora, merged=True)

@@ -9,7 +9,8 @@
 * ``loss.png`` — training and validation loss against step (matplotlib, Agg canvas), rewritten likewise.
 
 On resume, :class:`MetricsLogger` drops every row after the checkpoint's step, so the log never holds the
-same step twice, even when the killed run had got further than its last checkpoint.
+same step twice, even when the killed run had got further than its last checkpoint (the CSV and the plot are
+rewritten at once then, so they do not show the dropped rows either).
 
 No tensors here, so no shapes to document.
 """
@@ -73,14 +74,14 @@ class MetricsLogger:
         self.jsonl_path = self.out_dir / JSONL_FILE
         self.csv_path = self.out_dir / CSV_FILE
         self.plot_path = self.out_dir / PLOT_FILE
-        if resume_step is None:
-            self.rows: list[dict[str, Any]] = []
-        else:
-            self.rows = [r for r in read_metrics(self.jsonl_path) if r["step"] <= resume_step]
+        logged = [] if resume_step is None else read_metrics(self.jsonl_path)
+        self.rows: list[dict[str, Any]] = [r for r in logged if r["step"] <= resume_step]
         # Rewrite the log with the kept rows (atomically), then append from here on.
         write_text_atomic(self.jsonl_path, "".join(self._line(r) for r in self.rows))
         self._fh = open(self.jsonl_path, "a", encoding="utf-8")
         self.dirty = True  # rows not yet reflected in the CSV / PNG
+        if len(self.rows) < len(logged):  # the CSV and the plot show the dropped rows: rewrite them now
+            self.write_tables()
 
     @staticmethod
     def _line(row: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from attnkit.files import fsync_dir, publish_folder, write_text_atomic
-from attnkit.checkpoints.checkpoint import (DCP_DIR, FORMAT, FORMAT_VERSION, CheckpointError,
+from attnkit.checkpoints.checkpoint import (DCP_DIR, FORMAT, FORMAT_VERSION, CheckpointError, check_replaceable,
                                             read_checkpoint_state, save_checkpoint)
 from attnkit.checkpoints.rng import capture_rng_state
 
@@ -46,7 +46,9 @@ def is_sharded(path: str | os.PathLike) -> bool:
 def save_sharded(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
                  state: dict[str, Any], extra: dict[str, Any]) -> Path:
     """Collective: every rank writes its shard of model + optimizer; rank 0 writes ``state.json`` and renames
-    ``<path>.tmp`` to ``<path>`` (replacing an older folder of that name). Returns ``path``."""
+    ``<path>.tmp`` to ``<path>`` (replacing an older checkpoint of that name). Returns ``path``. Raises
+    ``ValueError`` on every rank, before anything is written, where :func:`save_checkpoint` would: ``path`` (or
+    its ``.tmp`` / ``.old``) is a file, a link or a folder holding files of the user's."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -54,6 +56,7 @@ def save_sharded(path: str | os.PathLike, model: nn.Module, optimizer: torch.opt
     tmp = path.with_name(path.name + ".tmp")
 
     def fresh_tmp() -> None:
+        check_replaceable(path, "save_sharded")
         if tmp.exists():
             shutil.rmtree(tmp)
         (tmp / DCP_DIR).mkdir(parents=True)

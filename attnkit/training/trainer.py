@@ -42,7 +42,7 @@ Run folder layout (``out_dir``)::
     metrics.jsonl / metrics.csv / loss.png
     checkpoints/step_00000500/     last ``keep_last`` checkpoints (see checkpoint.py for the contents)
     checkpoints/best/              best evaluation so far (by ``config.best_metric``)
-    summary.json                   what ``fit()`` returned
+    summary.json                   what ``fit()`` returned (removed when a resumed run starts)
 
 Exact resume: the data of step s is a pure function of s (task contract), and a checkpoint stores model,
 optimizer, schedule, RNG states (dropout) and the step, so a run killed at any point and resumed from its
@@ -277,6 +277,8 @@ class Trainer:
                 write_text_atomic(self.out_dir / RUN_FILE, json.dumps(
                     {"train_config": config.to_dict(), "model_config": self.model_config,
                      "extra_keys": sorted(self.extra)}, indent=2))
+                if resume:  # the summary of the segment that ended; this one writes its own when it ends
+                    (self.out_dir / SUMMARY_FILE).unlink(missing_ok=True)
                 return MetricsLogger(self.out_dir, resume_step=self.step if resume else None)
 
             self.metrics = start_files() if self.world.is_main else _NoMetrics()
@@ -371,7 +373,10 @@ class Trainer:
         reached = state.get("reached")  # kept only for the same target: another one is judged afresh
         self.reached = reached if isinstance(reached, dict) and reached.get("loss") == self.config.stop_at_loss \
             else None
-        self._rng_state = state.get("rng")
+        if "rng" not in state:  # dropout would start again from the seed: the resume would not be exact
+            raise CheckpointError(f"{latest / 'state.json'} lacks the RNG states ('rng') a resume continues from "
+                                  f"(edited by hand?)")
+        self._rng_state = state["rng"]
         if self._scaler is not None and "grad_scaler" in state:  # absent in checkpoints written before it was kept
             self._scaler.load_state_dict(_saved_scaler(state["grad_scaler"], latest))
         self.last_checkpoint = latest
@@ -656,23 +661,26 @@ class Trainer:
         if self._fitted:
             raise RuntimeError("Trainer.fit() can run once; build a new Trainer (resume=True) to continue")
         self._fitted = True
-        with self._signals:  # SIGINT / SIGTERM: stop at the next step boundary with a checkpoint (preemption.py)
-            try:
-                summary = self._fit()
-            except Interrupted as stop:
-                if stop.immediate:  # raised by the second signal wherever the loop was: report what is on disk
-                    stop.step, stop.checkpoint = self.step, latest_checkpoint(self.ckpt_dir)
-                raise
-            _, late = self._agreed_stop(0.0)  # a signal during the final evaluation and checkpoint
-            if late is not None:
-                raise Interrupted(late, step=self.step, checkpoint=self.last_checkpoint)
+        try:
+            with self._signals:  # SIGINT / SIGTERM: stop at the next step boundary with a checkpoint (preemption.py)
+                try:
+                    summary = self._fit()
+                except Interrupted as stop:
+                    if stop.immediate:  # raised by the second signal wherever the loop was: report what is on disk
+                        stop.step, stop.checkpoint = self.step, latest_checkpoint(self.ckpt_dir)
+                    raise
+                _, late = self._agreed_stop(0.0)  # a signal during the final evaluation and checkpoint
+                if late is not None:
+                    raise Interrupted(late, step=self.step, checkpoint=self.last_checkpoint)
+        finally:
+            self._release_lock()  # only now: the folder is this run's until its summary.json is written
         return summary
 
     def _fit(self) -> dict[str, Any]:
         """:meth:`fit` inside the signal handlers: start, the loop, the end (or the stop a signal asked for)."""
         stopped_by = "steps"
         try:
-            train_model = self._start_fit()  # inside: a resume whose RNG state is broken releases the folder too
+            train_model = self._start_fit()
             while True:
                 reason = self._stop_reason()
                 if reason is not None:
@@ -690,7 +698,6 @@ class Trainer:
             if self._progress is not None:
                 self._progress.close()
             self.metrics.close()
-            self._release_lock()
         return self._write_summary(stopped_by)
 
     def _start_fit(self) -> nn.Module:

@@ -204,6 +204,36 @@ def test_list_latest_prune(tmp_path, tiny_lm):
         prune_checkpoints(tmp_path, 0)
 
 
+def test_pruning_removes_no_step_folder_of_the_users(tmp_path, tiny_lm):
+    """A ``step_*`` folder holding the user's notes, or a link to a folder elsewhere, is left where it is (pruning
+    removed the notes, and stopped the run with an OSError at the link); the checkpoints around them are pruned."""
+    model = tiny_lm()
+    for step in (5, 10, 15, 20):
+        save_checkpoint(tmp_path / step_dir_name(step), model, state={"step": step})
+    (tmp_path / step_dir_name(5) / "notes.txt").write_text("keep me")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    save_checkpoint(elsewhere, model, state={"step": 1})
+    (tmp_path / step_dir_name(1)).symlink_to(elsewhere, target_is_directory=True)
+    assert [p.name for p in prune_checkpoints(tmp_path, keep_last=2)] == ["step_00000010"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000001", "step_00000005", "step_00000015",
+                                                          "step_00000020"]
+    assert (tmp_path / step_dir_name(5) / "notes.txt").read_text() == "keep me"
+    assert read_checkpoint_state(elsewhere)["step"] == 1
+
+
+def test_cleaning_after_a_crash_removes_nothing_of_the_users(tmp_path, tiny_lm):
+    """Only the leftovers a save leaves (``.tmp`` and ``.old`` folders of checkpoint files) are removed on resume;
+    a save refuses to remove the others too."""
+    save_checkpoint(tmp_path / "best", tiny_lm(), state={"step": 7})
+    for name in ("best.old", "notes.tmp"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "notes.txt").write_text("keep me")
+    (tmp_path / "list.tmp").write_text("keep me")
+    assert clean_stale(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "best.old", "list.tmp", "notes.tmp"]
+    assert (tmp_path / "best.old" / "notes.txt").read_text() == (tmp_path / "list.tmp").read_text() == "keep me"
+
+
 def test_unfinished_tmp_folder_is_ignored_and_cleaned(tmp_path, tiny_lm):
     model = tiny_lm()
     save_checkpoint(tmp_path / step_dir_name(10), model, state={"step": 10})

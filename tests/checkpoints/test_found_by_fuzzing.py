@@ -231,3 +231,14 @@ def test_rng_states_numpy_and_python_would_fail_on(part, key, value):
     with pytest.raises(ValueError, match=f"RNG state '{part}' is malformed"):
         restore_rng_state(state)
     restore_rng_state(capture_rng_state())  # a good state still restores
+
+
+@pytest.mark.parametrize("part, key", [("python", "gauss"), ("numpy", "pos")])
+def test_a_rng_state_without_a_key_says_which_one_it_lacks(part, key):
+    """Was: "RNG state 'python' is malformed: 'gauss'" (the text of the KeyError)."""
+    from attnkit.checkpoints.rng import capture_rng_state, restore_rng_state
+
+    state = capture_rng_state()
+    del state[part][key]
+    with pytest.raises(ValueError, match=f"^RNG state '{part}' is malformed: it lacks '{key}'$"):
+        restore_rng_state(state)

@@ -53,3 +53,25 @@ def test_a_model_saved_in_half_precision_comes_back_in_it(tmp_path, dtype):
     assert {p.dtype for p in loaded.parameters()} == {dtype}
     ids = torch.tensor([[1, 2, 3, 4]])  # (B, T)
     assert torch.equal(loaded(ids), model(ids))
+
+
+def test_a_sharded_step_checkpoint_is_named_as_one(tmp_path):
+    """Was: "model.safetensors is corrupt or truncated: No such file or directory" (the dtype of its weights was read
+    before anything said it was sharded): a stopped FSDP run's best/ and step checkpoints are sharded."""
+    import json
+    import shutil
+
+    from attnkit.checkpoints.averaging import average_checkpoints
+
+    ckpt = _save(tmp_path / "ck", GPTConfig(vocab_size=29, block_size=8, n_layer=1, n_head=2, n_embd=8), "lm")
+    state = json.loads((ckpt / "state.json").read_text())
+    (ckpt / "state.json").write_text(json.dumps(state | {"sharded": True, "world_size": 2}))
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "dcp").mkdir()  # what save_sharded writes in its place
+    shutil.copytree(ckpt, tmp_path / "ck2")
+    message = r"ck2? is a sharded \(FSDP\) checkpoint: resume it with --fsdp under torchrun, or turn it into an " \
+              r"ordinary one with `attnkit convert .*ck2? OUT`"
+    with pytest.raises(CheckpointError, match=message):
+        load(ckpt)
+    with pytest.raises(CheckpointError, match=message):
+        average_checkpoints([ckpt, tmp_path / "ck2"], tmp_path / "avg")

@@ -139,6 +139,19 @@ def test_time_budget_lives_in_the_config():
     assert TrainConfig(steps=100, warmup_steps=1).max_time_s is None
 
 
+def test_a_resumed_train_config_with_settings_unknown_here_is_named_as_the_runs():
+    """Was: "TrainConfig.from_dict got unknown keys ['new_knob']; valid keys are [...]", with no word of the checkpoint:
+    it read as a mistake in the command line."""
+    from attnkit.training.config import resolve_train_config
+
+    saved = TrainConfig(steps=10, warmup_steps=2).to_dict() | {"new_knob": 3}
+    with pytest.raises(ValueError, match=r"^--resume: the run's train_config holds settings this attnkit does not "
+                                         r"know: \['new_knob'\] \(written by a newer attnkit\?\)$"):
+        resolve_train_config({}, saved, {"steps": 12})
+    del saved["new_knob"], saved["cuda_graphs"]  # an older run's: a field it lacks takes its default
+    assert resolve_train_config({}, saved, {"steps": 12}) == TrainConfig(steps=12, warmup_steps=2)
+
+
 def test_resolve_train_config_precedence():
     from attnkit.training.config import resolve_train_config
 

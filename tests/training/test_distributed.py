@@ -191,6 +191,46 @@ def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
     torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
 
 
+SAVE_SHARDED_CHILD = """
+import sys
+import torch
+torch.set_num_threads(1)
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+from attnkit.training import TrainConfig, distributed as D
+from attnkit.training.optim import LRScheduler, build_optimizer
+from attnkit.training.sharded import save_sharded
+D.init_from_env(torch.device("cpu"))
+model = D.shard_fsdp(GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=8)))
+cfg = TrainConfig(steps=1, warmup_steps=0)
+optimizer = build_optimizer(model, cfg)
+for path in sys.argv[1:]:
+    try:
+        save_sharded(path, model, optimizer, LRScheduler(optimizer, cfg), state={"step": 1}, extra={})
+    except ValueError as err:
+        print(f"rank {D.current_world().rank}: {err}", flush=True)
+D.shutdown()
+"""
+
+
+def test_a_sharded_save_replaces_no_folder_of_the_users(tmp_path):
+    """FSDP's save refuses, as the one-file save does, a best/ holding the user's notes: every rank raises the
+    ValueError (none is left waiting) and nothing is removed; a new folder is saved as usual."""
+    mine, fresh = tmp_path / "best", tmp_path / "fresh"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    child = tmp_path / "child.py"
+    child.write_text(SAVE_SHARDED_CHILD)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(child), str(mine), str(fresh)], env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert (f"rank {rank}: save_sharded: {mine} exists and holds ['notes.txt'], not a checkpoint's files; it "
+                f"would be replaced") in proc.stdout
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
+    assert is_sharded(fresh) and not (tmp_path / "best.tmp").exists()
+
+
 def _process_tree(pid: int) -> list[int]:
     """``pid`` and all its descendants (from /proc), parents first."""
     children: dict[int, list[int]] = {}

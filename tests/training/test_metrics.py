@@ -53,6 +53,22 @@ def test_resume_drops_rows_past_the_checkpoint(tmp_path):
     assert rows[-1]["loss"] == 0.5
 
 
+def test_a_resume_that_drops_rows_rewrites_the_csv_and_the_plot_at_once(tmp_path):
+    """Was: until the resumed run's first evaluation metrics.csv and loss.png still showed the dropped steps (a run
+    killed again before it showed them for good)."""
+    m = _log_run(tmp_path, [1, 2, 3, 4])
+    m.write_tables()
+    m.close()
+    plot = (tmp_path / "loss.png").read_bytes()
+    MetricsLogger(tmp_path, resume_step=2).close()
+    with open(tmp_path / "metrics.csv") as fh:
+        assert [r["step"] for r in csv.DictReader(fh)] == ["1", "2"]
+    assert (tmp_path / "loss.png").read_bytes() != plot
+    (tmp_path / "metrics.csv").write_text("as it was")
+    MetricsLogger(tmp_path, resume_step=2).close()  # nothing dropped: the views are left as they are
+    assert (tmp_path / "metrics.csv").read_text() == "as it was"
+
+
 def test_fresh_logger_empties_old_log(tmp_path):
     _log_run(tmp_path, [1, 2]).close()
     MetricsLogger(tmp_path).close()

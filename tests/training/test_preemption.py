@@ -8,6 +8,7 @@ test_preemption_cli.py; torchrun in test_preemption_torchrun.py.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -105,6 +106,28 @@ def test_a_signal_stops_after_the_update_with_a_checkpoint_and_the_resume_is_exa
     assert summary["steps"] == STEPS and summary["resumed_from"] == str(stop.checkpoint)
     assert _losses(out) == _losses(straight)
     _assert_same_weights(out, straight)
+
+
+def test_a_stopped_resume_leaves_no_summary_of_the_segment_before(tmp_path, tiny_lm, token_streams, signal_at):
+    """The summary.json of the finished first segment stayed: it said the run had stopped at step 4 by "steps"
+    while its checkpoints and metrics went on to step 6."""
+    out = tmp_path / "run"
+
+    def make(steps: int, resume: bool) -> Trainer:
+        cfg = TrainConfig(steps=steps, schedule_steps=8, batch_size=4, block_size=8, lr=3e-3, warmup_steps=1,
+                          eval_every=4, eval_batches=1, log_every=1, ckpt_every=4, seed=5)
+        task = LMTask(*token_streams, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=11)
+        return Trainer(tiny_lm(3), task, cfg, out, model_config={"kind": "tiny"}, resume=resume, progress=False,
+                       log=False)
+
+    make(4, False).fit()
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+    signal_at(signal.SIGTERM, 6)
+    with pytest.raises(Interrupted) as caught:
+        make(8, True).fit()
+    assert caught.value.step == 6 and _losses(out)[-1][0] == 6
+    assert not (out / "summary.json").exists()
+    assert make(8, True).fit()["steps"] == json.loads((out / "summary.json").read_text())["steps"] == 8
 
 
 def test_a_second_signal_stops_at_once_inside_the_checkpoint_write(tmp_path, straight, trainer, signal_at,

@@ -86,6 +86,22 @@ def test_a_run_without_fp16_saves_no_scaler_state(tmp_path, tiny_lm, token_strea
     assert "grad_scaler" not in read_checkpoint_state(tmp_path / "run" / "checkpoints" / "step_00000005")
 
 
+def test_a_checkpoint_without_rng_states_is_refused_not_resumed_from_the_seed(tmp_path, tiny_lm, token_streams):
+    """Was: the resumed run seeded its generators afresh, so its dropout masks (and losses) silently differed from
+    those of the uninterrupted run."""
+    cfg = TrainConfig(**(FP16 | dict(autocast=None, steps=5)))
+    task = LMTask(*token_streams, block_size=8, batch_size=4, seed=1)
+    Trainer(tiny_lm(0, dropout=0.1), task, cfg, tmp_path / "run", model_config={"kind": "tiny"}, progress=False,
+            log=False).fit()
+    state_file = tmp_path / "run" / "checkpoints" / "step_00000005" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["rng"]
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"step_00000005/state.json lacks the RNG states \('rng'\)"):
+        Trainer(tiny_lm(0, dropout=0.1), task, cfg.replace(steps=6), tmp_path / "run", model_config={"kind": "tiny"},
+                resume=True, progress=False, log=False)
+
+
 def test_resuming_a_time_limited_run_with_steps_below_its_warmup_names_the_warmup():
     recipe = dict(lr=1e-3, min_lr=1e-4, warmup_steps=50, schedule="cosine")
     saved = resolve_train_config(recipe, None, {"max_time": 1.0}).to_dict()

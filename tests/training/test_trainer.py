@@ -123,6 +123,26 @@ def test_a_resume_that_fails_as_it_starts_releases_the_folder(tmp_path, tiny_lm,
         kept.append(err.value)  # the second would say "in use by another training process" if the lock were held
 
 
+def test_the_folder_stays_locked_until_the_summary_is_written(tmp_path, tiny_lm, token_streams, monkeypatch):
+    """Was: ``fit`` released the folder before it wrote summary.json, so a resume started in that moment wrote its
+    run under the finished one's summary (and the lock's promise, nothing written unlocked, was broken)."""
+    from attnkit.checkpoints.run_lock import RunLock
+
+    write_summary, locked = Trainer._write_summary, []
+
+    def checked(self, stopped_by):
+        try:
+            RunLock(self.out_dir).release()
+        except ValueError:  # "in use by another training process": the run holds it still
+            locked.append(True)
+        return write_summary(self, stopped_by)
+
+    monkeypatch.setattr(Trainer, "_write_summary", checked)
+    _trainer(tmp_path, tiny_lm, token_streams, steps=2, eval_every=2, ckpt_every=2).fit()
+    assert locked == [True]
+    RunLock(tmp_path / "run").release()  # and released once fit() is over
+
+
 def test_empty_existing_folder_is_fine(tmp_path, tiny_lm, token_streams):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "notes.txt").write_text("mine")
