@@ -180,6 +180,15 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
     return lora_settings(o, None, resuming=False), o.data, o.documents or "auto", o.source
 
 
+def _stored_dtype(root: Path) -> Any:
+    """The float dtype the latest checkpoint under ``root`` stores its weights in (None: none, several, or no
+    ``model.safetensors``, as in a sharded checkpoint)."""
+    from attnkit.checkpoints.checkpoint import MODEL_FILE, latest_checkpoint, stored_float_dtype
+
+    latest = latest_checkpoint(root)
+    return None if latest is None or not (latest / MODEL_FILE).is_file() else stored_float_dtype(latest / MODEL_FILE)
+
+
 def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int):
     """``(model, model_config, tokenizer, chat_template, description, add_bos, stop_ids)`` of the model to
     fine-tune.
@@ -201,6 +210,8 @@ def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int
         model_config = resumed_model_config(saved, o.overrides)
         seed_everything(seed)
         model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
+        dtype = _stored_dtype(Path(o.out) / "checkpoints")
+        model = model if dtype is None else model.to(dtype)  # a bf16 run goes on in bf16, exactly as it would have
         return (model, model_config, tokenizer_from_dict(extra_saved["tokenizer"]), extra_saved.get("chat_template"),
                 extra_saved.get("from_description", source), checked.get("add_bos_token") is True,
                 checked.get("stop_token_ids") or None)

@@ -151,6 +151,33 @@ def test_finetune_resume_refuses_another_tokenizer_file(lm_run, corpus, tmp_path
     assert api.finetune(out=out, resume=True, steps=3, tokenizer=str(own), progress=False, log=quiet).steps == 3
 
 
+def test_a_bf16_finetune_resumes_in_bf16_as_it_would_have_gone_on(lm_run, corpus, tmp_path):
+    """A run fine-tuning bf16 weights stores bf16 checkpoints; resumed, it goes on in bf16 (it went on in float32:
+    the resumed steps differed from those of a run that was never stopped)."""
+    import torch
+
+    from attnkit.checkpoints import load
+    from attnkit.checkpoints.checkpoint import RESERVED_KEYS, save_checkpoint, stored_float_dtype
+    from attnkit.training.metrics import read_metrics
+
+    loaded = load(lm_run)
+    state = {k: v for k, v in loaded.state.items() if k not in (*RESERVED_KEYS, "format", "version")}
+    save_checkpoint(tmp_path / "bf16", loaded.model.to(torch.bfloat16), state=state, extra=loaded.state["extra"],
+                    include_rng=False)
+    flags = dict(source=str(tmp_path / "bf16"), data=str(corpus), block_size=16, batch_size=4, eval_every=2,
+                 log_every=1, eval_batches=1, ckpt_every=2, schedule="constant", warmup_steps=0,  # lr: not by --steps
+                 progress=False, device="cpu", log=quiet)
+    api.finetune(out=tmp_path / "straight", steps=4, **flags)
+    api.finetune(out=tmp_path / "stopped", steps=2, **flags)
+    api.finetune(out=tmp_path / "stopped", resume=True, steps=4, progress=False, log=quiet)
+    for run in ("straight", "stopped"):
+        assert stored_float_dtype(tmp_path / run / "checkpoints" / "step_00000004" / "model.safetensors") == \
+            torch.bfloat16
+    losses = [[(r["step"], r["loss"]) for r in read_metrics(tmp_path / run) if "loss" in r]
+              for run in ("straight", "stopped")]
+    assert losses[0] == losses[1] and [step for step, _ in losses[0]] == [1, 2, 3, 4]
+
+
 def test_train_lm_resume_refuses_a_translation_run(mt_run, tmp_path):
     with pytest.raises(ValueError, match=r"is not a `train lm` run; continue it with `attnkit train mt --out "):
         api.train_lm(out=_copy(mt_run, tmp_path), resume=True, steps=9, progress=False, log=quiet)
