@@ -64,7 +64,7 @@ def _in_checkpoint(real: Path) -> bool:
 
 def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path], bool] | None = None,
                       may_replace: str = "", run_prefix: str | None = None) -> Path:
-    """``path`` as a file a command may write: not a folder, not a file of a run (its records, or anything in an
+    """``path`` as a file a command may write: not a folder, not below a file, not a file of a run (its records, or anything in an
     attnkit checkpoint folder or a run's ``checkpoints/``, new or not: the next publish or prune would delete it;
     except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one that ``replaces`` says
     the command wrote before (an earlier figure, page or record: what a rerun replaces; ``may_replace`` names such
@@ -72,6 +72,9 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # the folders to make cannot be made: say so before any work, not as "File exists"
+        raise ValueError(f"{flag} {str(path)!r}: {str(blocker)!r} is a file, not a folder")
     real = path.resolve()
     ours = run_prefix is not None and real.name.startswith(run_prefix)
     if not ours and (_in_checkpoint(real) or (real.name in RUN_RECORDS and is_run_dir(real.parent))):

@@ -30,6 +30,15 @@ def test_a_run_folder_stands_for_its_best_checkpoint_and_a_damaged_best_is_never
     assert resolve_checkpoint(run, prefer="latest") == run / "checkpoints" / "step_00000004"
 
 
+def test_check_output_file_below_a_file_is_refused_before_any_work(tmp_path):
+    """A path under an existing file cannot be written: one clear line naming that file, before the model runs
+    (it was ``[Errno 17] File exists: 'mine.png'`` once the figure was drawn)."""
+    (tmp_path / "mine.png").write_bytes(b"png")
+    with pytest.raises(ValueError, match=r"--out '.*mine.png/sub/x.png': '.*mine.png' is a file, not a folder"):
+        check_output_file(tmp_path / "mine.png" / "sub" / "x.png", "--out")
+    assert (tmp_path / "mine.png").read_bytes() == b"png"
+
+
 def test_check_output_file_keeps_runs_folders_and_other_files(tmp_path):
     run = _run(tmp_path)
     (run / "loss.png").write_bytes(b"png")
