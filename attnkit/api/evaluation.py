@@ -173,6 +173,9 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     if isinstance(train_block, int) and 1 <= train_block <= T:
         T = train_block  # evaluate at the context length the model was trained with
     valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split
+    if len(valid) < T + 1:  # (check_block_length's advice, a smaller block_size, is no option of eval lm)
+        raise ValueError(f"the valid split of {o.data!r} (a text file's last 10%) has {len(valid)} tokens, but this "
+                         f"model reads windows of {T} and needs at least {T + 1}: give more text")
     check_block_length(valid, T, "valid")
     n_windows = num_eval_windows(valid, T)
     max_windows = None if o.max_batches is None else o.max_batches * o.batch_size

@@ -59,8 +59,10 @@ def is_seq2seq(model: Any) -> bool:
     return isinstance(model, Transformer)
 
 
-def lm_ids(o: ModelText, loaded: Any) -> list[int]:
-    """``o.text`` as the language model reads a prompt (``LoadedModel.encode_prompt``: ``<bos>`` where it had one)."""
+def lm_ids(o: ModelText, loaded: Any, log: Log) -> list[int]:
+    """``o.text`` as the language model reads a prompt (``LoadedModel.encode_prompt``: ``<bos>`` where it had one).
+    Longer than the model's context (``block_size``): refused for learned positions, which have no embedding past
+    it; for the others a note (the model is read past what it was trained on)."""
     if o.src is not None or o.tgt is not None:
         raise ValueError("--src/--tgt are for translation checkpoints; a language model reads --text")
     if not o.text:
@@ -68,6 +70,14 @@ def lm_ids(o: ModelText, loaded: Any) -> list[int]:
     ids = loaded.encode_prompt(o.text)
     if not ids:
         raise ValueError(f"--text {o.text!r} encodes to no tokens")
+    config = getattr(loaded.model, "config", None)
+    block = getattr(config, "block_size", None)
+    if isinstance(block, int) and len(ids) > block:
+        if getattr(config, "position", None) == "learned":
+            raise ValueError(f"--text is {len(ids)} tokens, but this model (learned positions) reads at most {block}: "
+                             f"give a shorter text")
+        log(f"note: --text is {len(ids)} tokens, longer than the model's context of {block}: what it shows past "
+            f"token {block} is the model read beyond what it was trained on")
     return ids
 
 

@@ -83,7 +83,7 @@ def _text_inputs(o: ModelText, log: Log) -> tuple[Any, Any]:
     if is_seq2seq(model):
         src, tgt = mt_ids(o, model, tokenizer, log)
         return model, (torch.tensor([src]), torch.tensor([tgt]))
-    return model, torch.tensor([lm_ids(o, loaded)])
+    return model, torch.tensor([lm_ids(o, loaded, log)])
 
 
 def trace_model(what: TracePreset | ModelText, *, log: Log | None = None):

@@ -99,8 +99,8 @@ def _attention_page(inputs: ModelText, loaded: Any, html: Path, kind: str | None
         page = mt_attention_page(model, tokenizer, src, tgt, top_k=top_k, title=title, view=kind, layer=layer,
                                  head=head or 0)
     else:
-        page = lm_attention_page(model, tokenizer, lm_ids(inputs, loaded), top_k=top_k, title=title, layer=layer,
-                                 head=head or 0)
+        ids = lm_ids(inputs, loaded, log)
+        page = lm_attention_page(model, tokenizer, ids, top_k=top_k, title=title, layer=layer, head=head or 0)
     return write_page(page, html)
 
 
@@ -141,7 +141,7 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
         what = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
                 "cross": "cross-attention (target queries, source keys)"}[kind]
     else:
-        ids = lm_ids(inputs, loaded)
+        ids = lm_ids(inputs, loaded, log)
         maps = attention_maps(model, ids)
         q_labels = k_labels = text_labels(tokenizer, ids)
         what = "causal self-attention"
@@ -172,7 +172,7 @@ def draw_predictions(inputs: ModelText, *, out: str | Path = "predictions.png", 
         src, ids = mt_ids(inputs, model, tokenizer, log)
         probs, top = next_token_predictions(model, ids, src=src, top_k=top_k, vocab_size=tokenizer.vocab_size)
     else:
-        ids = lm_ids(inputs, loaded)
+        ids = lm_ids(inputs, loaded, log)
         probs, top = next_token_predictions(model, ids, top_k=top_k, vocab_size=tokenizer.vocab_size)
     nxt = torch.tensor(ids[1:] + [-1])  # (T,) the token that really follows each position (-1: none yet)
     hits = top == nxt[:, None]  # (T, k)

@@ -118,10 +118,11 @@ def check_pixels(width: float, height: float, dpi: Any, what: str = "figure") ->
     most = int(math.sqrt(MAX_PIXELS / (width * height)))
     size = f"{round(width * dpi)} x {round(height * dpi)} pixel image ({pixels / 1e6:.0f} megapixels)"
     if most < MIN_DPI:
-        raise ValueError(f"this {width:.0f} x {height:.0f} inch {what} is too large to draw: even at dpi {MIN_DPI} "
-                         f"(the least) it would be more than {MAX_PIXELS // 1_000_000} megapixels; draw a smaller one")
+        raise ValueError(f"this {what} (a {width:.0f} x {height:.0f} inch figure) is too large to draw: even at dpi "
+                         f"{MIN_DPI} (the least) it would be more than {MAX_PIXELS // 1_000_000} megapixels; draw a "
+                         f"smaller one")
     raise ValueError(f"dpi {dpi} would make a {size}: expected at most {MAX_PIXELS // 1_000_000} megapixels, "
-                     f"i.e. dpi <= {most} for this {width:.1f} x {height:.1f} inch {what}")
+                     f"i.e. dpi <= {most} for this {what} (a {width:.1f} x {height:.1f} inch figure)")
 
 
 def check_dpi(dpi: Any) -> None:

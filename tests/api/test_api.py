@@ -81,6 +81,11 @@ def test_evaluate_lm_and_sample(lm_run, corpus, tmp_path):
     assert sampler.sample(1) == texts[1]  # sample i is drawn with seed + i
     with pytest.raises(ValueError, match=r"index must be an int >= 0, got '1' \(str\)"):
         sampler.sample("1")
+    short = tmp_path / "short.txt"  # its valid part is far shorter than a window of the model
+    short.write_text(corpus.read_text()[:200])
+    with pytest.raises(ValueError, match=r"the valid split of '.*short.txt' \(a text file's last 10%\) has \d+ tokens, "
+                                         r"but this model reads windows of 16 and needs at least 17: give more text"):
+        api.evaluate_lm(ckpt=lm_run.out, data=str(short), json=tmp_path / "short.json")
 
 
 def test_evaluate_refuses_outputs_that_would_overwrite_the_data_the_run_or_a_users_file(lm_run, corpus, tmp_path):
@@ -188,6 +193,28 @@ def test_trace_viz_params_and_data(lm_run, tmp_path):
 def test_bad_options_are_refused_when_made(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_a_text_longer_than_the_models_context(position):
+    """viz and trace read ``--text`` whole: past ``block_size`` learned positions have no embedding (a clear refusal,
+    not "sequence length must be <= block_size ... (cached 0 + new 300)"), other models get a note."""
+    from types import SimpleNamespace
+
+    from attnkit.api.inputs import lm_ids
+
+    loaded = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(block_size=8, position=position)),
+                             encode_prompt=lambda text: list(range(len(text))))
+    notes: list[str] = []
+    assert lm_ids(api.ModelText(ckpt="x", text="a" * 8), loaded, notes.append) == list(range(8)) and notes == []
+    if position == "learned":
+        with pytest.raises(ValueError, match=r"^--text is 9 tokens, but this model \(learned positions\) reads at "
+                                             r"most 8: give a shorter text$"):
+            lm_ids(api.ModelText(ckpt="x", text="a" * 9), loaded, notes.append)
+    else:
+        assert len(lm_ids(api.ModelText(ckpt="x", text="a" * 9), loaded, notes.append)) == 9
+        assert notes == ["note: --text is 9 tokens, longer than the model's context of 8: what it shows past token 8 "
+                         "is the model read beyond what it was trained on"]
 
 
 def test_a_path_is_taken_where_a_file_name_is():

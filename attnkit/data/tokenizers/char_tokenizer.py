@@ -101,7 +101,8 @@ class CharTokenizer(Tokenizer):
             raise ValueError(
                 f"{len(bad)} distinct character(s) not in the vocabulary of {self.vocab_size} "
                 f"({int(counts.sum())} occurrence(s) in a text of {len(cps)} characters): {shown}{more}; "
-                "train the CharTokenizer on all the text it must encode (train and valid)"
+                "a character-level tokenizer knows only the characters of the text it was built from: use only those "
+                "(in a prompt), or build it from all the text it must encode (train and valid)"
             )
         return ids.astype(np.int64)
 

@@ -59,6 +59,9 @@ def test_unknown_characters_are_named_with_count():
     # 3 distinct unknown characters ('!', 'Z', '🎭'), 4 occurrences ('!' twice)
     assert msg.startswith("3 distinct character(s)")
     assert "(4 occurrence(s) in a text of 24 characters)" in msg
+    # what to do, for a prompt as for training data (it spoke of training alone, also to `attnkit sample`)
+    assert msg.endswith("a character-level tokenizer knows only the characters of the text it was built from: use "
+                        "only those (in a prompt), or build it from all the text it must encode (train and valid)")
 
 
 def test_unknown_characters_message_capped_at_ten():
