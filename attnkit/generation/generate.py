@@ -91,6 +91,7 @@ import torch
 from torch import nn
 
 from attnkit.checks import is_int
+from attnkit.modules.rotary import RotaryEmbedding
 from attnkit.modules.sinusoidal import SinusoidalPositionalEncoding
 from . import processors as P
 from .compiled import RECOMPILE_LIMIT, SLOT_MULTIPLE, compiled_step
@@ -208,16 +209,20 @@ class _Cached:
 
     def __init__(self, model: nn.Module, batch_size: int, max_len: int, capacity: int | None = None):
         self.model, self.max_len = model, max_len
-        self.cache = model.new_cache(batch_size, max_len=max_len if capacity is None else min(capacity, max_len))
-        if self.cache.max_len < max_len and not callable(getattr(self.cache, "grow", None)):
+        self.room = max_len if capacity is None else min(capacity, max_len)  # columns the cache has room for
+        self.cache = model.new_cache(batch_size, max_len=self.room)
+        # a model is asked for new_cache(batch_size, max_len) only: a cache without grow (or max_len) is made whole
+        if self.room < max_len and not callable(getattr(self.cache, "grow", None)):
+            self.room = max_len
             self.cache = model.new_cache(batch_size, max_len=max_len)
         self.start = 0  # first column of `tokens` in the cache
         self.fed = 0  # columns of `tokens` already in the cache
 
     def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """Shape: tokens, pad ``(b, L)`` -> logits ``(b, V)``. The mask covers the cached and the new keys."""
-        if tokens.shape[1] - self.start > self.cache.max_len:  # full: double it
-            self.cache.grow(min(max(2 * self.cache.max_len, tokens.shape[1] - self.start), self.max_len))
+        if tokens.shape[1] - self.start > self.room:  # full: double it
+            self.room = min(max(2 * self.room, tokens.shape[1] - self.start), self.max_len)
+            self.cache.grow(self.room)
         window_pad = pad[:, self.start:]  # (b, S)
         positions = position_ids_from_padding(window_pad)[:, self.fed - self.start:]  # (b, new columns)
         logits = self.model(tokens[:, self.fed:], key_padding_mask=window_pad, position_ids=positions, cache=self.cache)
@@ -235,9 +240,11 @@ class _Compiled(_Cached):
 
     def __init__(self, model: nn.Module, batch_size: int, max_len: int):
         super().__init__(model, batch_size, max_len)  # every slot now: a compiled step's shapes never change
-        for module in model.modules():  # a compiled step cannot grow a sinusoidal table: size it for every slot now
+        for module in model.modules():  # a compiled step cannot grow a position table: size it for every slot now
             if isinstance(module, SinusoidalPositionalEncoding):
                 module.reserve(max_len)
+            elif isinstance(module, RotaryEmbedding):  # (looking up the last slot's angles grows its tables)
+                module.cos_sin(torch.tensor([max_len - 1], device=module.cos_cached.device))
 
     def next_logits(self, tokens: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         if not self.fed:  # the prefill runs eagerly; what the steps need is read from the prompt once, here

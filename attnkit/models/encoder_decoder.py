@@ -34,7 +34,7 @@ from torch import nn
 from attnkit.checks import check_int, check_padding_mask
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.feed_forward import FeedForward
-from attnkit.modules.kv_cache import KVCache, LayerCaches
+from attnkit.modules.kv_cache import KVCache, LayerCaches, cache_dtype
 from attnkit.modules.layer_drop import check_layer_drop, kept_layers
 from attnkit.modules.multi_head_attention import MultiHeadAttention
 from attnkit.modules.norms import build_norm
@@ -361,10 +361,11 @@ class Decoder(nn.Module):
 
     def new_cache(self, batch_size: int, max_len: int, *, memory_len: int | None = None,
                   dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> DecoderCache:
-        """An empty :class:`DecoderCache` for this decoder (dtype/device default to the parameters')."""
+        """An empty :class:`DecoderCache` for this decoder (dtype/device default to the parameters'; the dtype to
+        autocast's under ``torch.autocast``)."""
         ref = next(self.parameters())
         return DecoderCache(len(self.layers), batch_size, self.nhead, self.d_model // self.nhead, max_len,
-                            memory_len=memory_len, dtype=ref.dtype if dtype is None else dtype,
+                            memory_len=memory_len, dtype=cache_dtype(ref) if dtype is None else dtype,
                             device=ref.device if device is None else device)
 
     def forward(

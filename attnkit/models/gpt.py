@@ -44,7 +44,7 @@ from attnkit.checks import check_index_tensor, check_int, check_padding_mask, ch
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
-from attnkit.modules.kv_cache import KVCache, LayerCaches
+from attnkit.modules.kv_cache import KVCache, LayerCaches, cache_dtype
 from attnkit.modules.learned_positions import LearnedPositionalEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 from attnkit.modules.multi_head_attention import MultiHeadAttention
@@ -228,7 +228,7 @@ class GPT(nn.Module):
         Args:
             batch_size: ``B``.
             max_len: capacity in positions (prompt + generated); default ``block_size``.
-            dtype: of the buffers; default the model's parameter dtype.
+            dtype: of the buffers; default the model's parameter dtype (autocast's under ``torch.autocast``).
 
         Shape:
             each layer holds ``(B, K, max_len, D)`` keys and values.
@@ -240,7 +240,7 @@ class GPT(nn.Module):
         if cfg.position == "learned" and max_len > cfg.block_size:
             raise ValueError(f"max_len must be <= block_size = {cfg.block_size} with learned positions, got {max_len}")
         ref = self.wte.weight
-        dtype = ref.dtype if dtype is None else dtype
+        dtype = cache_dtype(ref) if dtype is None else dtype
         return GPTCache([
             KVCache(batch_size, cfg.kv_heads, max_len, cfg.head_size, dtype=dtype, device=ref.device)
             for _ in range(cfg.n_layer)

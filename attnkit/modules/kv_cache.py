@@ -25,6 +25,15 @@ from torch import nn
 from attnkit.checks import check_int, is_int, no_host_reads
 
 
+def cache_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype a model's keys and values come out in, for its cache: autocast's where autocast is on for the
+    weight's device (the projections then run in it), else the weight's."""
+    device = weight.device.type
+    if weight.is_floating_point() and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return weight.dtype
+
+
 class KVCache(nn.Module):
     """Preallocated key/value buffers for one attention layer.
 

@@ -190,3 +190,21 @@ def test_compiled_equals_eager_with_sinusoidal_positions(prompts):
     eager = generate(model, prompts, max_new_tokens=20)
     assert generate(model, prompts, max_new_tokens=20, compile=True) == eager and varied(eager)
     assert model.wpe.pe.shape[0] >= 32  # (6 + 20 - 1 slots, rounded up to 32)
+
+
+def test_compiled_equals_eager_with_rope_past_block_size(prompts):
+    """RoPE reads its cos/sin tables inside the compiled step too: they are sized for every cache slot before
+    compiling (here past block_size; the eager path grows them as it goes)."""
+    import helpers
+    from attnkit.models.gpt import GPT
+
+    def fresh():  # the same weights, with tables of block_size rows
+        torch.manual_seed(2)
+        return helpers.spread_weights(GPT(helpers.tiny_gpt_config("llama", vocab_size=40, block_size=8)),
+                                      std=0.3, seed=2, matrices_only=True).eval()
+
+    eager = generate(fresh(), prompts, max_new_tokens=20)
+    model = fresh()
+    assert model.rotary.cos_cached.shape[0] == 8
+    assert generate(model, prompts, max_new_tokens=20, compile=True) == eager and varied(eager)
+    assert model.rotary.cos_cached.shape[0] >= 32  # (6 + 20 - 1 slots, rounded up to 32)

@@ -142,6 +142,37 @@ def test_the_cache_grows_with_the_tokens_not_with_max_new_tokens(monkeypatch):
     assert grown == [(8, 16), (16, 32), (32, 36)]
 
 
+def test_a_cache_without_grow_or_max_len_is_made_whole(monkeypatch):
+    """``generate`` asks of a model only ``new_cache(batch_size, max_len)``: a user's cache that has neither ``grow``
+    nor ``max_len`` is made with room for every column at once (and gives the tokens of the uncached path)."""
+    gen = importlib.import_module("attnkit.generation.generate")
+    model = _gpt("rope", 2)
+
+    class OwnCache:  # keeps a GPTCache, shows nothing of it but reorder
+        def __init__(self, inner):
+            self.inner = inner
+
+        def reorder(self, index):
+            self.inner.reorder(index)
+
+    class Mine(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gpt, self.sizes = model, []
+
+        def forward(self, idx, cache=None, **kw):
+            return self.gpt(idx, cache=None if cache is None else cache.inner, **kw)
+
+        def new_cache(self, batch_size, max_len):
+            self.sizes.append(max_len)
+            return OwnCache(self.gpt.new_cache(batch_size, max_len))
+
+    monkeypatch.setattr(gen, "FIRST_ROOM", 1)
+    mine = Mine()
+    assert generate(mine, PROMPTS, max_new_tokens=12) == generate(model, PROMPTS, max_new_tokens=12, use_cache=False)
+    assert mine.sizes[-1] == 7 + 12 - 1  # the longest prompt and every new token but the last
+
+
 def test_learned_positions_without_sliding_window_still_refuse_the_cache():
     model = _gpt("learned", 1)
     with pytest.raises(ValueError, match="exceed the learned positions' block_size = 8; use sliding_window=True"):

@@ -42,6 +42,16 @@ def test_cached_equals_uncached_greedy(gpt, prompts):
     assert [len(o) for o in cached] == [12] * len(prompts) and varied(cached)
 
 
+def test_the_cache_follows_autocast(gpt, prompts):
+    """Under ``torch.autocast`` the projections give bf16 keys and values: the cache is made in bf16 too (it was made
+    in the weights' float32 and refused them, while ``use_cache=False`` worked); outside it, the weights' dtype."""
+    assert gpt.new_cache(2, 8)[0].k_cache.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert gpt.new_cache(2, 8)[0].k_cache.dtype == torch.bfloat16
+        cached = generate(gpt, prompts, max_new_tokens=6)  # (bf16 rounding: not compared token for token)
+        assert [len(o) for o in cached] == [6] * len(prompts)
+
+
 @pytest.mark.parametrize("kw", SAMPLING, ids=["temperature", "top_k", "top_p", "all+penalty"])
 def test_cached_equals_uncached_seeded_sampling(gpt, prompts, kw):
     cached = generate(gpt, prompts, max_new_tokens=12, do_sample=True, seed=7, use_cache=True, **kw)
