@@ -45,8 +45,9 @@ from attnkit.recipes import FT_DEFAULTS, LORA_LR
 
 from .interruption import resume_hint
 from .launcher import is_main_process
-from .options import (Log, RunResult, TrainOptions, default_log, done_line, recorded_path, resumed_model_config,
-                      same_path, scaled_min_lr, train_values)
+from .options import (Log, RunResult, TrainOptions, check_out, default_log, done_line, recorded_path,
+                      refuse_changed_config, refuse_spent_resume, resumed_model_config, same_path, scaled_min_lr,
+                      train_values)
 
 __all__ = ["FinetuneOptions", "finetune", "lora_settings"]
 
@@ -249,10 +250,14 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     o = FinetuneOptions.make(options, kwargs)
     lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
+    check_out(o)
     saved = read_saved_run(o.out) if o.resume else None
     lora, data, documents, source = _run_inputs(o, saved)
     cfg = resolve_train_config(_defaults(o, lora), saved.get("train_config") if saved else None,
                                train_values(o, block_size=o.block_size), time_only_schedule="constant")
+    if saved is not None:
+        refuse_changed_config(cfg, saved)
+        refuse_spent_resume(o.out, saved, cfg)
     if cfg.fsdp and lora is not None:
         raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
                          "without --fsdp) for --lora")

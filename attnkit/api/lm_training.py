@@ -4,10 +4,10 @@
     result = train_lm(TrainLMOptions(data="shakespeare", preset="char-small", max_time=3, out="runs/char"))
     result.out, result.summary["valid_loss"]
 
-What happens, in order: the options are checked (a bad preset or override fails before the corpus is read and a
-tokenizer trained); the corpus is tokenized into token stores on disk, streaming, or the stores of an earlier run
-are reused (``--data``: a recipe name or a local text file or folder; under torchrun rank 0 builds, the others
-wait and open the same files);
+What happens, in order: the options are checked (a bad preset or override, a bad ``out``, and on resume a changed
+setting or a spent budget fail before the corpus is read and a tokenizer trained); the corpus is tokenized into
+token stores on disk, streaming, or the stores of an earlier run are reused (``--data``: a recipe name or a local
+text file or folder; under torchrun rank 0 builds, the others wait and open the same files);
 the preset is sized to the tokenizer and block size; the :class:`~attnkit.training.Trainer` runs
 (``attnkit train lm`` is this function). There are no tensor axes in this file.
 """
@@ -23,8 +23,9 @@ from attnkit.data.corpora.registry import is_recipe
 
 from .interruption import resume_hint
 from .launcher import world_size
-from .options import (Log, RunResult, TrainOptions, check_vocab_size, default_log, done_line, recorded_path,
-                      refuse_changed, resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
+from .options import (Log, RunResult, TrainOptions, check_out, check_vocab_size, default_log, done_line,
+                      recorded_path, refuse_changed, refuse_changed_config, refuse_spent_resume, resumed_model_config,
+                      same_path, same_tokenizer, scaled_min_lr, train_values)
 
 __all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
 
@@ -183,6 +184,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     o = TrainLMOptions.make(options, kwargs).with_recipe()
     lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
+    check_out(o)
     saved = read_saved_run(o.out) if o.resume else None
     extra_saved = (saved or {}).get("extra", {})
     data = o.data or extra_saved.get("data") or "shakespeare"
@@ -200,6 +202,8 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
                                else None, given)
 
     if saved is not None:
+        refuse_changed_config(cfg, saved)
+        refuse_spent_resume(o.out, saved, cfg)
         tokenizer = tokenizer_from_dict(extra_saved["tokenizer"])
         model_config = resumed_model_config(saved, o.overrides)
     else:

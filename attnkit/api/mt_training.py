@@ -4,8 +4,9 @@
     result = train_mt(TrainMTOptions(data="de-en", max_time=15, out="runs/de-en"))
     result.summary["final_valid"]["bleu"]
 
-What happens, in order (the preset and overrides are checked first, so that a typo fails at once and not after
-the minutes that reading the data and training a BPE take on the CPU):
+What happens, in order (the preset and overrides, ``out`` and, on resume, the settings and the budget left are
+checked first, so that a typo fails at once and not after the minutes that reading the data and training a BPE
+take on the CPU):
 
 1. ``data`` is resolved (:func:`attnkit.data.corpora.parallel.resolve_parallel_data`): a recipe name (``de-en``;
    prepared on first use, like ``attnkit data prepare de-en``), a TSV file (``source<TAB>target``), or two
@@ -47,8 +48,9 @@ from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES,
 
 from .interruption import resume_hint
 from .launcher import is_main_process, world_size
-from .options import (Log, RunResult, TrainOptions, check_vocab_size, default_log, done_line, recorded_path,
-                      refuse_changed, resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_values)
+from .options import (Log, RunResult, TrainOptions, check_out, check_vocab_size, default_log, done_line,
+                      recorded_path, refuse_changed, refuse_changed_config, refuse_spent_resume, resumed_model_config,
+                      same_path, same_tokenizer, scaled_min_lr, train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
 
@@ -336,7 +338,8 @@ def _mt_model_config(o: TrainMTOptions, saved: dict | None, preset: str, tokeniz
         one = [k for k in ("src_vocab_size", "tgt_vocab_size") if k in o.overrides]  # the other is the tokenizer's
         if len(one) == 1 and overrides.get("share_embeddings", get_preset(preset).share_embeddings):
             raise ValueError(f"--set {one[0]} alone: the source and target share one embedding (share_embeddings), so "
-                             f"give src_vocab_size and tgt_vocab_size the same value, got {one[0]}={o.overrides[one[0]]}")
+                             f"give src_vocab_size and tgt_vocab_size the same value, got "
+                             f"{one[0]}={o.overrides[one[0]]}")
         model_config = get_preset(preset, **overrides)
         if tokenizer is not None:  # an id past an embedding would fail inside torch, after the run folder is made
             for name in ("src_vocab_size", "tgt_vocab_size"):
@@ -346,6 +349,27 @@ def _mt_model_config(o: TrainMTOptions, saved: dict | None, preset: str, tokeniz
     if not isinstance(model_config, TransformerConfig):
         raise ValueError(f"train mt resumes encoder-decoder runs; {o.out} holds a {type(model_config).__name__}")
     return model_config
+
+
+def _work_left(out: Path, opts: dict[str, Any]) -> bool:
+    """Whether the run in ``out`` has what follows its training still to do, which a resume does (also one whose
+    budget is spent: it then trains nothing): the whole validation set's scores of ``best/`` (BLEU on) or the averaging
+    of ``average_last`` checkpoints (``checkpoints/averaged`` missing, or averaged from another number)."""
+    from attnkit.checkpoints.averaging import AVERAGED_DIR
+    from attnkit.checkpoints.runs import CHECKPOINTS_DIR, SUMMARY_FILE
+
+    def read(path: Path) -> dict[str, Any]:
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    summary = read(out / SUMMARY_FILE)
+    scored = not opts["bleu"] or not summary.get("best_checkpoint") or "final_valid" in summary
+    averaged = read(out / CHECKPOINTS_DIR / AVERAGED_DIR / "state.json").get("averaged_from")
+    n = opts["average_last"]
+    return not scored or (n > 0 and not (isinstance(averaged, list) and len(averaged) == n))
 
 
 def _score_best(task: Any, summary: dict[str, Any], out: str | Path, log: Log) -> None:
@@ -457,10 +481,14 @@ def train_mt(options: TrainMTOptions | None = None, *, log: Log | None = None, *
     o = TrainMTOptions.make(options, kwargs)
     lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
     log = default_log(log)
+    check_out(o)
     saved = read_saved_run(o.out) if o.resume else None
     opts = _mt_options(o, saved)
     data, preset, max_tokens, max_len = opts["data"], opts["preset"], opts["max_tokens"], opts["max_len"]
     cfg = _mt_train_config(o, saved, opts)
+    if saved is not None:
+        refuse_changed_config(cfg, saved)
+        refuse_spent_resume(o.out, saved, cfg, work_left=_work_left(Path(o.out), opts))
     _mt_model_config(o, saved, preset, None, max_len)  # a bad preset or override fails now, not after the BPE
     task, data_desc = _build_task(o, saved, opts, cfg, log)
     data_stats = _report_data(task, data_desc, max_len, max_tokens, log, opts)

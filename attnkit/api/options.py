@@ -26,7 +26,8 @@ from .launcher import say, world_size
 
 __all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
            "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log",
-           "recorded_path", "same_path", "same_tokenizer", "refuse_changed", "scaled_min_lr"]
+           "recorded_path", "same_path", "same_tokenizer", "refuse_changed", "scaled_min_lr", "check_out",
+           "refuse_changed_config", "refuse_spent_resume"]
 
 Log = Callable[[str], None]
 
@@ -35,6 +36,9 @@ TRAIN_FIELDS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "sch
                 "muon_ns_steps", "grad_clip", "eval_every", "eval_batches", "log_every", "ckpt_every", "keep_last",
                 "seed")
 _AUTOCAST = (None, "bf16", "fp16", "off")
+# the TrainConfig fields a flag of the same name sets (--batch-size: batch_size)
+_FLAGGED = TRAIN_FIELDS + ("block_size", "schedule_steps", "compile", "cuda_graphs", "fsdp", "autocast")
+_MAY_CHANGE = "only --steps, --max-time, --stop-at-loss and --device may change"
 
 
 def _type_ok(value: Any, kind: str) -> bool:
@@ -357,7 +361,61 @@ def refuse_changed(flag: str, value: Any, was: Any) -> None:
     """On resume: ``ValueError`` unless ``value`` (a flag the user gave; None: not given) is the run's ``was``."""
     if value is not None and value != was:
         raise ValueError(f"--resume: the run was trained with {flag} {was!r}, got {value!r} (a resumed run keeps "
-                         f"its settings; only --steps, --max-time, --stop-at-loss and --device may change)")
+                         f"its settings; {_MAY_CHANGE})")
+
+
+def check_out(options: TrainOptions) -> None:
+    """A new run's ``out`` checked before any data is read: not a file, no run in it and none of a run's records
+    (:func:`attnkit.checkpoints.runs.check_new_run_folder`; the trainer checks again under the folder's lock).
+    A resumed run's folder is read by :func:`attnkit.checkpoints.runs.read_saved_run`."""
+    if not options.resume and options.out is not None:
+        from attnkit.checkpoints.runs import check_new_run_folder
+
+        check_new_run_folder(options.out)
+
+
+def refuse_changed_config(cfg: Any, saved: dict[str, Any]) -> None:
+    """On resume: ``ValueError`` naming the flags whose value in ``cfg`` (the resolved training config) differs
+    from the run's ``train_config`` (what the trainer refuses, by field, after the data is read; the model config
+    is compared there). Per-process flags show the global value (``--batch-size``: under torchrun the config holds
+    the global batch)."""
+    diffs = cfg.resume_differences(saved["train_config"])
+    if diffs:
+        named = [f"{'--' + name.replace('_', '-') if name in _FLAGGED else 'train_config.' + name} {old!r}, got "
+                 f"{new!r}" for name, (old, new) in diffs.items()]
+        raise ValueError(f"--resume: the run was trained with {'; '.join(named)} (a resumed run keeps its settings; "
+                         f"{_MAY_CHANGE})")
+
+
+def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, work_left: bool = False) -> None:
+    """On resume: ``ValueError`` when the run in ``out`` (its latest checkpoint's state ``saved``) has nothing left to
+    train under ``cfg`` (the resolved config): its ``--steps`` done, its ``--max-time`` used up, or its
+    ``--stop-at-loss`` reached already; the message names the flag to raise (or lower). A run whose end is not
+    recorded (no ``summary.json``: a signal stopped its last update) or whose command has ``work_left`` after
+    training (``train mt``'s scoring or averaging) resumes to finish it. A ``--steps`` below the run's step is
+    refused either way. Values of an edited state that are not numbers are left to the trainer, which names them."""
+    from attnkit.checkpoints.runs import SUMMARY_FILE
+    from attnkit.checks import is_int, is_number
+
+    step, elapsed = saved.get("step"), saved.get("elapsed", 0.0)
+    if not is_int(step) or not is_number(elapsed):
+        return
+    if cfg.steps is not None and cfg.steps < step:
+        raise ValueError(f"cannot resume with --steps {cfg.steps}: {out} is at step {step} already; pass --steps "
+                         f"N > {step} to train more")
+    if work_left or not (Path(out) / SUMMARY_FILE).is_file():
+        return
+    if cfg.steps is not None and step >= cfg.steps:
+        raise ValueError(f"{out} already ran its {step} steps (--steps {cfg.steps}): nothing to resume; pass --steps "
+                         f"N > {step} (or --max-time MIN without --steps) to train more")
+    if cfg.max_time is not None and elapsed >= cfg.max_time_s:
+        raise ValueError(f"{out} already used its time budget (--max-time {cfg.max_time:g}: {elapsed:.1f} s of "
+                         f"training, {step} steps): nothing to resume; pass a larger --max-time (--steps alone keeps "
+                         f"this budget) to train more")
+    reached = saved.get("reached")
+    if isinstance(reached, dict) and cfg.stop_at_loss is not None and reached.get("loss") == cfg.stop_at_loss:
+        raise ValueError(f"{out} already reached its target (--stop-at-loss {cfg.stop_at_loss:g}) at step "
+                         f"{reached.get('step')}: nothing to resume; pass a lower --stop-at-loss to train more")
 
 
 def scaled_min_lr(defaults: dict[str, Any], lr: float | None, min_lr: float | None, *,

@@ -27,7 +27,8 @@ from .checkpoint import (FORMAT, STATE_FILE, CheckpointError, checked_model_conf
                          read_checkpoint_state)
 
 __all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "RUN_RECORDS", "is_run_dir", "check_output_file",
-           "resolve_checkpoint", "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS", "check_trainer_state"]
+           "check_new_run_folder", "resolve_checkpoint", "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS",
+           "check_trainer_state"]
 
 RUN_FILE = "run.json"
 TRAINER_STATE_KEYS = ("step", "train_config", "model_config", "task")  # what every Trainer checkpoint's state holds
@@ -48,6 +49,30 @@ def is_run_dir(path: str | Path) -> bool:
 RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
 
 
+def check_new_run_folder(out: str | Path) -> None:
+    """Raise ``ValueError`` unless a fresh run (no ``--resume``) may write into ``out``: not a file (nor below one),
+    no run in it (a run is never overwritten), none of a run's records (:data:`RUN_RECORDS`) in it. Reads only:
+    the commands call it before any data is read; the Trainer calls it again holding the folder's lock."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {out} exists and is not a folder")
+    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # the folder cannot be made: say so, not "File exists" from mkdir
+        raise ValueError(f"out_dir {out}: {blocker} is a file, not a folder")
+    if is_run_dir(out):
+        ckpts = out / CHECKPOINTS_DIR
+        if latest_checkpoint(ckpts) is None and not (ckpts / BEST_DIR).is_dir():
+            raise ValueError(f"out_dir {out} already holds a training run that stopped before its first "
+                             f"checkpoint, so it cannot be resumed; remove that folder or choose another (a run "
+                             f"is never overwritten)")
+        raise ValueError(f"out_dir {out} already holds a training run; pass --resume (resume=True) to "
+                         f"continue it, or choose another folder (a run is never overwritten)")
+    found = [name for name in RUN_RECORDS if (out / name).exists()]
+    if found:  # files of the user's (no run wrote them: it would have left its markers) that a run writes
+        raise ValueError(f"out_dir {out} holds {', '.join(found)}, which a run would overwrite, and no "
+                         f"training run; choose another folder (nothing of yours is overwritten)")
+
+
 def _in_checkpoint(real: Path) -> bool:
     """Whether ``real`` lies in an attnkit checkpoint folder (its ``state.json`` says so; ``dcp/`` included) or in
     a run's ``checkpoints/`` folder."""
@@ -64,11 +89,11 @@ def _in_checkpoint(real: Path) -> bool:
 
 def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path], bool] | None = None,
                       may_replace: str = "", run_prefix: str | None = None) -> Path:
-    """``path`` as a file a command may write: not a folder, not below a file, not a file of a run (its records, or anything in an
-    attnkit checkpoint folder or a run's ``checkpoints/``, new or not: the next publish or prune would delete it;
-    except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one that ``replaces`` says
-    the command wrote before (an earlier figure, page or record: what a rerun replaces; ``may_replace`` names such
-    a file in the error). Raises ``ValueError`` naming ``flag``; returns the path."""
+    """``path`` as a file a command may write: not a folder, not below a file, not a file of a run (its records, or
+    anything in an attnkit checkpoint folder or a run's ``checkpoints/``, new or not: the next publish or prune would
+    delete it; except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one that
+    ``replaces`` says the command wrote before (an earlier figure, page or record: what a rerun replaces;
+    ``may_replace`` names such a file in the error). Raises ``ValueError`` naming ``flag``; returns the path."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
@@ -114,6 +139,9 @@ def resolve_checkpoint(path: str | Path, *, prefer: str = "best") -> Path:
             return latest
         if (best / "state.json").is_file():
             return best
+    if (path / BEST_DIR).is_dir() or latest_checkpoint(path) is not None:  # a run's checkpoints/ folder itself
+        raise FileNotFoundError(f"{path} is a run's checkpoints folder: give the run folder {str(path.parent)!r} or "
+                                f"one checkpoint in it, such as {str(path / BEST_DIR)!r}")
     raise FileNotFoundError(f"{path} holds no checkpoint (expected state.json, or checkpoints/best or "
                             "checkpoints/step_* inside a run folder)")
 

@@ -78,8 +78,8 @@ from attnkit.checkpoints.checkpoint import (CheckpointError, clean_stale, latest
                                             prune_checkpoints, read_checkpoint_state, save_checkpoint, step_dir_name)
 from attnkit.checkpoints.rng import restore_rng_state, seed_everything
 from attnkit.checkpoints.run_lock import RunLock
-from attnkit.checkpoints.runs import (BEST_DIR, CHECKPOINTS_DIR, RUN_FILE, RUN_RECORDS, SUMMARY_FILE,
-                                     check_trainer_state, is_run_dir)
+from attnkit.checkpoints.runs import (BEST_DIR, CHECKPOINTS_DIR, RUN_FILE, SUMMARY_FILE, check_new_run_folder,
+                                     check_trainer_state)
 from attnkit.checks import checks_on_device, is_int, is_number
 
 from . import distributed as D
@@ -299,21 +299,11 @@ class Trainer:
     # starting / resuming
     # --------------------------------------------------------------------------------------------
     def _claim_out_dir(self) -> None:
-        if self.out_dir.exists() and not self.out_dir.is_dir():
-            raise ValueError(f"out_dir {self.out_dir} exists and is not a folder")
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if not self.out_dir.is_dir():
+            check_new_run_folder(self.out_dir)  # a file at out_dir or above it
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self._lock = RunLock(self.out_dir)
-        if is_run_dir(self.out_dir):
-            if latest_checkpoint(self.ckpt_dir) is None and not (self.ckpt_dir / "best").is_dir():
-                raise ValueError(f"out_dir {self.out_dir} already holds a training run that stopped before its first "
-                                 f"checkpoint, so it cannot be resumed; remove that folder or choose another (a run "
-                                 f"is never overwritten)")
-            raise ValueError(f"out_dir {self.out_dir} already holds a training run; pass --resume (resume=True) to "
-                             f"continue it, or choose another folder (a run is never overwritten)")
-        found = [name for name in RUN_RECORDS if (self.out_dir / name).exists()]
-        if found:  # files of the user's (no run wrote them: it would have left its markers) that a run writes
-            raise ValueError(f"out_dir {self.out_dir} holds {', '.join(found)}, which a run would overwrite, and no "
-                             f"training run; choose another folder (nothing of yours is overwritten)")
+        check_new_run_folder(self.out_dir)  # under the lock: no other process starts a run here meanwhile
 
     def _load_for_resume(self) -> None:
         if not self.out_dir.is_dir():

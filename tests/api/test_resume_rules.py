@@ -346,3 +346,120 @@ def test_train_lm_and_mt_take_an_lr_below_the_recipes_min_lr(corpus, pairs, tmp_
     mt = api.train_mt(data=str(pairs), out=tmp_path / "mt", steps=2, lr=5e-6, bleu=False, log=quiet, **TINY_MT)
     assert read_checkpoint_state(mt.out / "checkpoints" / "step_00000002")["train_config"]["min_lr"] == \
         pytest.approx(5e-7)
+
+
+# --- 9. a bad run folder is refused before the data is read ----------------------------------------------------------
+
+def _no_data_work(monkeypatch) -> None:
+    """Make reading the data (train lm, finetune) or building the translation task (train mt) fail loudly."""
+    from attnkit.data.pipeline import documents, lm_dataset
+    from attnkit.training import MTTask
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the data was read before the run folder was checked")
+
+    monkeypatch.setattr(lm_dataset, "prepare_lm_data", boom)
+    monkeypatch.setattr(documents, "prepare_finetune_data", boom)
+    monkeypatch.setattr(MTTask, "from_data", boom)
+
+
+def _start(command: str, out: Path, lm_run: Path, corpus: Path, pairs: Path):
+    if command == "lm":
+        return api.train_lm(data=str(corpus), out=out, steps=2, log=quiet, **TINY_LM)
+    if command == "mt":
+        return api.train_mt(data=str(pairs), out=out, steps=2, bleu=False, log=quiet, **TINY_MT)
+    return api.finetune(source=str(lm_run), data=str(corpus), out=out, steps=2, block_size=16, batch_size=4,
+                        progress=False, device="cpu", log=quiet)
+
+
+@pytest.mark.parametrize("command", ["lm", "mt", "finetune"])
+@pytest.mark.parametrize("kind, message", [
+    ("file", r"out_dir \S+notes.txt exists and is not a folder"),
+    ("below a file", r"out_dir \S+notes.txt/run: \S+notes.txt is a file, not a folder"),
+    ("run", r"out_dir \S+run already holds a training run; pass --resume \(resume=True\)"),
+    ("run without a checkpoint", r"already holds a training run that stopped before its first checkpoint"),
+    ("records", r"holds metrics.csv, which a run would overwrite, and no training run"),
+])
+def test_a_bad_out_is_refused_before_the_data_is_read(lm_run, corpus, pairs, tmp_path, monkeypatch, command, kind,
+                                                      message):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    out = {"file": tmp_path / "notes.txt", "below a file": tmp_path / "notes.txt" / "run"}.get(kind, tmp_path / "run")
+    if kind == "run":
+        _copy(lm_run, tmp_path)
+    elif kind != "file" and kind != "below a file":
+        out.mkdir()
+        (out / ("run.json" if kind == "run without a checkpoint" else "metrics.csv")).write_text("{}")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    _no_data_work(monkeypatch)
+    with pytest.raises(ValueError, match=message):
+        _start(command, out, lm_run, corpus, pairs)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_setting_a_resume_may_not_change_is_refused_by_its_flag_before_the_data_is_read(lm_run, mt_run, tmp_path,
+                                                                                          monkeypatch):
+    lm, mt = _copy(lm_run, tmp_path / "lm"), _copy(mt_run, tmp_path / "mt")
+    _no_data_work(monkeypatch)
+    with pytest.raises(ValueError, match=r"--resume: the run was trained with --batch-size 8, got 4 \(a resumed run "
+                                         r"keeps its settings; only --steps, --max-time"):
+        api.train_lm(out=lm, resume=True, steps=10, batch_size=4, progress=False, log=quiet)
+    with pytest.raises(ValueError, match=r"trained with --grad-accum 1, got 2; --lr .*, got 0.5 \("):
+        api.train_mt(out=mt, resume=True, steps=10, grad_accum=2, lr=0.5, progress=False, log=quiet)
+
+
+# --- 10. a resume with nothing left to train -------------------------------------------------------------------------
+
+def test_resuming_a_run_that_ran_its_steps_is_refused_naming_the_flag_to_raise(lm_run, tmp_path):
+    run = _copy(lm_run, tmp_path)
+    metrics = (run / "metrics.jsonl").read_text()
+    for steps in (None, 5):  # --steps 5 trains nothing either
+        with pytest.raises(ValueError, match=r"run already ran its 5 steps \(--steps 5\): nothing to resume; pass "
+                                             r"--steps N > 5 \(or --max-time MIN without --steps\) to train more"):
+            api.train_lm(out=run, resume=True, steps=steps, progress=False, log=quiet)
+    with pytest.raises(ValueError, match=r"cannot resume with --steps 4: \S+run is at step 5 already; pass --steps "
+                                         r"N > 5 to train more"):
+        api.train_lm(out=run, resume=True, steps=4, progress=False, log=quiet)
+    assert (run / "metrics.jsonl").read_text() == metrics  # not even evaluated again
+    assert api.train_lm(out=run, resume=True, steps=6, progress=False, log=quiet).steps == 6
+
+
+def test_a_run_whose_end_is_not_recorded_resumes_to_finish(lm_run, tmp_path):
+    run = _copy(lm_run, tmp_path)
+    (run / "summary.json").unlink()  # a signal during its last update: a checkpoint at step 5, no summary
+    result = api.train_lm(out=run, resume=True, progress=False, log=quiet)
+    assert result.steps == 5 and result.summary["stopped_by"] == "steps" and (run / "summary.json").is_file()
+
+
+def test_resuming_a_run_that_used_its_time_or_reached_its_target_is_refused(corpus, tmp_path):
+    timed = api.train_lm(data=str(corpus), out=tmp_path / "timed", max_time=0.002, log=quiet, **TINY_LM)
+    assert timed.summary["stopped_by"] == "max_time"
+    for steps in (None, 1000):  # --steps alone keeps the time budget
+        with pytest.raises(ValueError, match=r"timed already used its time budget \(--max-time 0.002: [\d.]+ s of "
+                                             r"training, \d+ steps\): nothing to resume; pass a larger --max-time"):
+            api.train_lm(out=timed.out, resume=True, steps=steps, progress=False, log=quiet)
+    more = api.train_lm(out=timed.out, resume=True, max_time=10, steps=timed.steps + 2, progress=False, log=quiet)
+    assert more.steps == timed.steps + 2
+    target = api.train_lm(data=str(corpus), out=tmp_path / "target", steps=30, stop_at_loss=100.0, log=quiet,
+                          **TINY_LM)
+    assert target.summary["stopped_by"] == "target" and target.steps == 10
+    with pytest.raises(ValueError, match=r"target already reached its target \(--stop-at-loss 100\) at step 10: "
+                                         r"nothing to resume; pass a lower --stop-at-loss"):
+        api.train_lm(out=target.out, resume=True, progress=False, log=quiet)
+    assert api.train_lm(out=target.out, resume=True, stop_at_loss=0.0, progress=False, log=quiet).steps == 30
+
+
+def test_train_mt_resumes_a_spent_run_only_to_finish_its_scores_or_averaging(mt_run, tmp_path):
+    run = _copy(mt_run, tmp_path)
+    with pytest.raises(ValueError, match=r"run already ran its 3 steps \(--steps 3\): nothing to resume"):
+        api.train_mt(out=run, resume=True, progress=False, log=quiet)
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["final_valid"]  # stopped while scoring best/ on the whole validation set
+    (run / "summary.json").write_text(json.dumps(summary))
+    result = api.train_mt(out=run, resume=True, progress=False, log=quiet)
+    assert result.steps == 3 and "final_valid" in json.loads((run / "summary.json").read_text())
+    lines: list[str] = []  # an N to average that the run has not averaged: averaging is left to do
+    assert api.train_mt(out=run, resume=True, average_last=1, progress=False, log=lines.append).steps == 3
+    assert any(line.startswith("averaged 1 checkpoints") for line in lines)
+    with pytest.raises(ValueError, match=r"already ran its 3 steps"):  # done now
+        api.train_mt(out=run, resume=True, progress=False, log=quiet)

@@ -30,6 +30,15 @@ def test_a_run_folder_stands_for_its_best_checkpoint_and_a_damaged_best_is_never
     assert resolve_checkpoint(run, prefer="latest") == run / "checkpoints" / "step_00000004"
 
 
+def test_a_runs_checkpoints_folder_names_the_run_folder(tmp_path):
+    """``--ckpt runs/x/checkpoints`` holds checkpoints, not one: the error says which folder to give (it said the
+    folder held no checkpoint)."""
+    run = _run(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"checkpoints is a run's checkpoints folder: give the run folder "
+                                                r"'.*' or one checkpoint in it, such as '.*checkpoints/best'"):
+        resolve_checkpoint(run / "checkpoints")
+
+
 def test_check_output_file_below_a_file_is_refused_before_any_work(tmp_path):
     """A path under an existing file cannot be written: one clear line naming that file, before the model runs
     (it was ``[Errno 17] File exists: 'mine.png'`` once the figure was drawn)."""

@@ -143,6 +143,22 @@ def test_resume_with_changed_config_is_refused(corpus, tmp_path, capsys):
     assert "n_layer" in capsys.readouterr().err
 
 
+def test_a_resume_with_nothing_to_train_or_a_changed_flag_is_one_line_before_any_work(corpus, tmp_path, capsys):
+    """Was: a finished run resumed silently (the final evaluation again, "done: 10 steps"), and --batch-size was
+    refused by its config field after the data was read and the model built."""
+    out = tmp_path / "run"
+    assert _train(corpus, out, "--steps", "10") == 0
+    capsys.readouterr()
+    for extra, message in (([], f"attnkit train: error: {out} already ran its 10 steps (--steps 10): nothing to "
+                                f"resume; pass --steps N > 10 (or --max-time MIN without --steps) to train more\n"),
+                           (["--steps", "20", "--batch-size", "4"], "attnkit train: error: --resume: the run was "
+                            "trained with --batch-size 8, got 4 (a resumed run keeps its settings; only --steps, "
+                            "--max-time, --stop-at-loss and --device may change)\n")):
+        assert main(["train", "lm", "--out", str(out), "--resume", "--no-progress", *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == message and captured.out == ""  # no data, model or evaluation lines first
+
+
 def test_a_short_run_with_the_default_warmup(corpus, tmp_path, capsys):
     """The recipe's warmup (50) is longer than a 30-step run: the default shrinks to a tenth of the run, a given
     --warmup-steps larger than --steps is still refused, and a short run's other mistakes are the ones reported."""

@@ -11,10 +11,11 @@ import torch
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 from attnkit.checkpoints.checkpoint import CheckpointError, read_checkpoint_state
+from attnkit.checkpoints.runs import is_run_dir
 from attnkit.training.config import TrainConfig
 from attnkit.training.lm_task import LMTask
 from attnkit.training.metrics import read_metrics
-from attnkit.training.trainer import Trainer, is_run_dir
+from attnkit.training.trainer import Trainer
 
 BASE = dict(steps=12, batch_size=4, block_size=8, lr=3e-3, min_lr=3e-4, warmup_steps=2, eval_every=5,
             eval_batches=2, log_every=1, ckpt_every=4, keep_last=2, seed=3)
