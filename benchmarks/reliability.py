@@ -456,6 +456,9 @@ case("lm-latin1-data", "cli train lm", "--data Latin-1 text (not UTF-8)", "error
 case("lm-huge-line", "cli train lm", "--data one 2 MB line without a newline", "ok: trains (characters are characters)")(
     lambda fx, tmp: _train_lm(fx, tmp, data=_write(tmp / "line.txt", "abcdefgh " * 230_000)))
 case("lm-steps-zero", "cli train lm", "--steps 0", "error: steps")(lambda fx, tmp: _train_lm(fx, tmp, "--steps", "0"))
+case("lm-out-empty", "cli train lm", "--out '' (an empty name: was the working directory)",
+     "error: out must not be empty")(
+    lambda fx, tmp: cli(["train", "lm", "--data", fx.corpus, "--out", "", *TINY_LM, "--steps", "2"]))
 case("lm-unknown-preset", "cli train lm", "--preset no-such-preset", "error: no-such-preset")(
     lambda fx, tmp: _train_lm(fx, tmp, "--preset", "no-such-preset"))
 case("lm-set-unknown", "cli train lm", "--set foo=1", "error: foo")(lambda fx, tmp: _train_lm(fx, tmp, "--set", "foo=1"))
@@ -805,6 +808,9 @@ case("translate-beam", "cli translate", "--beam 0", "error: beam")(
 case("translate-length-penalty", "cli translate", "--length-penalty nan", "error: --length-penalty")(
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--length-penalty", "nan",
                          "--input", _write(tmp / "in.txt", "haus\n")]))
+case("translate-pairs-flags", "cli translate", "--no-progress without --output (translations to stdout)",
+     "error: work only with --output")(
+    lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--no-progress", "--input", _write(tmp / "in.txt", "haus\n")]))
 case("translate-empty-lines", "cli translate", "--input with empty lines between sentences", "ok: one line out per line in")(
     lambda fx, tmp: cli(["translate", "--ckpt", fx.mt_run, "--input", _write(tmp / "in.txt", "haus\n\nkatze\n")]))
 
@@ -905,6 +911,13 @@ case("viz-positions-dims", "cli viz", "viz positions --dims 0,999 (past the 128 
 case("viz-mask-lengths", "cli viz", "viz mask --kind padding --lengths 3,x",
      "error: --lengths must be comma-separated integers")(
     lambda fx, tmp: cli(["viz", "mask", "--kind", "padding", "--lengths", "3,x", "--out", tmp / "m.png"]))
+case("viz-mask-other-kind", "cli viz", "viz mask --kind causal --masked-len 3 (a banded mask's flag)",
+     "error: --masked-len is for --kind banded")(
+    lambda fx, tmp: cli(["viz", "mask", "--kind", "causal", "--masked-len", "3", "--out", tmp / "m.png"]))
+case("viz-out-below-a-file", "cli viz", "viz positions --out notes.txt/p.png (notes.txt is the user's file)",
+     "error: is a file, not a folder")(
+    lambda fx, tmp: cli(["viz", "positions", "--out", _write(tmp / "notes.txt", "mine\n") / "p.png"],
+                        protect=(tmp / "notes.txt",)))
 case("viz-params-unknown", "cli viz", "viz params no-such-preset", "error: unknown preset 'no-such-preset'")(
     lambda fx, tmp: cli(["viz", "params", "no-such-preset", "--out", tmp / "q.png"]))
 case("finetune-short-run", "cli finetune", "finetune --steps 5, --warmup-steps unset (the recipe's is 20)",
