@@ -10,14 +10,16 @@ process at once), 141 (128 + SIGPIPE) stopped quietly as the reader of its outpu
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
 
 from attnkit import __version__
 from attnkit.api.launcher import starting_up
-from attnkit.cli import commands
 
+# One module per command, each with ``register(subparsers)`` adding its parser; in ``attnkit --help`` order.
+COMMANDS = ("params", "data", "train", "finetune", "sample", "evaluate", "translate", "viz", "trace", "convert")
 # Free-text options take the next argument as their value even when it starts with "-" ("-5 degrees").
 TEXT_OPTIONS = frozenset({"--prompt", "--stop", "--text", "--src", "--tgt"})
 
@@ -31,12 +33,25 @@ def join_text_values(argv: list[str]) -> list[str]:
     return out + rest
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: an unknown flag is its own error, with its usage and the closest flag it knows."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        if extra:
+            flags = [flag for action in self._actions for flag in action.option_strings]
+            close = difflib.get_close_matches(extra[0].split("=")[0], flags, n=1)
+            self.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {close[0]}?" if close else ""))
+        return namespace, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description="The Transformer built by hand in PyTorch: train, "
                                      "sample, translate, inspect.")
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.register_all(sub)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=CommandParser)
+    for name in COMMANDS:
+        importlib.import_module(f"attnkit.cli.{name}").register(sub)
     return parser
 
 

@@ -338,6 +338,23 @@ def test_an_empty_out_is_refused_not_the_working_directory(corpus, tmp_path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv, error", [
+    (["sample", "--ckpt", "x", "--temprature", "0.8"],
+     "attnkit sample: error: unrecognized arguments: --temprature 0.8; did you mean --temperature?"),
+    (["train", "lm", "--max_time", "1"], "attnkit train lm: error: unrecognized arguments: --max_time 1; did you mean "
+                                         "--max-time?"),
+    (["data", "list", "--bogus"], "attnkit data list: error: unrecognized arguments: --bogus"),
+])
+def test_a_misspelt_flag_is_the_commands_error_with_the_closest_flag(argv, error, capsys):
+    """The command that got the flag says so, with its own usage and the flag meant (it was the top-level parser's
+    bare "attnkit: error: unrecognized arguments", with the usage of `attnkit COMMAND`)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.splitlines()[-1] == error
+    assert err.startswith(f"usage: attnkit {' '.join(argv[:2 if argv[0] in ('train', 'data') else 1])} ")
+
+
 def test_params_command(capsys):
     assert main(["params", "gpt2"]) == 0
     assert "124,439,808" in capsys.readouterr().out
