@@ -49,6 +49,11 @@ def is_run_dir(path: str | Path) -> bool:
 RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
 
 
+def _file_above(path: Path) -> Path | None:
+    """The first existing file (not a folder) among ``path``'s parents: what stops its folders from being made."""
+    return next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+
+
 def check_new_run_folder(out: str | Path) -> None:
     """Raise ``ValueError`` unless a fresh run (no ``--resume``) may write into ``out``: not a file (nor below one),
     no run in it (a run is never overwritten), none of a run's records (:data:`RUN_RECORDS`) in it. Reads only:
@@ -56,7 +61,7 @@ def check_new_run_folder(out: str | Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir {out} exists and is not a folder")
-    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    blocker = _file_above(out)
     if blocker is not None:  # the folder cannot be made: say so, not "File exists" from mkdir
         raise ValueError(f"out_dir {out}: {blocker} is a file, not a folder")
     if is_run_dir(out):
@@ -97,7 +102,7 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
-    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    blocker = _file_above(path)
     if blocker is not None:  # the folders to make cannot be made: say so before any work, not as "File exists"
         raise ValueError(f"{flag} {str(path)!r}: {str(blocker)!r} is a file, not a folder")
     real = path.resolve()
