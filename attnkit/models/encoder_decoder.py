@@ -110,6 +110,22 @@ class DecoderCache(LayerCaches):
                              f"of length {memory_len}; reset() the cache for a new source")
         return cache
 
+    def _snapshot(self) -> tuple:
+        """What a decoding step changes: the caches' lengths, the cross-attention caches, the remembered masks."""
+        return ([c.length for c in self.self_attn], list(self.cross_attn),
+                [None if c is None else c.length for c in self.cross_attn], self.tgt_padding,
+                self.memory_key_padding_mask)
+
+    def _restore(self, snapshot: tuple) -> None:
+        """Undo a step that failed part way (positions written past the saved lengths are then ignored)."""
+        self_lengths, cross, cross_lengths, self.tgt_padding, self.memory_key_padding_mask = snapshot
+        for c, n in zip(self.self_attn, self_lengths):
+            c.length = n
+        self.cross_attn = cross
+        for c, n in zip(cross, cross_lengths):
+            if c is not None:
+                c.length = n
+
     def reorder(self, index: torch.Tensor) -> None:
         """Keep/reorder batch rows (beam search): new row ``b`` is old row ``index[b]``.
 
@@ -393,13 +409,32 @@ class Decoder(nn.Module):
         _check_width("tgt", tgt, self.d_model)
         B, T, _ = tgt.shape
         check_memory(memory, B, self.d_model)
+        if cache is None:
+            return self._run(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                             tgt_is_causal, None)
+        if not isinstance(cache, DecoderCache):
+            raise ValueError(f"cache must be a DecoderCache, got {type(cache).__name__}")
+        if len(cache) != len(self.layers):
+            raise ValueError(f"cache must have {len(self.layers)} layers, got {len(cache)}")
+        if cache.batch_size != B:
+            raise ValueError(f"cache batch size must equal tgt batch size B = {B}, got {cache.batch_size}")
+        snapshot = cache._snapshot()
+        try:  # a step that fails part way (a bad mask met by a later layer) must leave the cache as it was
+            return self._run(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                             tgt_is_causal, cache)
+        except BaseException:
+            cache._restore(snapshot)
+            raise
+
+    def _run(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+             tgt_is_causal, cache):
+        """:meth:`forward` after its checks.
+
+        Shape:
+            tgt ``(B, T, C)``; memory ``(B, S, C)`` -> ``(B, T, C)``.
+        """
+        B, T, _ = tgt.shape
         if cache is not None:
-            if not isinstance(cache, DecoderCache):
-                raise ValueError(f"cache must be a DecoderCache, got {type(cache).__name__}")
-            if len(cache) != len(self.layers):
-                raise ValueError(f"cache must have {len(self.layers)} layers, got {len(cache)}")
-            if cache.batch_size != B:
-                raise ValueError(f"cache batch size must equal tgt batch size B = {B}, got {cache.batch_size}")
             tgt_key_padding_mask = self._cached_padding(cache, tgt_key_padding_mask, B, T)
             if memory_key_padding_mask is None:
                 memory_key_padding_mask = cache.memory_key_padding_mask

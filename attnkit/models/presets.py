@@ -107,6 +107,6 @@ def get_preset(name: str, **overrides) -> GPTConfig | TransformerConfig:
 
     Raises ValueError for an unknown name (listing the valid ones) or an unknown field.
     """
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:  # (a list or dict name is unhashable: a TypeError)
         raise ValueError(f"unknown preset {name!r}; expected one of {list(PRESETS)}")
     return PRESETS[name].replace(**overrides)

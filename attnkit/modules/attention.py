@@ -39,7 +39,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import check_probability, no_host_reads
+from attnkit.checks import check_probability, is_number, no_host_reads
 
 from .dropout import dropout
 from .masks import causal_mask
@@ -71,9 +71,51 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bo
     return B, H, K, T, S, D
 
 
+def check_options(is_causal: bool, dropout_p: float, scale: float | None) -> None:
+    """``is_causal`` a bool, ``dropout_p`` in [0, 1), ``scale`` None or a finite number (plain comparisons only, so
+    that ``torch.compile`` traces it without a graph break; NaN fails them)."""
+    if not isinstance(is_causal, bool):
+        raise ValueError(f"is_causal must be a bool, got {is_causal!r} ({type(is_causal).__name__})")
+    check_probability("dropout_p", dropout_p)
+    if scale is not None and not (is_number(scale) and -math.inf < scale < math.inf):
+        raise ValueError(f"scale must be None (1 / sqrt(D)) or a finite number, got {scale!r}")
+
+
 def _check_mask_dtype(mask: torch.Tensor, name: str) -> None:
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise ValueError(f"{name} must be bool (True = may not attend) or floating point (added), got {mask.dtype}")
+
+
+def check_masks(
+    attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None, B: int, H: int, T: int, S: int
+) -> None:
+    """Raise ``ValueError`` unless ``attn_mask`` and ``key_padding_mask`` (each may be ``None``) are bool or float
+    masks of the shapes :func:`merge_masks` takes. (``MultiHeadAttention`` checks them before it writes a KV cache.)
+
+    Shape:
+        attn_mask: ``(T, S)``, ``(B, T, S)`` or ``(B|1, H|1, T, S)``; key_padding_mask: ``(B, S)``.
+    """
+    if attn_mask is not None:
+        _check_mask_dtype(attn_mask, "attn_mask")
+        shape = tuple(attn_mask.shape)
+        if attn_mask.dim() == 2:
+            if shape != (T, S):
+                raise ValueError(f"2-D attn_mask must have shape (T, S) = {(T, S)}, got {shape}")
+        elif attn_mask.dim() == 3:
+            if shape != (B, T, S):
+                raise ValueError(f"3-D attn_mask must have shape (B, T, S) = {(B, T, S)}, got {shape}")
+        elif attn_mask.dim() == 4:
+            ok = shape[0] in (1, B) and shape[1] in (1, H) and shape[2:] == (T, S)
+            if not ok:
+                raise ValueError(f"4-D attn_mask must have shape (B, H, T, S) = {(B, H, T, S)} "
+                                 f"(B or H may be 1), got {shape}")
+        else:
+            raise ValueError(f"attn_mask must be 2-D (T, S), 3-D (B, T, S) or 4-D (B, H, T, S), "
+                             f"got {attn_mask.dim()}-D shape {shape}")
+    if key_padding_mask is not None:
+        _check_mask_dtype(key_padding_mask, "key_padding_mask")
+        if tuple(key_padding_mask.shape) != (B, S):
+            raise ValueError(f"key_padding_mask must have shape (B, S) = {(B, S)}, got {tuple(key_padding_mask.shape)}")
 
 
 def merge_masks(
@@ -97,31 +139,15 @@ def merge_masks(
         attn_mask: ``(T, S)``, ``(B, T, S)`` or ``(B|1, H|1, T, S)``; key_padding_mask: ``(B, S)``;
         returns ``(B|1, H|1, T, S)``.
     """
+    check_masks(attn_mask, key_padding_mask, B, H, T, S)
     masks = []
     if attn_mask is not None:
-        _check_mask_dtype(attn_mask, "attn_mask")
-        shape = tuple(attn_mask.shape)
         if attn_mask.dim() == 2:
-            if shape != (T, S):
-                raise ValueError(f"2-D attn_mask must have shape (T, S) = {(T, S)}, got {shape}")
             attn_mask = attn_mask[None, None]  # (1, 1, T, S)
         elif attn_mask.dim() == 3:
-            if shape != (B, T, S):
-                raise ValueError(f"3-D attn_mask must have shape (B, T, S) = {(B, T, S)}, got {shape}")
             attn_mask = attn_mask[:, None]  # (B, 1, T, S)
-        elif attn_mask.dim() == 4:
-            ok = shape[0] in (1, B) and shape[1] in (1, H) and shape[2:] == (T, S)
-            if not ok:
-                raise ValueError(f"4-D attn_mask must have shape (B, H, T, S) = {(B, H, T, S)} "
-                                 f"(B or H may be 1), got {shape}")
-        else:
-            raise ValueError(f"attn_mask must be 2-D (T, S), 3-D (B, T, S) or 4-D (B, H, T, S), "
-                             f"got {attn_mask.dim()}-D shape {shape}")
         masks.append(attn_mask)
     if key_padding_mask is not None:
-        _check_mask_dtype(key_padding_mask, "key_padding_mask")
-        if tuple(key_padding_mask.shape) != (B, S):
-            raise ValueError(f"key_padding_mask must have shape (B, S) = {(B, S)}, got {tuple(key_padding_mask.shape)}")
         masks.append(key_padding_mask[:, None, None, :])  # (B, 1, 1, S)
     if not masks:
         return None
@@ -204,7 +230,7 @@ def reference_attention(
         out ``(B, H, T, Dv)``, weights ``(B, H, T, S)``.
     """
     B, H, K, T, S, D = _check_qkv(q, k, v, enable_gqa)
-    check_probability("dropout_p", dropout_p)
+    check_options(is_causal, dropout_p, scale)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     mask, dead = _build_mask(attn_mask, key_padding_mask, is_causal, B, H, T, S, q.dtype, q.device)
 
@@ -213,7 +239,10 @@ def reference_attention(
         k = k.repeat_interleave(group, dim=1)  # (B, H, S, D)
         v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
 
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    # float16 scores above 65504 would be inf (then NaN) where the fused kernels, accumulating in float32, are
+    # finite: made in float32 for float16 (bfloat16 has float32's range)
+    wide = torch.float32 if q.dtype == torch.float16 else q.dtype
+    scores = torch.matmul(q.to(wide), k.to(wide).transpose(-2, -1)) * scale  # (B, H, T, S)
     if mask is not None:
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(mask, float("-inf"))
@@ -272,7 +301,7 @@ def scaled_dot_product_attention(
     """
     if need_weights:
         return reference_attention(q, k, v, attn_mask, key_padding_mask, is_causal, dropout_p, scale, enable_gqa)
-    check_probability("dropout_p", dropout_p)
+    check_options(is_causal, dropout_p, scale)
     if dropout_p > 0.0 and q.device.type == "cpu":
         # torch has no fused CPU kernel with dropout: its math fallback draws the mask with bernoulli_ and scales
         # q and k separately; the reference path with attnkit's dropout made a translation training step ~5%

@@ -26,7 +26,7 @@ from torch import nn
 
 from attnkit.checks import check_int, check_probability
 
-from .attention import scaled_dot_product_attention
+from .attention import check_masks, check_options, scaled_dot_product_attention
 from .kv_cache import KVCache
 from .rotary import RotaryEmbedding
 
@@ -278,13 +278,18 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("cache_position needs self-attention with a kv_cache")
         B, T, _ = query.shape
         H, K = self.num_heads, self.num_kv_heads
+        dropout_p = self.dropout if self.training else 0.0
+        if self.self_attention and kv_cache is not None and cache_position is None:
+            # what attention would refuse, refused before the new keys/values are appended to the cache (a call
+            # that failed after appending would leave them there, and every later step would see them twice)
+            check_options(is_causal, dropout_p, None)
+            check_masks(attn_mask, key_padding_mask, B, H, T, kv_cache.length + (T if key is None else key.shape[1]))
         if self.self_attention:
             q, k, v = self._self_qkv(query, key, value, kv_cache, position_ids, cache_position)
         else:
             q = self._split_heads(self.q_proj(query), H)  # (B, H, T, D)
             k, v = self._cross_kv(key, value, kv_cache, static_kv)
 
-        dropout_p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(
             q, k, v,
             attn_mask=attn_mask,

@@ -228,3 +228,10 @@ def test_attention_dropout_defaults_to_dropout_and_is_validated(make):
     assert config_from_json(cfg.to_json()) == cfg
     with pytest.raises(ValueError, match="attention_dropout"):
         make(attention_dropout=1.5)
+
+
+@pytest.mark.parametrize("name", [["gpt2"], {"gpt2": 1}, None, 3])
+def test_get_preset_refuses_a_name_that_is_not_a_string(name):
+    # a list or dict raised TypeError (unhashable) instead of the ValueError listing the presets
+    with pytest.raises(ValueError, match=r"^unknown preset .*; expected one of \['gpt2', "):
+        get_preset(name)

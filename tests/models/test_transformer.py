@@ -214,6 +214,41 @@ def test_decoder_cache_with_a_given_memory_len_refuses_a_longer_memory(tiny_tran
             model.decode(_ids(1, 1, 19), model.encode(_ids(1, 7, 23)), cache=cache)
 
 
+def test_a_decoding_step_that_fails_part_way_leaves_the_cache_as_it_was(tiny_transformer_config, spread):
+    # The first decoder layer appended its keys/values before the cross-attention refused the memory (wrong dtype),
+    # so the next steps decoded against a duplicated position: wrong logits and no error.
+    model = _model(tiny_transformer_config(), spread)
+    src, tgt = _ids(2, 6, 23), _ids(2, 4, 19)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = model.new_cache(2, 4)
+        steps = [model.decode(tgt[:, :1], memory, cache=cache)]
+        with pytest.raises(ValueError, match=r"key dtype must equal the query's torch.float32, got torch.float64"):
+            model.decode(tgt[:, 1:2], memory.double(), cache=cache)
+        assert [c.length for c in cache.self_attn] == [1] * len(cache)
+        steps += [model.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(1, 4)]
+        expected = model(src, tgt)
+    assert_close(torch.cat(steps, dim=1), expected, "float32")
+
+
+def test_embedding_level_decoder_step_with_a_bad_mask_leaves_the_cache_as_it_was():
+    torch.manual_seed(0)
+    core = EncoderDecoder(d_model=16, nhead=4, num_encoder_layers=1, num_decoder_layers=2, dim_feedforward=32,
+                          dropout=0.0).eval()
+    src, tgt = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    with torch.no_grad():
+        memory = core.encode(src)
+        cache = core.new_cache(2, 3)
+        steps = [core.decode(tgt[:, :1], memory, cache=cache)]
+        with pytest.raises(ValueError, match=r"attn_mask must have shape \(T, S\) = \(1, 5\), got \(1, 6\)"):
+            core.decode(tgt[:, 1:2], memory, memory_mask=torch.zeros(1, 6, dtype=torch.bool),
+                        tgt_key_padding_mask=torch.zeros(2, 1, dtype=torch.bool), cache=cache)
+        assert cache.length == 1 and cache.tgt_padding is None
+        steps += [core.decode(tgt[:, t:t + 1], memory, cache=cache) for t in range(1, 3)]
+        expected = core.decode(tgt, memory)
+    assert_close(torch.cat(steps, dim=1), expected, "float32")
+
+
 # --------------------------------------------------------------------------- torch.nn.Transformer parity
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -297,3 +297,36 @@ def test_dropout_p_must_be_a_probability(fn):
         fn(q, q, q, dropout_p=1.0)
     with pytest.raises(ValueError, match=r"^dropout_p must be a number in \[0, 1\), got '0.1'$"):
         fn(q, q, q, dropout_p="0.1")
+
+
+@pytest.mark.parametrize("fn", [reference_attention, scaled_dot_product_attention])
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.5", True, torch.tensor(0.5)],
+                         ids=["nan", "inf", "str", "bool", "tensor"])
+def test_scale_must_be_a_finite_number(fn, scale):
+    # A NaN scale gave zeros on the fast path and NaN on the reference path; inf gave NaN; a string a TypeError.
+    q, k, v = qkv(3, 5)
+    with pytest.raises(ValueError, match=r"^scale must be None \(1 / sqrt\(D\)\) or a finite number, got "):
+        fn(q, k, v, scale=scale)
+
+
+@pytest.mark.parametrize("fn", [reference_attention, scaled_dot_product_attention])
+@pytest.mark.parametrize("is_causal", [None, 1, "yes", torch.tensor(True)], ids=["none", "int", "str", "tensor"])
+def test_is_causal_must_be_a_bool(fn, is_causal):
+    q, k, v = qkv(3, 5)
+    with pytest.raises(ValueError, match=r"^is_causal must be a bool, got "):
+        fn(q, k, v, is_causal=is_causal)
+
+
+def test_float16_reference_path_stays_finite_where_q_k_overflows_float16():
+    # q . k above 65504 made the float16 scores inf and the weights NaN on the reference path (need_weights=True,
+    # or dropout on the CPU), where the fused kernel, accumulating in float32, gives the finite answer.
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 4, 64) * 40
+    k, v = q.clone(), torch.randn(1, 2, 4, 64)
+    want = F.scaled_dot_product_attention(q, k, v)
+    h = [t.half() for t in (q, k, v)]
+    out_ref, weights = scaled_dot_product_attention(*h, need_weights=True)
+    out_fast, _ = scaled_dot_product_attention(*h)
+    assert torch.isfinite(out_ref).all() and torch.isfinite(weights).all()
+    torch.testing.assert_close(out_ref, want.half())  # float16's default tolerances
+    torch.testing.assert_close(out_ref, out_fast)

@@ -326,6 +326,28 @@ def test_kv_cache_overflow_through_module():
             m(torch.randn(1, 2, 16), kv_cache=cache, is_causal=True)
 
 
+@pytest.mark.parametrize("bad", [
+    dict(key_padding_mask=torch.zeros(2, 1, dtype=torch.bool)),  # covers the new key only, not cached + new
+    dict(attn_mask=torch.zeros(1, 3, dtype=torch.bool)),
+    dict(is_causal=None),
+], ids=["key_padding_mask", "attn_mask", "is_causal"])
+def test_a_refused_step_leaves_the_kv_cache_as_it_was(bad):
+    # The new keys/values were appended before attention refused the mask: the cache kept them, and every later
+    # step attended that position twice (wrong outputs, no error).
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 4, 16)
+    with torch.no_grad():
+        full, _ = m(x, is_causal=True)
+        cache = m.new_cache(2, 4)
+        steps = [m(x[:, :1], kv_cache=cache, is_causal=True)[0]]
+        with pytest.raises(ValueError, match=r"shape \(B, S\) = \(2, 2\)|shape \(T, S\) = \(1, 2\)|is_causal must"):
+            m(x[:, 1:2], kv_cache=cache, **{"is_causal": True, **bad})
+        assert cache.length == 1
+        steps += [m(x[:, t:t + 1], kv_cache=cache, is_causal=True)[0] for t in range(1, 4)]
+    assert_close(torch.cat(steps, dim=1), full, "float32")
+
+
 @pytest.mark.parametrize("p", [-0.1, 1.0, "0.1", None])
 def test_dropout_must_be_a_probability(p):
     with pytest.raises(ValueError, match=r"^dropout must be a number in \[0, 1\), got "):
