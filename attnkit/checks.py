@@ -88,14 +88,18 @@ def check_float(name: str, value: Any, *, low: float, high: float | None = None,
     if not is_number(value):
         raise ValueError(f"{name} must be a number{' or None' if allow_none else ''}, "
                          f"got {value!r} ({type(value).__name__})")
-    value = float(value)
+    upper = "inf)" if high is None else f"{high}{']' if high_inclusive else ')'}"
+    span = f"{'[' if low_inclusive else '('}{low}, {upper}"
+    try:
+        value = float(value)
+    except OverflowError:  # an int past float's range (about 1.8e308)
+        raise ValueError(f"{name} must be a finite number in {span}, got an int too large for a float "
+                         f"(about 10^{int(abs(value).bit_length() * math.log10(2))})") from None
     ok = math.isfinite(value) and (value >= low if low_inclusive else value > low)
     if high is not None:
         ok = ok and (value <= high if high_inclusive else value < high)
     if not ok:
-        upper = "inf)" if high is None else f"{high}{']' if high_inclusive else ')'}"
-        raise ValueError(f"{name} must be a finite number in {'[' if low_inclusive else '('}{low}, {upper}, "
-                         f"got {value}")
+        raise ValueError(f"{name} must be a finite number in {span}, got {value}")
     return value
 
 

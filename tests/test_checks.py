@@ -57,6 +57,8 @@ def test_good_ids_pass_and_the_decoder_only_wording():
     (lambda: check_float("x", float("inf"), low=0.0), r"^x must be a finite number in \[0.0, inf\), got inf$"),
     (lambda: check_float("x", 1.0, low=0.0, high=1.0, high_inclusive=False),
      r"^x must be a finite number in \[0.0, 1.0\), got 1.0$"),
+    (lambda: check_float("x", -10**400, low=0.0),  # float() of it would be an OverflowError
+     r"^x must be a finite number in \[0.0, inf\), got an int too large for a float \(about 10\^400\)$"),
     (lambda: check_probability("p", 1), r"^p must be a number in \[0, 1\), got 1$"),
     (lambda: check_probability("p", float("nan")), r"^p must be a number in \[0, 1\), got nan$"),
     (lambda: check_probability("p", "0.1"), r"^p must be a number in \[0, 1\), got '0.1'$"),
