@@ -210,7 +210,9 @@ def encode_corpus(tokenizer: Tokenizer, text: str, *, chunk_chars: int = 1 << 16
 
 
 def _tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
-    blob = json.dumps(tokenizer.to_dict(), sort_keys=True, ensure_ascii=False).encode("utf-8")
+    # "surrogatepass": a character vocabulary may hold a lone surrogate (save_tokenizer keeps it); other
+    # tokenizers' bytes, and so their fingerprints and the stores named after them, are what they always were
+    blob = json.dumps(tokenizer.to_dict(), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -226,7 +228,8 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
     """
     rule = cache_cut_key(tokenizer)
     cut = "" if rule is None else f"cut={rule}\0"
-    key = hashlib.sha256((_tokenizer_fingerprint(tokenizer) + "\0" + cut).encode() + text.encode("utf-8")).hexdigest()
+    raw = text.encode("utf-8", "surrogatepass")  # the text a character vocabulary with a lone surrogate encodes
+    key = hashlib.sha256((_tokenizer_fingerprint(tokenizer) + "\0" + cut).encode() + raw).hexdigest()
     path = Path(cache_dir) / f"{key}.npy"
     if path.is_file():
         try:
@@ -313,8 +316,8 @@ def eval_batches(data: torch.Tensor, block_size: int, batch_size: int, *,
     n = num_eval_windows(data, T)
     starts = torch.arange(n) * T  # (n,)
     if max_windows is not None:
-        if max_windows < 1:
-            raise ValueError(f"max_windows must be >= 1 or None, got {max_windows}")
+        if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1:
+            raise ValueError(f"max_windows must be an int >= 1 or None, got {max_windows!r}")
         if max_windows < n:
             starts = starts[torch.linspace(0, n - 1, max_windows).round().long()]
     for i in range(0, starts.numel(), batch_size):

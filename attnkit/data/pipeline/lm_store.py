@@ -145,11 +145,15 @@ class _Source:
     def _cut(self, valid_fraction: float) -> int:
         """The train/valid cut of the one text group, kept in its scan record per ``valid_fraction``."""
         path = self.folder / "scan-0.json"
-        record = _read_json(path) or {}
-        cuts = record.get("cuts", {}) if record.get("scan", {}).get("sha256") == self.scans[0].sha256 else {}
+        record = _read_json(path)
+        record = record if isinstance(record, dict) else {}
+        scan = record.get("scan")
+        cuts = record.get("cuts") if isinstance(scan, dict) and scan.get("sha256") == self.scans[0].sha256 else {}
+        cuts = cuts if isinstance(cuts, dict) else {}  # a damaged record: the cut is found again
         key = f"{float(valid_fraction)!r}/2"  # /2: the rule of 2026-11-30 (valid at most twice its share)
-        if isinstance(cuts.get(key), int):
-            return cuts[key]
+        cached = cuts.get(key)
+        if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= self.scans[0].n_chars:
+            return cached
         cut = self.groups[0].split(self.scans[0], valid_fraction)
         if record:
             record["cuts"] = dict(cuts, **{key: cut})

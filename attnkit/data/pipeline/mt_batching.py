@@ -97,6 +97,9 @@ def train_joint_bpe(sources: Sequence[str], targets: Sequence[str], vocab_size: 
         raise ValueError(f"train_joint_bpe needs as many sources as targets, got {len(sources)} and {len(targets)}")
     if not sources:
         raise ValueError("train_joint_bpe needs at least one sentence pair, got 0")
+    if isinstance(extra_specials, (str, bytes)):  # its characters would become special tokens ("b", "t", ...)
+        raise ValueError(f"extra_specials must be a list of token strings, e.g. [{extra_specials!r}], got the "
+                         f"{type(extra_specials).__name__} {extra_specials!r}")
     specials = list(MT_SPECIAL_TOKENS) + [t for t in extra_specials if t not in MT_SPECIAL_TOKENS]
     tok = BPETokenizer.train(itertools.chain(sources, targets), vocab_size, special_tokens=specials,
                              min_frequency=min_frequency, pad="<pad>", bos="<bos>", eos="<eos>", unk="<unk>")
@@ -389,6 +392,7 @@ def rounded_widths(src_lens: np.ndarray, tgt_lens: np.ndarray, multiple: int) ->
 
     Shape: ``(N,), (N,) -> (N,)``.
     """
+    check_int("multiple", multiple, minimum=1)  # (0 divided by zero: widths of 0)
     width = np.maximum(np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64))
     if multiple == 1 or width.size == 0:
         return width
@@ -471,6 +475,7 @@ class TokenBudgetBatcher:
                  multiple: int = 1):
         if len(data) == 0:
             raise ValueError("TokenBudgetBatcher needs at least one pair, got an empty corpus")
+        check_int("multiple", multiple, minimum=1)  # before `multiple > 1` below (a str: TypeError)
         self.data = data
         self.max_tokens = max_tokens
         self.seed = seed

@@ -285,9 +285,16 @@ class TokenStore:
         return self.ids.tolist()
 
     def document(self, d: int) -> np.ndarray:
-        """The ids of document ``d`` (a view of the map). Shape: ``(length of d,)``."""
+        """The ids of document ``d`` (a view of the map; ``-1`` is the last document, as for a list).
+
+        Shape: ``(length of d,)``.
+        """
         if self.doc_offsets is None:
             raise ValueError(f"token store {self.path} holds no documents")
+        n = self.n_docs
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not -n <= d < n:
+            raise ValueError(f"document index must be an int in [-{n}, {n}), got {d!r}")
+        d = int(d) % n  # (offsets[-1] to offsets[0] would be an empty slice, not the last document)
         return self.ids[int(self.doc_offsets[d]):int(self.doc_offsets[d + 1])]
 
     def chunks(self, size: int = 1 << 22) -> Iterator[np.ndarray]:

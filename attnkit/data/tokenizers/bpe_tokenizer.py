@@ -214,7 +214,13 @@ class BPETokenizer(Tokenizer):
         Shape:
             returns a tokenizer with ``vocab_size <= V``; fewer when the text has too few distinct pairs.
         """
+        if isinstance(special_tokens, (str, bytes)):  # a list of its characters would become the special tokens
+            raise ValueError(f"special_tokens must be a list of token strings, e.g. [{special_tokens!r}], got "
+                             f"the {type(special_tokens).__name__} {special_tokens!r}")
         special_tokens = list(special_tokens)
+        for token in special_tokens:
+            if not isinstance(token, str) or not token:
+                raise ValueError(f"special_tokens must be non-empty strings, got {token!r} in {special_tokens}")
         if len(set(special_tokens)) != len(special_tokens):
             raise ValueError(f"special_tokens must be distinct, got {special_tokens}")
         minimum = 256 + len(special_tokens)

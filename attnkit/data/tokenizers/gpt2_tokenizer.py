@@ -124,7 +124,10 @@ def load_tiktoken_ranks(path: str | os.PathLike) -> dict[bytes, int]:
                 raise ValueError(f"{path}: line {lineno} repeats the token {token!r} (first rank {ranks[token]})")
             ranks[token] = rank
     if sorted(ranks.values()) != list(range(len(ranks))):
-        raise ValueError(f"{path}: ranks must be exactly 0..{len(ranks) - 1}")
+        present = set(ranks.values())
+        missing = next(r for r in range(len(ranks)) if r not in present)
+        raise ValueError(f"{path}: ranks must be exactly 0..{len(ranks) - 1} (one per token), got ranks "
+                         f"{min(ranks.values())}..{max(ranks.values())} without {missing}")
     return ranks
 
 

@@ -222,6 +222,13 @@ def test_eval_batches_max_windows_spread():
     assert xs[0, 0] == 0 and xs[-1, 0] == 990
 
 
+@pytest.mark.parametrize("max_windows", [2.5, "2", True, 0])
+def test_eval_batches_refuse_a_max_windows_that_is_not_a_positive_int(max_windows):
+    """Was: TypeError from torch.linspace (2.5) or from comparing a str with 1; True taken as one window."""
+    with pytest.raises(ValueError, match=rf"max_windows must be an int >= 1 or None, got {max_windows!r}"):
+        list(eval_batches(torch.arange(101), 10, 3, max_windows=max_windows))
+
+
 def _corpus(tmp_path, text=TEXT):
     p = tmp_path / "corpus.txt"
     p.write_text(text, encoding="utf-8")

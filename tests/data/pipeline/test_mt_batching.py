@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -61,6 +63,14 @@ def test_joint_bpe_refuses_unaligned_or_empty_input():
 
 
 # --- encoding -----------------------------------------------------------------------------------------------------
+def test_joint_bpe_refuses_a_string_of_extra_specials():
+    """Was: extra_specials="<bt>" read as its characters, so every "b" and "t" of the corpus became a special token
+    (and skip_special_tokens dropped them from decoded text)."""
+    with pytest.raises(ValueError, match=re.escape("extra_specials must be a list of token strings, e.g. ['<bt>'], "
+                                                   "got the str '<bt>'")):
+        train_joint_bpe(SOURCES, TARGETS, 300, extra_specials="<bt>")
+
+
 def test_encode_pairs_appends_eos_to_sources_only(tok, enc):
     assert len(enc) == len(SOURCES) and enc.n_truncated_src == enc.n_truncated_tgt == 0
     for s, t, src_ids, tgt_ids in zip(SOURCES, TARGETS, enc.src, enc.tgt):
@@ -338,6 +348,17 @@ def test_batcher_refuses_a_negative_step_and_an_empty_corpus(enc):
     empty = EncodedPairs([], [], pad_id=0, bos_id=1, eos_id=2)
     with pytest.raises(ValueError, match="at least one pair"):
         TokenBudgetBatcher(empty, max_tokens=40)
+
+
+@pytest.mark.parametrize("multiple, shown", [("8", "'8' (str)"), (0, "0")])
+def test_a_multiple_that_is_not_a_positive_int_is_refused(enc, multiple, shown):
+    """Was: TypeError ('>' between str and int) from the batcher, and rounded_widths(..., 0) dividing by zero
+    (a RuntimeWarning and widths of 0)."""
+    match = re.escape(f"multiple must be an int >= 1, got {shown}")
+    with pytest.raises(ValueError, match=match):
+        TokenBudgetBatcher(enc, max_tokens=40, multiple=multiple)
+    with pytest.raises(ValueError, match=match):
+        rounded_widths(np.array([3, 5]), np.array([4, 2]), multiple)
 
 
 def test_each_process_share_of_a_batch_carries_its_own_counts(enc):

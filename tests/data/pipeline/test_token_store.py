@@ -3,6 +3,7 @@ on a changed text or tokenizer or a damaged file, bounded memory, and the stream
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -16,12 +17,13 @@ import pytest
 import torch
 
 from attnkit.data.corpora.text import read_text_source, split_text
-from attnkit.data.pipeline.lm_dataset import encode_corpus, prepare_lm_data
+from attnkit.data.pipeline.lm_dataset import _tokenizer_fingerprint, encode_corpus, prepare_lm_data
 from attnkit.data.pipeline.lm_store import open_lm_stores
 from attnkit.data.pipeline.store_encoding import aligned_segments, bpe_training_pieces
 from attnkit.data.pipeline.text_stream import TextFiles
 from attnkit.data.pipeline.token_store import StoreError, TokenStore, TokenStoreWriter, smallest_dtype
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, _chunks_of
+from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.tokenizers.tokenizer import save_tokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,6 +86,16 @@ def test_a_store_gives_back_its_ids_in_its_dtype(tmp_path, vocab):
 def test_documents_and_their_offsets(tmp_path):
     store = _store(tmp_path, [1, 2, 3, 4, 5, 6], 10, documents=[2, 0, 4])
     assert store.n_docs == 3 and [store.document(d).tolist() for d in range(3)] == [[1, 2], [], [3, 4, 5, 6]]
+
+
+def test_a_document_is_read_by_a_list_index_or_refused(tmp_path):
+    """Was: document(-1) an empty array (offsets[-1] to offsets[0]), not the last document; document(3) of 3 an
+    IndexError of the offsets' numpy array."""
+    store = _store(tmp_path, [1, 2, 3, 4, 5, 6], documents=[2, 0, 4])
+    assert store.document(-1).tolist() == [3, 4, 5, 6] and store.document(-3).tolist() == [1, 2]
+    for bad in (3, -4, 1.0):
+        with pytest.raises(ValueError, match=rf"document index must be an int in \[-3, 3\), got {bad}"):
+            store.document(bad)
 
 
 @pytest.mark.parametrize("ids, docs, message", [
@@ -205,6 +217,20 @@ def test_a_changed_text_rebuilds_and_an_unchanged_one_is_not_read(tmp_path, monk
     assert second.tokenizer.decode(second.train[:]) + second.tokenizer.decode(second.valid[:]) == changed
 
 
+@pytest.mark.parametrize("cuts", [[], "x", {"0.1/2": 10**9}, {"0.1/2": -5}, {"0.1/2": True}])
+def test_a_damaged_cut_in_the_scan_record_is_found_again(tmp_path, cuts):
+    """Was: AttributeError ('list' object has no attribute 'get') or a refusal of the text ('read needs 0 <= start
+    <= stop', 'the train split has 1 tokens') from a scan record whose train/valid cuts were damaged."""
+    home = tmp_path / "home"
+    path = _write(tmp_path, _text(3, 200))
+    want = prepare_lm_data(path, "char", block_size=8, home=home)
+    (record_path,) = (home / "token_store").glob("*/scan-0.json")
+    record = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps(dict(record, cuts=cuts)))
+    got = prepare_lm_data(path, "char", block_size=8, home=home)
+    assert torch.equal(got.train[:], want.train[:]) and torch.equal(got.valid[:], want.valid[:])
+
+
 def test_a_changed_tokenizer_gets_its_own_store(tmp_path, bpe):
     home = tmp_path / "home"
     path = _write(tmp_path, _text(4, 300))
@@ -213,6 +239,19 @@ def test_a_changed_tokenizer_gets_its_own_store(tmp_path, bpe):
     b = prepare_lm_data(path, other, block_size=8, home=home)
     assert a.train.path != b.train.path and all("built" in n for n in b.notes)
     assert torch.equal(b.train[:], encode_corpus(other, other.decode(b.train[:])))
+
+
+def test_a_character_vocabulary_with_a_lone_surrogate_gets_a_store(tmp_path):
+    """Was: UnicodeEncodeError from the tokenizer's fingerprint (its JSON encoded as strict UTF-8), though such a
+    vocabulary is saved and loaded back (``save_tokenizer``) and encodes in memory (``cache=False``)."""
+    path = _write(tmp_path, "abc\n" * 40)
+    tok = CharTokenizer(list("abc\n") + ["\udc80"])
+    stored = prepare_lm_data(path, tok, block_size=4, home=tmp_path / "home")
+    memory = prepare_lm_data(path, tok, block_size=4, cache=False)
+    assert torch.equal(stored.train[:], memory.train) and torch.equal(stored.valid[:], memory.valid)
+    plain = CharTokenizer(list("abc\n"))  # without a surrogate: the fingerprint (the stores' names) as before
+    want = hashlib.sha256(json.dumps(plain.to_dict(), sort_keys=True).encode()).hexdigest()
+    assert _tokenizer_fingerprint(plain) == want
 
 
 @pytest.mark.parametrize("kind", ["truncated", "cut in the ids", "a flipped id", "a flipped header", "empty"])

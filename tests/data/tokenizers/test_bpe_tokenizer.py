@@ -140,6 +140,18 @@ def test_train_duplicate_special_tokens():
         BPETokenizer.train(CORPUS, 300, special_tokens=["<pad>", "<pad>"])
 
 
+@pytest.mark.parametrize("specials, match", [
+    ("<eos>", r"special_tokens must be a list of token strings, e.g. \['<eos>'\], got the str '<eos>'"),
+    (["<eos>", ""], r"special_tokens must be non-empty strings, got '' in"),
+    ([5], r"special_tokens must be non-empty strings, got 5 in \[5\]"),
+])
+def test_train_refuses_special_tokens_that_are_not_a_list_of_strings(specials, match):
+    """Was: a string taken as the list of its characters ("e" and "o" became special tokens, which decoding with
+    skip_special_tokens dropped from the text: "hello" -> "hll"), an empty token accepted, and a TypeError."""
+    with pytest.raises(ValueError, match=match):
+        BPETokenizer.train(CORPUS, 300, special_tokens=specials)
+
+
 def test_train_rejects_non_string_items():
     with pytest.raises(ValueError, match="item 1 is bytes"):
         BPETokenizer.train(["ok", b"bytes"], 300)

@@ -111,7 +111,10 @@ def test_load_tiktoken_ranks_repeated_token(tmp_path):
 
 def test_load_tiktoken_ranks_gap(tmp_path):
     p = _write_ranks(tmp_path / "r.tiktoken", [(b"a", 0), (b"b", 2)])
-    with pytest.raises(ValueError, match=r"ranks must be exactly 0..1"):
+    with pytest.raises(ValueError, match=r"ranks must be exactly 0..1 \(one per token\), got ranks 0..2 without 1"):
+        g2.load_tiktoken_ranks(p)  # (was: the expected ranks only)
+    p = _write_ranks(tmp_path / "r.tiktoken", [(b"a", 0), (b"b", 0)])
+    with pytest.raises(ValueError, match=r"exactly 0..1 \(one per token\), got ranks 0..0 without 1"):
         g2.load_tiktoken_ranks(p)
 
 
