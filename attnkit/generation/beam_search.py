@@ -8,8 +8,9 @@ Greedy search keeps one prefix per sentence; beam search keeps the ``k`` best *l
 their total log-probability ``log p(y_1..y_t | x) = sum_i log p(y_i | y_<i, x)``. One step:
 
 1. every beam proposes every token: ``score(beam) + log_softmax(logits)`` -> ``(B, k * V)`` candidates;
-2. the best ``2k`` candidates of each sentence are read in order (equal scores: lowest beam, then lowest
-   token first, as greedy search's argmax takes the lowest token). A candidate ending in EOS becomes a
+2. the best ``2k`` candidates of each sentence are read in order (equal scores: lowest beam first, then, as
+   greedy search's argmax, the higher logit and the lowest token; a sum can round two log-probabilities to one
+   value, the logits keep them apart). A candidate ending in EOS becomes a
    *finished hypothesis* if it ranks among the top ``k`` (so with ``k = 1`` beam search is exactly greedy
    search); the first ``k`` candidates that do not end in EOS become the next beams (``2k`` candidates
    always contain ``k`` of them, since at most ``k`` end in EOS);
@@ -98,11 +99,15 @@ def _add_finished(pool: list[Hypothesis], hyp: Hypothesis, k: int) -> None:
     del pool[k:]
 
 
-def _top_candidates(scores: torch.Tensor, logp: torch.Tensor, k: int) -> tuple[list, list, list]:
+def _top_candidates(scores: torch.Tensor, logp: torch.Tensor, k: int,
+                    logits: torch.Tensor) -> tuple[list, list, list]:
     """The ``2k`` best one-token extensions of each sentence's ``k`` beams, best first (dead beams stay dead).
 
+    ``logits`` (``logp`` before ``log_softmax``) break ties within a beam as greedy search's argmax does.
+
     Shape:
-        scores ``(n, k)`` total log-probs, logp ``(n*k, V)`` -> scores, beams, tokens: ``n`` lists of ``2k``.
+        scores ``(n, k)`` total log-probs, logp and logits ``(n*k, V)`` -> scores, beams, tokens: ``n`` lists
+        of ``2k``.
     """
     n, V = scores.shape[0], logp.shape[-1]
     flat_scores = scores.view(n * k, 1)  # (n*k, 1)
@@ -111,10 +116,14 @@ def _top_candidates(scores: torch.Tensor, logp: torch.Tensor, k: int) -> tuple[l
     m = min(2 * k, k * V)
     top_scores, top_index = cand.topk(min(m + 1, k * V), dim=1)  # (n, m + 1), best first
     if bool((top_scores[:, 1:] == top_scores[:, :-1]).any()):
-        # topk orders equal scores arbitrarily: take them lowest beam, then lowest token, first, as greedy search's
-        # argmax does (so beam 1 stays exactly greedy). The r best of each row hold all that reach its m-th score.
+        # topk orders equal scores arbitrarily: take them lowest beam first, then the higher logit, then the lowest
+        # token, as greedy search's argmax does (so beam 1 stays exactly greedy: score + log-prob can round two
+        # log-probabilities to one sum). The r best of each row hold all that reach its m-th score.
         r = int((cand >= top_scores[:, m - 1:m]).sum(dim=1).max())
         top_index = cand.topk(r, dim=1).indices.sort(dim=1).values  # (n, r), by candidate index
+        order = logits.reshape(n, k * V).gather(1, top_index).sort(dim=1, descending=True, stable=True).indices
+        top_index = top_index.gather(1, order)  # (n, r): higher logit, then lower token first
+        top_index = top_index.gather(1, (top_index // V).sort(dim=1, stable=True).indices)  # lowest beam first
         top_scores, order = cand.gather(1, top_index).sort(dim=1, descending=True, stable=True)  # (n, r)
         top_index = top_index.gather(1, order)
     top_scores, top_index = top_scores[:, :m], top_index[:, :m]  # (n, 2k), best first
@@ -183,7 +192,8 @@ def beam_search_hypotheses(
     """
     _check_beam_args(beam_size, length_penalty, length_penalty_style)
     src, mask, limits = start_search(model, src, src_key_padding_mask, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
-                                     max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache)
+                                     max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache,
+                                     vocab_size=vocab_size)
     device = src.device
     B, k = src.shape[0], beam_size
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -205,8 +215,9 @@ def beam_search_hypotheses(
         length = 0
         while active:
             length += 1  # the candidates of this step have `length` tokens after BOS
-            logp = torch.log_softmax(dec.next_logits(tgt), dim=-1)  # (n*k, V)
-            top_scores, top_beams, top_tokens = _top_candidates(scores, logp, k)
+            logits = dec.next_logits(tgt)  # (n*k, V)
+            logp = torch.log_softmax(logits, dim=-1)  # (n*k, V)
+            top_scores, top_beams, top_tokens = _top_candidates(scores, logp, k, logits)
             lp = length_penalty_factor(length, length_penalty, length_penalty_style)
             prefixes = tgt[:, 1:].tolist()  # (n*k) lists: the beams' tokens after BOS
             next_rows, next_tokens, next_scores, still_active = [], [], [], []

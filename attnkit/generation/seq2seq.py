@@ -192,9 +192,13 @@ def encode_source(model: nn.Module, src: torch.Tensor, mask: torch.Tensor) -> tu
 def start_search(
     model: nn.Module, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None, *, bos_id: int, eos_id: int,
     pad_id: int, max_len: int | None, max_len_a: float, max_len_b: float, use_cache: bool,
+    vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """What greedy and beam search do first: check the options they share, put the source on the model's device
     with its padding mask (:func:`prepare_source`) and give each sentence its target length limit.
+
+    ``vocab_size`` (the ids that may be generated) must hold ``eos_id``, or no sentence could end before its
+    length limit, and be at most the model's ``tgt_vocab_size``.
 
     Shape:
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> src, mask ``(B, S)`` and ``B`` limits.
@@ -203,6 +207,13 @@ def start_search(
     check_id("bos_id", bos_id, V)
     check_id("eos_id", eos_id, V)
     check_id("pad_id", pad_id, None)
+    if vocab_size is not None:
+        check_int("vocab_size", vocab_size, minimum=1)
+        if V is not None and vocab_size > V:
+            raise ValueError(f"vocab_size must be at most the model's tgt_vocab_size = {V}, got {vocab_size}")
+        if eos_id >= vocab_size:
+            raise ValueError(f"eos_id must be below vocab_size = {vocab_size} (ids past it are never generated, so no "
+                             f"sentence could end), got {eos_id}")
     check_length_args(max_len, max_len_a, max_len_b)
     check_bool("use_cache", use_cache)
     src, mask = prepare_source(model, src, src_key_padding_mask, pad_id)
@@ -255,7 +266,8 @@ def greedy_search(
         src ``(B, S)``; src_key_padding_mask ``(B, S)`` -> ``B`` lists.
     """
     src, mask, limits = start_search(model, src, src_key_padding_mask, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
-                                     max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache)
+                                     max_len=max_len, max_len_a=max_len_a, max_len_b=max_len_b, use_cache=use_cache,
+                                     vocab_size=vocab_size)
     B = src.shape[0]
 
     with eval_mode(model):

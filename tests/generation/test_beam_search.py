@@ -193,3 +193,21 @@ def test_beam_size_1_is_greedy_when_tokens_tie(make_transformer, mt_ids):
     assert beam_search(model, src, beam_size=1, **ids) == [[5, 5, 5]]
     hyps = beam_search_hypotheses(model, src, beam_size=3, **ids)[0]
     assert [h.tokens for h in hyps] == [[5, 5, 5], [5, 5, 7], [5, 5, 9]]
+
+
+def test_beam_size_1_is_greedy_when_log_probabilities_round_to_one_sum(make_transformer, mt_ids):
+    # token 7's logit is one float32 step above token 5's: greedy search takes 7 every time. Once the running
+    # score is a few nats below 0, score + log p(7) and score + log p(5) round to the same float32 sum; beam
+    # search then took the lowest token (5) from the sixth step on, and beam 1 was no longer greedy
+    model = make_transformer()
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.fill_(-5.0)
+        model.generator.bias[5] = 3.0
+        model.generator.bias[7] = torch.nextafter(torch.tensor(3.0), torch.tensor(4.0))
+    src = torch.tensor([[3, 4, 5, mt_ids.eos]])
+    ids = dict(bos_id=mt_ids.bos, eos_id=mt_ids.eos, pad_id=mt_ids.pad, max_len_a=0, max_len_b=30)
+    assert greedy_search(model, src, **ids) == [[7] * 30]
+    for use_cache in (True, False):
+        assert beam_search(model, src, beam_size=1, use_cache=use_cache, **ids) == [[7] * 30]
+        assert beam_search_hypotheses(model, src, beam_size=2, use_cache=use_cache, **ids)[0][0].tokens == [7] * 30

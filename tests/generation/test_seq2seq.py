@@ -222,3 +222,21 @@ def test_a_tokenizer_smaller_than_the_output_layer_limits_the_translation(make_t
     tok = SimpleNamespace(pad_id=mt_ids.pad, bos_id=mt_ids.bos, eos_id=mt_ids.eos, vocab_size=12)
     sources = [[int(t) for t in row if t != mt_ids.pad] for row in src]
     assert search_ids(model, tok, sources, beam=beam, length_penalty=1.0) == limited  # translate, eval, BLEU
+
+
+@pytest.mark.parametrize(
+    "vocab_size, match",
+    [
+        # was: accepted, and no sentence could end: every output ran to its length limit in ids 0 and 1
+        (2, r"eos_id must be below vocab_size = 2 .*got 2"),
+        # was: accepted silently (the LM's GenerationConfig refuses it)
+        (25, r"vocab_size must be at most the model's tgt_vocab_size = 24, got 25"),
+    ],
+)
+def test_a_vocab_size_without_eos_or_past_the_model_is_refused(setup, vocab_size, match):
+    model, src, kw = setup
+    with pytest.raises(ValueError, match=match):
+        greedy_search(model, src, vocab_size=vocab_size, **kw)
+    with pytest.raises(ValueError, match=match):
+        beam_search(model, src, beam_size=2, vocab_size=vocab_size, **kw)
+    assert greedy_search(model, src, vocab_size=3, **kw) == [[]] * len(LENGTHS)  # EOS is the only id left
