@@ -10,10 +10,14 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["preset_names", "parameter_table", "ConvertedCheckpoint", "convert_checkpoint"]
+
+# the folders a run's trainer writes in its checkpoints/ (and resumes from, replaces or prunes)
+_RUN_OWN = re.compile(r"^(step_\d+|best)(\.tmp|\.old)?$")
 
 
 def preset_names() -> list[tuple[str, str]]:
@@ -49,23 +53,37 @@ class ConvertedCheckpoint:
 def convert_checkpoint(src: str | Path, out: str | Path | None = None) -> ConvertedCheckpoint:
     """Read a sharded (``--fsdp``) checkpoint folder, or a run folder's latest step checkpoint, in one process and
     write the ordinary checkpoint folder (``model.safetensors`` + ``state.json``, no optimizer state) at ``out``
-    (default: ``SRC-converted`` beside it). An existing ``out`` is never overwritten."""
-    from attnkit.checkpoints.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint_state
+    (default: ``SRC-converted`` beside it). An existing ``out`` is never overwritten; an ``out`` below a file, or named
+    like a run's own checkpoints (``step_N``, ``best``) in a run's ``checkpoints/``, and a run's ``checkpoints/``
+    folder as ``src`` (give the run folder) raise ``ValueError`` before anything is read; the model config of ``src``'s
+    ``state.json`` is checked before the model is built (position tables past what its weights justify)."""
+    from attnkit.checkpoints.checkpoint import (CheckpointError, checked_model_config, latest_checkpoint,
+                                                read_checkpoint_state)
+    from attnkit.checkpoints.runs import CHECKPOINTS_DIR, file_above, is_run_dir
     from attnkit.models.builders import build_model
-    from attnkit.models.configs import config_from_dict
     from attnkit.training.sharded import convert_sharded
 
     src = Path(src)
-    if (src / "checkpoints").is_dir():
-        latest = latest_checkpoint(src / "checkpoints")
+    if src.name == CHECKPOINTS_DIR and is_run_dir(src.parent):
+        raise CheckpointError(f"{src} is a run's checkpoints folder: give the run folder {str(src.parent)!r} (its "
+                              "latest step checkpoint) or one checkpoint in it")
+    if (src / CHECKPOINTS_DIR).is_dir():
+        latest = latest_checkpoint(src / CHECKPOINTS_DIR)
         if latest is None:
             raise CheckpointError(f"{src} holds no step checkpoint to convert")
         src = latest
     out = Path(out) if out is not None else src.with_name(src.name + "-converted")
     if out.exists():
         raise ValueError(f"{out} already exists; choose another output folder (nothing is overwritten)")
+    blocker = file_above(out)
+    if blocker is not None:  # its folders cannot be made: say so before any work, not "File exists" from mkdir
+        raise ValueError(f"output folder {str(out)!r}: {str(blocker)!r} is a file, not a folder")
+    parent = out.resolve().parent
+    if parent.name == CHECKPOINTS_DIR and is_run_dir(parent.parent) and _RUN_OWN.match(out.name):
+        raise ValueError(f"output folder {str(out)!r} has the name of one of its run's own checkpoints, which the "
+                         "run would resume from or replace; expected another name, such as the default "
+                         f"{src.name + '-converted'!r}")
     state = read_checkpoint_state(src)
-    if "model_config" not in state:
-        raise CheckpointError(f"{src / 'state.json'} lacks the model config; it was not written by attnkit's trainer")
-    model = build_model(config_from_dict(state["model_config"]))
+    # checked before anything is built: a hand-edited block_size = 10**8 took 22 GB and 90 s, then wrote it out
+    model = build_model(checked_model_config(src, state))
     return ConvertedCheckpoint(src, convert_sharded(src, out, model), state.get("world_size", "?"))

@@ -26,9 +26,9 @@ from typing import Any, Callable
 from .checkpoint import (FORMAT, STATE_FILE, CheckpointError, checked_model_config, latest_checkpoint,
                          read_checkpoint_state)
 
-__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "RUN_RECORDS", "is_run_dir", "check_output_file",
-           "check_new_run_folder", "resolve_checkpoint", "read_saved_run", "default_run_folder", "TRAINER_STATE_KEYS",
-           "check_trainer_state"]
+__all__ = ["RUN_FILE", "SUMMARY_FILE", "CHECKPOINTS_DIR", "BEST_DIR", "RUN_RECORDS", "is_run_dir", "file_above",
+           "check_output_file", "check_new_run_folder", "resolve_checkpoint", "read_saved_run", "default_run_folder",
+           "TRAINER_STATE_KEYS", "check_trainer_state"]
 
 RUN_FILE = "run.json"
 TRAINER_STATE_KEYS = ("step", "train_config", "model_config", "task")  # what every Trainer checkpoint's state holds
@@ -49,7 +49,7 @@ def is_run_dir(path: str | Path) -> bool:
 RUN_RECORDS = (RUN_FILE, SUMMARY_FILE, "metrics.jsonl", "metrics.csv", "loss.png")
 
 
-def _file_above(path: Path) -> Path | None:
+def file_above(path: Path) -> Path | None:
     """The first existing file (not a folder) among ``path``'s parents: what stops its folders from being made."""
     return next((p for p in path.parents if p.exists() and not p.is_dir()), None)
 
@@ -61,7 +61,7 @@ def check_new_run_folder(out: str | Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir {out} exists and is not a folder")
-    blocker = _file_above(out)
+    blocker = file_above(out)
     if blocker is not None:  # the folder cannot be made: say so, not "File exists" from mkdir
         raise ValueError(f"out_dir {out}: {blocker} is a file, not a folder")
     if is_run_dir(out):
@@ -102,7 +102,7 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
-    blocker = _file_above(path)
+    blocker = file_above(path)
     if blocker is not None:  # the folders to make cannot be made: say so before any work, not as "File exists"
         raise ValueError(f"{flag} {str(path)!r}: {str(blocker)!r} is a file, not a folder")
     real = path.resolve()

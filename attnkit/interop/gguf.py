@@ -539,7 +539,8 @@ def gguf_to_hf_state_dict(reader, config: dict[str, Any], *, dtype: torch.dtype 
         ``o_proj`` ``(C, H*D)``; ``gate_proj``/``up_proj`` ``(F, C)``; ``down_proj`` ``(C, F)``; norms ``(C,)``.
 
     Raises:
-        ValueError: unknown or missing tensors, a tensor of the wrong shape, an unsupported tensor type.
+        ValueError: unknown or missing tensors, a tensor of the wrong shape, an unsupported tensor type, a value
+            beyond the range of ``dtype`` (named: cast, it would be inf).
     """
     from tqdm.auto import tqdm
 
@@ -586,6 +587,11 @@ def gguf_to_hf_state_dict(reader, config: dict[str, Any], *, dtype: torch.dtype 
             w = unpermute_rotary_rows(w, H)
         elif hf.endswith("k_proj.weight"):
             w = unpermute_rotary_rows(w, K)
+        big = float(np.abs(w).max()) if w.size and dtype != torch.float32 else 0.0  # (w: finite float32)
+        if big > torch.finfo(dtype).max:  # cast, it would be inf: not a damaged file, a dtype too narrow
+            raise ValueError(f"GGUF tensor {t.name!r} does not fit dtype={dtype}: expected magnitudes up to its "
+                             f"largest finite value {torch.finfo(dtype).max:.6g}, got {big:.6g}; load it in float32 "
+                             "or bfloat16")
         state[hf] = torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
     return state
 

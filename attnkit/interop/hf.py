@@ -643,7 +643,8 @@ def from_hf(source: Any, *, config: Any = None, dtype: torch.dtype | None = None
             a folder path (see :func:`load_hf_folder`), or a state dict of HF-named tensors.
         config: the HF config (dict or ``PretrainedConfig``); required for a state dict, optional
             otherwise (it overrides the model's/folder's own).
-        dtype: parameter dtype of the result (default float32).
+        dtype: parameter dtype of the result (default float32); a weight beyond its range (a bf16 value of 1e5 in
+            float16) raises ``ValueError`` naming it.
 
     Returns:
         the model in eval mode (like ``from_pretrained``).
@@ -675,9 +676,22 @@ def from_hf(source: Any, *, config: Any = None, dtype: torch.dtype | None = None
         params = model.state_dict()
         for name, tensor in ours.items():
             params[name].copy_(tensor)  # also converts dtype (bf16/fp16 checkpoints -> float32)
-    if dtype is not None:
+    if dtype is not None and dtype != torch.float32:  # (the model's float32 weights are finite)
+        _check_fits(model, dtype)
         model = model.to(dtype=dtype)
     return model.eval()
+
+
+def _check_fits(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``ValueError`` naming the first parameter whose values lie beyond ``dtype``'s largest finite value: cast, they
+    would be inf (a bf16 weight of 1e5 in float16), and every logit NaN."""
+    limit = torch.finfo(dtype).max
+    for name, p in model.named_parameters():
+        big = float(p.detach().abs().max()) if p.numel() else 0.0
+        if big > limit:
+            raise ValueError(f"tensor {name!r} does not fit dtype={dtype}: expected magnitudes up to its largest "
+                             f"finite value {limit:.6g}, got {big:.6g} (they would become inf); load it in float32 "
+                             "or bfloat16")
 
 
 def to_hf(model: GPT):

@@ -115,15 +115,15 @@ def _token_text(value: Any) -> str | None:
 
 
 def _load_tokenizer_file(path: Path, folder: Path | None = None):
-    """An attnkit tokenizer JSON, or a Hugging Face ``tokenizer.json`` (roles from ``tokenizer_config.json``)."""
+    """``(tokenizer, chat template or None)``: an attnkit tokenizer JSON (its own roles), or a Hugging Face
+    ``tokenizer.json`` (roles from ``tokenizer_config.json``); the template is the model folder's either way."""
     from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
     from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict, tokenizer_types
 
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
     data = read_json_file(path, lambda err: ValueError(f"tokenizer file {path} is not UTF-8 JSON: {err}"))
-    if isinstance(data, dict) and data.get("type") in tokenizer_types():
-        return tokenizer_from_dict(data), None
+    ours = isinstance(data, dict) and data.get("type") in tokenizer_types()
     roles, cfg = {}, None
     folder = folder or path.parent
     cfg_file = folder / "tokenizer_config.json"
@@ -134,6 +134,8 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
         for role in ("bos", "eos", "pad", "unk"):
             roles[role] = _token_text(cfg.get(f"{role}_token"))
     template = _chat_template(folder, cfg, cfg_file)
+    if ours:  # the folder's chat template still applies (it was dropped: no `sample --chat` after finetune)
+        return tokenizer_from_dict(data), template
     return BPETokenizer.from_file(path, **roles), template
 
 
@@ -168,11 +170,12 @@ def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedMod
                 _refuse_pickle(path / pickles[0])
             raise ValueError(f"{path} is a Hugging Face model folder without weights attnkit reads: expected "
                              f"{' or '.join(_HF_WEIGHTS)}")
-        model = from_hf(path)
         tok_path = Path(tokenizer_file) if tokenizer_file else path / "tokenizer.json"
-        if not tok_path.is_file():
+        if not tokenizer_file and not tok_path.is_file():
             raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; pass --tokenizer FILE")
+        # the tokenizer before the weights (minutes for a large model); a missing --tokenizer FILE is named as such
         tok, template = _load_tokenizer_file(tok_path, path)
+        model = from_hf(path)
         return _loaded(model, tok, template, f"Hugging Face folder {path}")
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:

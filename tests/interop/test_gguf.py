@@ -315,6 +315,20 @@ def test_dtype_option(f32_file):
     assert {t.dtype for t in ckpt.state_dict.values()} == {torch.bfloat16}
 
 
+def test_a_value_beyond_the_range_of_the_requested_dtype_is_named(tmp_path):
+    """Was: a finite F32 weight of 1e5 loaded with dtype=torch.float16 became inf, and the file was called damaged
+    ("holds non-finite values (NaN or inf)"); now the dtype is named as the reason."""
+    model = tiny_hf_model(seed=1)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = 1e5
+    path = write_gguf(tmp_path / "big.gguf", model)
+    with pytest.raises(ValueError, match=r"^GGUF tensor 'blk.0.ffn_down.weight' does not fit dtype=torch.float16: "
+                                         r"expected magnitudes up to its largest finite value 65504, got 100000; "):
+        g.load_gguf(path, dtype=torch.float16, progress=False)
+    assert g.load_gguf(path, dtype=torch.bfloat16, progress=False).state_dict[
+        "model.layers.0.mlp.down_proj.weight"][0, 0].item() == 99840
+
+
 def test_gguf_to_hf_name():
     assert g.gguf_to_hf_name("blk.12.ffn_gate.weight") == "model.layers.12.mlp.gate_proj.weight"
     assert g.gguf_to_hf_name("token_embd.weight") == "model.embed_tokens.weight"

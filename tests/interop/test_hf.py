@@ -497,3 +497,19 @@ def test_export_refuses_tensors_the_hf_layout_has_no_place_for():
     with pytest.raises(ValueError, match=r"^cannot export to the Hugging Face gpt2 layout: expected only its tensors, "
                                          r"got 1 more .*'blocks.0.extra_scale'"):
         to_hf(model)
+
+
+def test_a_weight_beyond_the_range_of_the_requested_dtype_is_refused(tmp_path):
+    """Was: from_hf(folder, dtype=torch.float16) of bf16 weights holding 1e5 (finite in bf16) cast it to inf
+    silently, and every logit was NaN; the same weights given already in float16 were refused."""
+    from safetensors.torch import load_file, save_file
+
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16)).to(torch.bfloat16)
+    folder = save_hf(model, tmp_path / "export")
+    sd = load_file(folder / "model.safetensors")
+    sd["transformer.h.0.mlp.c_fc.weight"][0, 0] = 1e5
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"^tensor 'blocks.0.mlp.w_in.weight' does not fit dtype=torch.float16: "
+                                         r"expected magnitudes up to its largest finite value 65504, got 99840 "):
+        from_hf(folder, dtype=torch.float16)
+    assert from_hf(folder, dtype=torch.bfloat16).blocks[0].mlp.w_in.weight[0, 0].item() == 99840

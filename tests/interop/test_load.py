@@ -131,3 +131,32 @@ def test_tokenizer_file_with_a_named_model_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="^--tokenizer only applies to a Hugging Face folder; a named model brings "
                                          "its own tokenizer$"):
         load_model("smollm2-135m-instruct", tokenizer_file="tokenizer.json")
+
+
+def test_an_attnkit_tokenizer_file_keeps_the_folders_chat_template(hf_folder, tmp_path):
+    """Was: with --tokenizer naming an attnkit tokenizer JSON the folder's chat_template.jinja was dropped (the
+    same folder with a Hugging Face tokenizer.json kept it), so the fine-tuned run had no `sample --chat`."""
+    from attnkit.data.tokenizers.tokenizer import save_tokenizer
+
+    folder = _copy(hf_folder, tmp_path / "m")
+    (folder / "chat_template.jinja").write_text(CHAT, encoding="utf-8")
+    tok = BPETokenizer.from_file(folder / "tokenizer.json", eos="<|im_end|>")
+    (folder / "tokenizer.json").unlink()
+    ours = save_tokenizer(tok, tmp_path / "tok.json")
+    loaded = load_model(str(folder), tokenizer_file=str(ours))
+    assert loaded.chat_template == CHAT
+    assert loaded.tokenizer.eos_id == tok.eos_id
+
+
+def test_a_missing_tokenizer_is_named_before_the_weights_are_read(hf_folder, tmp_path, monkeypatch):
+    """Was: a --tokenizer FILE that does not exist was reported as "a Hugging Face model folder without
+    tokenizer.json; pass --tokenizer FILE", and only after the weights had been read (minutes for a large model)."""
+    import attnkit.interop.hf as hf_module
+
+    monkeypatch.setattr(hf_module, "from_hf", lambda *a, **k: pytest.fail("the weights must not be read"))
+    with pytest.raises(FileNotFoundError, match=r"^tokenizer file .*nowhere.json does not exist$"):
+        load_model(str(hf_folder), tokenizer_file=str(tmp_path / "nowhere.json"))
+    folder = _copy(hf_folder, tmp_path / "m")
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match=r"model folder without tokenizer.json; pass --tokenizer FILE$"):
+        load_model(str(folder))

@@ -1,0 +1,63 @@
+"""``convert_checkpoint``'s refusals, made before anything is read: a run's ``checkpoints/`` folder as the source
+(the run folder is what to give), an output folder below a file, and an output named like one of its run's own
+checkpoints (the run would resume from it). The conversion itself is tested with real sharded checkpoints in
+``tests/training/test_distributed.py`` and ``tests/cli/test_scale_cli.py``.
+
+Axis legend: none (folders only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.api import convert_checkpoint
+
+
+def fake_run(tmp_path: Path) -> Path:
+    """A run folder whose latest step checkpoint is ``step_00000003`` (its contents are never read here)."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_00000003").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({}), encoding="utf-8")
+    return run
+
+
+def test_a_runs_checkpoints_folder_names_the_run_folder(tmp_path):
+    run = fake_run(tmp_path)
+    with pytest.raises(ValueError, match=r"checkpoints is a run's checkpoints folder: give the run folder '.*run'"):
+        convert_checkpoint(run / "checkpoints", tmp_path / "out")
+
+
+def test_an_output_below_a_file_is_named_before_anything_is_read(tmp_path):
+    run = fake_run(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"'.*notes.txt' is a file, not a folder"):
+        convert_checkpoint(run, tmp_path / "notes.txt" / "converted")
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.parametrize("name", ["step_00000009", "best", "step_00000009.tmp"])
+def test_an_output_named_like_the_runs_own_checkpoints_is_refused(tmp_path, name):
+    """``step_00000009`` written into the run's checkpoints/ would be the step checkpoint a resume loads."""
+    run = fake_run(tmp_path)
+    with pytest.raises(ValueError, match=rf"{name}' has the name of one of its run's own checkpoints"):
+        convert_checkpoint(run, run / "checkpoints" / name)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000003"]
+
+
+def test_a_hand_edited_model_config_is_refused_before_the_model_is_built(tmp_path):
+    """Was: the model was built from state.json as it stood: block_size = 10**8 took 22 GB and 90 s (rotary tables)
+    and was written out; now the position tables are bounded by the weights, as every other loader does."""
+    from attnkit.checkpoints.checkpoint import DCP_DIR, FORMAT, FORMAT_VERSION
+
+    ckpt = tmp_path / "step_00000003"
+    (ckpt / DCP_DIR).mkdir(parents=True)
+    config = {"model_type": "gpt", "vocab_size": 28, "block_size": 2**21, "n_layer": 1, "n_head": 2, "n_embd": 16,
+              "activation": "swiglu", "norm": "rmsnorm", "bias": False, "position": "rope"}
+    state = {"format": FORMAT, "version": FORMAT_VERSION, "step": 3, "model_config": config, "sharded": True}
+    (ckpt / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"position tables for length 2097152 would take 128 MiB up front"):
+        convert_checkpoint(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
