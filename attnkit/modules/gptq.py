@@ -23,7 +23,7 @@ diverged, for two unrelated calibration texts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -33,20 +33,50 @@ from attnkit.checks import check_float, check_int
 __all__ = ["input_hessians", "gptq_round"]
 
 
+def _is_array(x) -> bool:
+    return isinstance(x, torch.Tensor) or (hasattr(x, "tolist") and hasattr(x, "shape"))  # or a NumPy array
+
+
+def _calibration_rows(batches) -> list[list]:
+    """``batches`` (an iterable of sequences of ids, or a ``(B, T)`` tensor or array) as a list of lists, read once
+    (a generator is not read twice)."""
+    if _is_array(batches):
+        if len(batches.shape) != 2:
+            raise ValueError(f"calibration as a tensor must be 2-D (B, T) token ids, got shape {tuple(batches.shape)}")
+        return batches.tolist()
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+        raise ValueError(f"calibration must be sequences of token ids (e.g. [[1, 2, 3]]), got {type(batches).__name__}")
+    rows = []
+    for b in batches:
+        if _is_array(b):
+            if len(b.shape) != 1:
+                raise ValueError(f"calibration sequences must be 1-D token ids, got one of shape {tuple(b.shape)}")
+            b = b.tolist()
+        if isinstance(b, (str, bytes)) or not isinstance(b, Iterable):
+            raise ValueError(f"calibration must be sequences of token ids (e.g. [[1, 2, 3]]), got an item {b!r}")
+        rows.append(list(b))
+    return rows
+
+
 @torch.no_grad()
 def input_hessians(model: nn.Module, batches: Sequence[Sequence[int]],
                    names: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
     """``X^T X / M`` of the inputs of every ``nn.Linear`` of ``model`` (or those in ``names``) over the
-    calibration ``batches``, each a sequence of token ids fed as ``model(LongTensor (1, T))``.
+    calibration ``batches``, each a sequence of token ids fed as ``model(LongTensor (1, T))``. ``batches`` may
+    be any iterable of such sequences (read once), or a ``(B, T)`` tensor or array.
 
     Shape:
         returns ``{name: (K, K) float64}``.
     """
+    batches = _calibration_rows(batches)
     if not batches or any(len(b) == 0 for b in batches):
         raise ValueError(f"calibration needs at least one non-empty sequence of token ids, got "
                          f"{[len(b) for b in batches] if batches else batches!r}")
-    rows_in = [torch.tensor([list(ids)]) for ids in batches]  # each (1, T)
+    rows_in = [torch.tensor([b]) for b in batches]  # each (1, T)
     for x in rows_in:
+        if x.dim() != 2:
+            raise ValueError(f"calibration sequences must hold token ids (ints), got a row of shape "
+                             f"{tuple(x.shape[1:])}")
         if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
             raise ValueError(f"calibration token ids must be integers, got {x.dtype} values {x[0, :4].tolist()}")
     layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)
@@ -105,7 +135,11 @@ def gptq_round(weight: torch.Tensor, hessian: torch.Tensor, *, damp: float = 0.0
     scale = W.abs().amax(dim=1) / 127.0  # (N,)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     H += damp * torch.diag(H).mean() * torch.eye(K, dtype=H.dtype)
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)  # (K, K)
+    try:
+        U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)  # (K, K)
+    except torch.linalg.LinAlgError:  # e.g. fewer calibration rows than inputs and damp = 0, or not X^T X at all
+        raise ValueError(f"gptq_round expects a hessian that is positive definite once damped, got one that is not "
+                         f"with damp = {damp} (pass damp > 0, or H = X^T X / M of real inputs)") from None
     Q = torch.zeros_like(W)  # (N, K) int8 values, as float
     for i1 in range(0, K, block):
         i2 = min(i1 + block, K)

@@ -50,6 +50,7 @@ and ``"dynamic"`` compute with ``"reference"``'s product instead (same int8 weig
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -231,6 +232,8 @@ class QuantizedLinear(nn.Module):
         # returns (digits @ Wq^T) * scale[n]. The pin row's output is dropped. Both digits share one pass over
         # the weight: for a decoding step (M = 1) three rows cost little more than one.
         rows, s = split_activation(x2, tail=self._pin)  # (2M + 1, K), (M, 1)
+        if m and not math.isfinite(float(s.max())):  # NaN or inf in x2: FBGEMM cannot quantize it; do as F.linear
+            return F.linear(x2, self.dequantized_weight(), self.bias)
         out = torch.ops.quantized.linear_dynamic(rows, self._packed_weight(False), False)  # (2M + 1, N)
         y = torch.add(out[:m], out[m:2 * m], alpha=1.0 / 254.0)  # (hi + lo/254) @ W^T: (M, N)
         if self.bias is None:
@@ -267,6 +270,8 @@ class QuantizedLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)  # (M, K)
         if self.mode == "two_digit":
             y = self._two_digit_linear(x2)  # (M, N)
+        elif self.mode == "dynamic" and x2.numel() and not math.isfinite(float(x2.abs().max())):  # NaN or inf
+            y = F.linear(x2, self.dequantized_weight(), self.bias)
         elif self.mode == "dynamic":
             y = torch.ops.quantized.linear_dynamic(x2.contiguous(), self._packed_weight(True), False)  # (M, N)
         else:  # weight_only
@@ -288,11 +293,12 @@ def quantize_linear_layers(model: nn.Module, *, mode: str = "two_digit", skip: t
     own int8 copy and the embedding keeps the fp32 table for its lookups. Names in ``skip`` (qualified
     module names, e.g. ``"lm_head"``) are left in fp32. Returns the number of layers replaced.
 
-    ``calibration``: sequences of token ids (a language model's ``model(LongTensor (1, T))`` must run on
-    them). When given, the int8 values are chosen by GPTQ (:mod:`attnkit.modules.gptq`) on the inputs each
-    layer sees for that text, instead of rounding each weight to the nearest level: same format, same
-    speed, smaller output error (a few thousand tokens of ordinary text are enough). A layer the calibration
-    text does not reach (one the model's forward does not use) is rounded to nearest.
+    ``calibration``: sequences of token ids, or a ``(B, T)`` tensor of them (a language model's
+    ``model(LongTensor (1, T))`` must run on each row). When given, the int8 values are chosen by GPTQ
+    (:mod:`attnkit.modules.gptq`) on the inputs each layer sees for that text, instead of rounding each weight
+    to the nearest level: same format, same speed, smaller output error (a few thousand tokens of ordinary text
+    are enough). A layer the calibration text does not reach (one the model's forward does not use) is rounded
+    to nearest.
 
     Raises ``ValueError`` (before changing anything) for a ``skip`` name that is no ``nn.Linear`` of ``model``, a
     layer whose weight holds NaN or inf, a model that already has :class:`QuantizedLinear` layers (quantize the fp32

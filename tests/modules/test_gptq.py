@@ -112,3 +112,39 @@ def test_a_layer_the_calibration_does_not_reach_keeps_round_to_nearest():
     quantize_linear_layers(model, mode="reference", calibration=[list(range(20))])
     codes, scale = quantize_weight(weight)
     assert torch.equal(model.value_head.weight_int8, codes) and torch.equal(model.value_head.scale, scale)
+
+
+def test_calibration_as_a_tensor_or_a_generator():
+    # was: a (B, T) tensor raised torch's "Boolean value of Tensor ... is ambiguous", and a generator was used up by
+    # the emptiness check, so every layer silently got round-to-nearest instead of GPTQ
+    model = _gpt()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (4, 16), generator=g)
+    expected = input_hessians(model, ids.tolist())
+    for batches in (ids, (row for row in ids.tolist()), list(ids), ids.numpy()):
+        got = input_hessians(model, batches)
+        assert all(torch.equal(got[name], expected[name]) for name in expected)
+    gptq, rtn = copy.deepcopy(model), copy.deepcopy(model)
+    quantize_linear_layers(gptq, mode="reference", calibration=(row for row in ids.tolist()))
+    quantize_linear_layers(rtn, mode="reference")
+    assert not torch.equal(gptq.lm_head.weight_int8, rtn.lm_head.weight_int8)
+
+
+@pytest.mark.parametrize("batches, message", [
+    (torch.arange(5), r"calibration as a tensor must be 2-D \(B, T\) token ids, got shape \(5,\)"),
+    ([1, 2, 3], r"calibration must be sequences of token ids \(e.g. \[\[1, 2, 3\]\]\), got an item 1"),
+    ("hello", r"calibration must be sequences of token ids \(e.g. \[\[1, 2, 3\]\]\), got str"),
+    ([[[1, 2]]], r"calibration sequences must hold token ids \(ints\), got a row of shape \(1, 2\)"),
+])
+def test_calibration_of_the_wrong_shape(batches, message):
+    with pytest.raises(ValueError, match=message):
+        input_hessians(_gpt(), batches)
+
+
+def test_hessian_that_is_not_positive_definite():
+    # was: torch's LinAlgError from the Cholesky factorisation
+    x = torch.randn(4, 10)
+    with pytest.raises(ValueError, match=r"positive definite once damped, got one that is not with damp = 0.0"):
+        gptq_round(torch.randn(3, 10), (x.T @ x / 4).double(), damp=0.0)
+    with pytest.raises(ValueError, match=r"positive definite once damped, got one that is not with damp = 0.01"):
+        gptq_round(torch.randn(3, 10), -torch.eye(10, dtype=torch.float64))

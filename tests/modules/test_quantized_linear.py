@@ -281,3 +281,27 @@ def test_from_linear_type_check():
 def test_sizes_must_be_positive_ints(args, message):
     with pytest.raises(ValueError, match=message):
         QuantizedLinear(*args)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_non_finite_input_gives_what_the_reference_gives(mode, bad, rows):
+    # was: "two_digit" and "dynamic" raised torch's RuntimeError ("In ChooseQuantizationParams, min should be less
+    # than or equal to max") for a one-row input (a decoding step) holding NaN or inf, where F.linear (and so
+    # "reference") gives NaN / inf, which generate() reports clearly; "dynamic" also turned every row into NaN
+    # for one inf, and silently gave finite numbers for a row of NaN
+    lin = nn.Linear(8, 4)
+    x = torch.randn(rows, 8)
+    x[rows // 2, 0] = bad
+    with torch.no_grad():
+        y = QuantizedLinear.from_linear(lin, mode=mode)(x)
+        ref = QuantizedLinear.from_linear(lin, mode="reference")(x)
+    assert y.shape == (rows, 4) and y.dtype == torch.float32
+    finite = torch.arange(rows) != rows // 2
+    assert not bool(torch.isfinite(y[rows // 2]).any()) and bool(torch.isfinite(y[finite]).all())
+    torch.testing.assert_close(y[finite], ref[finite], atol=1e-3, rtol=1e-3)
+    x[rows // 2] = bad  # a whole row
+    with torch.no_grad():
+        y = QuantizedLinear.from_linear(lin, mode=mode)(x)
+    assert not bool(torch.isfinite(y[rows // 2]).any()) and bool(torch.isfinite(y[finite]).all())
