@@ -10,7 +10,8 @@ Benchmarks (``--only`` picks some, comma-separated):
 * ``levers``    one-at-a-time optimisation levers (see docs/experiments/cpu_speed.md).
 
 Results go to ``benchmarks/records/cpu_speed/speed.md`` (the "Speed" section, between its markers) and
-``benchmarks/records/cpu_speed/results.json``; the current figures are summed up in ``benchmarks/RESULTS.md``.
+``benchmarks/records/cpu_speed/results.json`` (a ``--quick`` smoke run writes no record, only the files that
+``--out-md`` / ``--out-json`` name); the current figures are summed up in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -84,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated T values (default 512,1024,2048,4096,8192)")
     p.add_argument("--attn-ref-max", type=int, default=None,
                    help="largest T for the reference attention (default 4096)")
-    p.add_argument("--out-md", default=str(HERE / "records" / "cpu_speed" / "speed.md"),
-                   help="markdown file whose Speed section is (re)written")
-    p.add_argument("--out-json", default=str(HERE / "records" / "cpu_speed" / "results.json"),
-                   help="JSON file with every measurement")
+    p.add_argument("--out-md", default=None, help="markdown file whose Speed section is (re)written (default "
+                   "benchmarks/records/cpu_speed/speed.md; with --quick, a smoke run: none)")
+    p.add_argument("--out-json", default=None, help="JSON file with every measurement (default "
+                   "benchmarks/records/cpu_speed/results.json; with --quick: none)")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
     return p
 
@@ -111,6 +112,10 @@ def main(argv: list[str] | None = None) -> dict:
         if args.threads < 1:
             raise SystemExit(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if not args.quick:  # the records; a --quick run's tiny figures are no record: written only where asked
+        args.out_md = args.out_md or str(HERE / "records" / "cpu_speed" / "speed.md")
+        args.out_json = args.out_json or str(HERE / "records" / "cpu_speed" / "results.json")
+    written = [path for path in (args.out_md, args.out_json) if path and not args.no_write]
     torch.manual_seed(0)
 
     sizes = quick_sizes() if args.quick else {"lm": LMSizes(), "seq2seq": Seq2SeqSizes(), "generate": GenSizes(),
@@ -145,8 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
     def save(final: bool = False) -> None:
         run["load_end"] = loadavg()
         run["complete"] = final
-        if not args.no_write:
+        if args.out_md and not args.no_write:
             write_results_md(args.out_md, speed_section(run))
+        if args.out_json and not args.no_write:
             write_json(args.out_json, run)
 
     if "lm" in selected:
@@ -183,8 +189,10 @@ def main(argv: list[str] | None = None) -> dict:
         run["quality"] = int8_quality(new_tokens=8 if args.quick else 32, calibration_text=calibration)
     save(final=True)
     print(speed_section(run))
-    if not args.no_write:
-        progress(f"wrote {args.out_md} and {args.out_json}")
+    if written:
+        progress(f"wrote {' and '.join(written)}")
+    elif args.quick and not args.no_write:
+        progress("a --quick run is a smoke run: no record written (--out-md / --out-json write one)")
     return run
 
 

@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .harness import loadavg, machine_info
+from .harness import loadavg, machine_info, path_flag
 from .report import write_results_md
 
 HERE = Path(__file__).resolve().parent
@@ -52,14 +52,21 @@ def sample_texts(model, tokenizer, stop_ids, *, n: int, max_new_tokens: int, see
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=20.0, help="fine-tuning budget (wall clock)")
-    p.add_argument("--out", type=Path, default=Path("runs/bench-finetune-fortunes"))
+    p.add_argument("--out", type=path_flag, default=Path("runs/bench-finetune-fortunes"))
     p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--block-size", type=int, default=256)
     p.add_argument("--eval-batches", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=80)
-    p.add_argument("--results", type=Path, default=HERE / "records" / "finetune" / "finetune_fortunes.md")
+    p.add_argument("--results", type=path_flag, default=HERE / "records" / "finetune" / "finetune_fortunes.md")
     args = p.parse_args(argv)
+    counts = {"--batch-size": args.batch_size, "--block-size": args.block_size, "--eval-batches": args.eval_batches,
+              "--max-new-tokens": args.max_new_tokens}
+    for flag, value in counts.items():
+        if value < 1:
+            p.error(f"{flag} must be >= 1, got {value}")
+    if not 0 < args.minutes < float("inf"):
+        p.error(f"--minutes must be a number > 0, got {args.minutes}")
 
     import torch
 
@@ -69,7 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.interop.pretrained import load_pretrained
     from attnkit.training import LMTask
     from attnkit.checkpoints import load
+    from attnkit.api.options import check_out
 
+    options = FinetuneOptions(source="smollm2-135m-instruct", data="fortunes", out=args.out, max_time=args.minutes,
+                              batch_size=args.batch_size, block_size=args.block_size, eval_batches=args.eval_batches,
+                              warmup_steps=5, eval_every=100000, ckpt_every=100000, lora=not args.full)
+    try:  # an existing run or a file in --out: refused now, not after the pretrained model's evaluation
+        check_out(options)
+    except ValueError as err:
+        p.error(str(err))
     command = [sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.finetune_fortunes"] + (argv or sys.argv[1:])
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_start = loadavg()
@@ -91,9 +106,6 @@ def main(argv: list[str] | None = None) -> int:
                "--warmup-steps", "5", "--eval-every", "100000", "--ckpt-every", "100000"]  # eval/save once, at the end
     if not args.full:
         ft_args.append("--lora")
-    options = FinetuneOptions(source="smollm2-135m-instruct", data="fortunes", out=args.out, max_time=args.minutes,
-                              batch_size=args.batch_size, block_size=args.block_size, eval_batches=args.eval_batches,
-                              warmup_steps=5, eval_every=100000, ckpt_every=100000, lora=not args.full)
     load_train_start = loadavg()
     finetune(options)  # the run `attnkit finetune` makes with ft_args (recorded below)
     load_train_end = loadavg()

@@ -62,6 +62,7 @@ import argparse
 import datetime
 import importlib.util
 import json
+import math
 import os
 import shlex
 import statistics
@@ -1203,6 +1204,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"graphs), got {args.mt_ways!r}")
         if args.record and args.smoke:
             raise ValueError("--record writes the real figures; it cannot be combined with --smoke")
+        if not (0 < args.minutes < math.inf and 0 < args.budget < math.inf):  # NaN is refused too
+            raise ValueError(f"--minutes and --budget must be numbers > 0, got {args.minutes:g} and {args.budget:g}")
         if not args.data.is_file():
             raise ValueError(f"--data {args.data}: no such file (the Tiny Shakespeare text)")
         from attnkit.training.device import resolve_device

@@ -27,6 +27,7 @@ processes took CPU time from the benchmark, and absolute numbers are then lower 
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import gc
 import os
@@ -36,6 +37,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -47,6 +49,14 @@ _STATUS = "/proc/self/status"
 # ------------------------------------------------------------------------------------------------
 # machine state
 # ------------------------------------------------------------------------------------------------
+def path_flag(text: str) -> Path:
+    """``type=`` of a script's file or folder flag (``--out``, ``--record``, ...): the path, an empty one refused as
+    ``attnkit``'s commands refuse it (``Path("")`` is the current folder: a run or a record would land in it)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file or folder name, got {text!r}")
+    return Path(text)
+
+
 def loadavg() -> list[float] | None:
     """The 1/5/15-minute load averages (``None`` where ``/proc/loadavg`` does not exist)."""
     try:

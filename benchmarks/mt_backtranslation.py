@@ -57,6 +57,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # run as a script: ``benchmarks.mt_de_en`` needs the root on the path
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import path_flag  # noqa: E402
 from benchmarks.mt_de_en import (QUICK_GRID, RECORDS, LoadSampler, attnkit, choose_and_score,  # noqa: E402
                                  machine_description, run_script)
 
@@ -99,13 +100,22 @@ def main() -> int:
                    help="--autocast of the two training runs and the translation (off by default)")
     p.add_argument("--eval-batch-size", type=int, default=None, metavar="N",
                    help="sentences per decoding batch of `attnkit eval mt` (default: its own)")
-    p.add_argument("--out", type=Path, default=None, help="folder of the runs (default runs/bench-mt-bt-<time>)")
+    p.add_argument("--out", type=path_flag, default=None, help="folder of the runs (default runs/bench-mt-bt-<time>)")
     p.add_argument("--name", default="mt_backtranslation", help="file name stem of the records")
     p.add_argument("--smoke", type=int, default=None, metavar="N",
                    help="translate only the first N English sentences and score N test sentences (not a figure)")
     args = p.parse_args()
     if args.eval_batch_size is not None and args.eval_batch_size < 1:
         p.error(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
+    # the forward run's budget is used last, after the reverse run and the translation: refused now, not then
+    for flag, value in (("--minutes", args.minutes), ("--reverse-minutes", args.reverse_minutes)):
+        if not 0 < value < float("inf"):
+            p.error(f"{flag} must be a number > 0, got {value:g}")
+    if not 0 < args.reverse_share < 1:
+        p.error(f"--reverse-share must be in (0, 1), got {args.reverse_share:g}")
+    for flag, value in (("--beam", args.beam), ("--threads", args.threads), ("--smoke", args.smoke)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be >= 1, got {value}")
     device = ["--device", args.device] if args.device else []
     autocast = ["--autocast", args.autocast] if args.autocast else []
     out = args.out or ROOT / "runs" / f"bench-mt-bt-{time.strftime('%Y%m%d-%H%M%S')}"

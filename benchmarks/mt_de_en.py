@@ -215,11 +215,13 @@ def choose_and_score(run: Path, *, valid: list[str], tests: dict[str, list[str]]
 
 
 def main() -> int:
+    from benchmarks.harness import path_flag
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0, help="training budget (--max-time)")
     p.add_argument("--upsample-dictionary", type=int, default=UPSAMPLE_DICTIONARY, metavar="K",
                    help="repeat the Ding (in-domain) training pairs K times (1 = the recipe's train.tsv as is)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-mt-de-en-<time>)")
+    p.add_argument("--out", type=path_flag, default=None, help="run folder (default runs/bench-mt-de-en-<time>)")
     p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads (see the module docstring)")
     p.add_argument("--model", choices=sorted(MODELS), default="recipe",
                    help="recipe (the train mt defaults), tiny (the 2026-11-22 run: d_model 128, 2+2 layers, "

@@ -59,6 +59,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import path_flag  # noqa: E402
 from benchmarks.mt_de_en import LoadSampler, machine_description, run_script, upsample_dictionary  # noqa: E402
 from attnkit.recipes import MT_DEFAULT_MAX_LEN, MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_VOCAB, MT_DEFAULTS  # noqa: E402
 from attnkit.training.device import autocast_context  # noqa: E402
@@ -286,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="training TSV (default: the de-en train.tsv with the Ding pairs x3, as mt_de_en.py)")
     p.add_argument("--peer-size", choices=sorted(PEER_SIZES), default="tutorial")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=None, help="work folder (default runs/bench-mt-peer-<time>)")
-    p.add_argument("--results", type=Path, default=None, help="where <name>.json/.md/_loss.png go (default "
+    p.add_argument("--out", type=path_flag, default=None, help="work folder (default runs/bench-mt-peer-<time>)")
+    p.add_argument("--results", type=path_flag, default=None, help="where <name>.json/.md/_loss.png go (default "
                    "benchmarks/records/mt; with --smoke-steps the work folder)")
     p.add_argument("--smoke-steps", type=int, default=None, metavar="N",
                    help="check the logic: N updates each and 20 test sentences (not a benchmark figure)")

@@ -117,11 +117,27 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.training.device import resolve_device
     from attnkit.training.mt_task import MTTask
 
-    budgets = [int(t) for t in args.tokens.split(",")]
+    try:
+        budgets = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        budgets = []
+    if not budgets or min(budgets) < 1:
+        p.error(f"--tokens: expected comma-separated integers >= 1, got {args.tokens!r}")
     modes = args.modes.split(",")
     unknown = sorted(set(modes) - {"eager", "fixed", "graphs", "compile"})
     if unknown:
         p.error(f"--modes: unknown {unknown}; choose from eager, fixed, graphs, compile")
+    for flag, value in (("--steps", args.steps), ("--log-every", args.log_every), ("--max-len", args.max_len)):
+        if value < 1:
+            p.error(f"{flag} must be >= 1, got {value}")
+    try:  # the model config now, not after the data is encoded; its max_len is --max-len's (as in train mt)
+        overrides = parse_overrides(args.set)
+        if "max_len" in overrides:
+            raise ValueError(f"--set max_len={overrides['max_len']!r}: the model's max_len is --max-len's; use "
+                             f"--max-len {overrides['max_len']!r}")
+        get_preset(args.preset, max_len=args.max_len, **overrides)
+    except ValueError as err:
+        p.error(str(err))
     device = resolve_device(args.device)
     source, _ = resolve_parallel_data(args.data)
     valid = None if args.valid is None else resolve_parallel_data(args.valid, flag="--valid")[0]
@@ -132,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data encoded in {time.perf_counter() - t0:.0f} s: {len(base.train):,} train pairs", flush=True)
     V = base.tokenizer.vocab_size
     config = get_preset(args.preset, src_vocab_size=V, tgt_vocab_size=V, max_len=args.max_len,
-                        pad_id=base.tokenizer.pad_id, **parse_overrides(args.set))
+                        pad_id=base.tokenizer.pad_id, **overrides)
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU") + f", torch {torch.__version__}"
     results = []
     for mode, budget in [(m, b) for m in modes for b in budgets]:

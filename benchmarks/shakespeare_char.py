@@ -55,12 +55,13 @@ def loadavg() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attnkit.checkpoints.runs import check_new_run_folder
     from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
     from attnkit.models.builders import build_gpt
     from attnkit.models.configs import GPTConfig
     from attnkit.models.params import count_parameters
     from attnkit.training import LMTask, TrainConfig, Trainer, seed_everything
-    from benchmarks.harness import machine_info
+    from benchmarks.harness import machine_info, path_flag
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", type=Path, help="tinyshakespeare.txt")
@@ -83,30 +84,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bias", type=int, default=1)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--record", type=Path, default=None, help="append the JSON result to this file")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default: a temporary one)")
+    p.add_argument("--record", type=path_flag, default=None, help="append the JSON result to this file")
+    p.add_argument("--out", type=path_flag, default=None, help="run folder (default: a temporary one)")
     args = p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    text = args.path.read_text(encoding="utf-8")
-    tok = CharTokenizer.train(text)
-    data = torch.tensor(tok.encode(text), dtype=torch.long)
-    n = int(0.9 * data.numel())
-    train, valid = data[:n], data[n:]
-
-    seed_everything(args.seed)
-    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
-                    n_embd=args.n_embd, dropout=args.dropout, position=args.position, activation=args.activation,
-                    norm=args.norm, bias=bool(args.bias), tie_embeddings=True)
-    model = build_gpt(cfg)
     if args.steps is None and args.max_time is None:
         p.error("give --max-time (the benchmark) or --steps (tuning)")
-    tc = TrainConfig(steps=args.steps, max_time=args.max_time, batch_size=args.batch_size, block_size=args.block_size,
-                     lr=args.lr, min_lr=args.min_lr, warmup_steps=args.warmup_steps, schedule="cosine",
-                     weight_decay=args.weight_decay, betas=(0.9, args.beta2), grad_clip=1.0,
-                     eval_every=10**9, eval_batches=4, log_every=50, ckpt_every=10**9, seed=args.seed)
-    task = LMTask(train, valid, block_size=args.block_size, batch_size=args.batch_size, seed=args.seed)
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    try:  # a bad flag or file: one line (as attnkit's commands say it), before any training
+        cfg = GPTConfig(vocab_size=65, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                        n_embd=args.n_embd, dropout=args.dropout, position=args.position, activation=args.activation,
+                        norm=args.norm, bias=bool(args.bias), tie_embeddings=True)
+        tc = TrainConfig(steps=args.steps, max_time=args.max_time, batch_size=args.batch_size,
+                         block_size=args.block_size, lr=args.lr, min_lr=args.min_lr, warmup_steps=args.warmup_steps,
+                         schedule="cosine", weight_decay=args.weight_decay, betas=(0.9, args.beta2), grad_clip=1.0,
+                         eval_every=10**9, eval_batches=4, log_every=50, ckpt_every=10**9, seed=args.seed)
+        if args.out is not None:
+            check_new_run_folder(args.out)
+        text = args.path.read_text(encoding="utf-8")
+        tok = CharTokenizer.train(text)
+        data = torch.tensor(tok.encode(text), dtype=torch.long)
+        n = int(0.9 * data.numel())
+        train, valid = data[:n], data[n:]
+        task = LMTask(train, valid, block_size=args.block_size, batch_size=args.batch_size, seed=args.seed)
+    except (ValueError, OSError) as err:
+        p.error(str(err))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    seed_everything(args.seed)
+    cfg = cfg.replace(vocab_size=tok.vocab_size)
+    model = build_gpt(cfg)
     out = args.out or Path(tempfile.mkdtemp(prefix="shakespeare-char-")) / "run"
     load_before = loadavg()
     t0 = time.perf_counter()

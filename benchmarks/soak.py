@@ -41,7 +41,7 @@ RECORDS = HERE / "records" / "soak"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import loadavg, machine_info  # noqa: E402
+from benchmarks.harness import loadavg, machine_info, path_flag  # noqa: E402
 
 WARMUP = 0.10  # share of the run left out at the start
 WINDOW = 0.10  # share of the run each compared window spans
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("mode", choices=("lm", "mt", "generate", "report"))
     p.add_argument("--minutes", type=float, default=60.0, help="lm / mt: the run's --max-time (default 60)")
     p.add_argument("--every", type=float, default=15.0, help="lm / mt: seconds between samples (default 15)")
-    p.add_argument("--out", type=Path, default=None, help="lm / mt: the run folder (default runs/soak-<mode>)")
+    p.add_argument("--out", type=path_flag, default=None, help="lm / mt: the run folder (default runs/soak-<mode>)")
     p.add_argument("--train-args", default="", help="lm / mt: more flags for the training command")
     p.add_argument("--calls", type=int, default=10000, help="generate: how many calls (default 10,000)")
     p.add_argument("--sample-every", type=int, default=100, help="generate: calls between samples (default 100)")

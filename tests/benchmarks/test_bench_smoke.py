@@ -139,3 +139,17 @@ def test_matvec_layouts_reports_both_layouts_per_shape(monkeypatch, capsys):
     table = capsys.readouterr().out
     assert "| 48 x 16 |" in table and "| 16 x 48 |" in table and table.count("| row-major |") + table.count(
         "| transposed |") == 2
+
+
+def test_a_quick_run_writes_no_record_unless_asked(tmp_path, monkeypatch, capsys):
+    import benchmarks.__main__ as suite
+
+    monkeypatch.setattr(suite, "HERE", tmp_path)  # where the records would go
+    argv = ["--quick", "--rounds", "1", "--warmup", "0", "--only", "attention", "--attn-lengths", "32",
+            "--attn-ref-max", "32"]
+    main(argv)
+    assert not (tmp_path / "records").exists()  # a smoke run's figures do not replace the suite's record
+    assert "a --quick run is a smoke run: no record written" in capsys.readouterr().err
+    main(argv + ["--out-json", str(tmp_path / "r.json")])
+    assert json.loads((tmp_path / "r.json").read_text())["benchmarks"][0]["name"] == "attention"
+    assert not (tmp_path / "records").exists()

@@ -304,6 +304,10 @@ def test_gpu_arguments_are_one_line(tmp_path):
     proc = _gpu("--mt-ways", "attnkit:graphs,peer:eager", "--only", "mt", "--data", str(tmp_path / "none.txt"))
     assert proc.returncode == 2 and "--mt-ways takes SIDE:MODE ways" in proc.stderr and "'attnkit:graphs,peer:eager'" \
         in proc.stderr
+    for flags, got in ((("--minutes", "-1"), "got -1 and 480"), (("--budget", "0"), "got 1.25 and 0")):
+        proc = _gpu("--smoke", "--device", "cpu", "--only", "lm", *flags)  # refused before any piece runs
+        assert proc.returncode == 2 and f"--minutes and --budget must be numbers > 0, {got}" in proc.stderr, proc.stderr
+        assert '"pieces"' not in proc.stdout
 
 
 def test_the_moonshot_runs_its_recipe_and_explores_on_request():

@@ -79,3 +79,18 @@ def test_the_utilization_sampler_samples_until_stopped(monkeypatch):
     sampler = mt_step_scaling.UtilizationSampler("cuda:0", every=0.01)
     sampler.start()
     assert sampler.stop() == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tokens", "abc"], "--tokens: expected comma-separated integers >= 1, got 'abc'"),
+    (["--tokens", "64,0"], "--tokens: expected comma-separated integers >= 1, got '64,0'"),
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--set", "max_len=64"], "--set max_len=64: the model's max_len is --max-len's; use --max-len 64"),
+    (["--set", "foo=1"], "TransformerConfig has no fields ['foo']"),
+])
+def test_bad_flags_are_one_line_before_the_data_is_read(flags, message, tmp_path, capsys):
+    # --data names no file: each flag is refused before the data would be read (and found missing)
+    with pytest.raises(SystemExit) as exit_info:
+        mt_step_scaling.main(["--data", str(tmp_path / "none.tsv"), *flags])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and message in line, line
