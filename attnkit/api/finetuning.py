@@ -216,7 +216,7 @@ def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int
         return (model, model_config, tokenizer_from_dict(extra_saved["tokenizer"]), extra_saved.get("chat_template"),
                 extra_saved.get("from_description", source), checked.get("add_bos_token") is True,
                 checked.get("stop_token_ids") or None)
-    loaded = load_model(source, tokenizer_file=o.tokenizer)
+    loaded = load_model(source, tokenizer_file=o.tokenizer, progress=o.progress)  # --no-progress: no GGUF bar
     model = loaded.model
     model_config = getattr(model, "config", None)
     if not isinstance(model_config, GPTConfig):

@@ -27,6 +27,7 @@ Public API::
     model = from_hf(state_dict, config=cfg)    # HF-named tensors + an HF config (dict or PretrainedConfig)
     hf_model = to_hf(model)                    # needs transformers
     save_hf(model, "out/")                     # config.json + model.safetensors, loadable by transformers
+    save_hf(model, "out/", tokenizer=tok, chat_template=template)   # + tokenizer.json, tokenizer_config.json
     hf_config, state_dict = load_hf_folder("path/to/folder")
 
 Every mismatch raises ``ValueError``: a config of one family with weights of the other, missing or
@@ -737,31 +738,74 @@ def _earlier_export(folder: Path) -> bool:
         return False
 
 
-def _check_export_folder(folder: Path) -> None:
+def _check_export_folder(folder: Path, tokenizer_files: tuple[str, ...] = ()) -> None:
     """``ValueError`` unless :func:`save_hf` may write into ``folder``: a new or empty folder, or an earlier export
-    (replaced); never a file, a checkpoint folder (or a run's ``checkpoints/``), or a folder holding another model."""
+    (replaced); never a file, a checkpoint folder (or a run's ``checkpoints/``), or a folder holding another model.
+    ``tokenizer_files`` (written with a tokenizer) may only replace files of an earlier export."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"save_hf needs a folder, got {str(folder)!r}, which is a file")
-    for name in ("model.safetensors", "config.json"):
+    for name in ("model.safetensors", "config.json", *tokenizer_files):
         check_output_file(folder / name, "save_hf")  # refuses files inside a checkpoint, new or not
     found = [name for name in _HF_FOLDER_FILES if (folder / name).exists()]
-    if found and not (found == ["config.json", "model.safetensors"] and _earlier_export(folder)):
+    earlier = found == ["config.json", "model.safetensors"] and _earlier_export(folder)
+    if found and not earlier:
         raise ValueError(f"save_hf: {str(folder)!r} already holds {', '.join(found)}, not an earlier save_hf "
+                         "export; expected a new or empty folder (nothing is overwritten): choose another folder")
+    clash = [name for name in tokenizer_files if (folder / name).exists()]
+    if clash and not earlier:
+        raise ValueError(f"save_hf: {str(folder)!r} already holds {', '.join(clash)}, not part of an earlier save_hf "
                          "export; expected a new or empty folder (nothing is overwritten): choose another folder")
 
 
-def save_hf(model: GPT, folder: str | os.PathLike) -> Path:
+def _tokenizer_files(tokenizer: Any, chat_template: str | None) -> dict[str, str]:
+    """``{file name: text}`` of a Hugging Face tokenizer: ``tokenizer.json`` (the ``tokenizers`` JSON of a byte-level
+    BPE tokenizer) and ``tokenizer_config.json`` (the special tokens' spellings, the chat template), what
+    ``transformers.AutoTokenizer`` and attnkit's ``load_model`` / ``finetune --from`` read."""
+    import tokenizers
+
+    from attnkit.data.tokenizers.chat_template import check_chat_template
+
+    backend = getattr(tokenizer, "backend", None)
+    if not isinstance(backend, tokenizers.Tokenizer):
+        raise ValueError(f"save_hf(tokenizer=) needs a byte-level BPE tokenizer (a BPETokenizer, whose "
+                         f"tokenizers.Tokenizer becomes tokenizer.json), got {type(tokenizer).__name__}")
+    chat_template = check_chat_template(chat_template, "save_hf(chat_template=)")
+    cfg: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    for role in ("bos", "eos", "pad", "unk"):
+        tid = getattr(tokenizer, f"{role}_id")
+        if tid is not None:
+            cfg[f"{role}_token"] = tokenizer.id_to_token(tid)
+    if chat_template is not None:
+        cfg["chat_template"] = chat_template
+    return {"tokenizer.json": backend.to_str(pretty=True) + "\n",
+            "tokenizer_config.json": json.dumps(cfg, indent=2, ensure_ascii=False) + "\n"}
+
+
+def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, chat_template: str | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` that ``transformers`` loads with ``from_pretrained``.
 
-    A tied ``lm_head.weight`` is not stored (HF re-ties it from ``tie_word_embeddings``). ``folder`` must be new,
-    empty, or an earlier ``save_hf`` export (which is replaced); any other model files in it, or a checkpoint
-    folder, raise ``ValueError`` and nothing is written. Returns the folder.
+    A tied ``lm_head.weight`` is not stored (HF re-ties it from ``tie_word_embeddings``). With ``tokenizer`` (a
+    byte-level BPE tokenizer, e.g. ``load(run).tokenizer``) the folder also gets ``tokenizer.json`` and
+    ``tokenizer_config.json`` (its special tokens, and ``chat_template`` when given), and ``config.json`` its
+    bos / eos / pad ids: a complete model folder for ``transformers.AutoTokenizer`` and for attnkit's
+    ``finetune --from`` / :func:`attnkit.interop.load.load_model`. ``chat_template`` needs ``tokenizer``.
+    ``folder`` must be new, empty, or an earlier ``save_hf`` export (which is replaced); any other model or
+    tokenizer files in it, or a checkpoint folder, raise ``ValueError`` and nothing is written. Returns the folder.
     """
     from safetensors.torch import save_file
 
+    if chat_template is not None and tokenizer is None:
+        raise ValueError("save_hf(chat_template=) needs tokenizer= too (the template goes into "
+                         "tokenizer_config.json), got tokenizer=None")
     hf_cfg, state = state_dict_to_hf(model, include_tied=False)
+    files = {} if tokenizer is None else _tokenizer_files(tokenizer, chat_template)
     folder = Path(folder)
-    _check_export_folder(folder)
+    _check_export_folder(folder, tuple(files))
+    if tokenizer is not None:
+        if tokenizer.vocab_size > hf_cfg["vocab_size"]:
+            raise ValueError(f"save_hf: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
+                             f"{hf_cfg['vocab_size']} embeddings: they do not belong together")
+        hf_cfg.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     hf_cfg = dict(hf_cfg, torch_dtype=str(model.wte.weight.dtype).replace("torch.", ""))
@@ -769,4 +813,6 @@ def save_hf(model: GPT, folder: str | os.PathLike) -> Path:
     write_atomic(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata=metadata))
     text = json.dumps(hf_cfg, indent=2) + "\n"
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
+    for name, body in files.items():
+        write_atomic(folder / name, lambda p, body=body: Path(p).write_text(body, encoding="utf-8"))
     return folder

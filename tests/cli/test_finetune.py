@@ -274,6 +274,21 @@ def test_from_gguf_keeps_the_bos_and_stop_conventions(corpus, tmp_path, monkeypa
     assert load(out, prefer="latest").extra["prompting"] == {"add_bos_token": True, "stop_token_ids": stops}
 
 
+def test_no_progress_hides_the_gguf_dequantizing_bar(corpus, tmp_path, capsys):
+    """Was: `finetune --from file.gguf --no-progress` (and `finetune(..., progress=False)`) still drew the
+    "dequantizing GGUF" tqdm bar on stderr; --no-progress promises no progress bar."""
+    pytest.importorskip("gguf")
+    from benchmarks.fuzz_loaders import _write_gguf
+
+    tok = BPETokenizer.train(corpus.read_text(encoding="utf-8"), vocab_size=320,
+                             special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], eos="<|im_end|>")
+    src = tmp_path / "m.gguf"
+    _write_gguf(src, tok)
+    capsys.readouterr()
+    assert _finetune(src, corpus, tmp_path / "run", "--steps", "1") == 0  # FAST holds --no-progress
+    assert "dequantizing GGUF" not in capsys.readouterr().err
+
+
 def test_sample_chat_with_a_broken_template_is_one_line(pretrained, corpus, tmp_path, capsys):
     """Was: a template that is not valid Jinja was saved into the run and `sample --chat` ended in a
     TemplateSyntaxError traceback."""

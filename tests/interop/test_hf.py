@@ -513,3 +513,76 @@ def test_a_weight_beyond_the_range_of_the_requested_dtype_is_refused(tmp_path):
                                          r"expected magnitudes up to its largest finite value 65504, got 99840 "):
         from_hf(folder, dtype=torch.float16)
     assert from_hf(folder, dtype=torch.bfloat16).blocks[0].mlp.w_in.weight[0, 0].item() == 99840
+
+
+# --------------------------------------------------------------------------- an export with its tokenizer
+_CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _bpe_tokenizer():
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    return BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                              bos="<|im_start|>", eos="<|im_end|>", pad="<|endoftext|>")
+
+
+def test_save_hf_with_tokenizer_is_a_folder_attnkit_and_transformers_load(tmp_path):
+    """Was: save_hf wrote only config.json + model.safetensors, so the export that docs/finetune.md shows
+    (``save_hf(load("runs/ft").model, "runs/ft/hf")``) could not be read back by ``finetune --from`` / load_model
+    ("without tokenizer.json; pass --tokenizer FILE") nor tokenized by transformers, and its config.json had no
+    eos_token_id (transformers' generate did not stop)."""
+    from attnkit.interop.load import load_model
+
+    tok = _bpe_tokenizer()
+    model = _spread(build_model(GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2, n_kv_head=1,
+                                          n_embd=16, ffn_hidden=32, activation="swiglu", norm="rmsnorm", bias=False,
+                                          position="rope", tie_embeddings=True)))
+    folder = save_hf(model, tmp_path / "export", tokenizer=tok, chat_template=_CHAT)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                        "tokenizer_config.json"]
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (tok.bos_id, tok.eos_id,
+                                                                                         tok.pad_id)
+    text = "line 7: the cat ran away."
+    ids = torch.tensor([tok.encode(text)])
+    loaded = load_model(str(folder))  # what `attnkit finetune --from FOLDER` reads
+    assert loaded.tokenizer.encode(text) == ids[0].tolist()
+    assert (loaded.tokenizer.bos_id, loaded.tokenizer.eos_id, loaded.tokenizer.pad_id) == (tok.bos_id, tok.eos_id,
+                                                                                             tok.pad_id)
+    assert loaded.chat_template == _CHAT and loaded.stop_ids == [tok.eos_id]
+    with torch.no_grad():
+        assert torch.equal(loaded.model(ids), model(ids))
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert hf_tok(text)["input_ids"] == ids[0].tolist()
+    assert (hf_tok.bos_token, hf_tok.eos_token, hf_tok.pad_token) == ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+    messages = [{"role": "user", "content": "Hi"}]
+    assert hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == loaded.format_chat("Hi")
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    assert hf_model.generation_config.eos_token_id == tok.eos_id
+    with torch.no_grad():
+        assert_close(hf_model(ids).logits, model(ids), "hf_float32")
+    save_hf(model, folder, tokenizer=tok)  # an earlier export, tokenizer files included, is replaced
+    assert "chat_template" not in json.loads((folder / "tokenizer_config.json").read_text())
+
+
+def test_save_hf_tokenizer_refusals_write_nothing(tmp_path):
+    from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
+
+    tok = _bpe_tokenizer()
+    model = build_model(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    files = {"tokenizer.json": b"their tokenizer", "tokenizer_config.json": b"{}"}
+    folder = _folder_with(tmp_path, files)
+    with pytest.raises(ValueError, match=r"already holds tokenizer.json, tokenizer_config.json, not part of an "
+                                         r"earlier save_hf export"):
+        save_hf(model, folder, tokenizer=tok)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+    with pytest.raises(ValueError, match=r"chat_template=\) needs tokenizer= too.*got tokenizer=None"):
+        save_hf(model, tmp_path / "a", chat_template=_CHAT)
+    with pytest.raises(ValueError, match="needs a byte-level BPE tokenizer.*got CharTokenizer"):
+        save_hf(model, tmp_path / "a", tokenizer=CharTokenizer.train("abc"))
+    small = build_model(GPTConfig(vocab_size=200, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    with pytest.raises(ValueError, match=r"the tokenizer has \d+ tokens but the model only 200 embeddings"):
+        save_hf(small, tmp_path / "a", tokenizer=tok)
+    assert not (tmp_path / "a").exists()

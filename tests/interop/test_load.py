@@ -160,3 +160,34 @@ def test_a_missing_tokenizer_is_named_before_the_weights_are_read(hf_folder, tmp
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match=r"model folder without tokenizer.json; pass --tokenizer FILE$"):
         load_model(str(folder))
+
+
+@pytest.mark.parametrize("flag", [None, True, False])
+def test_prompts_start_with_bos_as_transformers_tokenizes_them(tmp_path, flag):
+    """Was: a Hugging Face folder's prompts never started with <bos> (add_bos was always False), although its
+    tokenizer.json's post-processor (Llama 2 / 3 folders) and transformers put it first: `finetune --from` trained
+    and `sample --ckpt` prompted the model without the <bos> it was pretrained with."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import processors
+
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<s>", "</s>"], bos="<s>", eos="</s>")
+    tok.backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                               special_tokens=[("<s>", tok.bos_id)])
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16, activation="swiglu",
+                    norm="rmsnorm", bias=False, position="rope")
+    folder = save_hf(GPT(cfg), tmp_path / "model")
+    tok.backend.save(str(folder / "tokenizer.json"))
+    tok_cfg = {"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "PreTrainedTokenizerFast"}
+    if flag is not None:
+        tok_cfg["add_bos_token"] = flag
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+    loaded = load_model(str(folder))
+    ids = loaded.encode_prompt("the cat sat")
+    assert loaded.add_bos is (flag is not False) and (ids[0] == tok.bos_id) is (flag is not False)
+    if flag is not False:  # (transformers 5 may keep the post-processor's <bos> despite add_bos_token=false)
+        assert ids == transformers.AutoTokenizer.from_pretrained(str(folder))("the cat sat")["input_ids"]
+    plain = _copy(folder, tmp_path / "plain", {"eos_token": "</s>", "bos_token": "<s>"})
+    tok.backend.post_processor = None
+    tok.backend.save(str(plain / "tokenizer.json"))
+    assert load_model(str(plain)).add_bos is False  # no post-processor, no flag: as before
