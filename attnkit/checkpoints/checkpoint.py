@@ -323,9 +323,11 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
     try:
         tmp.mkdir()
         _save_model_weights(model, tmp / MODEL_FILE)
+        _give_folder_mode(tmp / MODEL_FILE, tmp)
         fsync_file(tmp / MODEL_FILE)
         if opt_tensors is not None:
             save_file(opt_tensors, str(tmp / OPTIMIZER_FILE))
+            _give_folder_mode(tmp / OPTIMIZER_FILE, tmp)
             fsync_file(tmp / OPTIMIZER_FILE)
         write_text_atomic(tmp / STATE_FILE, text)
         fsync_dir(tmp)
@@ -527,6 +529,14 @@ def _storage_key(t: torch.Tensor) -> tuple:
     if t.device.type == "meta":
         return (id(t),)
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+def _give_folder_mode(file: Path, folder: Path) -> None:
+    """Give ``file`` the mode of a file the user creates: safetensors' ``save_file`` writes 0600, and ``folder``, just
+    made by ``mkdir``, has ``0o777 & ~umask``, so ``0o666 & ~umask`` is its mode without the execute bits."""
+    mode = os.stat(folder).st_mode & 0o666
+    if os.stat(file).st_mode & 0o777 != mode:
+        os.chmod(file, mode)
 
 
 def _save_model_weights(model: nn.Module, file: Path) -> None:

@@ -361,3 +361,22 @@ def test_no_pickle_anywhere(saved):
         head = f.read_bytes()[:2]
         assert head[:1] != b"\x80", f"{f} looks like a pickle"
     json.loads((saved / "state.json").read_text())
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_checkpoint_files_get_the_users_umask(tmp_path, umask):
+    """Every file of a checkpoint has the mode of any file the user creates (safetensors' save_file gave the weights
+    and the optimizer state 0600 while state.json had 0644 under umask 022)."""
+    import stat
+
+    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    opt = build_optimizer(model, CFG)
+    old = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path / "step_1", model, opt, state={"step": 1})
+    finally:
+        os.umask(old)
+    names = sorted(p.name for p in path.iterdir())
+    assert names == ["model.safetensors", "optimizer.safetensors", "state.json"]  # no temporary file left
+    for name in names:
+        assert stat.S_IMODE((path / name).stat().st_mode) == 0o666 & ~umask, name
