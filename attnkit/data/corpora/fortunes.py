@@ -63,6 +63,9 @@ __all__ = [
     "KNOWN_DEBS",
     "strip_overstrike",
     "fix_mojibake",
+    "fortune_lines",
+    "is_separator",
+    "has_separators",
     "parse_fortunes",
     "fortune_files",
     "collect_entries",
@@ -150,11 +153,35 @@ def fix_mojibake(line: str) -> str:
 _CONTROL = {c: None for c in [*range(0, 9), *range(11, 32), 127]}
 
 
+# A line ends at LF, CR LF or a lone CR (old Mac files), as in Python's universal newlines.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+# Where a line may start with "%": the start of the text or after a line end; the line runs to the next CR or LF.
+_PERCENT_LINE = re.compile(r"(?<![^\r\n])%[^\r\n]*")
+
+
+def fortune_lines(text: str) -> list[str]:
+    """The lines of ``text`` without their line ends (LF, CR LF or a lone CR)."""
+    return _LINE_END.split(text)
+
+
+def is_separator(line: str) -> bool:
+    """Whether ``line`` (one of :func:`fortune_lines`) separates two entries: ``%`` followed by nothing but
+    whitespace (``str.isspace``: spaces, tabs, a form feed, a no-break space, ...). The one rule of the format:
+    :func:`parse_fortunes` and ``split_documents(text, "auto")`` both use it."""
+    return line.rstrip() == SEPARATOR
+
+
+def has_separators(text: str) -> bool:
+    """Whether ``text`` holds at least one separator line (:func:`is_separator`), i.e. is in fortune-file format."""
+    return any(is_separator(m.group()) for m in _PERCENT_LINE.finditer(text))
+
+
 def parse_fortunes(text: str) -> list[str]:
     """Split the text of one fortune file into cleaned entries (see the module docstring).
 
     Args:
-        text: the whole file, entries separated by lines holding only ``%``.
+        text: the whole file, entries separated by lines holding only ``%`` (:func:`is_separator`); lines end
+            at LF, CR LF or a lone CR.
 
     Returns:
         the non-empty entries, in file order, without the separators; lines keep their leading
@@ -175,8 +202,8 @@ def parse_fortunes(text: str) -> list[str]:
             entries.append("\n".join(lines))
         current.clear()
 
-    for line in text.replace("\r\n", "\n").split("\n"):
-        if line.rstrip() == SEPARATOR:
+    for line in fortune_lines(text):
+        if is_separator(line):
             flush()
         else:
             current.append(line)

@@ -1,9 +1,12 @@
 """Text made of documents, for fine-tuning: split it into its documents and encode each followed by ``<eos>``.
 
-Fortune files separate their entries by lines holding only ``%``; other texts may separate documents by blank
-lines. Ending every document with the tokenizer's end-of-sequence token teaches a model where a text ends (so
-``attnkit sample`` stops there). ``attnkit finetune --documents auto|fortune|blank-line|none`` uses
-:func:`prepare_finetune_data`.
+Fortune files separate their entries by lines holding only ``%`` (one rule,
+:func:`attnkit.data.corpora.fortunes.is_separator`, for this module and the fortunes recipe); other texts may
+separate documents by blank lines. Lines end at LF, CR LF or a lone CR. Fortune entries are cleaned as the
+recipe cleans them (their lines joined by ``"\\n"``, trailing blanks and control characters dropped); blank-line
+documents, like the ``none`` stream, keep their text exactly, CR LF line ends included. Ending every document
+with the tokenizer's end-of-sequence token teaches a model where a text ends (so ``attnkit sample`` stops there).
+``attnkit finetune --documents auto|fortune|blank-line|none`` uses :func:`prepare_finetune_data`.
 
 Axis legend: N tokens of a split.
 """
@@ -18,18 +21,28 @@ from attnkit.checks import check_choice
 __all__ = ["DOCUMENT_MODES", "split_documents", "encode_documents", "prepare_finetune_data"]
 
 DOCUMENT_MODES = ("auto", "fortune", "blank-line", "none")
-_FORTUNE_SEP = re.compile(r"^%[ \t\r]*$", re.MULTILINE)  # "\r": a file with CR LF line ends
+_EOL = r"(?:\r\n|\r(?!\n)|\n)"  # one line end: LF, CR LF or a lone CR (never the CR of a CR LF on its own)
+_BLANK_LINES = re.compile(_EOL + r"(?:[ \t]*" + _EOL + ")+")  # a line end and one or more blank lines after it
+
+
+def _is_fortune_text(text: str) -> bool:
+    from attnkit.data.corpora.fortunes import has_separators
+
+    return has_separators(text)
 
 
 def split_documents(text: str, mode: str) -> list[str] | None:
     """The documents of ``text`` (``None`` for mode ``"none"``: keep one stream).
 
     fortune: entries between lines holding only ``%`` (cleaned as the fortunes recipe does); blank-line:
-    paragraphs separated by one or more blank lines; auto: fortune if such ``%`` lines exist, else none.
+    paragraphs separated by one or more blank lines (kept as they are, line ends included); auto: fortune if
+    such ``%`` lines exist, else none.
     """
     check_choice("documents mode", mode, DOCUMENT_MODES)
+    if not isinstance(text, str):
+        raise ValueError(f"split_documents expects the text as a str, got {type(text).__name__}")
     if mode == "auto":
-        mode = "fortune" if _FORTUNE_SEP.search(text) else "none"
+        mode = "fortune" if _is_fortune_text(text) else "none"
     if mode == "none":
         return None
     if mode == "fortune":
@@ -37,7 +50,7 @@ def split_documents(text: str, mode: str) -> list[str] | None:
 
         return parse_fortunes(text)
     # every run of blank lines (spaces and tabs allowed) is one separator
-    return [p.strip("\n") for p in re.split(r"\n(?:[ \t]*\n)+", text.replace("\r\n", "\n")) if p.strip()]
+    return [p.strip("\r\n") for p in _BLANK_LINES.split(text) if p.strip()]
 
 
 def encode_documents(tokenizer, text: str, mode: str, *, add_bos: bool = False):
@@ -78,7 +91,7 @@ def prepare_finetune_data(data: str, tokenizer, documents: str = "auto", *, add_
     train_text, valid_text, info = load_text_corpus(data)
     mode = documents
     if mode == "auto":
-        mode = "fortune" if _FORTUNE_SEP.search(train_text) else "none"
+        mode = "fortune" if _is_fortune_text(train_text) else "none"
     train = encode_documents(tokenizer, train_text, mode, add_bos=add_bos)
     valid = encode_documents(tokenizer, valid_text, mode, add_bos=add_bos)
     info = json.loads(json.dumps(info, default=str))

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnkit.checks import check_int, is_int
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.files import write_atomic
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
@@ -194,8 +195,7 @@ def encode_corpus(tokenizer: Tokenizer, text: str, *, chunk_chars: int = 1 << 16
     if isinstance(tokenizer, CharTokenizer):
         return torch.from_numpy(tokenizer.encode_array(text))
     if isinstance(tokenizer, BPETokenizer):
-        if chunk_chars < 1:
-            raise ValueError(f"chunk_chars must be >= 1, got {chunk_chars}")
+        check_int("chunk_chars", chunk_chars, minimum=1)
         chunks = _newline_chunks(text, chunk_chars, cut_rule(tokenizer))
         group = 64  # chunks per encode_batch call (only matters for the progress bar)
         pieces = []
@@ -253,8 +253,7 @@ def encode_corpus_cached(tokenizer: Tokenizer, text: str, cache_dir: str | os.Pa
 def check_block_length(data: torch.Tensor | TokenStore, block_size: int, split: str = "train") -> None:
     """Raise ``ValueError`` unless ``data`` is a token store or a 1-D long tensor holding one block
     (``block_size + 1`` ids)."""
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    check_int("block_size", block_size, minimum=1)  # not a bool: block_size=True is a bug, not a 1
     if isinstance(data, TokenStore):
         pass
     elif not isinstance(data, torch.Tensor) or data.ndim != 1 or data.dtype != torch.long:
@@ -275,8 +274,7 @@ def random_batch(data: torch.Tensor, block_size: int, batch_size: int, *,
         ``y = data[i+1 : i+T+1]`` for a random start ``i`` in ``[0, N - T - 1]``.
     """
     check_block_length(data, block_size)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_int("batch_size", batch_size, minimum=1)
     T = block_size
     starts = torch.randint(0, data.numel() - T, (batch_size,), generator=generator)  # (B,) in [0, N - T - 1]
     offsets = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
@@ -291,6 +289,9 @@ def batch_at_step(data: torch.Tensor, block_size: int, batch_size: int, *, seed:
     Shape:
         data ``(N,)`` → ``x (B, T)``, ``y (B, T)``.
     """
+    if not is_int(seed):  # not int(seed): a float seed or step would be cut without a word
+        raise ValueError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+    check_int("step", step, minimum=0)
     g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(step)) % (2**63 - 1))
     return random_batch(data, block_size, batch_size, generator=g)
 
@@ -310,8 +311,7 @@ def eval_batches(data: torch.Tensor, block_size: int, batch_size: int, *,
     Shape:
         data ``(N,)`` → yields ``x (B', T)``, ``y (B', T)`` with ``B' <= batch_size``.
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_int("batch_size", batch_size, minimum=1)
     T = block_size
     n = num_eval_windows(data, T)
     starts = torch.arange(n) * T  # (n,)
@@ -349,8 +349,8 @@ def build_tokenizer(kind: str | os.PathLike | Tokenizer, texts: list[str], *, vo
         from attnkit.data.tokenizers.gpt2_tokenizer import gpt2_tokenizer
 
         return gpt2_tokenizer(home=home)
-    if isinstance(kind, (str, os.PathLike)) and Path(kind).is_file():
-        return load_tokenizer(kind)
+    if isinstance(kind, (str, os.PathLike)) and (Path(kind).is_file() or Path(kind).is_dir()):
+        return load_tokenizer(kind)  # a folder: "is a folder, not a file"
     raise ValueError(f"tokenizer must be one of {TOKENIZER_KINDS}, a tokenizer JSON file or a Tokenizer, got {kind!r}")
 
 

@@ -91,8 +91,14 @@ def train_joint_bpe(sources: Sequence[str], targets: Sequence[str], vocab_size: 
     (``decode(encode(s)) == s``), which matters because BLEU is computed on detokenized text. A special token
     written in a text is encoded as its one id (``encode("<bt>Das Haus") == [4] + encode("Das Haus")``).
     """
-    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, check_encodable_text
 
+    _check_sentences(sources, targets, "train_joint_bpe")
+    for side, texts in (("source", sources), ("target", targets)):
+        for i, text in enumerate(texts):  # named here: the trainer sees sources and targets as one stream
+            if not isinstance(text, str):
+                raise ValueError(f"train_joint_bpe expects strings, {side} {i} is {type(text).__name__}")
+            check_encodable_text(text, f"{side} {i}")
     if len(sources) != len(targets):
         raise ValueError(f"train_joint_bpe needs as many sources as targets, got {len(sources)} and {len(targets)}")
     if not sources:
@@ -229,6 +235,14 @@ class _RaggedView(Sequence):
         return self._one(i % len(self))
 
 
+def _check_sentences(sources: Any, targets: Any, what: str) -> None:
+    """``ValueError`` when ``sources`` or ``targets`` is one ``str``: its characters would be taken as sentences."""
+    for side, texts in (("sources", sources), ("targets", targets)):
+        if isinstance(texts, (str, bytes)):
+            raise ValueError(f"{what} expects {side} as a list of sentences, got one {type(texts).__name__} "
+                             f"({texts[:40]!r}); pass [sentence] for one")
+
+
 def _check_limit(name: str, value: int) -> None:
     if not is_int(value) or value < 2:
         raise ValueError(f"{name} must be an int >= 2 (one token plus <bos>/<eos>), got {value!r}")
@@ -238,6 +252,7 @@ def check_pair_inputs(tokenizer: Tokenizer, sources: Sequence[str], targets: Seq
                       max_tgt_len: int | None) -> tuple[int, dict[str, int]]:
     """The checks of :func:`encode_pairs`' arguments; returns ``max_tgt_len`` (default ``max_src_len``) and the
     tokenizer's ``{"pad_id", "bos_id", "eos_id"}``."""
+    _check_sentences(sources, targets, "encode_pairs")
     max_tgt_len = max_src_len if max_tgt_len is None else max_tgt_len
     _check_limit("max_src_len", max_src_len)
     _check_limit("max_tgt_len", max_tgt_len)
@@ -344,14 +359,27 @@ def collate(data: EncodedPairs, indices: Sequence[int], *, shape: tuple[int, int
         ``B = len(indices)``; ``S`` = longest source (with ``<eos>``), ``T`` = longest target + 1; with ``shape``,
         ``B = rows`` and ``S = T = width``.
     """
-    indices = [int(i) for i in indices]
+    if isinstance(indices, np.ndarray) and indices.dtype.kind in "iu":  # a plan's batch: ints already
+        indices = indices.tolist()
+    else:  # not int(i): a float index would be cut to another pair without a word
+        checked = []
+        for i in indices:
+            try:
+                if isinstance(i, (bool, np.bool_)):
+                    raise TypeError
+                checked.append(operator.index(i))
+            except TypeError:
+                raise ValueError(f"collate needs integer pair indices, got {i!r} ({type(i).__name__})") from None
+        indices = checked
     if not indices:
         raise ValueError("collate needs at least one pair index, got an empty list")
     if min(indices) < 0 or max(indices) >= len(data):
         raise ValueError(f"pair indices must be in [0, {len(data)}), got min {min(indices)} max {max(indices)}")
     n_pairs = len(indices)
     if shape is not None:
-        rows_wanted, width = shape
+        if not isinstance(shape, (tuple, list)) or len(shape) != 2:
+            raise ValueError(f"collate shape must be (rows, width), got {shape!r}")
+        rows_wanted, width = (check_int(f"collate shape {k}", v, minimum=1) for k, v in zip(("rows", "width"), shape))
         if rows_wanted < n_pairs:
             raise ValueError(f"collate shape rows must be >= the {n_pairs} pairs, got {rows_wanted}")
         indices = indices + [-1] * (rows_wanted - n_pairs)
@@ -393,7 +421,7 @@ def rounded_widths(src_lens: np.ndarray, tgt_lens: np.ndarray, multiple: int) ->
     Shape: ``(N,), (N,) -> (N,)``.
     """
     check_int("multiple", multiple, minimum=1)  # (0 divided by zero: widths of 0)
-    width = np.maximum(np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64))
+    width = np.maximum(_lengths("src_lens", src_lens), _lengths("tgt_lens", tgt_lens))
     if multiple == 1 or width.size == 0:
         return width
     return np.minimum(-(-width // multiple) * multiple, width.max())
@@ -402,6 +430,17 @@ def rounded_widths(src_lens: np.ndarray, tgt_lens: np.ndarray, multiple: int) ->
 # ---------------------------------------------------------------------------------------------------------------
 # bucketing to a token budget
 # ---------------------------------------------------------------------------------------------------------------
+def _lengths(name: str, lengths: Any) -> np.ndarray:
+    """``lengths`` as an int64 array, or ``ValueError`` for anything but integers (``np.asarray(..., int64)``
+    would cut ``2.7`` to 2 and take ``True`` for 1 without a word)."""
+    arr = np.asarray(lengths)
+    if arr.size and arr.dtype.kind not in "iu":
+        first = arr.reshape(-1)[0]
+        first = first.item() if isinstance(first, np.generic) else first
+        raise ValueError(f"{name} must be integer token counts, got an array of {arr.dtype} (first {first!r})")
+    return arr.astype(np.int64)
+
+
 def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] | np.ndarray, max_tokens: int, *,
                  seed: int = 0, epoch: int = 0, shuffle: bool = True, multiple: int = 1) -> list[np.ndarray]:
     """Group pair indices into batches of similar lengths whose padded size ``B × max(S, T)`` <= ``max_tokens``.
@@ -415,10 +454,10 @@ def plan_batches(src_lens: Sequence[int] | np.ndarray, tgt_lens: Sequence[int] |
         src_lens, tgt_lens ``(N,)`` -> a list of index arrays ``(B_i,)`` covering ``0..N-1`` exactly once.
 
     Raises:
-        ValueError: lengths of different sizes or < 1, or a single pair longer than ``max_tokens``.
+        ValueError: lengths that are not integers, of different sizes or < 1, or a single pair longer than
+            ``max_tokens``.
     """
-    src_lens = np.asarray(src_lens, dtype=np.int64)
-    tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+    src_lens, tgt_lens = _lengths("src_lens", src_lens), _lengths("tgt_lens", tgt_lens)
     if src_lens.ndim != 1 or src_lens.shape != tgt_lens.shape:
         raise ValueError(f"src_lens and tgt_lens must both have shape (N,), got {src_lens.shape} and {tgt_lens.shape}")
     check_int("max_tokens", max_tokens, minimum=1)

@@ -44,6 +44,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from attnkit.checks import check_int
+
 __all__ = ["TokenStore", "TokenStoreWriter", "StoreError", "smallest_dtype", "open_or_build", "STORE_SUFFIX"]
 
 MAGIC = b"ATTNKIT-TOKENS\x00\x00"
@@ -299,6 +301,7 @@ class TokenStore:
 
     def chunks(self, size: int = 1 << 22) -> Iterator[np.ndarray]:
         """The ids in order, ``size`` at a time, as ``int64`` arrays (copies: bounded memory)."""
+        check_int("chunk size", size, minimum=1)
         for start in range(0, self.numel(), size):
             yield self[start:start + size].numpy()
 

@@ -32,12 +32,13 @@ from typing import Any, Iterable, Iterator, Sequence
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from attnkit.data.tokenizers.tokenizer import Tokenizer, register_tokenizer_type
+from attnkit.checks import check_int, is_int
+from attnkit.data.tokenizers.tokenizer import Tokenizer, check_text_list, register_tokenizer_type
 
 MAX_BPE_VOCAB = 1 << 22  # 4,194,304 tokens, 16x the largest vocabularies in use; the trainer allocates per token
 
 __all__ = ["BPETokenizer", "bytes_to_unicode", "GPT2_SPLIT_PATTERN", "byte_level_pre_tokenizer", "backend_call",
-           "check_encodable", "tokenizer_from_json"]
+           "check_encodable", "check_encodable_text", "tokenizer_from_json"]
 
 # GPT-2's pre-tokenization regex: text is first cut into pieces (contractions, a word with its leading space,
 # a number, a run of punctuation, whitespace), and BPE merges never cross a piece boundary.
@@ -70,14 +71,20 @@ def check_encodable(texts: Sequence[str]) -> None:
     """``ValueError`` naming the first lone surrogate in ``texts``: such a ``str`` is not Unicode text (UTF-8 cannot
     encode it), and the backend refuses it saying only that it "must be str"."""
     for text in texts:
-        if isinstance(text, str) and not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:
-                start = max(err.start - 20, 0)
-                raise ValueError(f"cannot tokenize a lone surrogate, {text[err.start]!r} at character {err.start} of "
-                                 f"the text (near {text[start:err.start + 20]!r}): expected Unicode text that UTF-8 "
-                                 "can encode") from None
+        check_encodable_text(text)
+
+
+def check_encodable_text(text: str, what: str = "the text", offset: int = 0) -> None:
+    """:func:`check_encodable` of one text, named ``what`` in the message; ``text`` starts at character ``offset``
+    of that text (a piece of a longer one)."""
+    if isinstance(text, str) and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            start = max(err.start - 20, 0)
+            raise ValueError(f"cannot tokenize a lone surrogate, {text[err.start]!r} at character "
+                             f"{offset + err.start} of {what} (near {text[start:err.start + 20]!r}): expected Unicode "
+                             "text that UTF-8 can encode") from None
 
 
 def _check_bpe_merges(spec: Any, what: str) -> None:
@@ -224,11 +231,10 @@ class BPETokenizer(Tokenizer):
         if len(set(special_tokens)) != len(special_tokens):
             raise ValueError(f"special_tokens must be distinct, got {special_tokens}")
         minimum = 256 + len(special_tokens)
-        if not isinstance(vocab_size, int) or not minimum <= vocab_size <= MAX_BPE_VOCAB:
+        if not is_int(vocab_size) or not minimum <= vocab_size <= MAX_BPE_VOCAB:
             raise ValueError(f"vocab_size must be an int in [256 bytes + {len(special_tokens)} special tokens = "
                              f"{minimum}, {MAX_BPE_VOCAB:,}], got {vocab_size!r}")
-        if not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
+        check_int("min_frequency", min_frequency, minimum=1)  # not a bool: True is a bug, not a 1
         roles = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
         for role, tok in roles.items():
             if tok is not None and tok not in special_tokens:
@@ -249,14 +255,21 @@ class BPETokenizer(Tokenizer):
             show_progress=show_progress,
         )
 
+        def pieces(text: str, what: str) -> Iterator[str]:
+            offset = 0
+            for piece in _chunks_of(text):  # a lone surrogate: the backend's UnicodeEncodeError names no text
+                check_encodable_text(piece, what, offset)
+                offset += len(piece)
+                yield piece
+
         def iterate() -> Iterator[str]:
             if isinstance(texts, str):
-                yield from _chunks_of(texts)
+                yield from pieces(texts, "the training text")
                 return
             for i, t in enumerate(texts):
                 if not isinstance(t, str):
                     raise ValueError(f"texts must be strings, item {i} is {type(t).__name__}")
-                yield from _chunks_of(t)
+                yield from pieces(t, f"training text {i}")
 
         tok.train_from_iterator(iterate(), trainer=trainer)
         return cls(tok, **roles)
@@ -288,11 +301,9 @@ class BPETokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Encode many texts at once (the Rust backend uses several threads)."""
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise ValueError(f"encode_batch expects strings, item {i} is {type(t).__name__}")
+        texts = check_text_list(texts, "encode_batch")
         check_encodable(texts)
-        encoded = backend_call("cannot encode the texts", self._tok.encode_batch, list(texts),
+        encoded = backend_call("cannot encode the texts", self._tok.encode_batch, texts,
                                 add_special_tokens=False)
         return [e.ids for e in encoded]
 

@@ -193,6 +193,8 @@ def tokenizer_from_ranks(ranks: dict[bytes, int], special_tokens: dict[str, int]
 @lru_cache(maxsize=4)
 def _cached_gpt2(ranks_file: str | None, home: str | None) -> BPETokenizer:
     path = Path(ranks_file) if ranks_file is not None else fetch_gpt2_ranks(home)
+    if ranks_file is not None and path.is_dir():
+        raise ValueError(f"GPT-2 ranks file {str(path)!r} is a folder, not a file; expected a gpt2.tiktoken file")
     if ranks_file is not None and not path.is_file():
         raise ValueError(f"GPT-2 ranks file {str(path)!r} does not exist")
     backend = tokenizer_from_ranks(load_tiktoken_ranks(path), {GPT2_EOT: GPT2_EOT_ID})

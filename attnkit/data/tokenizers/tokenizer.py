@@ -43,6 +43,7 @@ __all__ = [
     "tokenizer_from_dict",
     "save_tokenizer",
     "load_tokenizer",
+    "check_text_list",
     "StreamDecoder",
     "decode_stream",
 ]
@@ -106,8 +107,12 @@ class Tokenizer(ABC):
         return ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Encode many texts (subclasses may parallelise). Shape: ``B`` strings → ``B`` lists of ids."""
-        return [self.encode(t) for t in texts]
+        """Encode many texts (subclasses may parallelise). Shape: ``B`` strings → ``B`` lists of ids.
+
+        Raises:
+            ValueError: ``texts`` is one ``str`` (not a list of them) or holds something that is not a ``str``.
+        """
+        return [self.encode(t) for t in check_text_list(texts, "encode_batch")]
 
     @abstractmethod
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
@@ -174,6 +179,24 @@ class Tokenizer(ABC):
                 f"pad_id={self.pad_id}, unk_id={self.unk_id})")
 
 
+def check_text_list(texts: Any, what: str) -> list[str]:
+    """``texts`` as a list, or ``ValueError`` unless it is a sequence (or other iterable) of ``str``: one ``str``
+    would be taken as its characters.
+
+    Shape: ``B`` strings → a list of ``B`` strings."""
+    if isinstance(texts, (str, bytes)):
+        raise ValueError(f"{what} expects a list of texts, got one {type(texts).__name__} ({texts[:40]!r}); "
+                         f"pass [text] to encode one text")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise ValueError(f"{what} expects a list of texts, got {type(texts).__name__}") from None
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ValueError(f"{what} expects strings, item {i} is {type(t).__name__}")
+    return texts
+
+
 # --- the type registry ----------------------------------------------------------------------------------------
 _TYPES: dict[str, type[Tokenizer]] = {}
 # Modules defining tokenizer types; imported on demand by tokenizer_from_dict so this file has no cycles.
@@ -226,6 +249,8 @@ def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> Path:
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """Read a tokenizer written by :func:`save_tokenizer`."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"tokenizer file {str(path)!r} is a folder, not a file; expected a tokenizer JSON file")
     if not path.is_file():
         raise ValueError(f"tokenizer file {str(path)!r} does not exist")
     from attnkit.data.json_files import read_json_file

@@ -200,3 +200,10 @@ def test_real_recipe_end_to_end(attnkit_test_home):
     # no control characters but tab and newline, no mojibake left
     assert not {c for c in text if ord(c) < 32 and c not in "\t\n"}
     assert "\u00e2\u0080" not in text
+
+
+def test_parse_splits_lines_at_a_lone_cr_and_one_separator_rule():
+    """Was: a file with old-Mac line ends (a lone CR) was one entry, '%' lines and all, with the CRs removed."""
+    assert f.parse_fortunes("One.\r%\rTwo\r  -- me\r%\r") == ["One.", "Two\n  -- me"]
+    assert f.is_separator("% \t\f\xa0") and not f.is_separator(" %") and not f.is_separator("%%")
+    assert f.has_separators("text\r%\rmore") and not f.has_separators("100% sure\n 50%\n")

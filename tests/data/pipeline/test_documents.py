@@ -58,3 +58,35 @@ def test_auto_encodes_both_splits_in_the_mode_of_the_train_text(tmp_path, percen
     assert info["documents"] == want
     for ids in (train, valid):
         assert (2 in ids.tolist()) == (want == "fortune")  # <eos> (2) ends each document, and only documents
+
+
+@pytest.mark.parametrize("separator", ["%\f", "%\xa0", "% \t\f"], ids=["form-feed", "nbsp", "blanks"])
+def test_auto_and_the_fortunes_recipe_take_the_same_separator_lines(separator):
+    """Was: the recipe's parse_fortunes split at '%' plus a form feed or a no-break space, while "auto" (its own
+    regex: spaces, tabs, CR) did not see a fortune file in such a text and trained on it as one stream."""
+    from attnkit.data.corpora.fortunes import parse_fortunes
+
+    text = f"First.\n{separator}\nSecond.\n"
+    assert parse_fortunes(text) == ["First.", "Second."]
+    assert split_documents(text, "auto") == split_documents(text, "fortune") == ["First.", "Second."]
+
+
+def test_a_fortune_file_with_old_mac_line_ends_is_split():
+    """Was: lines ending in a lone CR were one line to both readers: "auto" found no '%' line and "fortune" gave one
+    entry with the '%' lines in it ('First.%Second.')."""
+    text = FORTUNES.replace("\n", "\r")
+    assert split_documents(text, "auto") == split_documents(text, "fortune") == ["First one.", "Second\n  -- someone"]
+
+
+def test_blank_line_documents_keep_their_line_ends_as_the_stream_does():
+    """Was: blank-line mode turned every CR LF into LF inside its documents while "none" kept the text exactly."""
+    text = "one\r\ntwo\r\n\r\n  \r\nthree\r\nfour\r\n"
+    assert split_documents(text, "blank-line") == ["one\r\ntwo", "three\r\nfour"]
+    assert split_documents("a\r\nb\rc\r\rd", "blank-line") == ["a\r\nb\rc", "d"]  # a lone CR ends a line too
+
+
+@pytest.mark.parametrize("mode", ["auto", "blank-line"])
+def test_split_documents_refuses_text_that_is_not_a_str(mode):
+    """Was: a TypeError from the regex ("cannot use a string pattern on a bytes-like object")."""
+    with pytest.raises(ValueError, match="split_documents expects the text as a str, got bytes"):
+        split_documents(b"a\n%\nb\n", mode)

@@ -169,7 +169,7 @@ def test_block_length_needs_long_1d():
 
 
 def test_block_size_must_be_positive():
-    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="block_size must be an int >= 1, got 0"):
         check_block_length(torch.arange(10), 0)
 
 
@@ -191,7 +191,7 @@ def test_random_batch_smallest_data_uses_the_only_window():
 
 
 def test_random_batch_batch_size_positive():
-    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
         random_batch(torch.arange(50), 4, 0)
 
 
@@ -280,3 +280,23 @@ def test_prepare_lm_data_bpe_vocab_size_zero_is_refused(tmp_path, cache):
     """Was: ``vocab_size or 2048`` took 0 for "not given" and trained the default 2048-token BPE."""
     with pytest.raises(ValueError, match=r"vocab_size must be an int in \[.*\], got 0"):
         prepare_lm_data(_corpus(tmp_path), "bpe", block_size=8, vocab_size=0, cache=cache, home=tmp_path / "home")
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: random_batch(d, True, 2), lambda d: random_batch(d, 4, True), lambda d: num_eval_windows(d, True),
+    lambda d: next(eval_batches(d, True, 4)), lambda d: next(eval_batches(d, 4, True)),
+    lambda d: batch_at_step(d, 4, 2, seed=0, step=1.5), lambda d: LMData(CharTokenizer("ab"), d, d, True),
+], ids=["random-block", "random-batch", "windows-block", "eval-block", "eval-batch", "float-step", "lmdata"])
+def test_a_bool_or_float_size_is_refused_not_taken_as_an_int(call):
+    """Was: block_size=True or batch_size=True was taken as 1 (windows of one token, batches of one window), and a
+    float step was cut to an int: another batch than the one asked for."""
+    with pytest.raises(ValueError, match=r"(block_size|batch_size|step) must be an int >= \d, got (True|1.5)"):
+        call(torch.arange(50))
+
+
+def test_a_tokenizer_folder_is_named_a_folder(tmp_path):
+    """Was: "tokenizer must be one of ('char', 'bpe', 'gpt2'), a tokenizer JSON file or a Tokenizer" of a folder."""
+    from attnkit.data.pipeline.lm_dataset import build_tokenizer
+
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        build_tokenizer(str(tmp_path), ["ab", "ab"])

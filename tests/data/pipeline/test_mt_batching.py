@@ -382,3 +382,49 @@ def test_batch_moves_with_the_trainers_move_to_device(enc):
     moved = move_to_device(b, torch.device("cpu"))
     assert type(moved) is type(b)
     assert all(torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v for u, v in zip(moved, b))
+
+
+@pytest.mark.parametrize("lengths", [[3.0, 2.7], [True, True]], ids=["float", "bool"])
+def test_plan_batches_refuses_lengths_that_are_not_integers(lengths):
+    """Was: np.asarray(..., int64) cut 2.7 to 2 and took True for 1, so the plan's budget held for other lengths."""
+    with pytest.raises(ValueError, match=r"src_lens must be integer token counts, got an array of (float64|bool)"):
+        plan_batches(lengths, [2, 2], 8)
+    with pytest.raises(ValueError, match=r"tgt_lens must be integer token counts"):
+        plan_batches([2, 2], lengths, 8)
+    assert plan_batches([], [], 8) == []
+
+
+@pytest.mark.parametrize("index", [0.9, True, np.float64(1.0)])
+def test_collate_refuses_indices_that_are_not_integers(enc, index):
+    """Was: int(i) made pair 0 of the index 0.9 and pair 1 of True, without a word."""
+    with pytest.raises(ValueError, match=r"collate needs integer pair indices, got"):
+        collate(enc, [index])
+    assert collate(enc, np.array([1, 0])).index.tolist() == collate(enc, [np.int64(1), 0]).index.tolist() == [1, 0]
+
+
+def test_train_joint_bpe_names_the_sentence_with_a_lone_surrogate():
+    """Was: a raw UnicodeEncodeError from the backend, naming neither the side nor the sentence."""
+    with pytest.raises(ValueError, match=r"lone surrogate, '\\udc00' at character 1 of target 1 "):
+        train_joint_bpe(["a", "b"], ["c", "d\udc00"], 300)
+
+
+@pytest.mark.parametrize("fn", ["train_joint_bpe", "encode_pairs"])
+def test_one_string_of_sentences_is_refused(tok, fn):
+    """Was: a str was taken as a list of its characters: "Hallo" and "Hello" made five one-letter pairs."""
+    call = (lambda s, t: train_joint_bpe(s, t, 300)) if fn == "train_joint_bpe" else (
+        lambda s, t: encode_pairs(tok, s, t, max_src_len=16))
+    with pytest.raises(ValueError, match=rf"{fn} expects sources as a list of sentences, got one str \('Hallo'\)"):
+        call("Hallo", "Hello")
+
+
+@pytest.mark.parametrize("shape", [(True, 64), (4, 64.0), (4,)])
+def test_collate_refuses_a_shape_that_is_not_two_ints(enc, shape):
+    """Was: shape=(True, 64) padded to one row, a float width failed inside numpy with a TypeError."""
+    with pytest.raises(ValueError, match=r"collate shape"):
+        collate(enc, [0], shape=shape)
+
+
+def test_rounded_widths_refuses_lengths_that_are_not_integers():
+    """Was: widths of 1.5 were cut to 1 before rounding, without a word."""
+    with pytest.raises(ValueError, match=r"src_lens must be integer token counts, got an array of float64"):
+        rounded_widths([1.5, 2], [3, 4], 2)

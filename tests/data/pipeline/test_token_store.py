@@ -308,3 +308,13 @@ def test_tokenizing_20_mb_stays_within_a_bounded_memory(tmp_path):
     grown = got["after"] - got["before"]
     # the ids alone as int64 would be 8 bytes each (~160 MB), today's in-memory path peaks at ~24 bytes a character
     assert grown < 8 * n_chars / 3, f"peak memory grew by {grown / 1e6:.0f} MB for {n_chars / 1e6:.0f} MB of text"
+
+
+@pytest.mark.parametrize("size", [True, 0, 2.5])
+def test_chunks_refuses_a_size_that_is_not_a_positive_int(tmp_path, size):
+    """Was: chunks(True) read one id at a time, chunks(0) failed in range() ("arg 3 must not be zero") and
+    chunks(2.5) with a TypeError."""
+    store = _store(tmp_path, [1, 2, 3])
+    with pytest.raises(ValueError, match=r"chunk size must be an int >= 1, got"):
+        list(store.chunks(size))
+    assert [c.tolist() for c in store.chunks(2)] == [[1, 2], [3]]

@@ -186,3 +186,19 @@ def test_a_lone_surrogate_is_named_not_called_a_non_str(tok):
         tok.encode("caf\udce9 au lait")
     with pytest.raises(ValueError, match=match):
         tok.encode_batch(["fine", "caf\udce9 au lait"])
+
+
+def test_training_on_a_lone_surrogate_names_the_text_and_the_character():
+    """Was: a raw UnicodeEncodeError from the backend ("'utf-8' codec can't encode character '\\ud800' in position
+    1"), naming neither the text nor where in it (the position was that of a 1 MiB piece, not of the text)."""
+    with pytest.raises(ValueError, match=r"lone surrogate, '\\ud800' at character 1 of training text 1 "):
+        BPETokenizer.train(["fine", "x\ud800y"], 300)
+    long = "line\n" * 300_000 + "x\udc00"  # past the first 1 MiB piece: the position is the text's
+    with pytest.raises(ValueError, match=r"'\\udc00' at character 1500001 of the training text "):
+        BPETokenizer.train(long, 300)
+
+
+def test_train_refuses_a_bool_min_frequency():
+    """Was: min_frequency=True was taken as 1 (every pair merged, however rare)."""
+    with pytest.raises(ValueError, match=r"min_frequency must be an int >= 1, got True \(bool\)"):
+        BPETokenizer.train("abc abc", 300, min_frequency=True)

@@ -212,3 +212,9 @@ def test_gpt2_cache_source_record(gpt2, attnkit_test_home):
     rec = json.loads((folder / "SOURCE.json").read_text())
     assert rec["package"] == "openai-whisper" and rec["sha256"] == g2.WHISPER_SDIST_SHA256
     assert rec["outputs"]["gpt2.tiktoken"]["sha256"] == g2.ASSET_SHA256
+
+
+def test_local_ranks_file_that_is_a_folder(tmp_path):
+    """Was: "GPT-2 ranks file '...' does not exist" of a folder that does exist."""
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        g2.gpt2_tokenizer(tmp_path)

@@ -179,3 +179,19 @@ def test_stream_decoding_arbitrary_text(bpe, text):
     pieces = list(decode_stream(bpe, ids))
     assert "".join(pieces) == text
     assert all("\ufffd" not in p for p in pieces) or "\ufffd" in text
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_encode_batch_refuses_one_string(kind, char, bpe):
+    """Was: encode_batch("abc") encoded each character as a text of its own: three lists of ids, no error."""
+    tok = {"char": char, "bpe": bpe}[kind]
+    text = "abc"
+    with pytest.raises(ValueError, match=r"encode_batch expects a list of texts, got one str \('abc'\); pass \[text\]"):
+        tok.encode_batch(text)
+    assert tok.encode_batch(t for t in [text]) == [tok.encode(text)]  # any iterable of texts, a generator too
+
+
+def test_load_a_folder_says_it_is_a_folder(tmp_path):
+    """Was: "tokenizer file '...' does not exist" of a folder that does exist."""
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        load_tokenizer(tmp_path)
