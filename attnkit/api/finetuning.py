@@ -51,6 +51,9 @@ from .options import (Log, RunResult, TrainOptions, check_out, default_log, done
 
 __all__ = ["FinetuneOptions", "finetune", "lora_settings"]
 
+# what a resumed fine-tune may change (finetune takes no --stop-at-loss)
+_MAY_CHANGE = "only --steps, --max-time and --device may change"
+
 
 @dataclass
 class FinetuneOptions(TrainOptions):
@@ -63,7 +66,7 @@ class FinetuneOptions(TrainOptions):
         documents: ``auto`` (fortune if the train text has lines holding only ``%``, else none), ``fortune``,
             ``blank-line`` or ``none``: how the text splits into documents, each followed by the EOS token.
         tokenizer: the tokenizer of a Hugging Face folder without ``tokenizer.json`` (resuming: only the run's).
-        block_size: the context length T (default 256).
+        block_size: the context length T (default 256; at most the model's own, its config's ``block_size``).
         lora: train low-rank adapters instead of all weights; lora_rank (8), lora_alpha (16), lora_dropout (0),
             lora_targets (``qkv_proj out_proj``; also ``w_in w_gate w_out``).
     """
@@ -107,7 +110,10 @@ def lora_settings(o: FinetuneOptions, saved: dict[str, Any] | None, resuming: bo
             raise ValueError(f"--resume: the checkpoint's extra.lora must hold {', '.join(keys)}, got {saved!r}")
         saved = {k: saved[k] for k in keys}
         for key, value in given.items():
-            if value is not None and value != saved[key]:
+            if value is None or value == saved[key]:
+                continue
+            if not (key == "targets" and isinstance(saved[key], list) and set(value) == set(saved[key])):
+                # (the same layers named in another order are the same adapters)
                 raise ValueError(f"--resume: --lora-{key} must stay {saved[key]!r} (the run's), got {value!r}")
         return saved
     if not o.lora:
@@ -175,10 +181,25 @@ def _run_inputs(o: FinetuneOptions, saved: dict | None) -> tuple[dict | None, st
         raise ValueError("finetune needs --from MODEL and --data DATA (or --resume --out DIR)")
     if o.out is None:
         raise ValueError("finetune needs --out DIR (the run folder)")
+    _refuse_out_at_source(o.out, o.source)
     if o.steps is None and o.max_time is None:
         raise ValueError("finetune needs a length: --steps N or --max-time MIN (a 135M-parameter model does "
                          "a few hundred steps an hour on a laptop CPU)")
     return lora_settings(o, None, resuming=False), o.data, o.documents or "auto", o.source
+
+
+def _refuse_out_at_source(out: str | Path, source: str) -> None:
+    """``ValueError`` when the run folder ``out`` is the ``--from`` folder, lies inside it or holds it: the run's
+    files would go among the source model's (a Hugging Face folder's ``config.json`` ...), and a later ``--from``
+    would read the run instead of the model."""
+    if _is_pretrained(source) or not Path(source).is_dir():
+        return
+    src, run = Path(source).resolve(), Path(out).resolve()
+    if run == src or src in run.parents or run in src.parents:
+        where = "is" if run == src else "is inside" if src in run.parents else "contains"
+        raise ValueError(f"--out {out} {where} the --from folder {source}: the run would write among the source "
+                         f"model's files; expected a run folder outside it, e.g. --out "
+                         f"{src.parent / (src.name + '-ft')}")
 
 
 def _stored_dtype(root: Path) -> Any:
@@ -209,6 +230,12 @@ def _source_model(o: FinetuneOptions, saved: dict | None, source: str, seed: int
         extra_saved = saved.get("extra", {})
         checked = _checked_extra(extra_saved, Path(o.out) / "checkpoints")  # add_bos_token, stop_token_ids checked
         model_config = resumed_model_config(saved, o.overrides)
+        was = saved["model_config"]
+        changed = {k: v for k, v in o.overrides.items() if k in was and v != was[k]}
+        if changed:  # before the trainer, whose message lists train lm's flags
+            raise ValueError("--resume: the run was trained with " + "; ".join(
+                f"--set {k}={was[k]!r}, got {k}={v!r}" for k, v in changed.items())
+                + f" (a resumed run keeps its settings; {_MAY_CHANGE})")
         seed_everything(seed)
         model = build_model(model_config)  # the trainer loads the latest checkpoint's weights into it
         dtype = _stored_dtype(Path(o.out) / "checkpoints")
@@ -256,21 +283,26 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     cfg = resolve_train_config(_defaults(o, lora), saved.get("train_config") if saved else None,
                                train_values(o, block_size=o.block_size), time_only_schedule="constant")
     if saved is not None:
-        refuse_changed_config(cfg, saved)
+        refuse_changed_config(cfg, saved, may_change=_MAY_CHANGE)
         refuse_spent_resume(o.out, saved, cfg)
     if cfg.fsdp and lora is not None:
         raise ValueError("--fsdp shards whole models; LoRA trains a few small adapters: use DDP (torchrun "
                          "without --fsdp) for --lora")
 
     model, model_config, tokenizer, chat_template, what, add_bos, stop_ids = _source_model(o, saved, source, cfg.seed)
-    if model_config.position == "learned" and cfg.block_size > model_config.block_size:
-        raise ValueError(f"--block-size must be <= the model's block_size = {model_config.block_size} "
-                         f"(learned positions), got {cfg.block_size}")
+    if cfg.block_size > model_config.block_size:  # learned positions have no more; RoPE was trained on no more
+        raise ValueError(f"--block-size must be <= the model's context length = {model_config.block_size} (its "
+                         f"block_size; a Hugging Face folder's max_position_embeddings), got {cfg.block_size}")
     if tokenizer.vocab_size > model_config.vocab_size:
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{model_config.vocab_size} embeddings: they do not belong together")
 
     train_ids, valid_ids, data_info = prepare_finetune_data(data, tokenizer, documents, add_bos=bool(add_bos))
+    for split, ids in (("train", train_ids), ("valid", valid_ids)):
+        if ids.numel() < cfg.block_size + 1:  # one window and its next-token targets
+            raise ValueError(f"--data {data}: the {split} split holds {ids.numel()} tokens (in the model's tokenizer), "
+                             f"expected at least --block-size + 1 = {cfg.block_size + 1}: give more text or a smaller "
+                             f"--block-size")
     total = count_parameters(model)
     seed_everything(cfg.seed)  # the adapters' random A matrices are part of the run's reproducible start
     trainable = add_lora(model, lora) if lora is not None else total

@@ -374,17 +374,18 @@ def check_out(options: TrainOptions) -> None:
         check_new_run_folder(options.out)
 
 
-def refuse_changed_config(cfg: Any, saved: dict[str, Any]) -> None:
+def refuse_changed_config(cfg: Any, saved: dict[str, Any], *, may_change: str = _MAY_CHANGE) -> None:
     """On resume: ``ValueError`` naming the flags whose value in ``cfg`` (the resolved training config) differs
     from the run's ``train_config`` (what the trainer refuses, by field, after the data is read; the model config
     is compared there). Per-process flags show the global value (``--batch-size``: under torchrun the config holds
-    the global batch)."""
+    the global batch). ``may_change``: the end of the message, the flags the command lets a resume change
+    (``finetune`` takes no ``--stop-at-loss``)."""
     diffs = cfg.resume_differences(saved["train_config"])
     if diffs:
         named = [f"{'--' + name.replace('_', '-') if name in _FLAGGED else 'train_config.' + name} {old!r}, got "
                  f"{new!r}" for name, (old, new) in diffs.items()]
         raise ValueError(f"--resume: the run was trained with {'; '.join(named)} (a resumed run keeps its settings; "
-                         f"{_MAY_CHANGE})")
+                         f"{may_change})")
 
 
 def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, work_left: bool = False) -> None:

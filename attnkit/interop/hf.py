@@ -28,6 +28,8 @@ Public API::
     hf_model = to_hf(model)                    # needs transformers
     save_hf(model, "out/")                     # config.json + model.safetensors, loadable by transformers
     save_hf(model, "out/", tokenizer=tok, chat_template=template)   # + tokenizer.json, tokenizer_config.json
+    save_hf(m.model, "out/", tokenizer=m.tokenizer, chat_template=m.chat_template,   # m = load(run):
+            stop_token_ids=m.stop_ids, add_bos=m.add_bos)      # + generation_config.json, <bos> first
     hf_config, state_dict = load_hf_folder("path/to/folder")
 
 Every mismatch raises ``ValueError``: a config of one family with weights of the other, missing or
@@ -757,10 +759,28 @@ def _check_export_folder(folder: Path, tokenizer_files: tuple[str, ...] = ()) ->
                          "export; expected a new or empty folder (nothing is overwritten): choose another folder")
 
 
-def _tokenizer_files(tokenizer: Any, chat_template: str | None) -> dict[str, str]:
+def _bos_first(backend: Any, bos: int, spelling: str) -> Any:
+    """A copy of the ``tokenizers.Tokenizer`` ``backend`` whose post-processor puts ``<bos>`` (id ``bos``) before
+    the text when special tokens are added, as Llama folders' ``tokenizer.json`` does (what transformers 5 reads;
+    it ignores ``add_bos_token`` beside a ``tokenizer.json``). Unchanged when it does so already."""
+    import tokenizers
+    from tokenizers import processors
+
+    if backend.encode("a", add_special_tokens=True).ids[:1] == [bos]:
+        return backend
+    copy = tokenizers.Tokenizer.from_str(backend.to_str())
+    template = processors.TemplateProcessing(single=f"{spelling}:0 $A:0", pair=f"{spelling}:0 $A:0 {spelling}:1 $B:1",
+                                             special_tokens=[(spelling, bos)])
+    old = copy.post_processor
+    copy.post_processor = template if old is None else processors.Sequence([old, template])
+    return copy
+
+
+def _tokenizer_files(tokenizer: Any, chat_template: str | None, add_bos: bool | None = None) -> dict[str, str]:
     """``{file name: text}`` of a Hugging Face tokenizer: ``tokenizer.json`` (the ``tokenizers`` JSON of a byte-level
-    BPE tokenizer) and ``tokenizer_config.json`` (the special tokens' spellings, the chat template), what
-    ``transformers.AutoTokenizer`` and attnkit's ``load_model`` / ``finetune --from`` read."""
+    BPE tokenizer) and ``tokenizer_config.json`` (the special tokens' spellings, the chat template, and
+    ``add_bos_token`` when ``add_bos`` is given), what ``transformers.AutoTokenizer`` and attnkit's ``load_model`` /
+    ``finetune --from`` read. With ``add_bos`` true, ``tokenizer.json`` also puts ``<bos>`` first."""
     import tokenizers
 
     from attnkit.data.tokenizers.chat_template import check_chat_template
@@ -777,11 +797,37 @@ def _tokenizer_files(tokenizer: Any, chat_template: str | None) -> dict[str, str
             cfg[f"{role}_token"] = tokenizer.id_to_token(tid)
     if chat_template is not None:
         cfg["chat_template"] = chat_template
+    if add_bos is not None:
+        if add_bos and tokenizer.bos_id is None:
+            raise ValueError("save_hf(add_bos=True) needs a tokenizer with a <bos> token, got one whose bos_id is "
+                             "None")
+        cfg["add_bos_token"] = bool(add_bos)
+        if add_bos:
+            backend = _bos_first(backend, tokenizer.bos_id, cfg["bos_token"])
     return {"tokenizer.json": backend.to_str(pretty=True) + "\n",
             "tokenizer_config.json": json.dumps(cfg, indent=2, ensure_ascii=False) + "\n"}
 
 
-def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, chat_template: str | None = None) -> Path:
+def _generation_config(stop_token_ids: Any, tokenizer: Any, vocab_size: int) -> dict[str, Any]:
+    """``generation_config.json``'s dict: ``eos_token_id`` the stop ids (a list when several, as transformers
+    writes Llama 3's), ``bos_token_id`` / ``pad_token_id`` the tokenizer's."""
+    from attnkit.checks import is_int
+
+    if stop_token_ids is None:
+        stops = [] if tokenizer is None or tokenizer.eos_id is None else [tokenizer.eos_id]
+    else:
+        stops = list(stop_token_ids) if isinstance(stop_token_ids, (list, tuple)) else None
+        if stops is None or not stops or not all(is_int(i) and 0 <= i < vocab_size for i in stops):
+            raise ValueError(f"save_hf(stop_token_ids=) must be a non-empty list of token ids in [0, {vocab_size}), "
+                             f"got {stop_token_ids!r}")
+        stops = list(dict.fromkeys(int(i) for i in stops))
+    return {"bos_token_id": None if tokenizer is None else tokenizer.bos_id,
+            "eos_token_id": (stops[0] if len(stops) == 1 else stops) if stops else None,
+            "pad_token_id": None if tokenizer is None else tokenizer.pad_id}
+
+
+def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, chat_template: str | None = None,
+            stop_token_ids: list[int] | None = None, add_bos: bool | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` that ``transformers`` loads with ``from_pretrained``.
 
     A tied ``lm_head.weight`` is not stored (HF re-ties it from ``tie_word_embeddings``). With ``tokenizer`` (a
@@ -789,6 +835,11 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     ``tokenizer_config.json`` (its special tokens, and ``chat_template`` when given), and ``config.json`` its
     bos / eos / pad ids: a complete model folder for ``transformers.AutoTokenizer`` and for attnkit's
     ``finetune --from`` / :func:`attnkit.interop.load.load_model`. ``chat_template`` needs ``tokenizer``.
+    A model's prompting conventions (``load(run).stop_ids`` / ``.add_bos``, what a fine-tune records in its
+    ``prompting``): ``stop_token_ids`` writes ``generation_config.json`` (``eos_token_id``: those ids, a list when
+    several, so ``transformers``' ``generate`` stops at ``<|im_end|>`` too); ``add_bos`` (needs ``tokenizer``) writes
+    ``add_bos_token`` into ``tokenizer_config.json``, and when true makes ``tokenizer.json`` put ``<bos>`` first,
+    as ``AutoTokenizer`` then does (and ``generation_config.json`` gets the bos id).
     ``folder`` must be new, empty, or an earlier ``save_hf`` export (which is replaced); any other model or
     tokenizer files in it, or a checkpoint folder, raise ``ValueError`` and nothing is written. Returns the folder.
     """
@@ -797,8 +848,14 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     if chat_template is not None and tokenizer is None:
         raise ValueError("save_hf(chat_template=) needs tokenizer= too (the template goes into "
                          "tokenizer_config.json), got tokenizer=None")
+    if add_bos is not None and tokenizer is None:
+        raise ValueError(f"save_hf(add_bos=) needs tokenizer= too (add_bos_token goes into tokenizer_config.json), "
+                         f"got add_bos={add_bos!r} and tokenizer=None")
     hf_cfg, state = state_dict_to_hf(model, include_tied=False)
-    files = {} if tokenizer is None else _tokenizer_files(tokenizer, chat_template)
+    files = {} if tokenizer is None else _tokenizer_files(tokenizer, chat_template, add_bos)
+    if stop_token_ids is not None or add_bos is not None:
+        generation = _generation_config(stop_token_ids, tokenizer, hf_cfg["vocab_size"])
+        files["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
     folder = Path(folder)
     _check_export_folder(folder, tuple(files))
     if tokenizer is not None:

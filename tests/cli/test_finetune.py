@@ -388,3 +388,71 @@ def test_tokenizer_flag_only_for_hf_folders(pretrained, corpus, tmp_path, capsys
     tok_file = pretrained["hf"] / "tokenizer.json"
     assert _finetune(pretrained["ckpt"], corpus, tmp_path / "o", "--tokenizer", str(tok_file), "--steps", "2") == 2
     assert "--tokenizer only applies to a Hugging Face folder" in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------------
+# refusals a practitioner met
+# -------------------------------------------------------------------------------------------------
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_an_out_at_the_from_folder_is_refused_before_any_work(pretrained, corpus, tmp_path, capsys):
+    """Was: `finetune --from X --out X` (X a Hugging Face folder) wrote the run among X's files, and a later
+    `--from X` loaded the run instead of the model."""
+    import shutil
+
+    src = tmp_path / "models" / "hf"
+    shutil.copytree(pretrained["hf"], src)
+    before = _tree(tmp_path)
+    for out, where in ((src, "is"), (src / "run", "is inside"), (tmp_path / "models", "contains")):
+        capsys.readouterr()
+        assert _finetune(src, corpus, out, "--steps", "1") == 2
+        err = capsys.readouterr().err
+        assert f"--out {out} {where} the --from folder {src}: the run would write among the source model's " \
+               f"files" in err and "Traceback" not in err
+        assert _tree(tmp_path) == before
+
+
+def test_a_block_size_beyond_the_models_context_is_refused(pretrained, corpus, tmp_path, capsys):
+    """Was: a RoPE model (context 64) fine-tuned silently on 128-token windows, while the run's block_size and
+    the HF export's max_position_embeddings stayed 64."""
+    for src in (pretrained["hf"], pretrained["ckpt"]):
+        capsys.readouterr()
+        assert _finetune(src, corpus, tmp_path / "run", "--steps", "1", "--block-size", "128") == 2
+        assert "--block-size must be <= the model's context length = 64 (its block_size; a Hugging Face folder's " \
+               "max_position_embeddings), got 128" in capsys.readouterr().err
+    assert _finetune(pretrained["hf"], corpus, tmp_path / "run", "--steps", "1", "--block-size", "64") == 0
+
+
+def test_resume_messages_name_finetune_flags_and_lora_targets_compare_as_a_set(pretrained, corpus, tmp_path, capsys):
+    """Was: the resume refusal said "--stop-at-loss ... may change", a flag finetune refuses; `--set dropout` on
+    resume got the trainer's list of train lm's fields; and `--lora-targets` given in another order was refused."""
+    out = tmp_path / "run"
+    assert _finetune(pretrained["hf"], corpus, out, "--lora", "--lora-targets", "out_proj", "qkv_proj",
+                     "--steps", "2") == 0
+    for flags, said in ((["--lr", "1"], "--lr 0.001, got 1.0"), (["--set", "dropout=0.1"], "--set dropout=0.0, got "
+                                                                                            "dropout=0.1")):
+        capsys.readouterr()
+        assert main(["finetune", "--resume", "--out", str(out), "--steps", "3", "--no-progress", *flags]) == 2
+        err = capsys.readouterr().err
+        assert f"--resume: the run was trained with {said} (a resumed run keeps its settings; only --steps, " \
+               f"--max-time and --device may change)" in err and "stop-at-loss" not in err
+    assert main(["finetune", "--resume", "--out", str(out), "--steps", "3", "--no-progress",
+                 "--lora-targets", "qkv_proj", "out_proj"]) == 0
+    assert load(out).extra["lora"]["targets"] == ["out_proj", "qkv_proj"]
+    assert main(["finetune", "--resume", "--out", str(out), "--steps", "4", "--lora-targets", "qkv_proj"]) == 2
+    assert "--lora-targets must stay ['out_proj', 'qkv_proj'] (the run's), got ['qkv_proj']" in capsys.readouterr().err
+
+
+def test_too_little_data_is_named_in_the_users_terms(pretrained, tmp_path, capsys):
+    """Was: "train_tokens must hold at least block_size + 1 = 33 tokens, got 3" (the task's internal names)."""
+    small = tmp_path / "small.txt"
+    for text, split in (("A cat.\n", "train"), ("A cat runs at night.\n" * 20, "valid")):
+        small.write_text(text, encoding="utf-8")
+        capsys.readouterr()
+        assert _finetune(pretrained["hf"], small, tmp_path / "run", "--steps", "1") == 2
+        err = capsys.readouterr().err
+        assert f"--data {small}: the {split} split holds " in err and "tokens (in the model's tokenizer), expected " \
+               "at least --block-size + 1 = 33: give more text or a smaller --block-size" in err

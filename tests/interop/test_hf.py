@@ -567,6 +567,41 @@ def test_save_hf_with_tokenizer_is_a_folder_attnkit_and_transformers_load(tmp_pa
     assert "chat_template" not in json.loads((folder / "tokenizer_config.json").read_text())
 
 
+def test_save_hf_keeps_the_stop_ids_and_the_bos_convention(tmp_path):
+    """Was: save_hf had no way to export a run's ``prompting``: generation_config.json was not written, so
+    transformers' generate stopped only at ``<eos>`` (not at the other end-of-turn ids the run stops at), and a
+    model whose prompts start with ``<bos>`` was exported without ``add_bos_token`` (AutoTokenizer added none)."""
+    from attnkit.interop.load import load_model
+
+    tok = _bpe_tokenizer()
+    model = build_model(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_kv_head=1,
+                                  n_embd=16, ffn_hidden=32, activation="swiglu", norm="rmsnorm", bias=False,
+                                  position="rope"))
+    stops = [tok.eos_id, tok.token_to_id("<|endoftext|>")]
+    folder = save_hf(model, tmp_path / "export", tokenizer=tok, stop_token_ids=stops, add_bos=True)
+    generation = transformers.GenerationConfig.from_pretrained(str(folder))
+    assert (generation.eos_token_id, generation.bos_token_id, generation.pad_token_id) == (stops, tok.bos_id,
+                                                                                           tok.pad_id)
+    assert transformers.AutoModelForCausalLM.from_pretrained(str(folder)).generation_config.eos_token_id == stops
+    assert json.loads((folder / "tokenizer_config.json").read_text())["add_bos_token"] is True
+    text = "the cat sat."
+    assert transformers.AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"] == [tok.bos_id, *tok.encode(text)]
+    loaded = load_model(str(folder))  # attnkit reads the convention back, and its encode adds no <bos> itself
+    assert loaded.add_bos is True and loaded.tokenizer.encode(text) == tok.encode(text)
+    save_hf(model, folder, tokenizer=tok, stop_token_ids=stops[:1], add_bos=False)  # the earlier export, replaced
+    assert transformers.GenerationConfig.from_pretrained(str(folder)).eos_token_id == tok.eos_id
+    assert transformers.AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"] == tok.encode(text)
+    assert load_model(str(folder)).add_bos is False
+    with pytest.raises(ValueError, match=r"stop_token_ids=\) must be a non-empty list of token ids in \[0, \d+\), "
+                                         r"got \[1, 100000\]"):
+        save_hf(model, tmp_path / "a", tokenizer=tok, stop_token_ids=[1, 100000])
+    with pytest.raises(ValueError, match=r"add_bos=\) needs tokenizer= too .*got add_bos=True and tokenizer=None"):
+        save_hf(model, tmp_path / "a", add_bos=True)
+    assert not (tmp_path / "a").exists()
+    folder = save_hf(model, tmp_path / "b", stop_token_ids=stops)  # stop ids alone: no tokenizer files
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+
+
 def test_save_hf_tokenizer_refusals_write_nothing(tmp_path):
     from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 
