@@ -12,7 +12,8 @@ and checkpoint folders are read by :func:`attnkit.checkpoints.load`; this module
 A GGUF file's model keeps its own prompting conventions, as :func:`load_named` does: ``<bos>`` in front of prompts
 when the file says ``tokenizer.ggml.add_bos_token``, and the end-of-turn tokens its vocabulary has as stop ids.
 A Hugging Face folder's prompts start with ``<bos>`` as transformers tokenizes them (``tokenizer_config.json``'s
-``add_bos_token``, else ``tokenizer.json``'s post-processor), and generation stops at its ``<eos>``.
+``add_bos_token``, else ``tokenizer.json``'s post-processor), and generation stops where transformers' stops: at
+``generation_config.json``'s ``eos_token_id`` (one id or several), else at the tokenizer's ``<eos>``.
 
 Pickled weights (``.pt``, ``.bin`` …) are always refused, also a Hugging Face folder whose weights are only
 ``pytorch_model.bin``: unpickling can run arbitrary code, so what a user hands over is read as safetensors or
@@ -66,11 +67,32 @@ def load_model(source: str, *, tokenizer_file: str | None = None, progress: bool
     return _load_source(source, tokenizer_file=tokenizer_file, progress=progress)
 
 
-def _loaded(model: Any, tokenizer: Any, template: str | None, description: str,
-            add_bos: bool = False) -> LoadedModel:
-    """An HF folder's model: stops at the tokenizer's ``<eos>``; prompts start with ``<bos>`` when ``add_bos``."""
-    stop = [tokenizer.eos_id] if tokenizer.eos_id is not None else None
+def _loaded(model: Any, tokenizer: Any, template: str | None, description: str, add_bos: bool = False,
+            stop: list[int] | None = None) -> LoadedModel:
+    """An HF folder's model: stops at ``stop`` (default the tokenizer's ``<eos>``); prompts start with ``<bos>`` when
+    ``add_bos``."""
+    if stop is None:
+        stop = [tokenizer.eos_id] if tokenizer.eos_id is not None else None
     return LoadedModel(model, tokenizer, template, template, stop, add_bos, description)
+
+
+def _stop_ids(tokenizer: Any, folder: Path) -> list[int] | None:
+    """Where generation stops, as transformers' ``generate`` does for the folder: ``generation_config.json``'s
+    ``eos_token_id`` (an id or a list of ids: Llama 3, SmolLM2 and :func:`~attnkit.interop.hf.save_hf` exports with
+    ``stop_token_ids`` list their end-of-turn tokens there), else the tokenizer's ``<eos>`` (``None``: nothing)."""
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return None
+    cfg = read_json_file(path, lambda err: ValueError(f"{path} is not UTF-8 JSON: {err}"))
+    eos = cfg.get("eos_token_id") if isinstance(cfg, dict) else None
+    ids = [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids) \
+            or not all(0 <= i < tokenizer.vocab_size for i in ids):
+        raise ValueError(f"{path}: eos_token_id must be a token id or a list of ids in [0, {tokenizer.vocab_size}) "
+                         f"(the tokenizer's), got {eos!r}")
+    return list(dict.fromkeys(ids)) or None
 
 
 def _adds_bos(tokenizer: Any, folder: Path) -> bool:
@@ -201,7 +223,8 @@ def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bo
         # the tokenizer before the weights (minutes for a large model); a missing --tokenizer FILE is named as such
         tok, template = _load_tokenizer_file(tok_path, path)
         model = from_hf(path)
-        return _loaded(model, tok, template, f"Hugging Face folder {path}", _adds_bos(tok, path))
+        return _loaded(model, tok, template, f"Hugging Face folder {path}", _adds_bos(tok, path),
+                       _stop_ids(tok, path))
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         _refuse_pickle(path / pickles[0])

@@ -191,3 +191,22 @@ def test_prompts_start_with_bos_as_transformers_tokenizes_them(tmp_path, flag):
     tok.backend.post_processor = None
     tok.backend.save(str(plain / "tokenizer.json"))
     assert load_model(str(plain)).add_bos is False  # no post-processor, no flag: as before
+
+
+def test_an_hf_folder_stops_where_its_generation_config_says(tmp_path):
+    """Was: an HF folder loaded with its tokenizer's <eos> as the only stop id, though its generation_config.json
+    (Llama 3, SmolLM2, a save_hf export with stop_token_ids) lists more: sample and finetune --from then ran past
+    <|im_end|> where transformers' generate stops."""
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                             bos="<|im_start|>", eos="<|im_end|>", pad="<|endoftext|>")
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    stops = [tok.token_to_id("<|endoftext|>"), tok.eos_id]
+    folder = save_hf(model, tmp_path / "hf", tokenizer=tok, stop_token_ids=stops)
+    assert load_model(str(folder)).stop_ids == stops
+    save_hf(model, tmp_path / "plain", tokenizer=tok)  # no generation_config.json: the tokenizer's <eos>
+    assert load_model(str(tmp_path / "plain")).stop_ids == [tok.eos_id]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 10**6]}))
+    with pytest.raises(ValueError, match=r"generation_config.json: eos_token_id must be a token id or a list of ids "
+                                         r"in \[0, \d+\) \(the tokenizer's\), got \[2, 1000000\]"):
+        load_model(str(folder))
