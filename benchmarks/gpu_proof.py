@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import statistics
@@ -280,15 +281,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--record", action="store_true", help="write benchmarks/records/gpu/gpu_proof.md "
                    "(gpu-proof section) and benchmarks/records/gpu/gpu_proof.json")
-    p.add_argument("--work", type=Path, default=None, help="folder for the runs (default: a temporary folder)")
+    p.add_argument("--work", default=None, help="folder for the runs (default: a temporary folder)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.work is not None:  # an empty one is the current folder: the runs would land in it
+        if not args.work.strip():
+            build_parser().error(f"argument --work: expected a folder name, got {args.work!r}")
+        args.work = Path(args.work)
     try:
-        if args.minutes <= 0 or args.steps < 1:
+        if not 0 < args.minutes < math.inf or args.steps < 1:  # NaN is refused too
             raise ValueError(f"--minutes must be > 0 and --steps >= 1, got {args.minutes} and {args.steps}")
+        if args.peak_tflops is not None and not 0 < args.peak_tflops < math.inf:  # 0 read as "not given"
+            raise ValueError(f"--peak-tflops must be a number > 0, got {args.peak_tflops}")
         if not args.dry_run and not args.data.is_file():
             raise ValueError(f"--data {args.data}: no such file (the Tiny Shakespeare text)")
         if not args.dry_run:

@@ -57,6 +57,17 @@ def path_flag(text: str) -> Path:
     return Path(text)
 
 
+def out_file_flag(text: str) -> Path:
+    """``type=`` of a flag naming a file a script writes at the end (``--json``): :func:`path_flag`, and a folder or
+    a file in a folder that does not exist refused now, not after the measurements (they would be lost)."""
+    path = path_flag(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file name, got the folder {text!r}")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"no such folder {str(path.parent)!r} to write {path.name!r} in")
+    return path
+
+
 def loadavg() -> list[float] | None:
     """The 1/5/15-minute load averages (``None`` where ``/proc/loadavg`` does not exist)."""
     try:

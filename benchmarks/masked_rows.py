@@ -23,11 +23,11 @@ import argparse
 import datetime
 import json
 import sys
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from benchmarks.harness import out_file_flag
 
 
 def _dtype(device: str) -> torch.dtype:
@@ -96,10 +96,18 @@ def attnkit_case(device: str) -> dict:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--json", type=Path, default=None, help="write the cases here")
+    p.add_argument("--json", type=out_file_flag, default=None, help="write the cases here")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this machine has no CUDA device")
+    from attnkit.training.device import resolve_device
+
+    try:  # an unknown name or a GPU this machine lacks: one line, not torch's RuntimeError
+        device = resolve_device(args.device)
+    except ValueError as err:
+        p.error(f"--device: {err}")
+    if args.device.strip().lower() == "auto":  # torch has no "auto": the device it stands for
+        args.device = str(device)
     rows = [encoder_case(args.device, False), encoder_case(args.device, True), *sdpa_cases(args.device),
             attnkit_case(args.device)]
     for row in rows:

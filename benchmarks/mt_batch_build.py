@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import out_file_flag  # noqa: E402
+
 
 def _cpu_name() -> str:
     """The CPU model as ``/proc/cpuinfo`` names it (``platform.machine()`` where there is none)."""
@@ -47,23 +49,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", default="4096,16384", help="comma-separated token budgets per batch")
     p.add_argument("--multiples", default="1,8", help="comma-separated shape multiples (1 = ordinary batches)")
     p.add_argument("--batches", type=int, default=200, help="batches timed per setting")
-    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--json", type=out_file_flag, default=None, help="write the results here")
     args = p.parse_args(argv)
     if args.batches < 1:
         p.error(f"--batches must be >= 1, got {args.batches}")
+    if args.max_len < 2:
+        p.error(f"--max-len must be >= 2 (one token plus <bos>/<eos>), got {args.max_len}")
+    lists = {}
+    for flag, text in (("--tokens", args.tokens), ("--multiples", args.multiples)):
+        try:
+            lists[flag] = [int(t) for t in text.split(",")]
+        except ValueError:
+            lists[flag] = []
+        if not lists[flag] or min(lists[flag]) < 1:
+            p.error(f"{flag}: expected comma-separated integers >= 1, got {text!r}")
+    budgets, multiples = lists["--tokens"], lists["--multiples"]
 
     from attnkit.data.corpora.parallel import resolve_parallel_data
     from attnkit.data.tokenizers.tokenizer import load_tokenizer
     from attnkit.training.mt_task import MTTask
 
-    source, _ = resolve_parallel_data(args.data)
-    tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
-    budgets = [int(t) for t in args.tokens.split(",")]
-    base = MTTask.from_data(source, tokenizer=tokenizer, vocab_size=args.vocab_size, max_len=args.max_len,
-                            max_tokens=max(budgets))
+    try:  # a missing file or a bad --vocab-size: one line, before any batch is timed
+        tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
+        source, _ = resolve_parallel_data(args.data)
+        base = MTTask.from_data(source, tokenizer=tokenizer, vocab_size=args.vocab_size, max_len=args.max_len,
+                                max_tokens=max(budgets))
+    except (ValueError, OSError) as err:
+        p.error(str(err))
     results = []
     for budget in budgets:
-        for multiple in (int(m) for m in args.multiples.split(",")):
+        for multiple in multiples:
             task = MTTask(base.train, base.valid, max_tokens=budget, seed=0, shape_multiple=multiple)
             task.batch("train", 0)  # the first call builds the corpus's flat arrays
             times = []

@@ -243,6 +243,12 @@ def main() -> int:
                    help="check the evaluation part on the first N sentences only (not a benchmark figure: the record "
                         "goes to --out, not benchmarks/records)")
     args = p.parse_args()
+    if not 0 < args.minutes < float("inf"):  # NaN is refused too
+        p.error(f"--minutes must be a number > 0, got {args.minutes:g}")
+    for flag, value in (("--threads", args.threads), ("--upsample-dictionary", args.upsample_dictionary),
+                        ("--eval-batch-size", args.eval_batch_size), ("--smoke", args.smoke)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be >= 1, got {value}")
     out = args.out or ROOT / "runs" / f"bench-mt-de-en-{time.strftime('%Y%m%d-%H%M%S')}"
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     sampler = LoadSampler()

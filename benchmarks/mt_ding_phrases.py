@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
 
 from attnkit.data.corpora.de_en import _DING_ANNOTATION, _is_sentence, ding_entries, ding_part, remove_overlap  # noqa: E402
 from attnkit.data.corpora.parallel import normalize_text, read_tsv, write_tsv  # noqa: E402
+from benchmarks.harness import out_file_flag  # noqa: E402
 
 Pair = tuple[str, str]
 # What a headword carries besides its words: <comparative forms>, (usage notes) and /ABBR/ abbreviations.
@@ -69,7 +70,7 @@ def ding_phrases(lines, held_out=()) -> list[Pair]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("out", type=Path, help="the TSV to write (train.tsv + the phrase pairs, shuffled)")
+    p.add_argument("out", type=out_file_flag, help="the TSV to write (train.tsv + the phrase pairs, shuffled)")
     args = p.parse_args(argv)
     from attnkit.data.fetch import dpkg_extract
     from attnkit.data.corpora.registry import prepare

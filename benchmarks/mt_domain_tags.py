@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import path_flag  # noqa: E402
+
 TAGS = {"natural": "xxnat", "docs": "xxdoc"}
 # split file of the prepared folder -> the tag its sources get (train: by membership in in-domain.tsv)
 EVAL_SPLITS = {"valid": "natural", "test": "natural", "test-docs": "docs"}
@@ -83,13 +85,19 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write the tagged splits into a folder")
-    w.add_argument("dest", type=Path)
+    w.add_argument("dest", type=path_flag)
     e = sub.add_parser("evaluate", help="choose checkpoint and decoding on valid, then score test and test-docs")
-    e.add_argument("run", type=Path)
+    e.add_argument("run", type=path_flag)
     e.add_argument("valid")
     e.add_argument("test")
     e.add_argument("test_docs")
     args = p.parse_args()
+    if args.command == "evaluate":  # checked before the evaluations, not at the end of them
+        if not (args.run / "summary.json").is_file():
+            e.error(f"run: {str(args.run)!r} is no finished `attnkit train mt` run folder (no summary.json)")
+        for name in ("valid", "test", "test_docs"):
+            if not Path(getattr(args, name)).exists():
+                e.error(f"{name}: no such file {getattr(args, name)!r}")
     if args.command == "write":
         from attnkit.data.corpora.registry import prepare
 

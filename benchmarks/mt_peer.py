@@ -318,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--side-by-side needs two CPUs, this process may use {len(cpus)}")
     if args.upsample_dictionary < 1:
         p.error(f"--upsample-dictionary must be >= 1, got {args.upsample_dictionary}")
+    if not 0 < args.minutes < float("inf"):  # NaN is refused too
+        p.error(f"--minutes must be a number > 0, got {args.minutes:g}")
+    for flag, value in (("--threads", args.threads), ("--smoke-steps", args.smoke_steps),
+                        ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:  # before the work folder is made
+            p.error(f"{flag} must be >= 1, got {value}")
     out = args.out or ROOT / "runs" / f"bench-mt-peer-{time.strftime('%Y%m%d-%H%M%S')}"
     if out.exists():
         p.error(f"--out {out} already exists: choose another folder")

@@ -64,25 +64,32 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.checkpoints import load
     from benchmarks.harness import run_header
 
-    rows = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    state = json.loads((args.run / "run.json").read_text())
-    cfg = state["train_config"]
+    from attnkit.data.corpora.parallel import resolve_parallel_data
+
+    if not args.run.is_dir():
+        p.error(f"run: no such run folder {str(args.run)!r}")
+    try:  # not a finished `train mt` run, or its data gone: one line, before anything is timed
+        rows = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        state = json.loads((args.run / "run.json").read_text())
+        if not any("tokens_per_s" in r for r in rows):
+            raise ValueError(f"{args.run / 'metrics.jsonl'} holds no training log: is the run finished?")
+        loaded = load(args.run, expect_kind="mt")
+        cfg = state["train_config"]
+        model, tokenizer, ck = loaded.model, loaded.tokenizer, loaded.state
+        opts = ck["extra"]["mt_options"]
+        data = ck["extra"]["data"]
+        source, _ = resolve_parallel_data(data)
+        valid = opts.get("valid")
+        valid_source = resolve_parallel_data(valid)[0] if valid else None
+        task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, max_len=opts["max_len"],
+                                bleu=True, max_tokens=opts["max_tokens"], seed=cfg["seed"],
+                                bleu_sentences=opts["bleu_sentences"])
+    except (ValueError, OSError) as err:
+        p.error(str(err))
     eval_steps = {r["step"] for r in rows if "valid_loss" in r}
     split = wall_clock_split(rows, eval_steps)
     n_steps = max(r["step"] for r in rows)
 
-    loaded = load(args.run, expect_kind="mt")
-    model, tokenizer, ck = loaded.model, loaded.tokenizer, loaded.state
-    opts = ck["extra"]["mt_options"]
-    data = ck["extra"]["data"]
-    from attnkit.data.corpora.parallel import resolve_parallel_data
-
-    source, _ = resolve_parallel_data(data)
-    valid = opts.get("valid")
-    valid_source = resolve_parallel_data(valid)[0] if valid else None
-    task = MTTask.from_data(source, valid=valid_source, tokenizer=tokenizer, max_len=opts["max_len"],
-                            bleu=True, max_tokens=opts["max_tokens"], seed=cfg["seed"],
-                            bleu_sentences=opts["bleu_sentences"])
     t0 = time.perf_counter()
     for i in range(args.batches):
         task.batch("train", i)

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import out_file_flag  # noqa: E402
+
 
 def parse_pairs_spec(spec: str) -> tuple[str, Path, str | None, int | None, int | None]:
     """``NAME=PATH[:START:COUNT]`` or ``NAME=PATH:sample:COUNT`` -> (name, path, mode, start, count)."""
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of sample:COUNT (default 0)")
     p.add_argument("--max-tokens", type=int, default=2048, help="padded tokens per evaluation batch (default 2048)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", type=Path, default=None, help="also write the losses here")
+    p.add_argument("--json", type=out_file_flag, default=None, help="also write the losses here")
     args = p.parse_args(argv)
     try:
         specs = [parse_pairs_spec(s) for s in args.pairs]
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, path, *_ in specs:
         if not path.is_file():
             p.error(f"--pairs {name}: no such file {path}")
+    for flag, value in (("--max-tokens", args.max_tokens), ("--threads", args.threads)):
+        if value < 1:
+            p.error(f"{flag} must be >= 1, got {value}")
 
     import torch
 
@@ -72,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.checkpoints import load
 
     torch.set_num_threads(args.threads)
-    loaded = load(args.ckpt, expect_kind="mt")
+    try:  # a missing or wrong checkpoint: one line
+        loaded = load(args.ckpt, expect_kind="mt")
+    except (ValueError, OSError) as err:
+        p.error(f"--ckpt: {err}")
     model, tokenizer, state = loaded.model, loaded.tokenizer, loaded.state
     max_len = state["model_config"]["max_len"]
     rows = []

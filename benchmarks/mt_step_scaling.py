@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import out_file_flag  # noqa: E402
 from benchmarks.mt_de_en import LoadSampler  # noqa: E402
 
 
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         "default), fixed (eager on fixed-shape batches, widths rounded to 8: the padding that "
                         "--cuda-graphs costs), graphs (train mt --cuda-graphs), compile (train mt --compile)")
     p.add_argument("--adamw-impl", choices=("auto", "fused", "foreach", "for_loop"), default="auto")
-    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--json", type=out_file_flag, default=None, help="write the results here")
     args = p.parse_args(argv)
 
     import torch
@@ -138,13 +139,16 @@ def main(argv: list[str] | None = None) -> int:
         get_preset(args.preset, max_len=args.max_len, **overrides)
     except ValueError as err:
         p.error(str(err))
-    device = resolve_device(args.device)
-    source, _ = resolve_parallel_data(args.data)
-    valid = None if args.valid is None else resolve_parallel_data(args.valid, flag="--valid")[0]
-    t0 = time.perf_counter()
-    tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
-    base = MTTask.from_data(source, valid=valid, tokenizer=tokenizer, vocab_size=args.vocab_size,
-                            max_len=args.max_len, max_tokens=max(budgets))
+    try:  # a bad device, a missing file or a bad --vocab-size: one line, before any training
+        device = resolve_device(args.device)
+        source, _ = resolve_parallel_data(args.data)
+        valid = None if args.valid is None else resolve_parallel_data(args.valid, flag="--valid")[0]
+        t0 = time.perf_counter()
+        tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
+        base = MTTask.from_data(source, valid=valid, tokenizer=tokenizer, vocab_size=args.vocab_size,
+                                max_len=args.max_len, max_tokens=max(budgets))
+    except (ValueError, OSError) as err:
+        p.error(str(err))
     print(f"data encoded in {time.perf_counter() - t0:.0f} s: {len(base.train):,} train pairs", flush=True)
     V = base.tokenizer.vocab_size
     config = get_preset(args.preset, src_vocab_size=V, tgt_vocab_size=V, max_len=args.max_len,

@@ -261,6 +261,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default=None, help="record name (default: the mode)")
     args = p.parse_args(argv)
+    if args.mode == "generate":  # checked before the calls: fewer calls than --sample-every leave no sample
+        for flag, value in (("--calls", args.calls), ("--sample-every", args.sample_every),
+                            ("--new-tokens", args.new_tokens)):
+            if value < 1:
+                p.error(f"{flag} must be >= 1, got {value}")
+        if args.sample_every > args.calls:
+            p.error(f"--sample-every must be <= --calls, got {args.sample_every} and {args.calls}")
+    elif args.mode != "report":
+        for flag, value in (("--minutes", args.minutes), ("--every", args.every)):
+            if not 0 < value < float("inf"):  # NaN is refused too
+                p.error(f"{flag} must be a number > 0, got {value:g}")
+    if args.name is not None and (not args.name.strip() or "/" in args.name):  # the record is RECORDS/<name>.json
+        p.error(f"--name: expected a file name stem, got {args.name!r}")
     RECORDS.mkdir(parents=True, exist_ok=True)
     if args.mode == "report":
         report(["lm", "mt", "generate"])

@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import path_flag  # noqa: E402
+
 UNITS = {"K": 10**3, "M": 10**6, "G": 10**9}
 
 OURS = """
@@ -314,7 +316,7 @@ def render(record: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="10M,100M", help="comma-separated corpus sizes (decimal K/M/G bytes)")
-    p.add_argument("--work", type=Path, default=Path("/tmp/token-store-bench"), help="where corpora are written")
+    p.add_argument("--work", type=path_flag, default=Path("/tmp/token-store-bench"), help="where corpora are written")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", type=int, default=8192, help="vocabulary of the BPE tokenizer file")
     p.add_argument("--recipes-home", type=Path, default=None, help="cache of the recipes (default $ATTNKIT_HOME)")
@@ -329,10 +331,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds-max", type=parse_size, default=parse_size("100M"), help="larger sizes: one round")
     p.add_argument("--skip", default="", help="'reused': skip the second char run")
     p.add_argument("--mt-pairs", type=int, default=0, help="also translation pairs in memory and in a store")
-    p.add_argument("--record", type=Path, default=None, help="write RECORD.json and RECORD.md")
+    p.add_argument("--record", type=path_flag, default=None, help="write RECORD.json and RECORD.md")
     args = p.parse_args(argv)
-    args.hf_num_proc = [int(x) for x in args.hf_num_proc.split(",")]
-    sizes = [(s.strip(), parse_size(s)) for s in args.sizes.split(",") if s.strip()]  # "" = none (--mt-pairs only)
+    text = args.hf_num_proc
+    try:
+        args.hf_num_proc = [int(x) for x in text.split(",")]
+    except ValueError:
+        args.hf_num_proc = [-1]
+    if min(args.hf_num_proc) < 0:
+        p.error(f"--hf-num-proc: expected comma-separated integers >= 0, got {text!r}")
+    try:
+        sizes = [(s.strip(), parse_size(s)) for s in args.sizes.split(",") if s.strip()]  # "" = none (--mt-pairs only)
+    except ValueError as err:
+        p.error(f"--sizes: {err}")
+    if not sizes and not args.mt_pairs:
+        p.error("nothing to measure: give --sizes or --mt-pairs")
+    for flag, value, least in (("--rounds", args.rounds, 1), ("--mt-pairs", args.mt_pairs, 0)):
+        if value < least:
+            p.error(f"{flag} must be >= {least}, got {value}")
+    if args.vocab < 257:  # checked now, not after the recipes are prepared
+        p.error(f"--vocab must be >= 257 (256 bytes + <|endoftext|>), got {args.vocab}")
+    unknown = sorted(set(args.phases.split(",")) - {"train", "baseline", "tokenize"})
+    if unknown:
+        p.error(f"--phases: unknown {unknown}; choose from train, baseline, tokenize")
     if not Path("/usr/bin/time").exists():
         raise SystemExit("needs /usr/bin/time (GNU time) for the peak RSS")
     args.work.mkdir(parents=True, exist_ok=True)
