@@ -7,7 +7,9 @@
 ``evaluate_lm`` runs the model over the whole validation split in non-overlapping windows of the model's block
 size (every token predicted once, :func:`attnkit.data.pipeline.lm_dataset.eval_batches`), or over ``max_batches``
 batches spread evenly over it, and reports the mean cross-entropy and ``exp`` of it (perplexity). The split is the
-one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer.
+one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer; for a
+``finetune`` run, the one it used: its documents each followed by ``<eos>`` (after ``<bos>`` where the model wants
+one), as :func:`attnkit.data.pipeline.documents.prepare_finetune_data` encodes them.
 
 ``evaluate_mt`` translates the sources of a split (recipe name or prepared folder + ``split``, a TSV file, or
 ``SRC_FILE,TGT_FILE``; the other way round for a model trained with ``reverse``) with beam search (``beam=1`` =
@@ -172,7 +174,14 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     train_block = (loaded.state.get("train_config") or {}).get("block_size")
     if isinstance(train_block, int) and 1 <= train_block <= T:
         T = train_block  # evaluate at the context length the model was trained with
-    valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split
+    extra = loaded.state.get("extra") or {}
+    if extra.get("task") == "finetune":  # its valid split: documents, each ending with <eos> (after <bos>), as tuned
+        from attnkit.data.pipeline.documents import prepare_finetune_data
+
+        valid = prepare_finetune_data(o.data, loaded.tokenizer, extra.get("documents") or "auto",
+                                      add_bos=loaded.add_bos)[1]
+    else:
+        valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split
     if len(valid) < T + 1:  # (check_block_length's advice, a smaller block_size, is no option of eval lm)
         raise ValueError(f"the valid split of {o.data!r} (a text file's last 10%) has {len(valid)} tokens, but this "
                          f"model reads windows of {T} and needs at least {T + 1}: give more text")

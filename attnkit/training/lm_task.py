@@ -204,19 +204,28 @@ def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
     """Mean next-token cross-entropy over all positions, and the number of positions.
 
     ``max_id``: a bound on the target ids known on the host, checked against the vocabulary instead of the
-    batch's largest id (None: read ``y.max()``, which waits for the device when the batch is on a GPU).
+    batch's largest id (None: read ``y``'s smallest and largest ids, which waits for the device when the batch is
+    on a GPU). Targets that are not integer ids of ``x``'s shape, or ids outside ``[0, V)`` (``-100`` too:
+    ``cross_entropy`` would leave it out of the mean, yet it counts in the positions) raise ``ValueError``.
 
     Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss.
     """
     x, y = batch
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype.is_floating_point or y.dtype.is_complex \
+            or y.dtype == torch.bool:
+        got = f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(f"targets y must be integer token ids of x's shape (B, T) = {tuple(x.shape)}, got {got}")
     logits = model(x)
     if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != x.shape:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
     V = logits.shape[-1]
-    y_max = int(y.max()) if max_id is None else max_id
-    if y_max >= V:
-        raise ValueError(f"target token id {y_max} is outside the model's vocabulary [0, {V})")
+    # a negative id (-100, cross_entropy's ignore_index) would be dropped from the mean but counted in y.numel()
+    y_min, y_max = (int(v) for v in torch.aminmax(y)) if max_id is None else (0, max_id)
+    if y_min < 0 or y_max >= V:
+        raise ValueError(f"target token id {y_min if y_min < 0 else y_max} is outside the model's vocabulary "
+                         f"[0, {V})")
+    y = y.long()
     # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.
     loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))  # (B*T, V) vs (B*T,)
     return loss, y.numel()

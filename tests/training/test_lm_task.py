@@ -122,6 +122,29 @@ def test_token_outside_vocabulary(token_streams):
         task.loss(lambda inp: torch.randn(2, 8, 16), (x, y))
 
 
+@pytest.mark.parametrize("bad, message", [
+    (-100, r"target token id -100 is outside the model's vocabulary \[0, 16\)"),  # was: left out of the mean,
+    (-1, r"target token id -1 is outside the model's vocabulary \[0, 16\)"),  # counted in n; was: IndexError
+])
+def test_negative_target_ids_are_refused_not_dropped_from_the_mean(bad, message, tiny_lm):
+    from attnkit.training.lm_task import mean_token_loss, next_token_loss
+
+    x, y = torch.randint(0, 16, (2, 8)), torch.randint(0, 16, (2, 8))
+    y[0, :4] = bad
+    with pytest.raises(ValueError, match=message):
+        mean_token_loss(tiny_lm(vocab_size=16), [(x, y)], next_token_loss)
+
+
+@pytest.mark.parametrize("y, got", [(torch.zeros(2, 7, dtype=torch.long), r"\(2, 7\) torch.int64"),
+                                    (torch.zeros(2, 8), r"\(2, 8\) torch.float32")])
+def test_targets_of_another_shape_or_dtype_are_refused(y, got):
+    from attnkit.training.lm_task import next_token_loss
+
+    with pytest.raises(ValueError, match=r"targets y must be integer token ids of x's shape \(B, T\) = \(2, 8\), got "
+                       + got):  # was: torch's own errors (a RuntimeError for the float targets)
+        next_token_loss(lambda inp: torch.randn(2, 8, 16), (torch.zeros(2, 8, dtype=torch.long), y))
+
+
 def test_state_dict_detects_different_data(token_streams):
     train, valid = token_streams
     state = LMTask(train, valid, block_size=8, batch_size=4).state_dict()
