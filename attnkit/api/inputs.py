@@ -20,11 +20,12 @@ __all__ = ["ModelText", "load_inspected", "is_seq2seq", "lm_ids", "mt_ids"]
 
 @dataclass
 class ModelText(DeviceOptions):
-    """Which model (``ckpt`` a run or checkpoint folder, or ``model`` a named pretrained model) and which text:
+    """Which model (``ckpt`` a run or checkpoint folder, or ``model`` a pretrained one: a name, a ``.gguf`` file or a
+    Hugging Face folder) and which text:
     ``text`` for a language model; ``src`` (and optionally ``tgt``, fed after ``<bos>``) for a translator."""
 
     ckpt: str | Path | None = None
-    model: str | None = None
+    model: str | Path | None = None
     text: str | None = None
     src: str | None = None
     tgt: str | None = None
@@ -33,21 +34,24 @@ class ModelText(DeviceOptions):
         super()._check()
         if (self.ckpt is None) == (self.model is None) or "" in (self.ckpt, self.model):  # "" is no folder, no name
             raise ValueError("give exactly one of ckpt (a run or checkpoint folder) and model (a named pretrained "
-                             f"model), got ckpt={self.ckpt!r}, model={self.model!r}")
+                             f"model, a .gguf file or a Hugging Face folder), got ckpt={self.ckpt!r}, "
+                             f"model={self.model!r}")
 
     @property
     def name(self) -> str:
         """How figures and pages title the model: the checkpoint folder's name, or the model's."""
-        return Path(self.ckpt).name if self.ckpt is not None else str(self.model)
+        return Path(self.ckpt).name if self.ckpt is not None else Path(self.model).name
 
 
 def load_inspected(o: ModelText) -> Any:
     """The :class:`~attnkit.checkpoints.LoadedModel` of ``o``, the model on ``o.device`` (float32)."""
     from attnkit.checkpoints import load
-    from attnkit.interop.load import load_named
+    from attnkit.interop.load import load_model, load_named
 
     device = o.resolved_device()  # a device this machine lacks fails before loading
-    loaded = load(o.ckpt) if o.ckpt is not None else load_named(o.model)
+    # a folder (Hugging Face, or an attnkit run) through load_model; a name or a .gguf file through load_named
+    loaded = (load(o.ckpt) if o.ckpt is not None
+              else load_model(str(o.model), flag="--model") if Path(o.model).is_dir() else load_named(str(o.model)))
     loaded.model = loaded.model.to(device)
     return loaded
 

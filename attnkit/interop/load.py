@@ -50,9 +50,11 @@ def _from_pretrained(model: Any, tokenizer: Any, info: Any, description: str) ->
                        info.stop_token_ids or None, bool(info.add_bos_token), description)
 
 
-def load_model(source: str, *, tokenizer_file: str | None = None, progress: bool = True) -> LoadedModel:
+def load_model(source: str, *, tokenizer_file: str | None = None, progress: bool = True,
+               flag: str = "--from") -> LoadedModel:
     """Anything ``finetune --from`` accepts: a name, a GGUF file, an attnkit run/checkpoint, a HF folder
-    (``progress=False``: no bar while GGUF weights are dequantized).
+    (``progress=False``: no bar while GGUF weights are dequantized; ``flag``: the option the messages name, e.g.
+    ``sample``'s ``--model``; only ``--from`` has a ``--tokenizer`` to suggest).
 
     Raises ``FileNotFoundError`` for a missing path and ``ValueError`` (with the reason) for anything that is
     not a loadable model: unknown names, pickles, folders of the wrong kind, HF folders without tokenizer.
@@ -64,7 +66,7 @@ def load_model(source: str, *, tokenizer_file: str | None = None, progress: bool
             raise ValueError("--tokenizer only applies to a Hugging Face folder; a named model brings its own "
                              "tokenizer")
         return load_named(source, progress=progress)
-    return _load_source(source, tokenizer_file=tokenizer_file, progress=progress)
+    return _load_source(source, tokenizer_file=tokenizer_file, progress=progress, flag=flag)
 
 
 def _loaded(model: Any, tokenizer: Any, template: str | None, description: str, add_bos: bool = False,
@@ -186,13 +188,14 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
     return BPETokenizer.from_file(path, **roles), template
 
 
-def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bool = True) -> LoadedModel:
+def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bool = True,
+                 flag: str = "--from") -> LoadedModel:
     """The model of a path (see :func:`load_model`)."""
     from attnkit.interop.pretrained import load_pretrained, pretrained_names
 
     path = Path(source)
     if not path.exists():
-        raise FileNotFoundError(f"--from {source!r}: no such file or folder, and not a named model "
+        raise FileNotFoundError(f"{flag} {source!r}: no such file or folder, and not a named model "
                                 f"(known: {', '.join(pretrained_names())})")
     if path.is_file():
         if tokenizer_file is not None:
@@ -219,7 +222,8 @@ def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bo
                              f"{' or '.join(_HF_WEIGHTS)}")
         tok_path = Path(tokenizer_file) if tokenizer_file else path / "tokenizer.json"
         if not tokenizer_file and not tok_path.is_file():
-            raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; pass --tokenizer FILE")
+            advice = "pass --tokenizer FILE" if flag == "--from" else "put its tokenizer.json beside config.json"
+            raise ValueError(f"{path} is a Hugging Face model folder without tokenizer.json; {advice}")
         # the tokenizer before the weights (minutes for a large model); a missing --tokenizer FILE is named as such
         tok, template = _load_tokenizer_file(tok_path, path)
         model = from_hf(path)
@@ -228,5 +232,5 @@ def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bo
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         _refuse_pickle(path / pickles[0])
-    raise ValueError(f"--from {path}: not a model folder (expected an attnkit run/checkpoint folder with "
+    raise ValueError(f"{flag} {path}: not a model folder (expected an attnkit run/checkpoint folder with "
                      "state.json or checkpoints/, or a Hugging Face folder with config.json + model.safetensors)")

@@ -310,3 +310,27 @@ def test_a_tokenizer_smaller_than_the_output_layer_limits_the_ids(gpt, do_sample
     assert generate(gpt, prompts, vocab_size=12, **kw) == limited  # the same, given explicitly
     with pytest.raises(ValueError, match=r"vocab_size must be at most the model's vocab_size = 40, got 41"):
         generate(gpt, prompts, vocab_size=41, **kw)
+
+
+@pytest.mark.parametrize("do_sample", [True, False])
+def test_repetition_penalty_with_ids_past_the_limited_vocabulary(gpt, do_sample):
+    """Was: with ``vocab_size`` below the model's (a padded output layer) and a repetition penalty, a prompt id or a
+    ``pad_token_id`` at or past ``vocab_size`` crashed inside torch ("RuntimeError: index 35 is out of bounds for
+    dimension 1 with size 12"). Such ids cannot be generated, so there is nothing of theirs to penalise."""
+    kw = dict(max_new_tokens=6, do_sample=do_sample, seed=3, vocab_size=12, repetition_penalty=1.5)
+    out = generate(gpt, [[35, 1, 2], [3]], pad_token_id=30, **kw)
+    assert all(len(o) == 6 and max(o) < 12 for o in out)
+
+
+def test_ids_past_the_limited_vocabulary_are_not_penalised(gpt):
+    """Greedy with the penalty: the tokens of an uncached loop whose penalty sees only the ids below ``vocab_size``."""
+    from attnkit.generation import processors as P
+
+    tokens, want = [35, 1, 2], []
+    with torch.no_grad():
+        for _ in range(6):
+            logits = gpt(torch.tensor([tokens]))[:, -1, :12].float()  # (1, 12)
+            seen = torch.tensor([[t for t in tokens if t < 12]])  # (1, L')
+            want.append(int(P.process_logits(logits, input_ids=seen, repetition_penalty=1.5).argmax()))
+            tokens.append(want[-1])
+    assert generate(gpt, [[35, 1, 2]], max_new_tokens=6, vocab_size=12, repetition_penalty=1.5) == [want]

@@ -1,0 +1,88 @@
+"""``attnkit.api.sample`` / ``Sampler`` on a model from elsewhere: a Hugging Face folder (``model=``), as
+docs/design.md and the README promise (``sample --model`` is a user of ``interop/load.py``'s ``load_model``).
+
+Axis legend: none (token id lists only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit import api
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.generation import generate
+from attnkit.interop.hf import save_hf
+from attnkit.interop.load import load_model
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+
+CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> Path:
+    """A tiny random Llama-shaped GPT saved with ``save_hf``, with a BPE tokenizer and a chat template."""
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                             eos="<|im_end|>")
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2, n_embd=16, ffn_hidden=32,
+                    activation="swiglu", norm="rmsnorm", bias=False, position="rope", tie_embeddings=True)
+    model = GPT(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3)  # varied next tokens (std 0.02 repeats the last token)
+    folder = save_hf(model, tmp_path_factory.mktemp("hf") / "model")
+    tok.backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": CHAT}))
+    return folder
+
+
+def test_model_accepts_a_hugging_face_folder(hf_folder):
+    """Was: ``sample(model=<HF folder>)`` raised "unknown pretrained model ...; known models: ..." although the
+    docs list ``sample --model`` among the users of ``load_model`` (names, GGUF files, HF folders)."""
+    loaded = load_model(str(hf_folder))
+    ids = loaded.encode_prompt("the cat")
+    for options in (dict(greedy=True), dict(seed=5, temperature=1.0)):
+        want = generate(loaded.model, [ids], max_new_tokens=6, do_sample=not options.get("greedy", False),
+                        seed=options.get("seed"), temperature=1.0, eos_token_id=loaded.stop_ids)[0]
+        for model in (str(hf_folder), hf_folder):  # a str or a Path
+            got = api.sample(model=model, prompt="the cat", max_new_tokens=6, **options)
+            assert got == ["the cat" + loaded.tokenizer.decode(want, skip_special_tokens=True)]
+
+
+def test_chat_with_a_hugging_face_folder_uses_its_template(hf_folder):
+    sampler = api.Sampler(model=str(hf_folder), prompt="the cat", chat=True, max_new_tokens=3, greedy=True)
+    loaded = load_model(str(hf_folder))
+    assert sampler.prompt_ids == loaded.encode_prompt(loaded.format_chat("the cat"))
+    assert sampler.shown_prompt == ""
+
+
+def test_greedy_text_equals_transformers_generate(hf_folder):
+    """Greedy decoding with a repetition penalty: the same new tokens as ``transformers``' ``generate``."""
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_folder), dtype=torch.float32).eval()
+    sampler = api.Sampler(model=str(hf_folder), prompt="the cat sat", max_new_tokens=8, greedy=True,
+                          repetition_penalty=1.3, stop=None)
+    ids = sampler.prompt_ids
+    ref = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, repetition_penalty=1.3,
+                      eos_token_id=sampler.config.eos_token_id[0], pad_token_id=0)[0, len(ids):].tolist()
+    ref = [t for t in ref if t != sampler.config.eos_token_id[0]]
+    assert sampler.sample() == "the cat sat" + sampler.tokenizer.decode(ref, skip_special_tokens=True)
+
+
+def test_no_window_note_when_nothing_is_sampled(hf_folder):
+    """Was: a prompt longer than the context with ``max_new_tokens=0`` logged "note: 70 prompt + 0 new tokens exceed
+    the model's context of 64; sampling with a sliding window (...)", although nothing is sampled."""
+    lines: list[str] = []
+    prompt = "the cat sat on the mat " * 20
+    sampler = api.Sampler(model=str(hf_folder), prompt=prompt, max_new_tokens=0, log=lines.append)
+    assert len(sampler.prompt_ids) > 64 and lines == [] and sampler.sample() == prompt
+    api.Sampler(model=str(hf_folder), prompt=prompt, max_new_tokens=1, log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("note: ") and "sliding window" in lines[0]

@@ -1,0 +1,62 @@
+"""``attnkit sample --model`` with a Hugging Face folder (README: "HF folders go both ways"; docs/design.md: ``sample
+--model`` loads through ``interop/load.py``'s ``load_model``).
+
+Axis legend: none (command lines and their output only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit import api
+from attnkit.cli.main import main
+from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+from attnkit.interop.hf import save_hf
+from attnkit.models.configs import GPTConfig
+from attnkit.models.gpt import GPT
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> Path:
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_end|>"], eos="<|im_end|>")
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2, n_embd=16, ffn_hidden=32,
+                    activation="swiglu", norm="rmsnorm", bias=False, position="rope")
+    folder = save_hf(GPT(cfg), tmp_path_factory.mktemp("hf") / "model")
+    tok.backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    return folder
+
+
+def test_sample_model_takes_a_hugging_face_folder(hf_folder, capsys):
+    """Was: exit 2, "attnkit sample: error: unknown pretrained model '<folder>'; known models: ..."."""
+    argv = ["sample", "--model", str(hf_folder), "--prompt", "the cat", "--max-new-tokens", "5", "--seed", "2"]
+    assert main([*argv, "--no-stream"]) == 0
+    out, err = capsys.readouterr()
+    want = api.sample(model=str(hf_folder), prompt="the cat", max_new_tokens=5, seed=2)[0]
+    assert out == want + "\n" and err == ""
+    assert main(argv) == 0 and capsys.readouterr().out == want + "\n"  # streamed: the same text
+    with pytest.raises(SystemExit) as exc:
+        main(["sample", "--help"])
+    assert exc.value.code == 0
+    assert "Hugging Face folder" in " ".join(capsys.readouterr().out.split())
+
+
+def test_sample_model_errors_name_the_model_flag(tmp_path, capsys):
+    """load_model's messages name the flag of the command that called it: sample has --model, not finetune's --from
+    (nor its --tokenizer)."""
+    (tmp_path / "empty").mkdir()
+    assert main(["sample", "--model", str(tmp_path / "empty")]) == 2
+    assert f"attnkit sample: error: --model {tmp_path / 'empty'}: not a model folder" in capsys.readouterr().err
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"")
+    assert main(["sample", "--model", str(hf)]) == 2
+    err = capsys.readouterr().err
+    assert "without tokenizer.json; put its tokenizer.json beside config.json" in err and "--tokenizer" not in err
