@@ -10,6 +10,9 @@
   (see there), for comparing two trainings' weights.
 * :func:`sync_sites` -- where a function made the host wait for the GPU (CUDA's sync debug mode).
 * :class:`TinyLM` -- a tiny tied-embedding language model (no attention) for the training and checkpoint tests.
+* :func:`tiny_bpe_tokenizer` and :data:`CHATML` -- a small byte-level BPE tokenizer with ChatML's special tokens,
+  and ChatML's chat template, for the tests of Hugging Face folders, sampling and fine-tuning;
+  :func:`tiny_hf_folder` -- a tiny random Llama-shaped model saved as a Hugging Face folder with that tokenizer.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from torch import nn
 from attnkit.models.configs import GPTConfig, TransformerConfig
 
 __all__ = ["spread_weights", "tiny_gpt_config", "tiny_transformer_config", "TOLERANCES", "assert_close",
-           "without_key_biases", "sync_sites", "TinyLM"]
+           "without_key_biases", "sync_sites", "TinyLM", "tiny_bpe_tokenizer", "CHATML", "tiny_hf_folder"]
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
@@ -139,3 +145,40 @@ class TinyLM(nn.Module):
         h = self.emb(x)  # (B, T, C)
         h = h + self.drop(F.gelu(self.fc(h)))
         return self.head(self.ln(h))  # (B, T, V)
+
+
+def tiny_bpe_tokenizer(special_tokens: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), *,
+                       eos: str | None = "<|im_end|>", **roles):
+    """A byte-level BPE tokenizer (at most 300 ids) trained on fifty short lines about a cat; ``roles``: ``bos``,
+    ``pad``, ``unk`` spellings among ``special_tokens``."""
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+
+    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
+    return BPETokenizer.train(text, vocab_size=300, special_tokens=list(special_tokens), eos=eos, **roles)
+
+
+def tiny_hf_folder(folder, tokenizer=None, *, chat_template: str | None = None, std: float | None = None,
+                   **overrides):
+    """A Hugging Face folder at ``folder``: a tiny random Llama-shaped GPT (``overrides`` change its config) saved
+    by ``save_hf``, with ``tokenizer`` (default :func:`tiny_bpe_tokenizer`) as an HF ``tokenizer.json`` and a
+    ``tokenizer_config.json`` naming ``<|im_end|>`` as EOS (and ``chat_template``). ``std``: matrices redrawn from
+    ``N(0, std²)`` (0.02, the init, repeats the last token). Returns the folder."""
+    import json
+
+    from attnkit.interop.hf import save_hf
+    from attnkit.models.gpt import GPT
+
+    tok = tokenizer or tiny_bpe_tokenizer()
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2, n_embd=16, ffn_hidden=32,
+               activation="swiglu", norm="rmsnorm", bias=False, position="rope")
+    model = GPT(GPTConfig(**{**cfg, **overrides}))
+    if std is not None:
+        spread_weights(model, std=std, matrices_only=True)
+    folder = save_hf(model, folder)
+    tok.backend.save(str(folder / "tokenizer.json"))
+    config = {"eos_token": "<|im_end|>"}
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder

@@ -6,42 +6,24 @@ Axis legend: none (token id lists only).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnkit import api
-from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
 from attnkit.generation import generate
-from attnkit.interop.hf import save_hf
 from attnkit.interop.load import load_model
-from attnkit.models.configs import GPTConfig
-from attnkit.models.gpt import GPT
 
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+from helpers import CHATML, tiny_hf_folder
+
+CHAT = CHATML
 
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory) -> Path:
     """A tiny random Llama-shaped GPT saved with ``save_hf``, with a BPE tokenizer and a chat template."""
-    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
-    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                             eos="<|im_end|>")
-    torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2, n_embd=16, ffn_hidden=32,
-                    activation="swiglu", norm="rmsnorm", bias=False, position="rope", tie_embeddings=True)
-    model = GPT(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.3)  # varied next tokens (std 0.02 repeats the last token)
-    folder = save_hf(model, tmp_path_factory.mktemp("hf") / "model")
-    tok.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "chat_template": CHAT}))
-    return folder
+    return tiny_hf_folder(tmp_path_factory.mktemp("hf") / "model", chat_template=CHAT, std=0.3, tie_embeddings=True)
 
 
 def test_model_accepts_a_hugging_face_folder(hf_folder):

@@ -202,17 +202,41 @@ def test_int8_gptq_refuses_a_missing_calibration_file_before_loading(tmp_path, m
     assert line.endswith("error: --sequences must be >= 1, got 0"), line
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--sizes", "abc"], "--sizes: a size is a number with K, M or G (decimal), got 'abc'"),
-    (["--hf-num-proc", "x"], "--hf-num-proc: expected comma-separated integers >= 0, got 'x'"),
-    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
-    (["--vocab", "0"], "--vocab must be >= 257 (256 bytes + <|endoftext|>), got 0"),
-    (["--phases", "train,tokenise"], "--phases: unknown ['tokenise']; choose from train, baseline, tokenize"),
-    (["--record", ""], "argument --record: expected a file or folder name, got ''"),
-])
-def test_token_store_refuses_bad_flags_before_any_work(flags, message, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(token_store, "corpus_lines", _unreached("the corpus preparation"))
-    line = _usage_error(lambda: token_store.main(["--work", str(tmp_path / "work"), *flags]), capsys)
+# (script, its folder flag, the work it must not reach, flags, the usage line's message)
+_FOLDER_SCRIPTS = [
+    (token_store, "--work", "corpus_lines", ["--sizes", "abc"],
+     "--sizes: a size is a number with K, M or G (decimal), got 'abc'"),
+    (token_store, "--work", "corpus_lines", ["--hf-num-proc", "x"],
+     "--hf-num-proc: expected comma-separated integers >= 0, got 'x'"),
+    (token_store, "--work", "corpus_lines", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (token_store, "--work", "corpus_lines", ["--vocab", "0"],
+     "--vocab must be >= 257 (256 bytes + <|endoftext|>), got 0"),
+    (token_store, "--work", "corpus_lines", ["--phases", "train,tokenise"],
+     "--phases: unknown ['tokenise']; choose from train, baseline, tokenize"),
+    (token_store, "--work", "corpus_lines", ["--record", ""],
+     "argument --record: expected a file or folder name, got ''"),
+    (mt_de_en, "--out", "LoadSampler", ["--minutes", "0"], "--minutes must be a number > 0, got 0"),
+    (mt_de_en, "--out", "LoadSampler", ["--threads", "0"], "--threads must be >= 1, got 0"),
+    (mt_de_en, "--out", "LoadSampler", ["--upsample-dictionary", "0"], "--upsample-dictionary must be >= 1, got 0"),
+    (mt_de_en, "--out", "LoadSampler", ["--smoke", "0"], "--smoke must be >= 1, got 0"),
+    (mt_peer, "--out", "LoadSampler", ["--minutes", "nan"], "--minutes must be a number > 0, got nan"),
+    (mt_peer, "--out", "LoadSampler", ["--threads", "0"], "--threads must be >= 1, got 0"),
+    (mt_peer, "--out", "LoadSampler", ["--smoke-steps", "0"], "--smoke-steps must be >= 1, got 0"),
+    (mt_peer, "--out", "LoadSampler", ["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("script, folder_flag, work, flags, message", _FOLDER_SCRIPTS,
+                         ids=[f"{case[0].__name__.split('.')[-1]}{case[3][0]}" for case in _FOLDER_SCRIPTS])
+def test_bad_flags_are_refused_before_any_work_or_folder(script, folder_flag, work, flags, message, tmp_path,
+                                                          monkeypatch, capsys):
+    monkeypatch.setattr(script, work, _unreached(work))
+    argv = [folder_flag, str(tmp_path / "work"), *flags]
+    if script is mt_de_en:  # its main() reads sys.argv
+        monkeypatch.setattr(sys, "argv", ["mt_de_en.py", *argv])
+        line = _usage_error(script.main, capsys)
+    else:
+        line = _usage_error(lambda: script.main(argv), capsys)
     assert line.endswith(f"error: {message}"), line
     assert not (tmp_path / "work").exists()
 
@@ -277,33 +301,6 @@ def test_mt_ding_phrases_refuses_an_unwritable_out_before_the_data(argv, message
     monkeypatch.setattr(registry, "prepare", _unreached("the recipe"))
     line = _usage_error(lambda: mt_ding_phrases.main(argv), capsys)
     assert line.endswith(f"error: {message}"), line
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--minutes", "0"], "--minutes must be a number > 0, got 0"),
-    (["--threads", "0"], "--threads must be >= 1, got 0"),
-    (["--upsample-dictionary", "0"], "--upsample-dictionary must be >= 1, got 0"),
-    (["--smoke", "0"], "--smoke must be >= 1, got 0"),
-])
-def test_mt_de_en_refuses_bad_counts_before_any_work(flags, message, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(mt_de_en, "LoadSampler", _unreached("the load sampler"))
-    monkeypatch.setattr(sys, "argv", ["mt_de_en.py", "--out", str(tmp_path / "run"), *flags])
-    line = _usage_error(mt_de_en.main, capsys)
-    assert line.endswith(f"error: {message}"), line
-    assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--minutes", "nan"], "--minutes must be a number > 0, got nan"),
-    (["--threads", "0"], "--threads must be >= 1, got 0"),
-    (["--smoke-steps", "0"], "--smoke-steps must be >= 1, got 0"),
-    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
-])
-def test_mt_peer_refuses_bad_counts_before_its_work_folder(flags, message, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(mt_peer, "LoadSampler", _unreached("the load sampler"))
-    line = _usage_error(lambda: mt_peer.main(["--out", str(tmp_path / "peer"), *flags]), capsys)
-    assert line.endswith(f"error: {message}"), line
-    assert not (tmp_path / "peer").exists()
 
 
 def test_gpu_proof_refuses_an_empty_work_folder_and_bad_numbers(tmp_path, monkeypatch, capsys):

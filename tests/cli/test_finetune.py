@@ -25,10 +25,9 @@ from attnkit.models.gpt import GPT
 from attnkit.modules.lora import LoRALinear
 from attnkit.checkpoints.checkpoint import save_checkpoint
 from attnkit.checkpoints import load
-from helpers import assert_close
+from helpers import CHATML, assert_close
 
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = CHATML
 FAST = ["--batch-size", "4", "--block-size", "32", "--eval-every", "4", "--eval-batches", "2", "--ckpt-every", "4",
         "--log-every", "2", "--no-progress"]
 

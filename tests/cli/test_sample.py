@@ -6,31 +6,19 @@ Axis legend: none (command lines and their output only).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from attnkit import api
 from attnkit.cli.main import main
-from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
-from attnkit.interop.hf import save_hf
-from attnkit.models.configs import GPTConfig
-from attnkit.models.gpt import GPT
+
+from helpers import tiny_bpe_tokenizer, tiny_hf_folder
 
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory) -> Path:
-    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
-    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_end|>"], eos="<|im_end|>")
-    torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2, n_embd=16, ffn_hidden=32,
-                    activation="swiglu", norm="rmsnorm", bias=False, position="rope")
-    folder = save_hf(GPT(cfg), tmp_path_factory.mktemp("hf") / "model")
-    tok.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
-    return folder
+    return tiny_hf_folder(tmp_path_factory.mktemp("hf") / "model", tiny_bpe_tokenizer(("<|endoftext|>", "<|im_end|>")))
 
 
 def test_sample_model_takes_a_hugging_face_folder(hf_folder, capsys):

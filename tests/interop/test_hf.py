@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import assert_close, spread_weights
+from helpers import assert_close, spread_weights, tiny_bpe_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -521,11 +521,7 @@ _CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}
 
 
 def _bpe_tokenizer():
-    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
-
-    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
-    return BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                              bos="<|im_start|>", eos="<|im_end|>", pad="<|endoftext|>")
+    return tiny_bpe_tokenizer(bos="<|im_start|>", pad="<|endoftext|>")
 
 
 def test_save_hf_with_tokenizer_is_a_folder_attnkit_and_transformers_load(tmp_path):

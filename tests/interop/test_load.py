@@ -16,23 +16,14 @@ from attnkit.interop.load import load_model
 from attnkit.models.configs import GPTConfig
 from attnkit.models.gpt import GPT
 
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+from helpers import CHATML, tiny_bpe_tokenizer, tiny_hf_folder
+
+CHAT = CHATML
 
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory) -> Path:
-    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
-    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                             eos="<|im_end|>")
-    torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2, n_kv_head=2, n_embd=16,
-                    ffn_hidden=32, activation="swiglu", norm="rmsnorm", bias=False, position="rope",
-                    tie_embeddings=True)
-    folder = save_hf(GPT(cfg), tmp_path_factory.mktemp("hf") / "model")
-    tok.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
-    return folder
+    return tiny_hf_folder(tmp_path_factory.mktemp("hf") / "model", block_size=32, n_kv_head=2, tie_embeddings=True)
 
 
 def _copy(src: Path, dst: Path, tokenizer_config: dict | None = None) -> Path:
@@ -170,8 +161,7 @@ def test_prompts_start_with_bos_as_transformers_tokenizes_them(tmp_path, flag):
     transformers = pytest.importorskip("transformers")
     from tokenizers import processors
 
-    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
-    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<s>", "</s>"], bos="<s>", eos="</s>")
+    tok = tiny_bpe_tokenizer(("<s>", "</s>"), bos="<s>", eos="</s>")
     tok.backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                                special_tokens=[("<s>", tok.bos_id)])
     cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16, activation="swiglu",
@@ -197,9 +187,7 @@ def test_an_hf_folder_stops_where_its_generation_config_says(tmp_path):
     """Was: an HF folder loaded with its tokenizer's <eos> as the only stop id, though its generation_config.json
     (Llama 3, SmolLM2, a save_hf export with stop_token_ids) lists more: sample and finetune --from then ran past
     <|im_end|> where transformers' generate stops."""
-    text = "\n".join(f"line {i}: the cat sat on the mat and ran away." for i in range(50))
-    tok = BPETokenizer.train(text, vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                             bos="<|im_start|>", eos="<|im_end|>", pad="<|endoftext|>")
+    tok = tiny_bpe_tokenizer(bos="<|im_start|>", pad="<|endoftext|>")
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16))
     stops = [tok.token_to_id("<|endoftext|>"), tok.eos_id]
     folder = save_hf(model, tmp_path / "hf", tokenizer=tok, stop_token_ids=stops)
