@@ -35,7 +35,7 @@ There are no tensor axes in this file.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +290,11 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
                          "without --fsdp) for --lora")
 
     model, model_config, tokenizer, chat_template, what, add_bos, stop_ids = _source_model(o, saved, source, cfg.seed)
+    if o.block_size is None and saved is None and cfg.block_size > model_config.block_size:
+        # the default (256) is a length, not a demand: a model of a shorter context trains at its own
+        cfg = replace(cfg, block_size=model_config.block_size)
+        log(f"note: --block-size {cfg.block_size}, the model's context length (the default, "
+            f"{FT_DEFAULTS['block_size']}, is longer)")
     if cfg.block_size > model_config.block_size:  # learned positions have no more; RoPE was trained on no more
         raise ValueError(f"--block-size must be <= the model's context length = {model_config.block_size} (its "
                          f"block_size; a Hugging Face folder's max_position_embeddings), got {cfg.block_size}")

@@ -425,6 +425,16 @@ def test_a_block_size_beyond_the_models_context_is_refused(pretrained, corpus, t
     assert _finetune(pretrained["hf"], corpus, tmp_path / "run", "--steps", "1", "--block-size", "64") == 0
 
 
+def test_without_block_size_a_shorter_context_is_the_block_size(pretrained, corpus, tmp_path, capsys):
+    """The default block size (256) is a length, not a demand: a model of context 64 trains at 64, with a note
+    (it was refused once --block-size was checked against every model's context)."""
+    argv = ["finetune", "--from", str(pretrained["hf"]), "--data", str(corpus), "--out", str(tmp_path / "run"),
+            "--steps", "1", "--batch-size", "2", "--eval-batches", "1", "--no-progress"]
+    assert main(argv) == 0
+    assert "note: --block-size 64, the model's context length (the default, 256, is longer)" in capsys.readouterr().err
+    assert load(tmp_path / "run").state["train_config"]["block_size"] == 64
+
+
 def test_resume_messages_name_finetune_flags_and_lora_targets_compare_as_a_set(pretrained, corpus, tmp_path, capsys):
     """Was: the resume refusal said "--stop-at-loss ... may change", a flag finetune refuses; `--set dropout` on
     resume got the trainer's list of train lm's fields; and `--lora-targets` given in another order was refused."""
