@@ -78,6 +78,9 @@ def convert_checkpoint(src: str | Path, out: str | Path | None = None) -> Conver
     blocker = file_above(out)
     if blocker is not None:  # its folders cannot be made: say so before any work, not "File exists" from mkdir
         raise ValueError(f"output folder {str(out)!r}: {str(blocker)!r} is a file, not a folder")
+    if src.resolve() in out.resolve().parents:  # the checkpoint's next replacement would meet a folder it did not write
+        raise ValueError(f"output folder {str(out)!r} is inside the checkpoint {str(src)!r}; expected a folder outside "
+                         f"it, such as the default {str(src.with_name(src.name + '-converted'))!r}")
     parent = out.resolve().parent
     if parent.name == CHECKPOINTS_DIR and is_run_dir(parent.parent) and _RUN_OWN.match(out.name):
         raise ValueError(f"output folder {str(out)!r} has the name of one of its run's own checkpoints, which the "

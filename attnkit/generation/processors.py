@@ -56,7 +56,8 @@ def check_temperature(temperature) -> float:
     """``temperature`` must be a finite number > 0 (use ``do_sample=False`` for the greedy limit ``-> 0``)."""
     _check_number("temperature", temperature)
     if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        hint = " (for greedy decoding: do_sample=False, `attnkit sample --greedy`)" if temperature == 0 else ""
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}{hint}")
     return float(temperature)
 
 

@@ -47,6 +47,18 @@ def test_an_output_named_like_the_runs_own_checkpoints_is_refused(tmp_path, name
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000003"]
 
 
+def test_an_output_inside_the_checkpoint_is_refused(tmp_path):
+    """Was: ``convert SRC SRC/x`` wrote the converted folder into the sharded checkpoint, which a later save that
+    replaces that checkpoint then refused to remove (a folder holding files it did not write)."""
+    run = fake_run(tmp_path)
+    src = run / "checkpoints" / "step_00000003"
+    before = sorted(p.name for p in src.iterdir())
+    with pytest.raises(ValueError, match=r"step_00000003/x' is inside the checkpoint .*step_00000003'; expected a "
+                                         r"folder outside it, such as the default .*step_00000003-converted'"):
+        convert_checkpoint(src, src / "x")
+    assert sorted(p.name for p in src.iterdir()) == before
+
+
 def test_a_hand_edited_model_config_is_refused_before_the_model_is_built(tmp_path):
     """Was: the model was built from state.json as it stood: block_size = 10**8 took 22 GB and 90 s (rotary tables)
     and was written out; now the position tables are bounded by the weights, as every other loader does."""

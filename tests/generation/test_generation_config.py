@@ -17,7 +17,10 @@ def test_json_round_trip():
 @pytest.mark.parametrize("options,message", [
     (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0, got -1"),
     (dict(max_new_tokens=3, top_p=2.0), "top_p must satisfy 0 < top_p <= 1, got 2.0"),
-    (dict(max_new_tokens=3, temperature=0), "temperature must be a finite number > 0, got 0"),
+    (dict(max_new_tokens=3, temperature=0),
+     r"temperature must be a finite number > 0, got 0 \(for greedy decoding: do_sample=False, "
+     r"`attnkit sample --greedy`\)"),
+    (dict(max_new_tokens=3, temperature=-1.0), r"temperature must be a finite number > 0, got -1.0$"),
     (dict(max_new_tokens=3, top_k=0), "top_k must be an int >= 1, got 0"),
     (dict(max_new_tokens=3, do_sample="yes"), "do_sample must be a bool, got 'yes'"),
     (dict(max_new_tokens=3, seed=1.5), "seed must be None or an int, got 1.5"),
