@@ -30,7 +30,7 @@ from .bench_generate import GenSizes, int8_quality, run_generate, shakespeare_ca
 from .bench_levers import LEVERS, run_levers
 from .bench_lm import LMSizes, run_lm
 from .bench_seq2seq import Seq2SeqSizes, run_seq2seq
-from .harness import loadavg, machine_info, matmul_peak_gflops
+from .harness import int_list, loadavg, machine_info, matmul_peak_gflops
 
 HERE = Path(__file__).resolve().parent
 ALL = ("lm", "seq2seq", "generate", "attention", "quality", "levers")
@@ -52,11 +52,8 @@ def quick_sizes() -> dict:
 
 def _lengths(text: str) -> list[int]:
     """``--attn-lengths``: comma-separated sequence lengths, each >= 1."""
-    try:
-        lengths = [int(x) for x in text.split(",")]
-    except ValueError:
-        lengths = []
-    if not lengths or min(lengths) < 1:
+    lengths = int_list(text, 1)
+    if lengths is None:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
     return lengths
 

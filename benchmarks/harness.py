@@ -47,8 +47,18 @@ _STATUS = "/proc/self/status"
 
 
 # ------------------------------------------------------------------------------------------------
-# machine state
+# flags
 # ------------------------------------------------------------------------------------------------
+def int_list(text: str, minimum: int) -> list[int] | None:
+    """``"64,128"`` as ``[64, 128]``; ``None`` when an item is no integer or is below ``minimum`` (or there is
+    none): the script then says so with its own usage error."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        return None
+    return values if values and min(values) >= minimum else None
+
+
 def path_flag(text: str) -> Path:
     """``type=`` of a script's file or folder flag (``--out``, ``--record``, ...): the path, an empty one refused as
     ``attnkit``'s commands refuse it (``Path("")`` is the current folder: a run or a record would land in it)."""
@@ -68,6 +78,9 @@ def out_file_flag(text: str) -> Path:
     return path
 
 
+# ------------------------------------------------------------------------------------------------
+# machine state
+# ------------------------------------------------------------------------------------------------
 def loadavg() -> list[float] | None:
     """The 1/5/15-minute load averages (``None`` where ``/proc/loadavg`` does not exist)."""
     try:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import out_file_flag  # noqa: E402
+from benchmarks.harness import int_list, out_file_flag  # noqa: E402
 
 
 def _cpu_name() -> str:
@@ -57,11 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--max-len must be >= 2 (one token plus <bos>/<eos>), got {args.max_len}")
     lists = {}
     for flag, text in (("--tokens", args.tokens), ("--multiples", args.multiples)):
-        try:
-            lists[flag] = [int(t) for t in text.split(",")]
-        except ValueError:
-            lists[flag] = []
-        if not lists[flag] or min(lists[flag]) < 1:
+        lists[flag] = int_list(text, 1)
+        if lists[flag] is None:
             p.error(f"{flag}: expected comma-separated integers >= 1, got {text!r}")
     budgets, multiples = lists["--tokens"], lists["--multiples"]
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import out_file_flag  # noqa: E402
+from benchmarks.harness import int_list, out_file_flag  # noqa: E402
 from benchmarks.mt_de_en import LoadSampler  # noqa: E402
 
 
@@ -118,11 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.training.device import resolve_device
     from attnkit.training.mt_task import MTTask
 
-    try:
-        budgets = [int(t) for t in args.tokens.split(",")]
-    except ValueError:
-        budgets = []
-    if not budgets or min(budgets) < 1:
+    budgets = int_list(args.tokens, 1)
+    if budgets is None:
         p.error(f"--tokens: expected comma-separated integers >= 1, got {args.tokens!r}")
     modes = args.modes.split(",")
     unknown = sorted(set(modes) - {"eager", "fixed", "graphs", "compile"})

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import path_flag  # noqa: E402
+from benchmarks.harness import int_list, path_flag  # noqa: E402
 
 UNITS = {"K": 10**3, "M": 10**6, "G": 10**9}
 
@@ -334,11 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", type=path_flag, default=None, help="write RECORD.json and RECORD.md")
     args = p.parse_args(argv)
     text = args.hf_num_proc
-    try:
-        args.hf_num_proc = [int(x) for x in text.split(",")]
-    except ValueError:
-        args.hf_num_proc = [-1]
-    if min(args.hf_num_proc) < 0:
+    args.hf_num_proc = int_list(text, 0)
+    if args.hf_num_proc is None:
         p.error(f"--hf-num-proc: expected comma-separated integers >= 0, got {text!r}")
     try:
         sizes = [(s.strip(), parse_size(s)) for s in args.sizes.split(",") if s.strip()]  # "" = none (--mt-pairs only)
