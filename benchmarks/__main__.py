@@ -94,20 +94,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     for flag, value, least in (("--rounds", args.rounds, 1), ("--warmup", args.warmup, 0),
-                               ("--gen-tokens", args.gen_tokens, 1)):
+                               ("--gen-tokens", args.gen_tokens, 1), ("--threads", args.threads, 1)):
         if value is not None and value < least:
             parser.error(f"{flag} must be >= {least}, got {value}")
     selected = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in selected if s not in ALL]
     if unknown:
-        raise SystemExit(f"--only: unknown benchmark(s) {unknown}; choose from {', '.join(ALL)}")
+        parser.error(f"--only: unknown benchmark(s) {unknown}; choose from {', '.join(ALL)}")
     levers = None if args.levers is None else tuple(x.strip() for x in args.levers.split(",") if x.strip())
     unknown = [x for x in levers or () if x not in LEVERS]
     if unknown:
         parser.error(f"--levers: unknown lever(s) {unknown}; choose from {', '.join(LEVERS)}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     if not args.quick:  # the records; a --quick run's tiny figures are no record: written only where asked
         args.out_md = args.out_md or str(HERE / "records" / "cpu_speed" / "speed.md")

@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                                 bleu_sentences=opts["bleu_sentences"])
     except (ValueError, OSError) as err:
         p.error(str(err))
+    except KeyError as err:  # a hand-made or older run.json / checkpoint
+        p.error(f"{args.run}: not a finished `attnkit train mt` run (its records have no {err})")
     eval_steps = {r["step"] for r in rows if "valid_loss" in r}
     split = wall_clock_split(rows, eval_steps)
     n_steps = max(r["step"] for r in rows)

@@ -171,6 +171,8 @@ def judge(record: dict) -> dict:
     """Growth from the first window after the warm-up to the last window: medians of RSS and descriptors, and
     CPU and wall seconds per step as the window's rate (:func:`window_rate`)."""
     s = record["samples"]
+    if not s:
+        raise ValueError("no samples to judge; soak longer")
     end = s[-1]["t"]
     first, last = (WARMUP * end, (WARMUP + WINDOW) * end), ((1 - WINDOW) * end, end + 1)
     rows = {}
@@ -214,7 +216,10 @@ def report(names: list[str]) -> None:
              "| run | length | steps | peak RSS | RSS first → last | open files | CPU s / step | wall s / step | "
              "growth (RSS, files, CPU s/step) | flat | load (median) | command | date | machine |", "|" + "---|" * 14]
     for row, rec in zip(axes, records):
-        j = rec["judgement"] = judge(rec)  # from the samples, by this script's rule
+        try:
+            j = rec["judgement"] = judge(rec)  # from the samples, by this script's rule
+        except ValueError as err:
+            raise SystemExit(f"{RECORDS / (rec['name'] + '.json')}: {err}") from None
         (RECORDS / f"{rec['name']}.json").write_text(json.dumps(rec, indent=1), encoding="utf-8")
         r = j["rows"]
         flat = all(v["pass"] for v in r.values() if v["judged"])
@@ -286,9 +291,16 @@ def main(argv: list[str] | None = None) -> int:
         record = soak_training(args.mode, args.minutes, out, args.every, args.train_args.split())
     info = machine_info()
     machine = f"{info.get('cpu_model', 'unknown CPU')} ({info.get('cpu_capability')}), {os.cpu_count()} cores"
-    record.update(date=started, machine=machine, judgement=judge(record))
+    record.update(date=started, machine=machine)
     name = args.name or args.mode
+    try:
+        record["judgement"] = judge(record)
+    except ValueError as err:  # the samples are kept: the record is written without a judgement
+        record["judgement"] = None
+        print(f"soak: not judged: {err} (the samples are in {RECORDS / f'{name}.json'})", file=sys.stderr)
     (RECORDS / f"{name}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    if record["judgement"] is None:
+        return 1
     j = record["judgement"]
     for key, row in j["rows"].items():
         print(f"{name} {key}: {row['first']:.4g} -> {row['last']:.4g} ({row['growth']:+.1%})"

@@ -96,6 +96,8 @@ def test_quick_run_covers_every_benchmark(tmp_path):
     (["--gen-tokens", "0"], "--gen-tokens must be >= 1, got 0"),
     (["--attn-lengths", "32,x"], "--attn-lengths: expected comma-separated integers >= 1, got '32,x'"),
     (["--levers", "thread"], "--levers: unknown lever(s) ['thread']; choose from fused_qkv,"),  # was: nothing ran
+    (["--threads", "0"], "--threads must be >= 1, got 0"),  # these two exited 1, as a failed run does
+    (["--only", "atention"], "--only: unknown benchmark(s) ['atention']; choose from "),
 ])
 def test_bad_counts_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

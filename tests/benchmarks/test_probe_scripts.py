@@ -234,3 +234,15 @@ def test_help_shows_the_whole_first_paragraph(script, words, capsys):
     with pytest.raises(SystemExit):
         script.main(["--help"])
     assert words in " ".join(capsys.readouterr().out.split())
+
+
+def test_mt_profile_refuses_a_run_record_without_its_train_config(tiny_run, tmp_path, capsys):
+    _, run = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / "run.json").write_text("{}")  # a hand-made record: was a KeyError traceback
+    with pytest.raises(SystemExit) as exc:
+        mt_profile.main([str(copy)])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and line.endswith(
+        f"error: {copy}: not a finished `attnkit train mt` run (its records have no 'train_config')"), line

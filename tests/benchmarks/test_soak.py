@@ -79,3 +79,18 @@ def test_generate_soak_and_report(tmp_path, monkeypatch):
     table = (tmp_path / "soak.md").read_text()
     assert "| generate | " in table and "| lm |" not in table
     assert (tmp_path / "soak.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_soak_too_short_to_judge_keeps_its_samples_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(soak, "RECORDS", tmp_path)  # two samples: no window after the warm-up holds one
+    assert soak.main(["generate", "--calls", "2", "--sample-every", "1", "--new-tokens", "1", "--name", "short"]) == 1
+    assert "soak: not judged: too few samples" in capsys.readouterr().err  # was the judge's traceback
+    record = json.loads((tmp_path / "short.json").read_text())
+    assert len(record["samples"]) == 2 and record["judgement"] is None
+    with pytest.raises(SystemExit, match="short.json: too few samples"):
+        soak.report(["short"])
+
+
+def test_no_samples_is_refused_by_name():
+    with pytest.raises(ValueError, match="no samples to judge"):  # was an IndexError
+        soak.judge({"samples": []})
