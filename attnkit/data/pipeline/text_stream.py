@@ -125,6 +125,8 @@ class TextFiles:
     def _scan_file(self, i: int, path: Path, sha: Any, seen: np.ndarray, index: list, char_pos: int,
                    bar: Any) -> tuple[int, int, str]:
         """One file: ``(characters, UTF-8 bytes without the byte-order mark, its last character)``."""
+        if path.is_dir():
+            raise ValueError(f"{str(path)!r} is a folder; TextFiles takes files (read_text_source lists a folder's)")
         size = path.stat().st_size
         if size == 0:
             raise ValueError(f"{str(path)!r} is empty (0 bytes); expected UTF-8 text")

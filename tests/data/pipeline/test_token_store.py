@@ -171,6 +171,12 @@ def test_streamed_text_refuses_what_read_text_file_refuses_with_the_same_message
     assert str(streamed.value) == str(whole.value)
 
 
+def test_a_folder_among_the_files_is_named(tmp_path):
+    (tmp_path / "d").mkdir()  # was IsADirectoryError from open()
+    with pytest.raises(ValueError, match=r"'.*d' is a folder; TextFiles takes files"):
+        TextFiles([tmp_path / "d"]).scan()
+
+
 def test_stream_cuts_keep_bpe_ids_and_training_pieces():
     text = _text(3, 300)
     blocks = [text[i:i + 97] for i in range(0, len(text), 97)]
