@@ -123,20 +123,27 @@ class MetricsLogger:
         write_text_atomic(self.csv_path, buf.getvalue())
 
     def write_plot(self) -> None:
-        """``loss.png``: training loss (line) and validation loss (markers) against step."""
+        """``loss.png``: training loss (line; a marker when there is one point) and validation loss (markers)
+        against step."""
         # The object-oriented Agg canvas: renders to PNG without pyplot, so no global backend is changed.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
 
         train = [(r["step"], r["loss"]) for r in self.rows if "loss" in r]
         valid = [(r["step"], r["valid_loss"]) for r in self.rows if "valid_loss" in r]
         fig = Figure(figsize=(7, 4.2), dpi=100)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
-        if train:
-            ax.plot(*zip(*train), label="train loss", color="tab:blue", linewidth=1.0, alpha=0.85)
+        if train:  # a lone point is no line: it gets a marker (a run of one logged step)
+            ax.plot(*zip(*train), label="train loss", color="tab:blue", linewidth=1.0, alpha=0.85,
+                    marker="o" if len(train) == 1 else None, markersize=4)
         if valid:
             ax.plot(*zip(*valid), label="valid loss", color="tab:orange", marker="o", markersize=4, linewidth=1.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at step 0.96
+        steps = {s for s, _ in train + valid}
+        if len(steps) == 1:  # one step: a range of whole steps around it (matplotlib's own is 0.945 to 1.065)
+            ax.set_xlim(min(steps) - 1, min(steps) + 1)
         ax.set_xlabel("step (optimizer updates)")
         ax.set_ylabel("cross-entropy (nats / token)")
         ax.set_title("training curve")

@@ -45,10 +45,34 @@ from .attention_page_template import DEFAULT_CELL, TABS, TEMPLATE
 from .labels import text_labels, token_labels, token_titles
 from .predictions import next_token_predictions
 
-__all__ = ["lm_attention_page", "mt_attention_page", "render_attention_page", "write_page", "check_page_path", "TABS"]
+__all__ = ["lm_attention_page", "mt_attention_page", "render_attention_page", "write_page", "check_page_path", "TABS",
+           "MAX_PAGE_WEIGHTS"]
+
+# Weights one page may hold: about 7 characters each in its JSON, so at most ~235 MB of HTML (a browser's string
+# limit, ~537 million characters in Chromium, makes a page of ~77 million weights open empty) and ~2.5 GB of Python
+# lists while it is written.
+MAX_PAGE_WEIGHTS = 1 << 25
 
 _VIEW_TITLES = {"self": "causal self-attention", "encoder": "encoder self-attention",
                 "decoder": "decoder self-attention (causal)", "cross": "cross-attention (target → source)"}
+
+
+def _check_page_size(parts: Sequence[tuple[str, int, int, int, int]], most_tokens: int | None = None) -> None:
+    """``ValueError`` (before the model runs) when the views' weights, ``(name, L, H, T, S)`` each, are more than
+    :data:`MAX_PAGE_WEIGHTS` together; ``most_tokens``: the longest text that fits, named in the message."""
+    total = sum(L * H * T * S for _, L, H, T, S in parts)
+    if total <= MAX_PAGE_WEIGHTS:
+        return
+    sizes = " + ".join(f"{name} {L} layers x {H} heads x {T} x {S}" for name, L, H, T, S in parts)
+    fits = f"a text of at most {most_tokens} tokens" if most_tokens else "shorter sentences"
+    raise ValueError(f"the page would hold {total:,} attention weights ({sizes}), expected at most "
+                     f"{MAX_PAGE_WEIGHTS:,} (a larger page is more than a browser opens): give {fits}, or draw one "
+                     f"layer as a PNG (without --html)")
+
+
+def _heads(layer: nn.Module, attr: str) -> int:
+    """Query heads of ``layer.<attr>`` (a MultiHeadAttention), 1 where that is not readable."""
+    return int(getattr(getattr(layer, attr, None), "num_heads", 1))
 
 
 def _weights(maps: Sequence[torch.Tensor]) -> list:
@@ -94,7 +118,12 @@ def lm_attention_page(model: nn.Module, tokenizer: Any, ids: Sequence[int], *, t
     Shape:
         ids ``(T,)``; the page holds ``L x (H, T, T)`` weights and ``(T, k)`` predictions.
     """
+    from attnkit.models.gpt import GPT
+
     ids = [int(i) for i in ids]
+    if isinstance(model, GPT) and len(model.blocks):  # another model: attention_maps says what it expects
+        L, H = len(model.blocks), _heads(model.blocks[0], "attn")
+        _check_page_size([("self", L, H, len(ids), len(ids))], most_tokens=int((MAX_PAGE_WEIGHTS / (L * H)) ** 0.5))
     maps = attention_maps(model, ids)  # L x (H, T, T)
     probs, top = next_token_predictions(model, ids, top_k=top_k,  # (T, k) each
                                         vocab_size=getattr(tokenizer, "vocab_size", None))
@@ -115,7 +144,15 @@ def mt_attention_page(model: nn.Module, tokenizer: Any, src: Sequence[int], tgt:
         src ``(S,)``, tgt ``(T,)``; the page holds encoder ``L x (H, S, S)``, decoder ``L x (H, T, T)``, cross
         ``L x (H, T, S)`` weights and ``(T, k)`` predictions.
     """
+    from attnkit.models.transformer import Transformer
+
     src, tgt = [int(i) for i in src], [int(i) for i in tgt]
+    if isinstance(model, Transformer):  # another model: seq2seq_attention_maps says what it expects
+        enc, dec = list(model.core.encoder.layers), list(model.core.decoder.layers)
+        S, T = len(src), len(tgt)
+        _check_page_size([("encoder", len(enc), _heads(enc[0], "self_attn") if enc else 1, S, S),
+                          ("decoder", len(dec), _heads(dec[0], "self_attn") if dec else 1, T, T),
+                          ("cross", len(dec), _heads(dec[0], "cross_attn") if dec else 1, T, S)])
     maps = seq2seq_attention_maps(model, src, tgt)
     probs, top = next_token_predictions(model, tgt, src=src, top_k=top_k,
                                         vocab_size=getattr(tokenizer, "vocab_size", None))

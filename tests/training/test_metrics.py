@@ -92,3 +92,28 @@ def test_bad_rows_rejected(tmp_path):
     with pytest.raises(ValueError, match="'loss' at step 3 is not finite: nan"):
         m.log({"step": 3, "loss": float("nan")})
     m.close()
+
+
+def test_a_lone_training_point_is_drawn(tmp_path, monkeypatch):
+    """Was: a run with one logged step (``--steps 1``) drew its training loss as a line of one point, which shows
+    nothing: loss.png had a "train loss" legend entry and no train loss (and ticks at steps 0.96 ... 1.04)."""
+    import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k))[1])
+    m = MetricsLogger(tmp_path)
+    m.log({"step": 1, "loss": 2.88})
+    m.log({"step": 1, "valid_loss": 2.76})
+    m.write_tables()
+    m.close()
+    (fig,) = figures
+    ax = fig.axes[0]
+    image = imread(tmp_path / "loss.png")  # (height, width, RGBA) floats in [0, 1]
+    x, y = ax.transData.transform((1, 2.88))  # the point in pixels, from the bottom left
+    r, g, b = image[round(image.shape[0] - y), round(x), :3]
+    assert b > r + 0.3 and b > g + 0.1, f"no blue train-loss marker at step 1 (pixel {r:.2f} {g:.2f} {b:.2f})"
+    assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()
+    assert np.isclose(image[..., :3], 1.0).mean() > 0.5  # still a white figure, not a blot

@@ -162,6 +162,27 @@ def test_cli_html(lm_checkpoint, mt_checkpoint, tmp_path, capsys):
     assert "--html must name an .html file" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_page_too_large_to_open_is_refused_before_the_model_runs(make_gpt, make_transformer, monkeypatch):
+    """Was: any text length was written out: smollm2-135m-instruct's 30 layers x 9 heads on a text of 600 tokens make
+    a page of ~700 MB (and ~7 GB of Python lists while writing it), and Chromium opens a page past its ~537 million
+    character string limit empty."""
+    import attnkit.viz.attention_page as page
+
+    assert page.MAX_PAGE_WEIGHTS == 1 << 25
+    gpt, tok = make_gpt("llama"), _Tok()  # 2 layers x 4 heads: 8 weights per (query, key) pair
+    monkeypatch.setattr(page, "MAX_PAGE_WEIGHTS", 8 * 10 * 10)
+    page.lm_attention_page(gpt, tok, list(range(10)))  # exactly at the limit: written
+    monkeypatch.setattr(page, "attention_maps", lambda *a: pytest.fail("the model ran"))
+    with pytest.raises(ValueError, match=r"would hold 968 attention weights \(self 2 layers x 4 heads x 11 x 11\), "
+                                         r"expected at most 800 .*at most 10 tokens"):
+        page.lm_attention_page(gpt, tok, list(range(11)))
+    mt = make_transformer()  # 2 + 2 layers x 4 heads
+    monkeypatch.setattr(page, "seq2seq_attention_maps", lambda *a: pytest.fail("the model ran"))
+    with pytest.raises(ValueError, match=r"would hold 872 attention weights \(encoder 2 layers x 4 heads x 7 x 7 \+ "
+                                         r"decoder 2 layers x 4 heads x 5 x 5 \+ cross 2 layers x 4 heads x 5 x 7\)"):
+        page.mt_attention_page(mt, tok, [3, 4, 5, 6, 7, 8, 2], [1, 3, 4, 5, 6])
+
+
 # ---------------------------------------------------------------------------------------------- in Chromium
 
 def _find_chromium() -> tuple[str | None, str | None, str]:
