@@ -60,6 +60,8 @@ def draw_mask(out: str | Path, *, kind: str, length: int = 8, key_length: int | 
     if kind == "padding":
         if lengths is None:
             raise ValueError("--kind padding needs --lengths, e.g. --lengths 5,3,7")
+        if is_int(key_length) and all(is_int(n) for n in lengths) and lengths and key_length < max(lengths):
+            raise ValueError(f"--key-len must be >= the longest of --lengths, {max(lengths)}, got {key_length}")
         mask = make_mask("padding", lengths=list(lengths), key_length=key_length)
         title = f"key padding mask, lengths {list(lengths)}  (B, S) = {tuple(mask.shape)}"
         fig = plot_mask(mask, title=title, xlabel="key position j", ylabel="batch row b")

@@ -155,6 +155,13 @@ def test_padding_mask_needs_lengths(tmp_path, capsys):
     assert code == 2 and "--kind padding needs --lengths" in err
 
 
+def test_a_key_length_shorter_than_a_row_names_the_flags(tmp_path, capsys):
+    code, _, err = _run(capsys, "mask", "--kind", "padding", "--lengths", "3,1", "--key-len", "2",
+                        "--out", str(tmp_path / "m.png"))  # was: "max_len must be >= max(lengths) = 3, got 2"
+    assert code == 2 and err.strip().endswith("--key-len must be >= the longest of --lengths, 3, got 2"), err
+    assert not (tmp_path / "m.png").exists()
+
+
 def test_bad_lengths_list(tmp_path, capsys):
     code, _, err = _run(capsys, "mask", "--kind", "padding", "--lengths", "3,x", "--out", str(tmp_path / "m.png"))
     assert code == 2 and "--lengths must be comma-separated integers, got '3,x'" in err
