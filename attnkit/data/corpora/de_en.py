@@ -25,7 +25,7 @@ unpacked with ``dpkg -x``; nothing is installed and no root is needed):
 6. GNOME's desktop and application help (``gnome-user-docs``, ``evince-common`` …, Mallard pages, aligned by page
    and text block: about 6,700 pairs,
    see :mod:`attnkit.data.corpora.gnome_help`) and Debian's manuals -- the Debian reference, the New Maintainers' Guide
-   and the Developer's Reference -- German against English HTML, aligned by section id and block: about 8,900
+   and the Developer's Reference -- German against English HTML, aligned by section id and block: about 8,700
    pairs (see :mod:`attnkit.data.corpora.html_manuals`).
 7. The campaigns of the game "The Battle for Wesnoth" (``wesnoth-1.16-httt``, ``-utbs`` … sixteen packages, GPL-2+):
    their German message catalogs hold the campaigns' dialogue and narration, split into sentences: about 16,000
@@ -50,7 +50,7 @@ line) and
 ``SOURCE.json`` (counts per source, package versions and licenses, sha256 of each ``.deb``, of each apt index and
 of each output). The downloaded ``.debs`` stay in ``debs/`` and the apt indexes in ``apt/``, so a rebuild needs no
 network. A second call returns the cached folder; ``force=True``
-fetches and rebuilds everything.
+rebuilds everything from the cached packages and indexes, fetching again only those that fail their pinned sha256.
 
 Integrity: ``apt-get`` checks each ``.deb`` against the archive's signed package lists, and the recipe pins each
 package's version and sha256 (:data:`KNOWN_DEBS`) and the two translation indexes' sha256 (:data:`KNOWN_INDEXES`).
@@ -63,6 +63,7 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
+import codecs
 import collections
 import random
 import re
@@ -373,10 +374,14 @@ def read_mo(data: bytes | str | Path) -> list[CatalogEntry]:
     ``(length, offset)`` pairs pointing at the NUL-terminated strings. The byte order is given by the magic
     number. A context is stored as ``context + "\\x04" + msgid``; plural entries hold ``singular\\0plural``
     and are skipped (their placeholders make them useless as sentence pairs anyway), as is the header entry
-    (empty msgid). Strings are decoded as UTF-8, which is what every catalog in the recipe uses.
+    (empty msgid). Strings are decoded in the charset the header names (``charset=UTF-8`` in every catalog the
+    recipe reads; UTF-8 when the header names none); bytes that are not valid in it raise ``ValueError``.
     """
     if not isinstance(data, bytes):
-        data = Path(data).read_bytes()
+        try:
+            return read_mo(Path(data).read_bytes())
+        except ValueError as err:  # name the file
+            raise ValueError(f"{data}: {err}") from None
     if len(data) < 20:
         raise ValueError(f"a .mo file has a header of at least 20 bytes, got {len(data)} bytes")
     for endian in ("<", ">"):
@@ -397,14 +402,31 @@ def read_mo(data: bytes | str | Path) -> list[CatalogEntry]:
             raise ValueError(f".mo string {i} runs past the end of the file ({offset + length} > {len(data)})")
         return data[offset: offset + length]
 
+    charset = "utf-8"
+    for i in range(n):  # the header (empty msgid) names the catalog's charset, as gettext reads it
+        if not string(orig_off, i):
+            found = re.search(rb"charset=([-\w.:]+)", string(trans_off, i), re.IGNORECASE)
+            charset = found.group(1).decode("ascii") if found else charset
+            break
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        raise ValueError(f".mo header names the charset {charset!r}, which Python does not know") from None
+
+    def text(raw: bytes, i: int) -> str:
+        try:
+            return raw.decode(charset)
+        except UnicodeDecodeError as err:
+            raise ValueError(f".mo message {i} is not valid {charset} (the header's charset): byte "
+                             f"0x{raw[err.start]:02x} at offset {err.start}") from None
+
     entries = []
     for i in range(n):
         key, value = string(orig_off, i), string(trans_off, i)
         if not key or b"\x00" in key:  # header, or a plural entry
             continue
         context, _, msgid = key.rpartition(b"\x04")
-        entries.append(CatalogEntry(context.decode("utf-8") if context else None,
-                                    msgid.decode("utf-8"), value.decode("utf-8")))
+        entries.append(CatalogEntry(text(context, i) if context else None, text(msgid, i), text(value, i)))
     return entries
 
 

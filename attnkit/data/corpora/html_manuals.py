@@ -51,6 +51,8 @@ class _Sections(html.parser.HTMLParser):
             self.sections[ident] = []
         if tag in _BLOCKS:
             self.blocks.append((tag, []))
+        elif tag == "br" and self.blocks:  # a line break separates words
+            self.blocks[-1][1].append(" ")
 
     def handle_endtag(self, tag: str) -> None:
         if tag in _BLOCKS and self.blocks and self.blocks[-1][0] == tag:

@@ -55,6 +55,7 @@ _CHARS = {"-": "-", "e": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "t": " 
 # One pass over all escapes, so that the text an escape produces (a backslash from \e) is never read again.
 _ESCAPE = re.compile(r"""\\(?:
     u\[\d+\]\\d                          # DocBook's footnote mark: \u[3]\d
+   |[ABCDhHlLNoRSvwxXZ]'[^']*'           # an escape with a quoted argument: \h'2n', \w'text', \C'dq'
    |[fFmMn](?:\[[^\]]*\]|\(..|.)         # font, colour, number register
    |\*(?:\[[^\]]*\]|\(..|.)              # predefined string
    |\((..)                               # named character \(:a
@@ -63,10 +64,19 @@ _ESCAPE = re.compile(r"""\\(?:
    |.)""", re.X)
 
 
+def _named(name: str) -> str:
+    """A named character: groff's name (``:a``) or its Unicode form (``u00E4``); any other is dropped."""
+    if re.fullmatch(r"u[0-9A-F]{4,6}", name) and int(name[1:], 16) <= 0x10FFFF:
+        return chr(int(name[1:], 16))
+    return _NAMED.get(name, "")
+
+
 def _escape(m: re.Match) -> str:
     text = m.group(0)
     if m.group(1) is not None or m.group(2) is not None:
-        return _NAMED.get(m.group(1) or m.group(2), "")
+        return _named(m.group(1) or m.group(2))
+    if text[2:3] == "'":  # quoted argument: a character by name (\C'dq'), else motion, width, drawing: no text
+        return _named(text[3:-1]) if text[1] == "C" else ""
     if text[1] == "*":
         name = text[2:].removeprefix("(").removeprefix("[").removesuffix("]")
         return _STRINGS.get(name, "")
@@ -90,7 +100,8 @@ def roff_sections(source: str) -> list[list[str]]:
     """A man page's running text: a list of sections (``.SH``/``.SS``), each a list of paragraphs.
 
     Comments, the title, code/table blocks and unknown requests are skipped; font macros (``.B``, ``.BR`` …)
-    contribute their text; ``.TP`` tags become paragraphs of their own. Escapes are turned into plain text.
+    contribute their text; ``.TP`` starts a paragraph that holds its tag and then its text (``-a Do not …``).
+    Escapes are turned into plain text.
     """
     sections: list[list[str]] = [[]]
     current: list[str] = []

@@ -100,10 +100,13 @@ def play_markdown_to_text(markdown: str) -> str:
 
     for raw in markdown.splitlines():
         line = raw.strip()
-        if open_marker is not None:  # skip until the stage direction closes
-            if line.endswith(open_marker):
-                open_marker = None
-            continue
+        # skip until the stage direction closes; a speaker or a heading ends one left open (a missing marker)
+        if open_marker is not None:
+            if not (line.startswith("#") or _SPEAKER.match(line)):
+                if line.endswith(open_marker):
+                    open_marker = None
+                continue
+            open_marker = None
         if not line:
             continue  # blank lines separate paragraphs; a speech only ends at a new speaker or heading
         if line.startswith("#"):  # play title, act or scene heading

@@ -104,6 +104,21 @@ def test_read_mo_matches_pythons_gettext(endian, tmp_path):
     assert mine == singular
 
 
+def test_read_mo_decodes_in_the_charset_its_header_names(tmp_path):
+    """A Latin-1 catalog is read as gettext reads it (it used to raise UnicodeDecodeError naming no file); bytes
+    not valid in the header's charset, or an unknown charset, are a ValueError naming the file."""
+    messages = {b"": b"Content-Type: text/plain; charset=ISO-8859-1\n", b"menu\x04Size": "Größe".encode("latin-1")}
+    data = make_mo(messages)
+    assert [(e.context, e.msgid, e.msgstr) for e in read_mo(data)] == [("menu", "Size", "Größe")]
+    assert gettext.GNUTranslations(io.BytesIO(data))._catalog["menu\x04Size"] == "Größe"
+    bad = tmp_path / "bad.mo"
+    bad.write_bytes(make_mo({b"": b"Content-Type: text/plain; charset=UTF-8\n", b"Size": "Größe".encode("latin-1")}))
+    with pytest.raises(ValueError, match=r"bad\.mo: \.mo message 1 is not valid UTF-8 .*byte 0xf6 at offset 2"):
+        read_mo(bad)
+    with pytest.raises(ValueError, match="charset 'CHARSET', which Python does not know"):
+        read_mo(make_mo({b"": b"Content-Type: text/plain; charset=CHARSET\n", b"Size": b"Groesse"}))
+
+
 def test_read_mo_refuses_a_bad_magic_number():
     with pytest.raises(ValueError, match="magic number 0x950412de expected, got 0x00000000"):
         read_mo(bytes(28))

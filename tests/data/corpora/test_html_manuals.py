@@ -60,3 +60,9 @@ def test_manual_documents_align_sections_of_equal_shape_only(tmp_path):
     ]}
     assert reasons["unaligned section"] == 1  # the German section with one paragraph more
     assert reasons["identical"] == 1  # "2.1.1." on both sides
+
+
+def test_a_line_break_inside_a_block_separates_words():
+    """``<br>`` used to glue the words on either side together (``One.Two.``)."""
+    assert page_sections('<div id="s"><p>One.<br>Two.</p><td>a<br/>b</td></div>') == {
+        "s": [("p", "One. Two."), ("td", "a b")]}

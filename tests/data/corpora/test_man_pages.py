@@ -122,3 +122,10 @@ def test_roff_strings_colours_footnote_marks_and_literal_backslashes():
     assert roff_sections(source) == [[
         "This process is named \"(sd-pam)\", a child of the unit's main process. "
         "See Boot Loader Interface for details. Test if it is a C++ symbol, with \"#\" and (?:\\d+)."]]
+
+
+def test_roff_escapes_with_a_quoted_argument_leave_no_text_and_unicode_names_are_characters():
+    """\\h'2n' (motion), \\w'...' (width), \\v, \\N used to leave their argument in the text ("word'2n'next");
+    \\C'name' and groff's Unicode names (\\[u00F6]) are characters."""
+    source = "Gr\\[u00F6]\\[u00DF]e word\\h'2n'next \\v'-1'up \\w'abc'x \\N'65'y \\C'dq'q\\C'dq' it\\'s"
+    assert roff_sections(source) == [["Größe wordnext up x y \"q\" it's"]]

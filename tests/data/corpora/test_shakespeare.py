@@ -120,6 +120,12 @@ def test_converter_empty_play():
     assert sh.play_markdown_to_text("# Title\n\n## ACT I\n\n_Enter nobody_\n") == ""
 
 
+def test_converter_a_stage_direction_left_open_ends_at_the_next_speaker_or_heading():
+    """A stage direction whose closing ``_`` is missing used to swallow the rest of the play, speakers included."""
+    markdown = "**A**\nFirst line.\n_Enter B\n**B**\nSecond line.\n_Exit\n# ACT II\n**C**\nThird line.\n"
+    assert sh.play_markdown_to_text(markdown) == "A:\nFirst line.\n\nB:\nSecond line.\n\nC:\nThird line.\n\n"
+
+
 def test_split_at_speech_boundary():
     text = "".join(f"A{i}:\nline {i}\n\n" for i in range(100))
     train, valid = sh.split_at_speech_boundary(text, 0.1)
