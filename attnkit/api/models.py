@@ -10,6 +10,7 @@ There are no tensor axes in this file.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,11 @@ def convert_checkpoint(src: str | Path, out: str | Path | None = None) -> Conver
     from attnkit.models.builders import build_model
     from attnkit.training.sharded import convert_sharded
 
+    # Path(None) is a TypeError, Path("") the working directory
+    for name, value, what in (("src", src, "the checkpoint or run folder"), ("out", out, "the folder to write")):
+        if not (value is None and name == "out") and (not isinstance(value, (str, os.PathLike)) or not str(value)):
+            raise ValueError(f"convert_checkpoint {name} must be {what} (a non-empty str or pathlib.Path"
+                             f"{', or None' if name == 'out' else ''}), got {value!r}")
     src = Path(src)
     if src.name == CHECKPOINTS_DIR and is_run_dir(src.parent):
         raise CheckpointError(f"{src} is a run's checkpoints folder: give the run folder {str(src.parent)!r} (its "

@@ -7,7 +7,8 @@ command line. Field names are the flags' names with ``_`` for ``-`` (``--max-tim
 (``bleu=False``), ``--no-cache`` (``use_cache=False``), ``--from`` (``source``) and ``--len`` (``length``).
 
 Options are validated when made: a field of the wrong type raises ``ValueError`` naming the field, the expected
-type and the value given (and, in the training options, an empty string, which would read as a field left unset).
+type and the value given (and, in the training options, an empty string, which would read as a field left unset);
+so does a misspelt field, with the closest one (``TrainLMOptions(stesp=5)``: "did you mean 'steps'?").
 Ranges are checked where the value is used (the training config, the data readers), with the same messages as the
 command line's. Nothing here imports torch. There are no tensor axes in this file.
 """
@@ -100,6 +101,10 @@ class Options:
     """Base of every options dataclass: each field is checked against its annotation when the options are made
     (:func:`field_kind`), then :meth:`_check` checks ranges and combinations (subclasses extend it). A text field
     that may name a file (``data``, ``source``, ``tokenizer``) takes a ``pathlib.Path`` too, kept as its str."""
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        cls._known(kwargs)  # TrainLMOptions(stesp=5): a ValueError naming the field, as make() gives, not a TypeError
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         kinds = {f.name: field_kind(f.type) for f in dataclasses.fields(self)}
@@ -314,7 +319,11 @@ def check_vocab_size(vocab_size: int | None) -> None:
 
 
 def default_log(log: Log | None) -> Log:
-    """``log``, or :func:`say` (stderr, rank 0 only) when None."""
+    """``log``, or :func:`say` (stderr, rank 0 only) when None; anything else that is not callable (``log=False``)
+    raises ``ValueError`` before the run starts, not a ``TypeError`` at its first status line."""
+    if log is not None and not callable(log):
+        raise ValueError(f"log must be a function taking each status line, or None (stderr), got {log!r} "
+                         f"({type(log).__name__}); to silence a run pass log=lambda line: None")
     return say if log is None else log
 
 

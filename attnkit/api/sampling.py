@@ -138,6 +138,7 @@ class Sampler:
         from attnkit.generation import TextStreamer, generate
 
         check_int("index", index, minimum=0)
+        _check_stream(stream)
         seed = self.options.seed
         cfg = self.config if seed is None else dataclasses.replace(self.config, seed=seed + index)
         streamer = None
@@ -150,9 +151,17 @@ class Sampler:
         return self.shown_prompt + self.tokenizer.decode(out[0], skip_special_tokens=True)
 
 
+def _check_stream(stream: Any) -> None:
+    """``ValueError`` unless ``stream`` is None or a text stream (has ``write``, as ``sys.stdout`` or an open file)."""
+    if stream is not None and not callable(getattr(stream, "write", None)):
+        raise ValueError(f"stream must be a text stream with a write method (sys.stdout, an open file) or None, got "
+                         f"{stream!r:.60} ({type(stream).__name__})")
+
+
 def sample(options: SampleOptions | None = None, *, stream: TextIO | None = None, log: Log | None = None,
            **kwargs: Any) -> list[str]:
     """Draw ``num_samples`` samples (each the prompt followed by its continuation); with ``stream`` each is also
     written there as it is generated."""
+    _check_stream(stream)  # before the model is loaded
     sampler = Sampler(options, log=log, **kwargs)
     return [sampler.sample(i, stream=stream) for i in range(sampler.options.num_samples)]

@@ -127,9 +127,7 @@ class Translator:
 
         o = self.options
         size = o.batch_size if batch_size is None else check_int("batch_size", batch_size, minimum=1)
-        if isinstance(lines, str):  # iterating it would translate each character as a line
-            raise ValueError(f"lines to translate must be an iterable of strings (a list, a file), got one string "
-                             f"{lines!r:.60}; wrap it in a list")
+        _check_lines(lines)
         for chunk in _chunks(lines, size, self.n_lines + 1):
             _check_utf8(chunk, self.n_lines + 1)
             texts = [normalize_text(line) for line in chunk]  # as the training pairs were (NFC, no BOM, spaces)
@@ -145,10 +143,19 @@ class Translator:
         return [h for hyps in self.stream(sentences) for h in hyps]
 
 
+def _check_lines(lines: Any) -> None:
+    """``ValueError`` unless ``lines`` is an iterable of lines that is not itself one string."""
+    if isinstance(lines, str):  # iterating it would translate each character as a line
+        raise ValueError(f"lines to translate must be an iterable of strings (a list, a file), got one string "
+                         f"{lines!r:.60}; wrap it in a list")
+    if not isinstance(lines, Iterable):
+        raise ValueError(f"lines to translate must be an iterable of strings (a list, a file), got "
+                         f"{type(lines).__name__} {lines!r:.60}")
+
+
 def translate(sentences: Sequence[str], options: TranslateOptions | None = None, **kwargs: Any) -> list[str]:
     """Translate ``sentences`` with the checkpoint of ``options`` (or keyword arguments): one translation each."""
-    if isinstance(sentences, str):
-        raise ValueError("translate expects a list of sentences, got one string; wrap it in a list")
+    _check_lines(sentences)  # before the model is loaded
     return Translator(options, **kwargs).translate(sentences)
 
 

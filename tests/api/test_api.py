@@ -275,6 +275,34 @@ def test_options_are_checked_against_their_annotations_and_made_from_keywords():
         api.SampleOptions.make(api.SampleOptions(ckpt="x"), {"bogus": 1})
 
 
+def test_a_misspelt_field_made_directly_is_a_value_error_too():
+    """The README: "Options are checked when made (a wrong type, a misspelt field: ValueError)" -- also when the
+    dataclass is made directly (it was the dataclass's own TypeError); copies and replace() still work."""
+    import copy
+    import pickle
+
+    with pytest.raises(ValueError, match=r"TrainLMOptions has no field 'stpes'; did you mean 'steps'\?"):
+        api.TrainLMOptions(stpes=3)
+    with pytest.raises(ValueError, match=r"TranslateOptions has no field 'sentences'; its fields: "):
+        api.TranslateOptions(sentences=["a"])
+    made = api.TrainLMOptions(steps=3, overrides={"n_layer": 1})
+    assert copy.deepcopy(made) == made == pickle.loads(pickle.dumps(made)) and made.replace(steps=4).steps == 4
+
+
+def test_log_stream_and_lines_of_the_wrong_kind_are_value_errors_before_any_work(corpus, tmp_path):
+    """``log=False`` (or a str), ``stream="out.txt"`` and ``translate(5)`` raised TypeError / AttributeError
+    mid-run (``train_lm``: after the data was read; ``sample``: only when a note was logged); now ValueError first."""
+    with pytest.raises(ValueError, match=r"log must be a function .* got False \(bool\)"):
+        api.train_lm(data=str(corpus), out=tmp_path / "run", steps=2, log=False, **TINY_LM)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match=r"log must be a function .* got 'quiet' \(str\)"):
+        api.sample(ckpt=tmp_path / "nowhere", log="quiet")
+    with pytest.raises(ValueError, match=r"stream must be a text stream .* got 'out.txt' \(str\)"):
+        api.sample(ckpt=tmp_path / "nowhere", stream="out.txt")
+    with pytest.raises(ValueError, match=r"lines to translate must be an iterable of strings .* got int 5"):
+        api.translate(5, ckpt=tmp_path / "nowhere")
+
+
 def test_evaluate_mt_scores_a_reversed_run_the_other_way_round(pairs, tmp_path, monkeypatch):
     import attnkit.training.bleu as bleu
 

@@ -73,3 +73,15 @@ def test_a_hand_edited_model_config_is_refused_before_the_model_is_built(tmp_pat
     with pytest.raises(ValueError, match=r"position tables for length 2097152 would take 128 MiB up front"):
         convert_checkpoint(ckpt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("src, out", [(None, None), ("", None), (3, None), ("run", 5), ("run", "")])
+def test_a_source_or_output_that_is_no_path_is_a_value_error(tmp_path, monkeypatch, src, out):
+    """Was: ``convert_checkpoint(None)`` raised TypeError from ``Path(None)``, and ``""`` (the working directory)
+    ``PosixPath('.') has an empty name``."""
+    monkeypatch.chdir(tmp_path)
+    fake_run(tmp_path)
+    with pytest.raises(ValueError, match=r"convert_checkpoint (src|out) must be the (checkpoint or run folder|folder "
+                                         r"to write) \(a non-empty str or pathlib.Path.*\), got"):
+        convert_checkpoint(src, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
