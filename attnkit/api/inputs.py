@@ -95,9 +95,19 @@ def mt_ids(o: ModelText, model: Any, tokenizer: Any, log: Log) -> tuple[list[int
     text = normalize_text(o.src if o.src is not None else o.text or "")
     if not text:
         raise ValueError("a translation model needs --src (the source sentence)")
-    (src,), _ = encode_sources(tokenizer, [text], max_len=getattr(model.config, "max_len", None))
+    max_len = getattr(model.config, "max_len", None)
+    (src,), cut = encode_sources(tokenizer, [text], max_len=max_len)
+    if cut:  # as translate cuts it (--strict refuses)
+        log(f"note: --src is longer than the model's max_len of {max_len} tokens: it is read as its first "
+            f"{max_len - 1} tokens and <eos>")
     if o.tgt is not None:
         tgt = tokenizer.encode(normalize_text(o.tgt))
+        if isinstance(max_len, int) and len(tgt) + 1 > max_len:  # the decoder reads <bos> + target
+            if getattr(model.config, "position", None) == "learned":
+                raise ValueError(f"--tgt is {len(tgt) + 1} tokens with <bos>, but this model (learned positions) "
+                                 f"reads at most {max_len}: give a shorter target")
+            log(f"note: --tgt is {len(tgt) + 1} tokens with <bos>, longer than the model's max_len of {max_len}: "
+                f"what it shows past token {max_len} is the model read beyond what it was trained on")
     else:
         (tgt,) = search_ids(model, tokenizer, [src], beam=1)
         log(f"translation (greedy): {tokenizer.decode(tgt, skip_special_tokens=True)}")

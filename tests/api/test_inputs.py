@@ -31,3 +31,33 @@ def test_a_hugging_face_folder_is_a_model_to_inspect(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"^--model .*empty: not a model folder"):
         load_inspected(ModelText(model=str(tmp_path / "empty"), text="x"))
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_a_source_or_target_past_the_translators_max_len_is_named(position):
+    """Was: viz/trace cut a long --src to max_len and read a long --tgt past it without a word (a long --text for a
+    language model gets a note, or is refused for learned positions)."""
+    from attnkit.api.inputs import mt_ids
+    from attnkit.models import build_model
+    from helpers import tiny_transformer_config
+
+    text = ["das haus ist gross", "the house is big", "der hund ist klein", "the dog is small"] * 5
+    tok = BPETokenizer.train(text, 280, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"])
+    model = build_model(tiny_transformer_config(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size,
+                                                max_len=8, pad_id=tok.pad_id, position=position)).eval()
+    lines = []
+    src, tgt = mt_ids(ModelText(ckpt="run", src="das haus ist gross der hund ist klein", tgt="the house"), model, tok,
+                      lines.append)
+    assert len(src) == 8 and lines == ["note: --src is longer than the model's max_len of 8 tokens: it is read as "
+                                       "its first 7 tokens and <eos>"]
+    long = ModelText(ckpt="run", src="das haus", tgt="the house is big the dog is small")
+    if position == "learned":
+        with pytest.raises(ValueError, match=r"^--tgt is \d+ tokens with <bos>, but this model \(learned positions\) "
+                                             r"reads at most 8: give a shorter target$"):
+            mt_ids(long, model, tok, lines.append)
+    else:
+        lines.clear()
+        _, tgt = mt_ids(long, model, tok, lines.append)
+        assert len(tgt) > 8 and lines == [f"note: --tgt is {len(tgt)} tokens with <bos>, longer than the model's "
+                                          f"max_len of 8: what it shows past token 8 is the model read beyond what it "
+                                          f"was trained on"]
