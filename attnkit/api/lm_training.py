@@ -86,7 +86,7 @@ class TrainLMOptions(TrainOptions):
             raise ValueError(f"train lm sets the model's block_size from --block-size (block_size=), got --set "
                              f"block_size={self.overrides['block_size']!r}: use --block-size "
                              f"{self.overrides['block_size']!r}")
-        check_vocab_size(self.vocab_size)
+        check_vocab_size(self.vocab_size, specials=None if self.resume else 1)  # <|endoftext|>
         if self.vocab_size is not None and not self.resume and (self.tokenizer or "char") != "bpe":
             raise ValueError(f"--vocab-size sizes a BPE trained on the data (--tokenizer bpe); --tokenizer "
                              f"{self.tokenizer or 'char'!r} brings its own vocabulary, got --vocab-size "

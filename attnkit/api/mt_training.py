@@ -123,7 +123,8 @@ class TrainMTOptions(TrainOptions):
                              f"max_len={self.overrides['max_len']!r}: use --max-len {self.overrides['max_len']!r}")
         if self.average_last is not None and self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
-        check_vocab_size(self.vocab_size)
+        # <pad> <bos> <eos> <unk> (and any tags: the BPE trainer checks those)
+        check_vocab_size(self.vocab_size, specials=None if self.resume else 4)
         if self.vocab_size is not None and self.tokenizer is not None and not self.resume:
             raise ValueError(f"--vocab-size sizes the joint BPE trained on the pairs; --tokenizer "
                              f"{str(self.tokenizer)!r} brings its own vocabulary, got --vocab-size {self.vocab_size}")

@@ -308,14 +308,17 @@ def done_line(summary: dict[str, Any], tail: str) -> str:
             + (f"; {', '.join(losses)}" if losses else "") + f"; {tail}")
 
 
-def check_vocab_size(vocab_size: int | None) -> None:
-    """``--vocab-size``, the size of a BPE to train: at least 1 and at most
-    :data:`~attnkit.data.tokenizers.bpe_tokenizer.MAX_BPE_VOCAB` (refused when the options are made, before any
-    data is read)."""
+def check_vocab_size(vocab_size: int | None, specials: int | None) -> None:
+    """``--vocab-size``, the size of a byte-level BPE to train with ``specials`` special tokens: at least its 256
+    bytes and the specials, at most :data:`~attnkit.data.tokenizers.bpe_tokenizer.MAX_BPE_VOCAB` (refused when the
+    options are made, before any data is read). ``specials=None`` (resuming: the value must be the run's own,
+    checked later) asks only for at least 1."""
     from attnkit.data.tokenizers.bpe_tokenizer import MAX_BPE_VOCAB
 
-    if vocab_size is not None and not 1 <= vocab_size <= MAX_BPE_VOCAB:
-        raise ValueError(f"--vocab-size must be in [1, {MAX_BPE_VOCAB:,}], got {vocab_size}")
+    least = 1 if specials is None else 256 + specials
+    if vocab_size is not None and not least <= vocab_size <= MAX_BPE_VOCAB:
+        why = "" if specials is None else f" (256 bytes + {specials} special token{'s' if specials > 1 else ''})"
+        raise ValueError(f"--vocab-size must be in [{least}{why}, {MAX_BPE_VOCAB:,}], got {vocab_size}")
 
 
 def default_log(log: Log | None) -> Log:

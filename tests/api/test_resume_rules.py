@@ -244,9 +244,15 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
 @pytest.mark.parametrize("make, message", [
     (lambda: api.TrainLMOptions(overrides={"block_size": 8}),
      r"train lm sets the model's block_size from --block-size .*got --set block_size=8: use --block-size 8"),
-    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=0), r"--vocab-size must be in \[1, 4,194,304\], got 0"),
-    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=99999999999), r"--vocab-size must be in \[1, 4,194,304\]"),
-    (lambda: api.TrainMTOptions(vocab_size=99999999999), r"--vocab-size must be in \[1, 4,194,304\]"),
+    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=0),
+     r"--vocab-size must be in \[257 \(256 bytes \+ 1 special token\), 4,194,304\], got 0"),
+    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=256),  # was accepted, refused after the data was read
+     r"--vocab-size must be in \[257 \(256 bytes \+ 1 special token\), 4,194,304\], got 256"),
+    (lambda: api.TrainLMOptions(tokenizer="bpe", vocab_size=99999999999), r"--vocab-size must be in \[257 "),
+    (lambda: api.TrainMTOptions(vocab_size=100),
+     r"--vocab-size must be in \[260 \(256 bytes \+ 4 special tokens\), 4,194,304\], got 100"),
+    (lambda: api.TrainMTOptions(vocab_size=99999999999), r"--vocab-size must be in \[260 "),
+    (lambda: api.TrainLMOptions(vocab_size=0, resume=True, out="run"), r"--vocab-size must be in \[1, 4,194,304\], got 0"),
     (lambda: api.TrainMTOptions(tokenizer="tok.json", vocab_size=500),
      r"--tokenizer 'tok.json' brings its own vocabulary, got --vocab-size 500"),
     (lambda: api.TrainLMOptions(vocab_size=500), r"--tokenizer 'char' brings its own vocabulary, got --vocab-size 500"),
