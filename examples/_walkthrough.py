@@ -59,10 +59,11 @@ def error_of(call: Callable[[], object], expected: type[BaseException] | tuple[t
 
 
 def _parser(figures: bool) -> argparse.ArgumentParser:
-    """The command line of the walkthrough being run: its docstring's first line, ``--help``, ``--out DIR``."""
+    """The command line of the walkthrough being run: its docstring's first paragraph (which may wrap over
+    several lines), ``--help``, ``--out DIR``."""
     doc = (sys.modules["__main__"].__doc__ or "").strip()
     parser = argparse.ArgumentParser(prog=f"python examples/{Path(sys.argv[0]).name}",
-                                     description=doc.splitlines()[0] if doc else None)
+                                     description=" ".join(doc.split("\n\n")[0].split()) if doc else None)
     if figures:
         parser.add_argument("--out", metavar="DIR", help=f"the folder for the figures (default: ${OUT_ENV}, "
                                                          f"else examples/out/)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from attnkit.data.fetch import FetchError
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.generation import generate
 from attnkit.models import GPTConfig, build_model, count_parameters
-from attnkit.training import LMTask, TrainConfig, Trainer, read_metrics
+from attnkit.training import Interrupted, LMTask, TrainConfig, Trainer, read_metrics
 
 setup(seed=0)
 OUT = output_dir()
@@ -95,7 +96,12 @@ def train(model, task: LMTask, steps: int, lr: float, name: str) -> dict:
     train_config = TrainConfig(steps=steps, lr=lr, min_lr=lr / 10, warmup_steps=20, batch_size=BATCH,
                                block_size=BLOCK, weight_decay=0.0, eval_every=steps, eval_batches=EVAL_BATCHES,
                                log_every=10, ckpt_every=steps)
-    summary = Trainer(model, task, train_config, RUNS / name, model_config=config, progress=False, log=False).fit()
+    try:
+        summary = Trainer(model, task, train_config, RUNS / name, model_config=config, progress=False, log=False).fit()
+    except Interrupted as stop:  # Ctrl-C or SIGTERM: its checkpoint is in RUNS, removed at exit, so not resumable
+        print(f"seed002_finetune_jokes.py: {stop.signal_name}: stopped after update {stop.step} of {name}; its run "
+              f"folder was temporary and is removed: run the script again to start over", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
     print(f"  {name}: {steps} updates in {summary['elapsed']:.1f} s, validation loss {summary['valid_loss']:.3f}")
     return summary
 

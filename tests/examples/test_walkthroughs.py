@@ -197,6 +197,17 @@ def test_help_says_the_flags_of_the_docstring_and_an_unknown_flag_is_a_one_line_
     assert "== 1." not in result.stdout
 
 
+@pytest.mark.parametrize("script", ["annotated_label_smoothing.py", "annotated_lr_schedule.py"])
+def test_help_gives_the_whole_first_sentence_of_a_docstring_that_wraps(script, run_script):
+    """Was: ``--help`` showed the docstring's first line only, cut mid-sentence ("why it stops a model from")."""
+    source = (Path(__file__).parents[2] / "examples" / script).read_text(encoding="utf-8")
+    first_paragraph = " ".join(ast.get_docstring(ast.parse(source)).split("\n\n")[0].split())
+    assert first_paragraph.endswith(".") and "\n" in ast.get_docstring(ast.parse(source)).split("\n\n")[0]
+    result = run_script(script, "--help")
+    assert result.returncode == 0, result.stderr
+    assert first_paragraph in " ".join(result.stdout.split()), result.stdout
+
+
 def test_out_naming_a_file_is_a_one_line_error_and_the_file_is_kept(run_script, tmp_path):
     mine = tmp_path / "notes.txt"
     mine.write_text("my notes")
@@ -215,6 +226,40 @@ def test_the_finetune_walkthrough_leaves_no_run_folders_behind_when_it_fails(run
     result = run_script("seed002_finetune_jokes.py", env={"TMPDIR": str(temp), "ATTNKIT_HOME": str(home)})
     assert result.returncode != 0
     assert list(temp.iterdir()) == [], result.stderr[-2000:]
+
+
+@pytest.mark.network
+def test_the_finetune_walkthrough_stopped_by_ctrl_c_says_so_in_one_line_and_exits_130(tmp_path):
+    """Was: Ctrl-C during a training run gave an ``Interrupted`` traceback (exit status 1) naming a checkpoint to
+    resume from, in the temporary run folder that the script removes at exit."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    home = Path(os.environ.get("ATTNKIT_TEST_HOME") or Path.home() / ".cache" / "attnkit-tests").expanduser()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", TMPDIR=str(temp),
+               ATTNKIT_HOME=str(home), ATTNKIT_EXAMPLES_OUT=str(tmp_path / "figures"))
+    proc = subprocess.Popen([sys.executable, str(root / "examples" / "seed002_finetune_jokes.py")], env=env,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        # the first metrics row of the pretraining run: its fit() is under way, with its signal handlers
+        while not any(p.stat().st_size for p in temp.glob("attnkit-seed002-*/pretrain/metrics.jsonl")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert err.splitlines()[-1].startswith("seed002_finetune_jokes.py: SIGINT: stopped after update "), err
+    assert "of pretrain; its run folder was temporary" in err.splitlines()[-1], err
+    assert [p.name for p in temp.iterdir() if p.name.startswith("attnkit-seed002-")] == []
 
 
 def test_the_finetune_walkthrough_offline_on_its_first_run_says_why_without_a_traceback(run_script, tmp_path):
