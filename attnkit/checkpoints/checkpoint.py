@@ -335,7 +335,16 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, optimizer: torch.
         shutil.rmtree(tmp, ignore_errors=True)
         raise OSError(f"cannot write the checkpoint {path}: {err}") from None
 
-    return publish_folder(tmp, path)  # at every instant the old or the new complete folder exists
+    try:
+        return publish_folder(tmp, path)  # at every instant the old or the new complete folder exists
+    except OSError as err:
+        if not tmp.is_dir():  # published: only the removal of the replaced copy failed (clean_stale finishes it)
+            raise
+        old = path.with_name(path.name + ".old")
+        if not os.path.lexists(path) and old.is_dir():  # moved aside, its replacement never came: put it back
+            os.rename(old, path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(f"cannot write the checkpoint {path}: {err}") from None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -666,11 +675,20 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
-def prune_checkpoints(root: str | os.PathLike, keep_last: int) -> list[Path]:
+def prune_checkpoints(root: str | os.PathLike, keep_last: int, *, every: int | None = None) -> list[Path]:
     """Delete all but the newest ``keep_last`` ``step_*`` checkpoints (``best/`` is never touched, nor a ``step_*``
-    folder that is a link or holds files of the user's)."""
+    folder that is a link or holds files of the user's).
+
+    With ``every`` (the run's checkpoint interval), a checkpoint off that cadence (written by a preemption, step 0
+    included, or at the end of a run since resumed) is kept only while it is the newest: the run that was never
+    stopped has none, so a resumed run keeps (and ``--average-last`` averages) the same checkpoints as an
+    uninterrupted one."""
     check_int("keep_last", keep_last, minimum=1)
-    doomed = [p for _, p in list_checkpoints(root)[:-keep_last] if _not_replaceable(p) is None]
+    check_int("every", every, minimum=1, allow_none=True)
+    found = list_checkpoints(root)
+    off = {p for s, p in found[:-1] if every is not None and (s == 0 or s % every != 0)}  # superseded, off-cadence
+    stale = set([p for _, p in found if p not in off][:-keep_last]) | off
+    doomed = [p for _, p in found if p in stale and _not_replaceable(p) is None]
     for p in doomed:
         shutil.rmtree(p)
     return doomed

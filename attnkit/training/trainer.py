@@ -613,7 +613,7 @@ class Trainer:
         if bad:  # never replace a good checkpoint with a diverged one
             raise FloatingPointError(f"parameters {bad[:3]} hold NaN/inf at step {self.step}: the run diverged")
         path = self._write_checkpoint(self.ckpt_dir / step_dir_name(self.step))
-        D.on_main(lambda: prune_checkpoints(self.ckpt_dir, self.config.keep_last))
+        D.on_main(lambda: prune_checkpoints(self.ckpt_dir, self.config.keep_last, every=self.config.ckpt_every))
         self.last_checkpoint = path
         return path
 
@@ -849,7 +849,12 @@ class Trainer:
             summary["target"] = {"loss": self.config.stop_at_loss, "reached": self.reached is not None,
                                  **{k: (self.reached or {}).get(k) for k in ("step", "elapsed", TARGET_METRIC)}}
         if self.world.is_main:
-            write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+            try:
+                write_text_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+            except OSError as err:  # e.g. a full disk after the last checkpoint: say what is safe and what to do
+                raise type(err)(f"cannot write {self.out_dir / SUMMARY_FILE}: {err}. Training itself ended at step "
+                                f"{self.step} (checkpoint {self.last_checkpoint}); free some space and --resume "
+                                f"to finish the run") from None
         D.barrier()
         return summary
 

@@ -380,3 +380,20 @@ def test_checkpoint_files_get_the_users_umask(tmp_path, umask):
     assert names == ["model.safetensors", "optimizer.safetensors", "state.json"]  # no temporary file left
     for name in names:
         assert stat.S_IMODE((path / name).stat().st_mode) == 0o666 & ~umask, name
+
+
+def test_pruning_with_a_cadence_drops_superseded_checkpoints_off_it(tmp_path, tiny_lm):
+    """``every``: a checkpoint off the cadence (a preemption's, step 6) is kept while it is the newest and does not
+    count towards ``keep_last``; once superseded it goes, and the newest is kept whatever its step."""
+    model = tiny_lm()
+    save_checkpoint(tmp_path / step_dir_name(0), model, state={"step": 0})  # a signal before the first update
+    assert prune_checkpoints(tmp_path, keep_last=3, every=4) == []
+    for step in (4, 6):
+        save_checkpoint(tmp_path / step_dir_name(step), model, state={"step": step})
+    assert [p.name for p in prune_checkpoints(tmp_path, keep_last=3, every=4)] == ["step_00000000"]
+    for step in (8, 11):
+        save_checkpoint(tmp_path / step_dir_name(step), model, state={"step": step})
+    assert [p.name for p in prune_checkpoints(tmp_path, keep_last=3, every=4)] == ["step_00000006"]
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 8, 11]
+    with pytest.raises(ValueError, match="every must be an int >= 1, got 0"):
+        prune_checkpoints(tmp_path, 2, every=0)

@@ -33,3 +33,27 @@ def test_a_save_that_dies_before_publishing_the_new_folder_keeps_the_old_checkpo
     assert load_checkpoint(tmp_path / "best", restored)["step"] == 7
     for p, q in zip(restored.parameters(), old_model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_a_save_whose_publishing_fails_puts_the_old_checkpoint_back_at_once(tmp_path, tiny_lm, monkeypatch):
+    """An error (a full disk, not a crash) between moving ``best/`` aside and renaming the new copy into place left
+    only ``best.old`` and ``best.tmp``: until a resume, ``sample --ckpt run`` silently fell back to another
+    checkpoint. The old ``best/`` is now back under its name and the unfinished copy is gone."""
+    old_model = tiny_lm(0)
+    save_checkpoint(tmp_path / "best", old_model, state={"step": 7})
+    real_rename = os.rename
+
+    def fails_publishing(src, dst):
+        if str(src).endswith("best.tmp"):
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", fails_publishing)
+    with pytest.raises(OSError, match=r"cannot write the checkpoint .*best: \[Errno 28\] No space left on device"):
+        save_checkpoint(tmp_path / "best", tiny_lm(1), state={"step": 9})
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    restored = tiny_lm(2)
+    assert load_checkpoint(tmp_path / "best", restored)["step"] == 7
+    for p, q in zip(restored.parameters(), old_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)

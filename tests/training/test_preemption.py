@@ -256,3 +256,21 @@ def test_the_resume_command_names_the_command_and_torchrun_with_its_flags(monkey
                                               "--resume"
     monkeypatch.setenv("GROUP_WORLD_SIZE", "3")
     assert resume_command("train lm", "r").startswith("torchrun --nnodes=3 --nproc_per_node=2 -m attnkit train lm")
+
+
+def test_a_resumed_run_keeps_the_same_step_checkpoints_as_the_uninterrupted_one(tmp_path, straight, trainer,
+                                                                                   signal_at):
+    """The checkpoint a signal wrote off the ``ckpt_every`` cadence (step 6) is dropped once a later one is written:
+    it used to count as one of ``keep_last`` and push out step 4, so ``--average-last 3`` averaged steps 6, 8, 12 of
+    the resumed run but 4, 8, 12 of the uninterrupted one."""
+    out = tmp_path / "stopped"
+    signal_at(signal.SIGTERM, 6)
+    with pytest.raises(Interrupted):
+        trainer(out).fit()
+    assert (out / "checkpoints" / "step_00000006").is_dir()  # kept while it is the newest: the resume needs it
+    trainer(out, resume=True).fit()
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == sorted(p.name for p in (straight / "checkpoints").iterdir())
+    assert names == ["best", "step_00000004", "step_00000008", "step_00000012"]
+    for step in (4, 8):
+        _assert_same_weights(out, straight, step)

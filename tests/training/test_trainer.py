@@ -478,3 +478,28 @@ def test_progress_bar_shows_loss_lr_throughput_and_time_left(tmp_path, tiny_lm, 
     Trainer(tiny_lm(), task, cfg, tmp_path / "b", model_config={}, progress=True).fit()
     err = capsys.readouterr().err
     assert "train (time budget)" in err and "step=" in err
+
+
+def test_a_summary_that_cannot_be_written_says_which_file_and_that_training_ended(tmp_path, tiny_lm, token_streams,
+                                                                                   monkeypatch):
+    """A full disk at ``summary.json`` (after the last checkpoint) used to surface as a bare "[Errno 28] No space
+    left on device": no file named, nothing saying the training itself was done and how to finish the run."""
+    from attnkit.training import trainer as trainer_module
+
+    real = trainer_module.write_text_atomic
+
+    def full_disk(path, text):
+        if path.name == "summary.json":
+            raise OSError(28, "No space left on device")
+        return real(path, text)
+
+    monkeypatch.setattr(trainer_module, "write_text_atomic", full_disk)
+    with pytest.raises(OSError) as caught:
+        _trainer(tmp_path, tiny_lm, token_streams).fit()
+    out = tmp_path / "run"
+    assert str(caught.value) == (f"cannot write {out / 'summary.json'}: [Errno 28] No space left on device. Training "
+                                 f"itself ended at step 12 (checkpoint {out / 'checkpoints' / 'step_00000012'}); free "
+                                 f"some space and --resume to finish the run")
+    monkeypatch.setattr(trainer_module, "write_text_atomic", real)
+    assert _trainer(tmp_path, tiny_lm, token_streams, resume=True).fit()["steps"] == 12
+    assert (out / "summary.json").is_file()
