@@ -222,7 +222,8 @@ class Trainer:
                 raise ValueError(f"fsdp=True needs layer_drop = 0 (got {self._layer_drop}): the ranks would skip "
                                  f"different layers and wait for each other's shards; use DDP (no fsdp) instead")
             if not self.world.distributed:
-                raise ValueError("fsdp=True needs several processes: launch with torchrun --nproc_per_node=N")
+                raise ValueError("fsdp=True needs several processes (--fsdp, which a resumed run keeps): launch with "
+                                 "torchrun --nproc_per_node=N, N >= 2")
             D.shard_fsdp(self.model)  # in place; parameters become DTensor shards, names unchanged
         self.task = task
         self.config = config

@@ -132,7 +132,7 @@ def test_fsdp_needs_several_processes(tmp_path):
 
     gcfg = GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=8)
     task = LMTask(torch.arange(50) % 8, torch.arange(50) % 8, block_size=4, batch_size=2)
-    with pytest.raises(ValueError, match="fsdp=True needs several processes"):
+    with pytest.raises(ValueError, match=r"fsdp=True needs several processes \(--fsdp, which a resumed run keeps\)"):
         Trainer(GPT(gcfg), task, TrainConfig(steps=1, batch_size=2, block_size=4, warmup_steps=0, fsdp=True), tmp_path / "r",
                 model_config=gcfg)
 
