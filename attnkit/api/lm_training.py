@@ -94,9 +94,11 @@ class TrainLMOptions(TrainOptions):
 
 
 def describe_batch(cfg: Any) -> str:
-    """``global batch 24 = 12 per process x 2 processes; x 2 accumulation = 48 per update``."""
+    """``global batch 24 = 12 per process x 2 processes; x 2 accumulation = 48 per update``; rows that do not
+    divide evenly are shared as ``split_batch`` shares them (``global batch 8 = 3 + 3 + 2 per process x 3 ...``)."""
     n = world_size()
-    per = cfg.batch_size // n if cfg.batch_size % n == 0 else cfg.batch_size / n
+    base, rest = divmod(cfg.batch_size, n)
+    per = str(base) if rest == 0 else " + ".join(str(base + (r < rest)) for r in range(n))
     return (f"global batch {cfg.batch_size} = {per} per process x {n} process{'es' if n > 1 else ''}; x "
             f"{cfg.grad_accum} accumulation = {cfg.batch_size * cfg.grad_accum} per update"
             + ("; FSDP2" if cfg.fsdp else "; DDP" if n > 1 else ""))

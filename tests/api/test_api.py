@@ -7,6 +7,7 @@ Axis legend: none (runs and files only).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -140,6 +141,11 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
     src.write_text("haus\n"), tgt.write_text("house\n")
     with pytest.raises(ValueError, match=r"--json and --hyps name the same file"):
         api.evaluate_mt(ckpt=run.out, data=f"{src},{tgt}", beam=1, hyps=default.with_name("eval_mt_t_t.json"))
+    linked = tmp_path / "linked.txt"  # was: a hard link to the references (one line, no tab) was taken as earlier
+    os.link(tgt, linked)              # translations and replaced
+    with pytest.raises(ValueError, match=r"--hyps .*linked.txt' is \(or is inside\) the data being scored"):
+        api.evaluate_mt(ckpt=run.out, data=f"{src},{tgt}", beam=1, hyps=linked, json=tmp_path / "l.json")
+    assert linked.samefile(tgt) and tgt.read_text() == "house\n" and not (tmp_path / "l.json").exists()
     assert (pairs / "test.tsv").read_bytes() == test_tsv
     mine = tmp_path / "mine.txt"
     mine.write_text("keep me\n")
@@ -367,3 +373,18 @@ def test_prepare_data_refuses_a_force_that_is_not_a_bool(force, monkeypatch):
     monkeypatch.setattr(registry, "prepare", prepare)
     with pytest.raises(ValueError, match=rf"force must be a bool, got {force!r}"):
         api.prepare_data("shakespeare", force=force)
+
+
+@pytest.mark.parametrize("batch, world, shown", [(8, 1, "8 per process x 1 process"), (8, 2, "4 per process x 2 "),
+                                                 (8, 3, "3 + 3 + 2 per process x 3 processes")])
+def test_the_batch_line_shows_each_process_share(batch, world, shown, monkeypatch):
+    """Was: "global batch 8 = 2.6666666666666665 per process x 3 processes" (rows are whole: split_batch gives the
+    first ranks one more)."""
+    from types import SimpleNamespace
+
+    import attnkit.api.lm_training as lm_training
+
+    monkeypatch.setattr(lm_training, "world_size", lambda: world)
+    line = lm_training.describe_batch(SimpleNamespace(batch_size=batch, grad_accum=2, fsdp=False))
+    tail = f"x 2 accumulation = {2 * batch} per update" + ("; DDP" if world > 1 else "")
+    assert line.startswith(f"global batch {batch} = {shown}") and line.endswith(tail), line
