@@ -132,7 +132,8 @@ def _check_outputs(o: EvalLMOptions | EvalMTOptions, data: str, out: Path, sente
     if len(set(given.values())) < len(given):
         raise ValueError(f"--json and --hyps name the same file {str(given['--json'])!r}")
     for flag, path in given.items():
-        if any(path == i.resolve() or i.resolve() in path.parents for i in inputs if i.exists()):
+        if any(path == i.resolve() or i.resolve() in path.parents or path.is_file() and path.samefile(i)
+               for i in inputs if i.exists()):  # a hard link is the data too
             raise ValueError(f"{flag} {str(outputs[flag])!r} is (or is inside) the data being scored, {data!r}; "
                              f"give another file")
         if flag == "--json":

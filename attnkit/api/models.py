@@ -79,7 +79,9 @@ def convert_checkpoint(src: str | Path, out: str | Path | None = None) -> Conver
             raise CheckpointError(f"{src} holds no step checkpoint to convert")
         src = latest
     out = Path(out) if out is not None else src.with_name(src.name + "-converted")
-    if out.exists():
+    # the folder the write reaches once missing folders are made ("new/../x" is "x"), checked and written
+    target = out.parent.resolve() / out.name
+    if os.path.lexists(out) or os.path.lexists(target):
         raise ValueError(f"{out} already exists; choose another output folder (nothing is overwritten)")
     blocker = file_above(out)
     if blocker is not None:  # its folders cannot be made: say so before any work, not "File exists" from mkdir
@@ -95,4 +97,5 @@ def convert_checkpoint(src: str | Path, out: str | Path | None = None) -> Conver
     state = read_checkpoint_state(src)
     # checked before anything is built: a hand-edited block_size = 10**8 took 22 GB and 90 s, then wrote it out
     model = build_model(checked_model_config(src, state))
-    return ConvertedCheckpoint(src, convert_sharded(src, out, model), state.get("world_size", "?"))
+    convert_sharded(src, target, model)
+    return ConvertedCheckpoint(src, out, state.get("world_size", "?"))

@@ -308,14 +308,18 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
     import json
 
     from attnkit.checkpoints import write_text_atomic
+    from attnkit.checkpoints.runs import check_output_file
 
     o = TranslateFileOptions.make(options, kwargs)
-    input_path, output = _input_file(o.input), Path(o.output)
+    input_path, given = _input_file(o.input), Path(o.output)
+    # the file the writes reach once missing folders are made ("new/../x" is "x"): every check is on it
+    output = given.parent.resolve() / given.name
     record_path = output.with_name(output.name + ".json")
     for path, what in ((output, "--output"), (record_path, f"the record of --output ({record_path.name})")):
         if path.exists() and path.samefile(input_path) or path.resolve() == input_path.resolve():
             raise ValueError(f"{what} is the --input file {input_path}: it would be overwritten; choose another "
                              f"--output")
+        check_output_file(path, what)  # a folder, below a file, or a file of a run (or in a checkpoint): refused
     record = _record(o, input_path)
     before = _read_record(record_path)
     if output.exists() and before is not None:
@@ -337,7 +341,7 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
     if translator is not None:
         _translate_lines(translator, input_path, output, done, n_lines, counts)
     seconds = counts["seconds"]
-    result = TranslateFileResult(output, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
+    result = TranslateFileResult(given, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
                                  counts["tgt"], counts["cut"])
     write_text_atomic(record_path, json.dumps({
         **record, "lines": n_lines, "complete": True, "resumed_from": done, "translated": result.translated,

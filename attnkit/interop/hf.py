@@ -856,7 +856,8 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     if stop_token_ids is not None or add_bos is not None:
         generation = _generation_config(stop_token_ids, tokenizer, hf_cfg["vocab_size"])
         files["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
-    folder = Path(folder)
+    given = Path(folder)
+    folder = given.parent.resolve() / given.name  # where the writes land once missing folders are made ("new/../x")
     _check_export_folder(folder, tuple(files))
     if tokenizer is not None:
         if tokenizer.vocab_size > hf_cfg["vocab_size"]:
@@ -872,4 +873,4 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     write_atomic(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
     for name, body in files.items():
         write_atomic(folder / name, lambda p, body=body: Path(p).write_text(body, encoding="utf-8"))
-    return folder
+    return given

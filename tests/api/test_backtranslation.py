@@ -109,6 +109,25 @@ def test_translate_file_refuses_an_output_of_other_input_or_decoding(reverse_run
         translate_file(TranslateFileOptions(output=out, beam=3, **opts))
 
 
+def test_translate_file_refuses_outputs_that_are_not_a_new_or_earlier_pairs_file(reverse_run, mono, tmp_path):
+    """Was: a folder gave a bare ``IsADirectoryError``, a path below a file ``[Errno 17] File exists`` after the
+    model was loaded, ``new/../notes.tsv`` (``new`` missing) appended pairs to the user's ``notes.tsv``, and a new file
+    in a checkpoint was written where the run's next save deletes it."""
+    opts = dict(ckpt=reverse_run.out, input=mono, batch_size=4, progress=False)
+    (tmp_path / "fold").mkdir()
+    notes = tmp_path / "notes.tsv"
+    notes.write_text("mine\n", encoding="utf-8")
+    best = Path(reverse_run.out) / "checkpoints" / "best"
+    for output, match in ((tmp_path / "fold", "is a folder"), (notes / "p.tsv", "is a file, not a folder"),
+                          (tmp_path / "new" / ".." / "notes.tsv", r"notes.tsv:1 is not the translation"),
+                          (best / "pairs.tsv", "is a file of a training run")):
+        with pytest.raises(ValueError, match=match):
+            translate_file(TranslateFileOptions(output=output, **opts))
+    assert notes.read_text(encoding="utf-8") == "mine\n" and not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fold", "mono.txt", "notes.tsv"]
+    assert not list(best.glob("pairs.tsv*"))
+
+
 def test_translate_file_writes_nothing_when_the_model_cannot_be_loaded(mono, tmp_path):
     out = tmp_path / "new" / "pairs.tsv"  # no record (pairs.tsv.json) and no folder is left behind
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):

@@ -85,3 +85,35 @@ def test_a_source_or_output_that_is_no_path_is_a_value_error(tmp_path, monkeypat
                                          r"to write) \(a non-empty str or pathlib.Path.*\), got"):
         convert_checkpoint(src, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def _sharded_checkpoint(path: Path) -> Path:
+    """A real sharded checkpoint written in one process (``dcp/`` + ``state.json``), 1-layer 8-wide GPT."""
+    import torch.distributed.checkpoint as dcp
+
+    from attnkit.checkpoints.checkpoint import DCP_DIR, FORMAT, FORMAT_VERSION
+    from attnkit.models.configs import GPTConfig
+    from attnkit.models.gpt import GPT
+
+    config = GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=8)
+    dcp.save({"model": GPT(config).state_dict()}, checkpoint_id=str(path / DCP_DIR), no_dist=True)
+    state = {"format": FORMAT, "version": FORMAT_VERSION, "step": 1, "sharded": True,
+             "model_config": json.loads(config.to_json())}
+    (path / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    return path
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_an_existing_output_spelled_through_a_missing_folder_is_refused(tmp_path):
+    """Was: ``convert SRC new/../mine`` (``new`` missing) passed the "already exists" check, then the save made
+    ``new`` and published the checkpoint over the user's folder ``mine``, deleting what it held."""
+    src = _sharded_checkpoint(tmp_path / "sharded")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"new/\.\./mine already exists; choose another output folder"):
+        convert_checkpoint(src, tmp_path / "new" / ".." / "mine")
+    assert [p.name for p in mine.iterdir()] == ["thesis.txt"] and not (tmp_path / "new").exists()
+    done = convert_checkpoint(src, tmp_path / "new" / ".." / "converted")  # a new folder so spelled is fine
+    assert done.path == tmp_path / "new" / ".." / "converted"
+    assert sorted(p.name for p in (tmp_path / "converted").iterdir()) == ["model.safetensors", "state.json"]

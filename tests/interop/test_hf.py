@@ -426,6 +426,20 @@ def test_save_hf_never_overwrites_another_models_files(tmp_path, files):
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
 
 
+
+def test_save_hf_checks_the_folder_a_path_through_a_missing_folder_names(tmp_path):
+    """Was: ``save_hf(model, "new/../theirs")`` (``new`` missing) found no files at that spelling, made ``new`` and
+    then wrote over ``theirs/config.json`` and ``model.safetensors``, another model's files."""
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    files = {"config.json": b'{"model_type": "gpt2"}', "model.safetensors": b"their weights"}
+    folder = _folder_with(tmp_path, files)
+    with pytest.raises(ValueError, match=r"already holds .*not an earlier save_hf export"):
+        save_hf(model, tmp_path / "new" / ".." / folder.name)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files and not (tmp_path / "new").exists()
+    spelled = tmp_path / "new" / ".." / "export"  # a new folder so spelled is written where the path leads
+    assert save_hf(model, spelled) == spelled
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
+
 def test_save_hf_refuses_a_checkpoint_folder_and_a_file(tmp_path):
     """Was: save_hf into an attnkit checkpoint folder replaced its model.safetensors with HF-named tensors, and the
     checkpoint no longer loaded."""
