@@ -18,8 +18,10 @@ the last column::
     position_ids A:       [  0   0   0   1   2]     (each row counts its own tokens from 0)
 
 The padding keys are masked out and the positions restart at 0 for every row, so learned positions and
-RoPE see exactly what they would see for the prompt alone: a row gives the same tokens in a batch as on
-its own (up to float rounding; past ``block_size`` with the cache's sliding window, see there).
+RoPE see exactly what they would see for the prompt alone: a row gives the same logits, so the same greedy
+tokens, in a batch as on its own (up to float rounding; past ``block_size`` with the cache's sliding window, see
+there). Sampled tokens are drawn per batch row (see **Sampling**): with a seed, a prompt's sample depends on its
+row and the batch size, not only on the prompt.
 
 **KV cache** (``use_cache=True``): the prompt is fed once ("prefill"), its keys/values are stored, and
 each later step feeds only the one new token. Without the cache, every step feeds the whole sequence
@@ -417,7 +419,8 @@ def generate(
         tokenizer: used to decode for stop strings; one with fewer tokens than the model's output layer (a
             padded vocabulary) limits the generated ids to its own (``config.vocab_size``, unless given).
         streamer: ``put(ids)`` / ``end()`` object (e.g. :class:`~attnkit.generation.streaming.TextStreamer`),
-            fed each kept token; batch size 1 only.
+            fed each kept token; batch size 1 only. Without ``tokenizer``, the streamer's ``tokenizer`` (if it has
+            one) limits the generated ids as ``tokenizer`` would, so that every id streamed has text.
 
     Everything is validated before the model runs. Returns ``B`` lists of new token ids (no prompt, no
     EOS), in prompt order.
@@ -427,7 +430,8 @@ def generate(
     """
     cfg = GenerationConfig.from_options(config, **options)
     cfg.check_for(model, tokenizer)
-    cfg = _tokenizer_vocab(cfg, model, tokenizer)
+    # (the streamer's tokenizer must decode every id it is fed: a padded output layer's ids have no text)
+    cfg = _tokenizer_vocab(cfg, model, tokenizer if tokenizer is not None else getattr(streamer, "tokenizer", None))
     rows = _prompts_as_lists(prompts, getattr(getattr(model, "config", None), "vocab_size", None))
     B = len(rows)
     _check_streamer(streamer, B)

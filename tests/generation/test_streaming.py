@@ -77,3 +77,17 @@ def test_tensor_prompt_with_streamer(bpe, make_gpt, capsys):
     model = make_gpt("gpt2", seed=6, vocab_size=bpe.vocab_size)
     out = generate(model, torch.tensor([bpe.encode("on the")]), max_new_tokens=5, streamer=TextStreamer(bpe, end=""))
     assert capsys.readouterr().out == bpe.decode(out[0])
+
+
+def test_streamer_tokenizer_limits_a_padded_output_layer(bpe, make_gpt):
+    """Was: with a streamer but no ``tokenizer=``, a padded output layer's id (no text) reached the streamer, which
+    raised ``ValueError: token id must be an integer in [0, V)`` mid-generation, after the model had run."""
+    V = bpe.vocab_size
+    model = make_gpt("gpt2", seed=4, vocab_size=V + 8)
+    model.lm_head.register_forward_hook(lambda mod, inp, out: out + 100.0 * (torch.arange(V + 8) == V + 3))
+    prompt = [bpe.encode("the cat")]
+    assert generate(model, prompt, max_new_tokens=3) == [[V + 3] * 3]  # the padding id wins without a limit
+    sink = Recorder()
+    out = generate(model, prompt, max_new_tokens=3, streamer=TextStreamer(bpe, file=sink, end=""))
+    assert out == generate(model, prompt, max_new_tokens=3, tokenizer=bpe)  # limited as by tokenizer=
+    assert max(out[0]) < V and sink.getvalue() == bpe.decode(out[0])
