@@ -57,25 +57,30 @@ def file_above(path: Path) -> Path | None:
 def check_new_run_folder(out: str | Path) -> None:
     """Raise ``ValueError`` unless a fresh run (no ``--resume``) may write into ``out``: not a file (nor below one),
     no run in it (a run is never overwritten), none of a run's records (:data:`RUN_RECORDS`) in it. Reads only:
-    the commands call it before any data is read; the Trainer calls it again holding the folder's lock."""
-    out = Path(out)
+    the commands call it before any data is read; the Trainer calls it again holding the folder's lock. Also
+    refused: a folder inside a checkpoint (the next publish or prune of that checkpoint would delete the run).
+    The checks are on the folder the writes reach once missing folders are made (``new/../run`` is ``run``)."""
+    given, out = Path(out), Path(out).resolve()
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir {out} exists and is not a folder")
-    blocker = file_above(out)
+        raise ValueError(f"out_dir {given} exists and is not a folder")
+    blocker = file_above(given)  # (mkdir makes the folders as spelled)
     if blocker is not None:  # the folder cannot be made: say so, not "File exists" from mkdir
-        raise ValueError(f"out_dir {out}: {blocker} is a file, not a folder")
+        raise ValueError(f"out_dir {given}: {blocker} is a file, not a folder")
     if is_run_dir(out):
         ckpts = out / CHECKPOINTS_DIR
         if latest_checkpoint(ckpts) is None and not (ckpts / BEST_DIR).is_dir():
-            raise ValueError(f"out_dir {out} already holds a training run that stopped before its first "
+            raise ValueError(f"out_dir {given} already holds a training run that stopped before its first "
                              f"checkpoint, so it cannot be resumed; remove that folder or choose another (a run "
                              f"is never overwritten)")
-        raise ValueError(f"out_dir {out} already holds a training run; pass --resume (resume=True) to "
+        raise ValueError(f"out_dir {given} already holds a training run; pass --resume (resume=True) to "
                          f"continue it, or choose another folder (a run is never overwritten)")
     found = [name for name in RUN_RECORDS if (out / name).exists()]
     if found:  # files of the user's (no run wrote them: it would have left its markers) that a run writes
-        raise ValueError(f"out_dir {out} holds {', '.join(found)}, which a run would overwrite, and no "
+        raise ValueError(f"out_dir {given} holds {', '.join(found)}, which a run would overwrite, and no "
                          f"training run; choose another folder (nothing of yours is overwritten)")
+    if _in_checkpoint(out / STATE_FILE):  # out itself, or a folder below it, is (in) a checkpoint
+        raise ValueError(f"out_dir {given} is inside a checkpoint ({out}), which its run replaces or prunes; "
+                         f"choose a folder outside it")
 
 
 def _in_checkpoint(real: Path) -> bool:
@@ -98,18 +103,20 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
     anything in an attnkit checkpoint folder or a run's ``checkpoints/``, new or not: the next publish or prune would
     delete it; except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one that
     ``replaces`` says the command wrote before (an earlier figure, page or record: what a rerun replaces;
-    ``may_replace`` names such a file in the error). Raises ``ValueError`` naming ``flag``; returns the path."""
+    ``may_replace`` names such a file in the error). The checks are on the file the write reaches once missing
+    folders are made (``new/../mine.png`` is ``mine.png``). Raises ``ValueError`` naming ``flag``; returns the
+    path."""
     path = Path(path)
-    if path.is_dir():
+    real = path.resolve()
+    if real.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a folder; give a file name")
     blocker = file_above(path)
     if blocker is not None:  # the folders to make cannot be made: say so before any work, not as "File exists"
         raise ValueError(f"{flag} {str(path)!r}: {str(blocker)!r} is a file, not a folder")
-    real = path.resolve()
     ours = run_prefix is not None and real.name.startswith(run_prefix)
     if not ours and (_in_checkpoint(real) or (real.name in RUN_RECORDS and is_run_dir(real.parent))):
         raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
-    if not path.exists():
+    if not real.exists():
         return path
     if replaces is not None and not replaces(real):
         what = f" ({may_replace})" if may_replace else ""

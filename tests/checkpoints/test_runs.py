@@ -5,11 +5,13 @@ Axis legend: none (folders and files only).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from torch import nn
 
 from attnkit.checkpoints.checkpoint import CheckpointError, save_checkpoint
-from attnkit.checkpoints.runs import check_output_file, resolve_checkpoint
+from attnkit.checkpoints.runs import check_new_run_folder, check_output_file, resolve_checkpoint
 
 
 def _run(tmp_path):
@@ -65,3 +67,30 @@ def test_check_output_file_keeps_runs_folders_and_other_files(tmp_path):
         check_output_file(mine, "--out", replaces=lambda p: p.read_text() == "figure", may_replace="a figure")
     mine.write_text("figure")
     assert check_output_file(mine, "--out", replaces=lambda p: p.read_text() == "figure") == mine
+
+
+def test_outputs_spelled_through_a_missing_folder_are_checked_where_they_land(tmp_path, monkeypatch):
+    """Was: ``new/../mine.png`` did not exist as spelled (``new`` is missing), so the user's ``mine.png`` was
+    replaced once ``new`` was made; ``train --out new/../run`` wrote into that run."""
+    monkeypatch.chdir(tmp_path)
+    run = _run(tmp_path)
+    Path("mine.png").write_bytes(b"mine")
+    with pytest.raises(ValueError, match=r"^--out 'new/../mine.png' exists and is not a file this command wrote"):
+        check_output_file("new/../mine.png", "--out", replaces=lambda p: False)
+    with pytest.raises(ValueError, match=r"^--out 'new/../run' is a folder"):
+        check_output_file("new/../run", "--out")
+    with pytest.raises(ValueError, match=r"^out_dir new/../run already holds a training run; pass --resume"):
+        check_new_run_folder("new/../run")
+    assert not Path("new").exists() and Path("mine.png").read_bytes() == b"mine"
+    check_new_run_folder("new/../fresh")  # a new folder spelled so is fine
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/best", "checkpoints/best/sub", "checkpoints/step_00000004/sub",
+                                    "checkpoints"])
+def test_a_new_run_inside_a_checkpoint_is_refused(tmp_path, inside):
+    """Was: accepted; the outer run's next save or prune of that checkpoint then failed on (or would delete) it."""
+    run = _run(tmp_path)
+    with pytest.raises(ValueError, match=rf"^out_dir .*{inside} is inside a checkpoint \(.*\), which its run "
+                                         rf"replaces or prunes; choose a folder outside it$"):
+        check_new_run_folder(run / inside)
+    check_new_run_folder(run / "sub")  # beside the checkpoints: the run's folder is the user's too
