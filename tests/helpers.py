@@ -157,6 +157,21 @@ def tiny_bpe_tokenizer(special_tokens: tuple[str, ...] = ("<|endoftext|>", "<|im
     return BPETokenizer.train(text, vocab_size=300, special_tokens=list(special_tokens), eos=eos, **roles)
 
 
+def metaspace_tokenizer():
+    """A SentencePiece-style BPE (Metaspace pre-tokenizer and decoder, as Llama-2 and Mistral folders bring): its
+    decoder drops the space of a ``▁word`` at the start of a text, so ``decode(a) + decode(b) != decode(a + b)``."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer
+
+    backend = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer, backend.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    backend.train_from_iterator(["once upon a time there was a cat"] * 20, trainers.BpeTrainer(
+        vocab_size=60, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"]))
+    return BPETokenizer(backend, eos="<|im_end|>")
+
+
 def tiny_hf_folder(folder, tokenizer=None, *, chat_template: str | None = None, std: float | None = None,
                    **overrides):
     """A Hugging Face folder at ``folder``: a tiny random Llama-shaped GPT (``overrides`` change its config) saved

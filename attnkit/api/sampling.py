@@ -125,6 +125,8 @@ class Sampler:
             ids = [start]
         self.prompt_ids = ids
         self.shown_prompt = "" if o.chat else o.prompt
+        # the shown prompt is the left context of the text after it (a SentencePiece decoder keeps the space between)
+        self._context = [] if o.chat else ids
         pad = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
         gen_cfg = dataclasses.replace(gen_cfg, eos_token_id=loaded.stop_ids, pad_token_id=pad)
         self.config = _window_config(gen_cfg, self.model, len(ids), o.max_new_tokens, log)
@@ -135,6 +137,7 @@ class Sampler:
         With ``stream`` the text is written there as the tokens arrive (then a newline)."""
         import torch
 
+        from attnkit.data.tokenizers.tokenizer import decode_after
         from attnkit.generation import TextStreamer, generate
 
         check_int("index", index, minimum=0)
@@ -145,10 +148,10 @@ class Sampler:
         if stream is not None:
             stream.write(self.shown_prompt)
             stream.flush()
-            streamer = TextStreamer(self.tokenizer, skip_special_tokens=True, file=stream)
+            streamer = TextStreamer(self.tokenizer, skip_special_tokens=True, file=stream, context=self._context)
         with torch.inference_mode():
             out = generate(self.model, [self.prompt_ids], cfg, tokenizer=self.tokenizer, streamer=streamer)
-        return self.shown_prompt + self.tokenizer.decode(out[0], skip_special_tokens=True)
+        return self.shown_prompt + decode_after(self.tokenizer, self._context, out[0], skip_special_tokens=True)
 
 
 def _check_stream(stream: Any) -> None:

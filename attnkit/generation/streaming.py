@@ -15,7 +15,7 @@ Only the generated tokens are streamed, not the prompt, and only for one sequenc
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from attnkit.data.tokenizers.tokenizer import StreamDecoder
@@ -31,12 +31,15 @@ class TextStreamer:
         skip_special_tokens: passed to the tokenizer's ``decode``.
         file: where to write; ``None`` = ``sys.stdout`` (looked up at write time, so redirection works).
         end: written once after the last piece (like ``print``'s ``end``); ``""`` for none.
+        context: ids before the stream (the prompt's), never written: the text is written as it continues them
+            (see :class:`~attnkit.data.tokenizers.tokenizer.StreamDecoder`).
 
     Attributes:
         text: everything written so far, excluding ``end``.
     """
 
-    def __init__(self, tokenizer, *, skip_special_tokens: bool = False, file: TextIO | None = None, end: str = "\n"):
+    def __init__(self, tokenizer, *, skip_special_tokens: bool = False, file: TextIO | None = None, end: str = "\n",
+                 context: Sequence[int] = ()):
         if not callable(getattr(tokenizer, "decode", None)):
             raise ValueError(f"TextStreamer needs a tokenizer with decode(ids), got {type(tokenizer).__name__}")
         if not isinstance(end, str):
@@ -45,7 +48,7 @@ class TextStreamer:
         self.skip_special_tokens = skip_special_tokens
         self.file = file
         self._end = end
-        self._decoder = StreamDecoder(tokenizer, skip_special_tokens=skip_special_tokens)
+        self._decoder = StreamDecoder(tokenizer, skip_special_tokens=skip_special_tokens, context=context)
         self.text = ""
 
     def _write(self, piece: str) -> None:

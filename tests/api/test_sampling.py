@@ -68,3 +68,28 @@ def test_no_window_note_when_nothing_is_sampled(hf_folder):
     assert len(sampler.prompt_ids) > 64 and lines == [] and sampler.sample() == prompt
     api.Sampler(model=str(hf_folder), prompt=prompt, max_new_tokens=1, log=lines.append)
     assert len(lines) == 1 and lines[0].startswith("note: ") and "sliding window" in lines[0]
+
+
+def test_a_sentencepiece_folder_keeps_the_space_between_prompt_and_continuation(tmp_path, monkeypatch):
+    """Was: the result (and the stream) was the prompt plus ``decode(new ids)``, and a Metaspace decoder drops the
+    space of ``▁time`` at the start of a text: "once upon atime". Now the text continues the prompt, as
+    ``decode(prompt + new)`` reads (Hugging Face's text-generation pipeline does the same)."""
+    import io
+
+    import attnkit.generation as generation
+    from helpers import metaspace_tokenizer
+
+    tok = metaspace_tokenizer()
+    folder = tiny_hf_folder(tmp_path / "sp", tokenizer=tok)
+    new = tok.encode(" time there")
+
+    def fake_generate(model, prompts, config, *, tokenizer, streamer=None):  # the ids a model could well draw
+        if streamer is not None:
+            streamer.put(new)
+            streamer.end()
+        return [list(new)]
+
+    monkeypatch.setattr(generation, "generate", fake_generate)
+    stream = io.StringIO()
+    got = api.sample(model=str(folder), prompt="once upon a", max_new_tokens=3, greedy=True, stream=stream)
+    assert got == ["once upon a time there"] and stream.getvalue() == "once upon a time there\n"

@@ -45,6 +45,7 @@ __all__ = [
     "load_tokenizer",
     "check_text_list",
     "StreamDecoder",
+    "decode_after",
     "decode_stream",
 ]
 
@@ -273,6 +274,11 @@ class StreamDecoder:
     treat the first token specially (e.g. stripping a leading space) from changing the text.
     Concatenating all pieces gives ``tokenizer.decode(all_ids)`` for byte-level and character tokenizers.
 
+    ``context``: ids that come before the stream (a prompt's), decoded as its left context and never returned, so
+    the first piece is the text as it continues them: a SentencePiece-style decoder (Metaspace) drops the space
+    of ``▁time`` at the start of a text, not after ``once upon a``. The pieces then join to
+    :func:`decode_after` ``(tokenizer, context, ids)``; :meth:`flush` goes back to the context.
+
     Example::
 
         sd = StreamDecoder(tok)
@@ -281,12 +287,16 @@ class StreamDecoder:
         print(sd.flush())
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool = False):
+    def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool = False, context: Sequence[int] = ()):
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
-        self.ids: list[int] = []
+        self._context = tokenizer._check_ids(list(context))
+        self._restart()
+
+    def _restart(self) -> None:
+        self.ids: list[int] = list(self._context)  # the context, then the ids pushed since
         self._prefix = 0  # start of the decoding window (left context)
-        self._read = 0  # ids before this index have been emitted as text
+        self._read = len(self.ids)  # ids before this index have been emitted as text (or are the context)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
@@ -310,9 +320,21 @@ class StreamDecoder:
         """Return the remaining text (incomplete UTF-8 at the very end becomes U+FFFD) and reset."""
         emitted = self._decode(self.ids[self._prefix:self._read])
         window = self._decode(self.ids[self._prefix:])
-        piece = window[len(emitted):] if window.startswith(emitted) else window
-        self.ids, self._prefix, self._read = [], 0, 0
+        piece = window[len(emitted):] if window.startswith(emitted) else self._decode(self.ids[self._read:])
+        self._restart()
         return piece
+
+
+def decode_after(tokenizer: Tokenizer, context: Sequence[int], ids: Sequence[int], *,
+                 skip_special_tokens: bool = False) -> str:
+    """The text of ``ids`` as it continues ``context`` (a prompt's ids): ``decode(context + ids)`` less
+    ``decode(context)``, so a decoder that drops a leading space at the start of a text (SentencePiece's Metaspace)
+    keeps the one between a prompt and its continuation, as Hugging Face's text-generation pipeline does; plain
+    ``decode(ids)`` where the context's text is not a prefix of the whole (a decoder that rewrites across ids)."""
+    head = tokenizer.decode(list(context), skip_special_tokens=skip_special_tokens)
+    whole = tokenizer.decode([*context, *ids], skip_special_tokens=skip_special_tokens)
+    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(list(ids),
+                                                                             skip_special_tokens=skip_special_tokens)
 
 
 def decode_stream(tokenizer: Tokenizer, ids: Iterable[int | Sequence[int]], *,

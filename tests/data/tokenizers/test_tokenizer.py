@@ -195,3 +195,20 @@ def test_load_a_folder_says_it_is_a_folder(tmp_path):
     """Was: "tokenizer file '...' does not exist" of a folder that does exist."""
     with pytest.raises(ValueError, match="is a folder, not a file"):
         load_tokenizer(tmp_path)
+
+
+def test_a_stream_after_a_context_keeps_the_space_a_sentencepiece_decoder_drops_at_the_start():
+    """Was: the first piece was decoded alone, so ``once upon a`` + ``▁time`` streamed as ``once upon atime``."""
+    from attnkit.data.tokenizers.tokenizer import decode_after
+    from helpers import metaspace_tokenizer
+
+    tok = metaspace_tokenizer()
+    prompt, more = tok.encode("once upon a"), tok.encode(" time there was")
+    assert tok.decode(more) == "time there was"  # the decoder's rule at the start of a text
+    assert decode_after(tok, prompt, more) == " time there was" == tok.decode(prompt + more)[len("once upon a"):]
+    sd = StreamDecoder(tok, context=prompt)
+    for _ in range(2):  # flush goes back to the context: the next stream continues the prompt too
+        assert "".join(sd.push(i) for i in more) + sd.flush() == " time there was"
+    assert decode_after(tok, [], more) == "time there was"
+    char = CharTokenizer.train("abc ")
+    assert "".join(decode_stream(char, char.encode("ab c"))) == decode_after(char, char.encode("c"), char.encode("ab c"))
