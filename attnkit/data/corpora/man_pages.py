@@ -66,8 +66,9 @@ _ESCAPE = re.compile(r"""\\(?:
 
 def _named(name: str) -> str:
     """A named character: groff's name (``:a``) or its Unicode form (``u00E4``); any other is dropped."""
-    if re.fullmatch(r"u[0-9A-F]{4,6}", name) and int(name[1:], 16) <= 0x10FFFF:
-        return chr(int(name[1:], 16))
+    code = int(name[1:], 16) if re.fullmatch(r"u[0-9A-F]{4,6}", name) else None
+    if code is not None and code <= 0x10FFFF and not 0xD800 <= code < 0xE000:  # (a surrogate: UTF-8 cannot hold it)
+        return chr(code)
     return _NAMED.get(name, "")
 
 

@@ -129,3 +129,4 @@ def test_roff_escapes_with_a_quoted_argument_leave_no_text_and_unicode_names_are
     \\C'name' and groff's Unicode names (\\[u00F6]) are characters."""
     source = "Gr\\[u00F6]\\[u00DF]e word\\h'2n'next \\v'-1'up \\w'abc'x \\N'65'y \\C'dq'q\\C'dq' it\\'s"
     assert roff_sections(source) == [["Größe wordnext up x y \"q\" it's"]]
+    assert roff_sections("a\\[uD800]b \\[u110000]c") == [["ab c"]]  # a surrogate or past U+10FFFF: no character
