@@ -108,10 +108,11 @@ def _attention_page(inputs: ModelText, loaded: Any, html: Path, kind: str | None
 
 def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn: str | None = None,
                    layer: int | None = None, head: int | None = None, html: str | Path | None = None,
-                   top_k: int = 5, dpi: int = 100, log: Log | None = None) -> Path:
+                   top_k: int | None = None, dpi: int = 100, log: Log | None = None) -> Path:
     """One layer's attention weights, a panel per head (or one ``head``), tokens on the axes; with ``html`` the
     interactive page instead of the PNG. ``attn``: ``self`` for a GPT; ``encoder``, ``decoder`` or ``cross``
-    (default) for a translator. ``layer`` defaults to the last."""
+    (default) for a translator. ``layer`` defaults to the last. ``top_k``: the page's next-token candidates per
+    position (default 5); refused without ``html`` (a PNG shows none)."""
     from attnkit.viz.attention_maps import attention_maps, select_attention, seq2seq_attention_maps
     from attnkit.viz.labels import text_labels
     from attnkit.viz.attention_page import check_page_path
@@ -121,6 +122,9 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     if attn not in (None, *ATTENTION_KINDS):
         raise ValueError(f"attn must be one of {list(ATTENTION_KINDS)} or None, got {attn!r}")
     if html is None:
+        if top_k is not None:  # it would be ignored
+            raise ValueError(f"--top-k is for --html (the page's next-token candidates; the PNG shows none), got "
+                             f"--top-k {top_k} without --html")
         check_figure_path(out, dpi)  # before the model is loaded
     else:
         check_page_path(html)
@@ -133,7 +137,8 @@ def draw_attention(inputs: ModelText, *, out: str | Path = "attention.png", attn
     elif attn not in (None, "self", "decoder"):
         raise ValueError(f"a decoder-only model has causal self-attention only; got --attn {attn}")
     if html is not None:
-        return _attention_page(inputs, loaded, Path(html), attn or "cross", layer, head, top_k, log)
+        return _attention_page(inputs, loaded, Path(html), attn or "cross", layer, head,
+                               5 if top_k is None else top_k, log)
     if is_seq2seq(model):
         src, tgt = mt_ids(inputs, model, tokenizer, log)
         maps = seq2seq_attention_maps(model, src, tgt).kind(kind)

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "view (all heads of a layer in colours, lines from the chosen token) and a detail view "
                         "(one head, the key weights of the token under the mouse, the top-k next-token "
                         "predictions); --layer/--head/--attn choose what it shows first")
-    q.add_argument("--top-k", type=int, default=5, help="--html: next-token candidates per position (default 5)")
+    q.add_argument("--top-k", type=int, default=None, help="--html: next-token candidates per position (default 5)")
     _add_output_args(q, "attention.png")
     q.set_defaults(func=run_attention)
 

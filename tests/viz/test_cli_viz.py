@@ -90,6 +90,15 @@ def test_predict(lm_checkpoint, tmp_path, capsys, is_png):
 
 
 # --------------------------------------------------------------------------- bad input
+def test_attention_top_k_without_html_is_refused(lm_checkpoint, tmp_path, capsys):
+    """Was: ignored (the PNG shows no candidates), so a user asking for them got a figure without them."""
+    code, out, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "hi", "--top-k", "3",
+                          "--out", str(tmp_path / "x.png"))
+    assert code == 2 and out == "" and not (tmp_path / "x.png").exists()
+    assert err.strip().endswith("--top-k is for --html (the page's next-token candidates; the PNG shows none), got "
+                                "--top-k 3 without --html"), err
+
+
 def test_layer_out_of_range(lm_checkpoint, tmp_path, capsys):
     code, out, err = _run(capsys, "attention", "--ckpt", str(lm_checkpoint), "--text", "hi", "--layer", "2",
                           "--out", str(tmp_path / "x.png"))
