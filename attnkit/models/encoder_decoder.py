@@ -169,7 +169,11 @@ def _check_width(name: str, x: torch.Tensor, d_model: int, *, axes: str = "(B, L
 
 
 def check_memory(memory: torch.Tensor, batch_size: int, d_model: int, *, axes: str = "(B, L, C)") -> None:
-    """Raise ``ValueError`` unless ``memory`` is a 3-D tensor of width ``d_model`` and ``batch_size`` rows."""
+    """Raise ``ValueError`` unless ``memory`` is a 3-D tensor of width ``d_model`` and ``batch_size`` rows.
+
+    Shape:
+        memory ``(B, S, C)`` with ``B = batch_size``, ``C = d_model`` (``axes`` is how the message names them).
+    """
     _check_width("memory", memory, d_model, axes=axes)
     if memory.shape[0] != batch_size:
         raise ValueError(f"memory batch size must equal tgt batch size B = {batch_size}, got {memory.shape[0]}")
@@ -378,7 +382,11 @@ class Decoder(nn.Module):
     def new_cache(self, batch_size: int, max_len: int, *, memory_len: int | None = None,
                   dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> DecoderCache:
         """An empty :class:`DecoderCache` for this decoder (dtype/device default to the parameters'; the dtype to
-        autocast's under ``torch.autocast``)."""
+        autocast's under ``torch.autocast``).
+
+        Shape:
+            self-attention buffers ``(batch_size, H, max_len, D)``; cross-attention ``(batch_size, H, S, D)``.
+        """
         ref = next(self.parameters())
         return DecoderCache(len(self.layers), batch_size, self.nhead, self.d_model // self.nhead, max_len,
                             memory_len=memory_len, dtype=cache_dtype(ref) if dtype is None else dtype,
@@ -484,7 +492,7 @@ class Decoder(nn.Module):
 @torch.no_grad()
 def xavier_init_(module: nn.Module) -> None:
     """Xavier-uniform for every matrix of ``module`` (in ``named_parameters`` order), zeros for the biases
-    outside the norms; norm parameters keep their values."""
+    outside the norms; norm parameters are not touched (they keep their current values)."""
     for name, p in module.named_parameters():
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
@@ -495,12 +503,14 @@ def xavier_init_(module: nn.Module) -> None:
 class EncoderDecoder(nn.Module):
     """The embedding-level encoder-decoder (the counterpart of ``torch.nn.Transformer``, batch first).
 
-    Args (keyword-only): as ``torch.nn.Transformer`` plus ``norm`` (``"layernorm"``/``"rmsnorm"``),
-    ``norm_eps``, ``encoder_final_norm``/``decoder_final_norm`` (``None`` = ``norm_first``; torch always
-    has both final norms, so set them True when copying a ``nn.Transformer``) and ``layer_drop`` (LayerDrop in
-    both stacks, :mod:`attnkit.modules.layer_drop`; 0 = off).
+    Args (keyword-only): as ``torch.nn.Transformer`` plus ``attention_dropout`` (on the attention weights;
+    ``None`` = ``dropout``), ``norm`` (``"layernorm"``/``"rmsnorm"``), ``norm_eps``,
+    ``encoder_final_norm``/``decoder_final_norm`` (``None`` = ``norm_first``; torch always has both final norms,
+    so set them True when copying a ``nn.Transformer``) and ``layer_drop`` (LayerDrop in both stacks,
+    :mod:`attnkit.modules.layer_drop`; 0 = off).
 
-    Parameters are initialised like ``nn.Transformer``: Xavier-uniform for every matrix.
+    Parameters are initialised like ``nn.Transformer``: Xavier-uniform for every matrix; the biases outside the
+    norms start at zero (torch leaves ``linear1``/``linear2``'s at ``nn.Linear``'s default).
 
     Shape:
         src ``(B, S, C)``, tgt ``(B, T, C)`` -> ``(B, T, C)``.
@@ -546,7 +556,8 @@ class EncoderDecoder(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Xavier-uniform for every weight matrix (as ``nn.Transformer``); biases 0, norms 1."""
+        """Xavier-uniform for every weight matrix (as ``nn.Transformer``), biases outside the norms 0; norm
+        weights and biases are left as they are (ones and zeros from construction, not reset on a trained model)."""
         xavier_init_(self)
 
     def encode(
@@ -584,7 +595,11 @@ class EncoderDecoder(nn.Module):
 
     def new_cache(self, batch_size: int, max_len: int, *, memory_len: int | None = None,
                   dtype: torch.dtype | None = None) -> DecoderCache:
-        """An empty :class:`DecoderCache` for :meth:`decode`."""
+        """An empty :class:`DecoderCache` for :meth:`decode` (see :meth:`Decoder.new_cache`).
+
+        Shape:
+            self-attention buffers ``(batch_size, H, max_len, D)``; cross-attention ``(batch_size, H, S, D)``.
+        """
         return self.decoder.new_cache(batch_size, max_len, memory_len=memory_len, dtype=dtype)
 
     def forward(

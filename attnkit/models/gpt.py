@@ -201,9 +201,10 @@ class GPT(nn.Module):
     def reset_parameters(self) -> None:
         """GPT-2 / nanoGPT initialisation.
 
-        Linear and embedding weights ~ N(0, 0.02^2), biases 0, norms 1 (and 0); the two projections
+        Linear and embedding weights ~ N(0, 0.02^2), biases 0; the two projections
         that write into the residual stream (``attn.out_proj`` and ``mlp.w_out``) get
-        std ``0.02 / sqrt(2 * n_layer)`` so the residual's variance does not grow with depth.
+        std ``0.02 / sqrt(2 * n_layer)`` so the residual's variance does not grow with depth. Norm weights
+        and biases are not touched (ones and zeros from construction; a trained model's stay as they are).
         """
         std = 0.02
         for module in self.modules():
@@ -395,7 +396,7 @@ class GPT(nn.Module):
 
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
-            x = x + self.wpe(pos)  # (B|1, T, C) broadcast over the batch when pos is (T,)
+            x = x + self.wpe(pos)  # (B, T, C), or (T, C) broadcast over the batch when pos is (T,)
         x = self.drop(x)
         rope_pos = pos if self.rotary is not None else None
         for i, block in enumerate(self.blocks):

@@ -8,9 +8,9 @@ config is built on the ``meta`` device (shapes only, no memory), so even GPT-2 X
     >>> count_parameters(get_preset("gpt2"))
     124439808
     >>> print(format_parameter_table(get_preset("gpt2-seed002")))  # doctest: +SKIP
-    module        parameters
-    -------  ---------------
-    wte           38,633,472
+    module    parameters
+    -------  -----------
+    wte       38,633,472
     ...
 
 ``analytic_parameter_count(config)`` computes the same breakdown with arithmetic alone (the formulas

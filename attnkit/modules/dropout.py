@@ -69,6 +69,9 @@ def cpu_keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor
     spends a call on every element. Here each 64-bit draw (two calls) gives four elements their 16 bits, which
     halves the generator's time. The draw is from the same global generator, so a mask is reproducible from
     ``torch.manual_seed`` and restored with the generator's state on resume.
+
+    Shape:
+        ``shape`` -> ``(*) = shape`` float32 on the CPU.
     """
     threshold, scale = keep_threshold(p)
     n = math.prod(shape)
@@ -81,6 +84,11 @@ class Dropout(nn.Dropout):
     """``nn.Dropout`` with the fast mask of :func:`dropout` (same arguments, same ``p``, same train/eval rule)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:func:`dropout` in training mode, ``x`` itself in evaluation (``inplace=True``: ``nn.Dropout``'s own).
+
+        Shape:
+            ``(*)`` -> ``(*)``.
+        """
         if self.inplace:
             return super().forward(x)
         return dropout(x, self.p, self.training)

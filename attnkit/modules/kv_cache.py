@@ -154,6 +154,9 @@ class KVCache(nn.Module):
 
         The kept keys are moved as they are; a rotary model must renumber them (see
         :meth:`~attnkit.modules.rotary.RotaryEmbedding.shift`).
+
+        Shape:
+            the buffers stay ``(B, K, max_len, D)``; the filled part goes from ``length`` to ``length - n``.
         """
         if not is_int(n) or not 0 <= n <= self.length:
             raise ValueError(f"drop_front: n must be an int in [0, length = {self.length}], got {n!r}")

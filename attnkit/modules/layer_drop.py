@@ -4,11 +4,12 @@ Structured Dropout").
 Axis legend: ``L`` layers of one stack.
 
 In training, each layer of a stack is skipped with probability ``p``, for the whole batch: the layer's input goes
-on to the next layer unchanged, so a skipped layer costs nothing, forward or backward. In a residual stack that
-is the same as zeroing every update the layer would add to the residual stream. In evaluation every layer runs,
-and nothing is rescaled (as fairseq's ``encoder_layerdrop``/``decoder_layerdrop``). A network trained like this
-relies less on any one layer, which is a regulariser for deep models on small data, and each training update is
-cheaper by the share of layers it skips.
+on to the next layer unchanged, so a skipped layer costs nothing, forward or backward. In a pre-norm residual
+stack (``x + sublayer(norm(x))``) that is the same as zeroing every update the layer would add to the residual
+stream; in a post-norm stack (``norm(x + sublayer(x))``) it also skips the layer's norms. In evaluation every
+layer runs, and nothing is rescaled (as fairseq's ``encoder_layerdrop``/``decoder_layerdrop``). A network
+trained like this relies less on any one layer, which is a regulariser for deep models on small data, and each
+training update is cheaper by the share of layers it skips.
 
 The draw uses torch's default CPU generator (seeded and saved in checkpoints by the trainer, so a resumed run
 draws what the uninterrupted run would have drawn) and stays on the CPU, so a GPU update never waits for it.

@@ -105,8 +105,9 @@ def _as_ids(seq: Sequence[int] | torch.Tensor) -> Sequence[int]:
 def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:
     """Seed-000 banded mask: element ``[i, j]`` is ``True`` (masked) when ``seq_len - j + i <= masked_len``.
 
-    With ``masked_len = seq_len - 1`` this is the usual look-ahead mask (``j > i``); smaller values
-    mask fewer of the far-future keys. Vectorised (the seed loops over every element).
+    The condition is ``j - i >= seq_len - masked_len``: with ``masked_len = seq_len - 1`` this is the usual
+    look-ahead mask (``j > i``); smaller values mask only the keys at least ``seq_len - masked_len`` positions
+    ahead of the query, so the nearest future keys become visible. Vectorised (the seed loops over every element).
 
     Shape:
         returns ``(seq_len, seq_len)`` bool.
@@ -114,9 +115,9 @@ def generate_mask_mat(seq_len: int, masked_len: int) -> torch.Tensor:
     check_int("seq_len", seq_len, minimum=0)
     if not is_int(masked_len):
         raise ValueError(f"masked_len must be an int, got {masked_len!r} ({type(masked_len).__name__})")
-    i = torch.arange(seq_len)[:, None]  # (L, 1) query index
-    j = torch.arange(seq_len)[None, :]  # (1, L) key index
-    return (seq_len - j + i) <= masked_len  # (L, L)
+    i = torch.arange(seq_len)[:, None]  # (seq_len, 1) query index
+    j = torch.arange(seq_len)[None, :]  # (1, seq_len) key index
+    return (seq_len - j + i) <= masked_len  # (seq_len, seq_len)
 
 
 def drop_if_unpadded(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:

@@ -3,8 +3,8 @@
 Axis legend: ``B`` batch, ``T`` query length, ``S`` key length, ``C`` model width (``embed_dim``),
 ``H`` query heads, ``K`` key/value heads, ``D`` head dim.
 
-    head_h = Attention(x W_q^h, m W_k^h, m W_v^h)       (m = x for self-attention, memory for cross)
-    out    = concat(head_1, ..., head_H) W_o
+    head_h = Attention(x W_q^h, m W_k^g, m W_v^g)       (m = x for self-attention, memory for cross;
+    out    = concat(head_1, ..., head_H) W_o              g = h // (H // K), g = h when K = H)
 
 Parameter layout (so torch.nn / GPT-2 / Llama weights are a plain copy):
 
@@ -129,7 +129,7 @@ class MultiHeadAttention(nn.Module):
         plain ``nn.Linear`` (a LoRA adapter, an int8 layer) computes what it does in the one-input case.
 
         Shape:
-            inputs[i] ``(B, L_i, in)`` -> part i ``(B, L_i, widths[i])``.
+            inputs[i] ``(B, T, in)`` (the query) or ``(B, S, in)`` (key, value) -> part i ``(B, T|S, widths[i])``.
         """
         outputs: dict[int, tuple[torch.Tensor, ...]] = {}
         parts = []
@@ -194,8 +194,8 @@ class MultiHeadAttention(nn.Module):
         T = query.shape[1]
         q, k, v = self._project_self(query, key, value)  # (B, T, H*D), (B, T|S, K*D) x2
         q = self._split_heads(q, self.num_heads)  # (B, H, T, D)
-        k = self._split_heads(k, self.num_kv_heads)  # (B, K, T, D)
-        v = self._split_heads(v, self.num_kv_heads)  # (B, K, T, D)
+        k = self._split_heads(k, self.num_kv_heads)  # (B, K, T|S, D)
+        v = self._split_heads(v, self.num_kv_heads)  # (B, K, T|S, D)
         if self.rotary is not None:
             if position_ids is None and cache_position is not None:
                 position_ids = cache_position  # (T,)

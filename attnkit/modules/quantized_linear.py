@@ -1,7 +1,7 @@
 """Int8 linear layers for fast CPU inference: weights stored as int8 with one fp32 scale per output row.
 
 Axis legend: ``N`` output features, ``K`` input features (the weight is ``(N, K)`` as in ``nn.Linear``),
-``*`` any leading axes of the input.
+``*`` any leading axes of the input, ``M`` input rows (the leading axes flattened), ``R`` extra kernel rows.
 
 Why: decoding one token at a time is *memory bound*: each step reads every weight once and does only
 two flops per weight. Storing weights in int8 instead of fp32 reads 4x fewer bytes.

@@ -1,6 +1,7 @@
 """Rotary position embeddings (RoPE, Su et al. 2021) in the Hugging Face Llama convention.
 
-Axis legend: ``B`` batch, ``H`` heads, ``T`` sequence length, ``D`` head dim (even).
+Axis legend: ``B`` batch, ``H`` heads, ``T`` sequence length, ``D`` head dim (even); in :meth:`RotaryEmbedding.shift`
+``K`` key/value heads and ``S`` cached key positions.
 
 RoPE encodes a position by *rotating* query and key vectors: channel pairs are rotated by an angle
 proportional to the position, so the dot product ``q_m . k_n`` depends only on ``m - n``.
