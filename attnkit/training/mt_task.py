@@ -102,7 +102,8 @@ class MTTask:
             fixed random sample of ``train``, at most all of it): *replay*, so that the model keeps what it knew of
             the other domains while it specialises. 0 (the default) anneals on ``anneal`` alone.
         shape_multiple: 1 (the default), or *fixed shapes* for the training (and anneal) batches: widths rounded up
-            to this multiple and every batch padded to ``(max_tokens // W, W, W)``, one of about
+            to this multiple and every batch padded to ``(rows(W), W)`` (``max_tokens // W`` rows, fewer for a small
+            corpus), one of about
             ``longest / shape_multiple`` shapes (``attnkit.data.pipeline.mt_batching``). CUDA graphs need it
             (``TrainConfig.cuda_graphs``); validation batches keep their own shapes.
 
@@ -228,7 +229,9 @@ class MTTask:
             strict: refuse malformed input lines instead of skipping and counting them (``task.skipped``).
             bleu: compute BLEU during evaluation with :func:`greedy_translator` (references = valid targets).
             anneal: the pairs to anneal on, a TSV file or two line-aligned files (a prepared folder: its
-                ``in-domain.tsv``), encoded with the same tokenizer and length limit; needs ``anneal_share``.
+                ``in-domain.tsv``), encoded with the same tokenizer and length limit; needs ``anneal_share``. With a
+                validation part split off ``data``, anneal pairs sharing a source sentence with it are dropped too
+                (counted in ``task.valid_split["anneal_dropped"]``).
             verify: check a reused token store's checksums (the pairs' ids are encoded once into token stores,
                 :func:`attnkit.data.pipeline.mt_store.encode_pairs_stored`, and read from them).
             reverse: train the other direction: every pair of ``data``, ``valid`` and ``anneal`` swapped (target →
@@ -264,16 +267,23 @@ class MTTask:
             corpora["anneal"] = load_in_domain(anneal, strict=strict)
             if reverse:
                 corpora["anneal"] = corpora["anneal"].swapped()
+            if split is not None:  # anneal pairs are training pairs: none may share a split-off validation source
+                corpora["anneal"], split["anneal_dropped"] = cls._without_sources(corpora["anneal"],
+                                                                                  set(valid_corpus.sources))
             if len(corpora["anneal"]) == 0:
+                dropped = f", {split['anneal_dropped']} shared a validation source" if split else ""
                 raise ValueError(f"MTTask anneal data {corpora['anneal'].path!r} holds no usable pair "
-                                 f"({corpora['anneal'].skipped} malformed lines skipped)")
+                                 f"({corpora['anneal'].skipped} malformed lines skipped{dropped})")
         mixed = None
+        where = {name: c.where for name, c in corpora.items()}  # how a too-long pair is named (truncate=False)
         if synthetic is not None:
             mixed = cls.mix_synthetic(train_corpus, valid_corpus, synthetic, tokenizer, ratio=synthetic_ratio,
                                       seed=kwargs.get("seed", 0), strict=strict, anneal=corpora.get("anneal"))
+            real, n_real = where["train"], len(train_corpus)
+            where["train"] = lambda i: real(i) if i < n_real else f"synthetic pair {i - n_real}"
             train_corpus = corpora["train"] = mixed["train"]
         enc = {name: encode_pairs_stored(tokenizer, c.sources, c.targets, max_src_len=max_len, truncate=truncate,
-                                         verify=verify)
+                                         verify=verify, where=where[name])
                for name, c in corpora.items()}
         if "anneal" in enc:
             kwargs["anneal"] = enc.pop("anneal")
@@ -292,6 +302,18 @@ class MTTask:
             task.synthetic = {k: v for k, v in mixed.items() if k != "train"}
             task.skipped["synthetic"] = mixed["skipped"]
         return task
+
+    @staticmethod
+    def _without_sources(corpus: Any, sources: set[str]) -> tuple[Any, int]:
+        """``(corpus minus every pair whose source is in sources, how many were removed)``."""
+        from attnkit.data.corpora.parallel import ParallelCorpus
+
+        keep = [i for i, s in enumerate(corpus.sources) if s not in sources]
+        if len(keep) == len(corpus):
+            return corpus, 0
+        lines = None if corpus.lines is None else [corpus.lines[i] for i in keep]
+        return ParallelCorpus([corpus.sources[i] for i in keep], [corpus.targets[i] for i in keep],
+                              list(corpus.skipped_lines), corpus.path, lines), len(corpus) - len(keep)
 
     @staticmethod
     def mix_synthetic(train: Any, valid: Any, path: str | Path, tokenizer: Any, *, ratio: float, seed: int,

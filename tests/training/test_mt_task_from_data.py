@@ -122,6 +122,18 @@ def test_a_file_without_valid_gets_a_validation_part_split_off(folder, tok):
     assert MTTask.from_data(folder, tokenizer=tok).valid_split is None  # a folder has its own valid.tsv
 
 
+def test_anneal_pairs_never_hold_a_split_off_validation_pair(folder, tok):
+    # --anneal-data naming the --data file itself (or a part of it): the validation pairs split off the data must
+    # not come back as training pairs in the anneal phase
+    task = MTTask.from_data(folder / "train.tsv", tokenizer=tok, max_len=32, max_tokens=64,
+                            anneal=folder / "train.tsv", anneal_share=0.2)
+    valid_sources = set(task.corpora["valid"][0])
+    anneal_sources = {tok.decode(list(s)[:-1]) for s in task.anneal.src}
+    assert len(valid_sources) == 1 and not valid_sources & anneal_sources
+    assert len(task.anneal) == len(PAIRS) - 1 and task.valid_split["anneal_dropped"] == 1
+    assert "anneal_dropped" not in MTTask.from_data(folder / "train.tsv", tokenizer=tok, max_len=32).valid_split
+
+
 def test_a_file_too_small_to_split_is_refused(folder, tok):
     write_tsv(folder / "tiny.tsv", PAIRS[:9])
     with pytest.raises(ValueError, match=r"holds 9 usable pairs \(0 malformed lines skipped\): too few to split off "
@@ -152,6 +164,21 @@ def test_long_sentences_are_truncated_and_counted_or_refused(folder, tok):
         assert b.src.shape[1] <= 6 and b.tgt_in.shape[1] <= 6
     with pytest.raises(ValueError, match="longer than max_src_len = 6"):
         MTTask.from_data(folder, tokenizer=tok, max_len=6, max_tokens=48, truncate=False)
+
+
+def test_a_refused_long_sentence_is_named_by_its_line_in_the_file(folder, tok):
+    # the pair number alone is an index into the training part (after the split and the skipped lines): the
+    # error must also name the line of the file that holds the sentence
+    long = " ".join(["Datei"] * 40)
+    lines = ["kein Tab"] + [f"{s}\t{t}" for s, t in PAIRS] + [f"{long}\tThe file."] + [f"{s}\t{t}" for s, t in VALID]
+    (folder / "long.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"\(line 14 of .*long.tsv \(train part\)\): the source is \d+ tokens"):
+        MTTask.from_data(folder / "long.tsv", tokenizer=tok, max_len=32, max_tokens=64, truncate=False)
+    (folder / "a.de").write_text("\n".join(["Ja."] * 3 + [long]) + "\n", encoding="utf-8")
+    (folder / "a.en").write_text("\n".join(["Yes."] * 4) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"pair 3 \(line 4 of .*a.en \+ .*a.de\): the target is"):
+        MTTask.from_data(folder / "train.tsv", valid=[folder / "a.en", folder / "a.de"], tokenizer=tok, max_len=32,
+                         max_tokens=64, truncate=False)
 
 
 def test_bleu_during_evaluation_with_the_greedy_translator(folder, tok):

@@ -98,18 +98,29 @@ class ParallelCorpus:
     """``N`` aligned sentence pairs plus how many input lines were skipped as malformed.
 
     ``sources[i]`` translates to ``targets[i]``. ``skipped_lines`` holds the (1-based) line numbers that were
-    skipped, ``skipped`` their count.
+    skipped, ``skipped`` their count. ``lines`` (None when unknown): the 1-based input line of each pair, so that
+    an error about pair ``i`` can name its line (:meth:`where`).
     """
 
     sources: list[str]
     targets: list[str]
     skipped_lines: list[int] = field(default_factory=list)
     path: str | None = None
+    lines: list[int] | None = None
 
     def __post_init__(self) -> None:
         if len(self.sources) != len(self.targets):
             raise ValueError(f"a parallel corpus needs as many sources as targets, "
                              f"got {len(self.sources)} sources and {len(self.targets)} targets")
+        if self.lines is not None and len(self.lines) != len(self.sources):
+            raise ValueError(f"a parallel corpus needs one line number per pair, got {len(self.lines)} for "
+                             f"{len(self.sources)} pairs")
+
+    def where(self, i: int) -> str:
+        """How an error names pair ``i``: ``"pair i (line LINE of PATH)"``, or ``"pair i"`` when the line is unknown."""
+        if self.lines is None or self.path is None:
+            return f"pair {i}"
+        return f"pair {i} (line {self.lines[i]} of {self.path})"
 
     @property
     def skipped(self) -> int:
@@ -124,7 +135,8 @@ class ParallelCorpus:
 
     def swapped(self) -> "ParallelCorpus":
         """The same pairs the other way round (each target becomes the source): the reverse direction."""
-        return ParallelCorpus(list(self.targets), list(self.sources), list(self.skipped_lines), self.path)
+        return ParallelCorpus(list(self.targets), list(self.sources), list(self.skipped_lines), self.path,
+                              None if self.lines is None else list(self.lines))
 
     def __repr__(self) -> str:
         where = f", path={self.path!r}" if self.path else ""
@@ -163,6 +175,7 @@ def read_tsv(path: str | os.PathLike, *, strict: bool = False,
     sources: list[str] = []
     targets: list[str] = []
     skipped: list[int] = []
+    kept: list[int] = []
     for lineno, line in enumerate(_read_lines(path), start=1):
         n_tabs = line.count("\t")
         if n_tabs != 1:
@@ -172,13 +185,14 @@ def read_tsv(path: str | os.PathLike, *, strict: bool = False,
             if src and tgt:
                 sources.append(src)
                 targets.append(tgt)
+                kept.append(lineno)
                 continue
             problem = f"empty {columns[0] if not src else columns[1]} side"
         if strict:
             raise ValueError(f"{path}:{lineno}: {problem} (without strict checking such lines are skipped and "
                              f"counted)")
         skipped.append(lineno)
-    return ParallelCorpus(sources, targets, skipped, str(path))
+    return ParallelCorpus(sources, targets, skipped, str(path), kept)
 
 
 def read_parallel_files(source_path: str | os.PathLike, target_path: str | os.PathLike, *,
@@ -199,18 +213,20 @@ def read_parallel_files(source_path: str | os.PathLike, target_path: str | os.Pa
     sources: list[str] = []
     targets: list[str] = []
     skipped: list[int] = []
+    kept: list[int] = []
     for lineno, (s, t) in enumerate(zip(src_lines, tgt_lines), start=1):
         s, t = normalize_text(s), normalize_text(t)
         if s and t:
             sources.append(s)
             targets.append(t)
+            kept.append(lineno)
             continue
         if strict:
             side = source_path if not s else target_path
             raise ValueError(f"{side}:{lineno}: empty line (without strict checking such pairs are skipped and "
                              f"counted)")
         skipped.append(lineno)
-    return ParallelCorpus(sources, targets, skipped, f"{source_path} + {target_path}")
+    return ParallelCorpus(sources, targets, skipped, f"{source_path} + {target_path}", kept)
 
 
 def write_tsv(path: str | os.PathLike, pairs: Iterable[tuple[str, str]]) -> int:
@@ -320,7 +336,8 @@ def split_off_valid(corpus: ParallelCorpus, *, fraction: float = AUTO_VALID_FRAC
     def part(indices: list[int], name: str) -> ParallelCorpus:
         return ParallelCorpus([corpus.sources[i] for i in indices], [corpus.targets[i] for i in indices],
                               list(corpus.skipped_lines) if name == "train" else [],
-                              f"{corpus.path} ({name} part)" if corpus.path else None)
+                              f"{corpus.path} ({name} part)" if corpus.path else None,
+                              None if corpus.lines is None else [corpus.lines[i] for i in indices])
 
     info = {"pairs": n, "valid": len(chosen), "train": len(train), "dropped": len(rest) - len(train),
             "fraction": fraction, "max_pairs": max_pairs, "seed": seed}
@@ -331,8 +348,9 @@ def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False, reve
                      ) -> tuple[ParallelCorpus, ParallelCorpus, dict[str, Any] | None]:
     """Training and validation pairs: ``(train, valid, split info or None)``.
 
-    ``data`` and ``valid`` take the forms of :func:`load_parallel`. Without ``valid``, a prepared folder gives its
-    ``valid.tsv``; a file (or two files) gets a validation part split off by :func:`split_off_valid`, whose
+    ``data`` and ``valid`` take the forms of :func:`load_parallel` (a prepared folder as ``valid``: its
+    ``valid.tsv``). Without ``valid``, a prepared folder gives its ``valid.tsv``; a file (or two files) gets a
+    validation part split off by :func:`split_off_valid`, whose
     ``info`` is returned (None when nothing was split). ``reverse``: every pair the other way round (target →
     source), swapped before a validation part is split off, so the two parts are disjoint in the new sources.
     """
@@ -341,8 +359,8 @@ def load_train_valid(data: Any, valid: Any = None, *, strict: bool = False, reve
         return corpus.swapped() if reverse else corpus
 
     train = read(data, "train")
-    if valid is not None:
-        return train, read(valid, "train"), None
+    if valid is not None:  # a folder as valid: its valid.tsv (a file is read whatever the split)
+        return train, read(valid, "valid"), None
     if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
         return train, read(data, "valid"), None
     return split_off_valid(train)

@@ -32,8 +32,10 @@ Short sentences thus make wide batches and long ones narrow batches of about the
 **Fixed shapes** (``multiple > 1``, for CUDA graphs, which replay one recorded shape). Each pair's width
 ``max(S, T)`` is rounded up to a multiple of ``multiple`` (at most the corpus's longest width) and pairs are
 packed by that rounded width ``W``; :func:`collate` then pads both sides to ``W`` and the rows to
-``max_tokens // W`` (rows of padding only: no labels, ``index`` -1). Every batch thus has one of about
-``longest / multiple`` shapes ``(max_tokens // W, W)``, at the price of more padding.
+``max_tokens // W`` (rows of padding only: no labels, ``index`` -1), or to the number of pairs of rounded width at
+most ``W`` when the corpus has fewer (no batch of width ``W`` can hold more, and a budget larger than the corpus
+must not become rows of padding only). Every batch thus has one of about ``longest / multiple`` shapes
+``(rows(W), W)``, at the price of more padding.
 
 **Determinism.** The plan for epoch ``e`` is a pure function of ``(seed, e)``: pairs of equal lengths are
 shuffled before the (stable) length sort, and the batch order is shuffled. The sequence of sorted lengths
@@ -47,7 +49,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -265,20 +267,32 @@ def check_pair_inputs(tokenizer: Tokenizer, sources: Sequence[str], targets: Seq
     return max_tgt_len, ids
 
 
-def _fit(ids: list[int], limit: int, truncate: bool, what: str, marker: str, limit_name: str) -> int:
+def _pair_number(i: int) -> str:
+    return f"pair {i}"
+
+
+def too_long(where: str, side: str, n: int, marker: str, limit_name: str, limit: int) -> ValueError:
+    """The error of a sentence longer than the model allows (``encode_pairs`` and the token store's reader)."""
+    return ValueError(f"{where}: the {side} is {n} tokens with {marker}, longer than {limit_name} = {limit} "
+                      f"(truncate=True cuts it instead)")
+
+
+def _fit(ids: list[int], limit: int, truncate: bool, where: Callable[[int], str], i: int, side: str, marker: str,
+         limit_name: str) -> int:
     """Cut ``ids`` in place so that with its one special token (``marker``) it holds at most ``limit`` tokens;
-    returns 1 if it was cut, 0 if not. Without ``truncate`` an over-long sentence raises ``ValueError``."""
+    returns 1 if it was cut, 0 if not. Without ``truncate`` an over-long sentence (pair ``i``'s ``side``) raises
+    ``ValueError``."""
     if len(ids) + 1 <= limit:
         return 0
     if not truncate:
-        raise ValueError(f"{what} is {len(ids) + 1} tokens with {marker}, longer than {limit_name} = {limit} "
-                         f"(truncate=True cuts it instead)")
+        raise too_long(where(i), side, len(ids) + 1, marker, limit_name, limit)
     del ids[limit - 1:]
     return 1
 
 
 def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str], *, max_src_len: int,
-                 max_tgt_len: int | None = None, truncate: bool = True) -> EncodedPairs:
+                 max_tgt_len: int | None = None, truncate: bool = True,
+                 where: Callable[[int], str] | None = None) -> EncodedPairs:
     """Tokenize pairs for translation, enforcing the model's length limits.
 
     Args:
@@ -288,6 +302,8 @@ def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence
         max_tgt_len: longest decoder input the model allows, ``<bos>`` included; defaults to ``max_src_len``.
         truncate: ``True`` cuts an over-long side (keeping its first tokens, then ``<eos>``) and counts it in
             ``n_truncated_src``/``n_truncated_tgt``; ``False`` raises ``ValueError`` naming the pair.
+        where: how that error names pair ``i`` (e.g. its file and line,
+            :meth:`~attnkit.data.corpora.parallel.ParallelCorpus.where`); default ``"pair i"``.
 
     Shape:
         ``N`` strings each → :class:`EncodedPairs` with ``N`` pairs; ``len(src[i]) <= max_src_len``,
@@ -298,8 +314,8 @@ def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence
     src_ids, tgt_ids = tokenizer.encode_batch(list(sources)), tokenizer.encode_batch(list(targets))
     n_cut_src = n_cut_tgt = 0
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-        n_cut_src += _fit(s, max_src_len, truncate, f"pair {i}: the source", "<eos>", "max_src_len")
-        n_cut_tgt += _fit(t, max_tgt_len, truncate, f"pair {i}: the target", "<bos>", "max_tgt_len")
+        n_cut_src += _fit(s, max_src_len, truncate, (where or _pair_number), i, "source", "<eos>", "max_src_len")
+        n_cut_tgt += _fit(t, max_tgt_len, truncate, (where or _pair_number), i, "target", "<bos>", "max_tgt_len")
         s.append(eos)
     return EncodedPairs(src_ids, tgt_ids, n_truncated_src=n_cut_src, n_truncated_tgt=n_cut_tgt, **ids)
 
@@ -504,7 +520,8 @@ class TokenBudgetBatcher:
         seed: data-order seed.
         shuffle: ``True`` for training (a new plan per epoch); ``False`` gives one length-sorted plan.
         multiple: 1, or fixed shapes: widths rounded up to this multiple and every batch padded to
-            ``(max_tokens // W, W)`` (see the module docstring; :attr:`shapes` lists them).
+            ``(rows(W), W)``, ``rows(W) = min(max_tokens // W, pairs of rounded width <= W)`` (see the module
+            docstring; :attr:`shapes` lists them).
 
     Shape:
         ``batch(step)`` -> :class:`MTBatch` with ``B × max(S, T) <= max_tokens``.
@@ -525,13 +542,19 @@ class TokenBudgetBatcher:
         self._epoch = 0
         self._plan = plan_batches(self._src_lens, self._tgt_lens, max_tokens, seed=seed, epoch=0, shuffle=shuffle,
                                   multiple=multiple)
+        self._rows: dict[int, int] = {}  # fixed shapes: the rows of a batch of width W (max_tokens checked above)
+        if self._widths is not None:
+            sorted_widths = np.sort(self._widths)
+            for w in np.unique(sorted_widths).tolist():
+                fit = int(np.searchsorted(sorted_widths, w, side="right"))  # pairs of width <= w
+                self._rows[w] = min(max_tokens // w, fit)
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
         """The distinct ``(rows, width)`` of the fixed-shape batches (empty without ``multiple``)."""
         if self._widths is None:
             return []
-        return sorted({(self.max_tokens // w, w) for w in np.unique(self._widths).tolist()})
+        return sorted((rows, w) for w, rows in self._rows.items())
 
     @property
     def num_batches(self) -> int:
@@ -557,7 +580,7 @@ class TokenBudgetBatcher:
         if self._widths is None:
             return collate(self.data, indices)
         width = int(self._widths[indices].max())
-        return collate(self.data, indices, shape=(self.max_tokens // width, width))
+        return collate(self.data, indices, shape=(self._rows[width], width))
 
     def padding_ratio(self) -> dict[str, float]:
         """Fraction of padding positions in the padded tensors of one epoch: ``src``, ``tgt`` and ``total``.
@@ -570,9 +593,9 @@ class TokenBudgetBatcher:
             for side, lens in (("src", self._src_lens[idx]), ("tgt", self._tgt_lens[idx])):
                 if self._widths is None:
                     padded = len(idx) * int(lens.max())
-                else:  # fixed shapes: (max_tokens // W) rows of W positions
+                else:  # fixed shapes: rows(W) rows of W positions
                     width = int(self._widths[idx].max())
-                    padded = (self.max_tokens // width) * width
+                    padded = self._rows[width] * width
                 size[side] += padded
                 pad[side] += padded - int(lens.sum())
         out = {side: pad[side] / size[side] for side in pad}

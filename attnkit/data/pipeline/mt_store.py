@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from attnkit.data.tokenizers.tokenizer import Tokenizer
 
 from .lm_dataset import _tokenizer_fingerprint
-from .mt_batching import EncodedPairs, check_pair_inputs
+from .mt_batching import EncodedPairs, check_pair_inputs, too_long
 from .store_encoding import encode_documents
 from .token_store import STORE_SUFFIX, TokenStore, TokenStoreWriter, open_or_build
 
@@ -53,7 +53,7 @@ def pairs_sha256(sources: Sequence[str], targets: Sequence[str]) -> str:
 def encode_pairs_stored(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str], *, max_src_len: int,
                         max_tgt_len: int | None = None, truncate: bool = True,
                         cache_dir: str | os.PathLike | None = None, verify: bool = True,
-                        show_progress: bool = False) -> EncodedPairs:
+                        show_progress: bool = False, where: Callable[[int], str] | None = None) -> EncodedPairs:
     """The pairs of :func:`~attnkit.data.pipeline.mt_batching.encode_pairs` (same ids, same cuts, same errors),
     read from a token store built on first use (see the module docstring).
 
@@ -87,11 +87,10 @@ def encode_pairs_stored(tokenizer: Tokenizer, sources: Sequence[str], targets: S
     if not truncate and (cut_src.any() or cut_tgt.any()):
         i_src = int(np.argmax(cut_src)) if cut_src.any() else n
         i_tgt = int(np.argmax(cut_tgt)) if cut_tgt.any() else n
+        where = where or (lambda i: f"pair {i}")
         if i_src <= i_tgt:
-            raise ValueError(f"pair {i_src}: the source is {int(src_raw[i_src]) + 1} tokens with <eos>, longer than "
-                             f"max_src_len = {max_src_len} (truncate=True cuts it instead)")
-        raise ValueError(f"pair {i_tgt}: the target is {int(tgt_raw[i_tgt]) + 1} tokens with <bos>, longer than "
-                         f"max_tgt_len = {max_tgt_len} (truncate=True cuts it instead)")
+            raise too_long(where(i_src), "source", int(src_raw[i_src]) + 1, "<eos>", "max_src_len", max_src_len)
+        raise too_long(where(i_tgt), "target", int(tgt_raw[i_tgt]) + 1, "<bos>", "max_tgt_len", max_tgt_len)
     content = hashlib.sha256(f"{store.content_id}:{max_src_len}:{max_tgt_len}".encode()).hexdigest()[:32]
     return EncodedPairs.from_ragged(
         store, (offsets[:n], np.minimum(src_raw + 1, max_src_len)),

@@ -229,3 +229,30 @@ def test_load_train_valid_splits_only_files_without_valid(tmp_path):
     assert (len(train), len(valid), info["valid"]) == (27, 3, 3)
     assert load_train_valid(tmp_path)[1].pairs() == PAIRS and load_train_valid(tmp_path)[2] is None  # folder
     assert load_train_valid(tmp_path / "train.tsv", tmp_path / "valid.tsv")[1:] == (load_parallel(tmp_path / "valid.tsv"), None)
+
+
+def test_load_train_valid_reads_a_folder_given_as_valid_for_its_valid_split(tmp_path):
+    # valid=<prepared folder> is the folder's validation pairs, never its training pairs
+    folder = tmp_path / "prepared"
+    write_tsv(folder / "train.tsv", _numbered(30).pairs())
+    write_tsv(folder / "valid.tsv", PAIRS)
+    write_tsv(tmp_path / "mine.tsv", _numbered(12).pairs())
+    train, valid, info = load_train_valid(tmp_path / "mine.tsv", folder)
+    assert valid.pairs() == PAIRS and len(train) == 12 and info is None
+    assert load_train_valid(tmp_path / "mine.tsv", folder, reverse=True)[1].pairs() == [(t, s) for s, t in PAIRS]
+
+
+def test_every_pair_keeps_its_line_number_through_skips_swaps_and_splits(tmp_path):
+    text = "kein Tab\n" + "".join(f"s{i}\tt{i}\n" for i in range(20)) + "\tleer\n"
+    corpus = read_tsv(_write(tmp_path / "d.tsv", text))
+    assert corpus.lines == list(range(2, 22)) and corpus.skipped_lines == [1, 22]
+    assert corpus.where(3) == f"pair 3 (line 5 of {tmp_path / 'd.tsv'})"
+    assert corpus.swapped().lines == corpus.lines
+    train, valid, _ = split_off_valid(corpus)
+    for part in (train, valid):
+        assert [int(s[1:]) + 2 for s in part.sources] == part.lines
+    files = read_parallel_files(_write(tmp_path / "a", "x\n\ny\n"), _write(tmp_path / "b", "1\n2\n3\n"))
+    assert files.lines == [1, 3] and files.where(1).endswith("(line 3 of " + f"{tmp_path / 'a'} + {tmp_path / 'b'})")
+    assert ParallelCorpus(["a"], ["b"]).where(0) == "pair 0"
+    with pytest.raises(ValueError, match="one line number per pair, got 2 for 1 pairs"):
+        ParallelCorpus(["a"], ["b"], [], "x", [1, 2])

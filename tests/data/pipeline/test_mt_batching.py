@@ -226,7 +226,8 @@ def test_fixed_shape_batches_pad_to_their_shape_with_empty_rows():
     data = EncodedPairs(src, tgt, pad_id=0, bos_id=1, eos_id=2)
     batcher = TokenBudgetBatcher(data, max_tokens=96, seed=0, multiple=8)
     shapes = batcher.shapes
-    assert sorted(shapes) == sorted((96 // w, w) for w in set(rounded_widths(data.src_lens, data.tgt_lens, 8).tolist()))
+    widths = rounded_widths(data.src_lens, data.tgt_lens, 8)
+    assert sorted(shapes) == sorted((min(96 // w, int((widths <= w).sum())), w) for w in set(widths.tolist()))
     assert {w for _, w in shapes} <= {8, 16, 24}
     seen, padded_rows = [], 0
     for k in range(batcher.num_batches):
@@ -250,6 +251,22 @@ def test_fixed_shape_batches_pad_to_their_shape_with_empty_rows():
     masks = [batcher.batch(k) for k in range(batcher.num_batches)]
     src_pad = sum(int(b.src_key_padding_mask.sum()) for b in masks) / sum(b.src.numel() for b in masks)
     assert ratio["src"] == pytest.approx(src_pad)
+
+
+@pytest.mark.parametrize("max_tokens", [96, 10**6, 10**12])
+def test_fixed_shape_rows_never_exceed_the_pairs_a_batch_can_hold(max_tokens):
+    # a budget larger than the corpus: the rows of a width-W batch stop at the pairs of width <= W, not at
+    # max_tokens // W rows of padding only (10**12 would not even fit in memory)
+    src = [[5] * (i % 20 + 1) + [2] for i in range(100)]
+    tgt = [[6] * (i % 17 + 1) for i in range(100)]
+    data = EncodedPairs(src, tgt, pad_id=0, bos_id=1, eos_id=2)
+    batcher = TokenBudgetBatcher(data, max_tokens=max_tokens, seed=0, multiple=8)
+    widths = rounded_widths(data.src_lens, data.tgt_lens, 8)
+    assert batcher.shapes == sorted((min(max_tokens // w, int((widths <= w).sum())), w) for w in set(widths.tolist()))
+    for k in range(batcher.num_batches):
+        b = batcher.batch(k)
+        assert b.src.shape in [torch.Size(s) for s in batcher.shapes] and b.src.shape[0] <= len(data)
+        assert b.src.shape[0] * b.src.shape[1] <= max_tokens
 
 
 def _collate_by_hand(data, indices, rows, width):
