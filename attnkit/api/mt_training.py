@@ -406,7 +406,10 @@ def _report_data(task: Any, data_desc: str, max_len: int, max_tokens: int, log: 
         pairs = (f"{len(task.anneal):,} pairs and {task.n_replayed:,} replayed training pairs" if task.n_replayed
                  else f"{len(task.anneal):,} pairs only")
         log(f"anneal: the last {task.anneal_share:.0%} of the budget trains on {pairs} "
-            f"({task.skipped['anneal']} malformed lines skipped, {cut['anneal']} sentences truncated, "
+            f"({task.skipped['anneal']} malformed lines skipped, "
+            + (f"{task.valid_split['anneal_dropped']} shared a validation source, "
+               if task.valid_split and "anneal_dropped" in task.valid_split else "")
+            + f"{cut['anneal']} sentences truncated, "
             f"{task.batchers['anneal'].num_batches:,} batches per pass)")
     if opts["reverse"]:
         log(f"direction: reversed, every pair of {data_desc} read target -> source")

@@ -54,6 +54,18 @@ def test_a_tsv_file_and_the_default_share(data, tmp_path, capsys):
     assert _state(run)["task"]["anneal_from"] == 4  # 4/5 = 80% of the steps used
 
 
+def test_anneal_pairs_shared_with_the_split_off_validation_are_counted_in_the_log(data, tmp_path, capsys):
+    """The train file as --data (10% split off for validation) and as --anneal-data: the anneal pairs whose source
+    is a validation one are dropped, and the anneal line says how many (it did not)."""
+    run = tmp_path / "run"
+    assert main(["train", "mt", "--data", str(data / "train.tsv"), "--out", str(run), *TINY_MT, "--steps", "2",
+                 "--anneal-data", str(data / "train.tsv")]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("anneal: "))
+    assert " shared a validation source, " in line, line
+    n = int(line.split(" shared a validation source")[0].rsplit(", ", 1)[-1])
+    assert n > 0 and f"trains on {120 - n} pairs only" in line, line
+
+
 def test_replay_travels_with_the_run(data, tmp_path, capsys):
     run = tmp_path / "run"
     assert _train(data, run, "--anneal-data", str(data), "--anneal-share", "0.5", "--anneal-replay", "0.5",
