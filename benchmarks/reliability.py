@@ -699,7 +699,7 @@ case("mt-one-tsv", "cli train mt", "--data one TSV of 160 pairs, no --valid, --s
 case("mt-one-tsv-too-small", "cli train mt", "--data one TSV of 6 pairs, no --valid",
      "error: too few to split off a validation part")(
     lambda fx, tmp: _train_mt(fx, tmp, _write(tmp / "six.tsv", "".join(f"satz {i}\tsentence {i}\n" for i in range(6)))))
-case("mt-max-len", "cli train mt", "--max-len 0", "error: max_src_len must be an int >= 2")(
+case("mt-max-len", "cli train mt", "--max-len 0", "error: --max-len must be >= 2")(
     lambda fx, tmp: _train_mt(fx, tmp, fx.pairs, "--max-len", "0", valid=fx.pairs))
 
 

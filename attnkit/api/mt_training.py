@@ -123,6 +123,10 @@ class TrainMTOptions(TrainOptions):
                              f"max_len={self.overrides['max_len']!r}: use --max-len {self.overrides['max_len']!r}")
         if self.average_last is not None and self.average_last < 0:
             raise ValueError(f"--average-last must be >= 0, got {self.average_last}")
+        for flag, value, least, why in (("--max-len", self.max_len, 2, " (one token plus <bos>/<eos>)"),
+                                        ("--max-tokens", self.max_tokens, 2, " (a pair of one token and <eos>)")):
+            if value is not None and value < least:  # named by its flag before the data are read and a BPE trained
+                raise ValueError(f"{flag} must be >= {least}{why}, got {value}")
         # <pad> <bos> <eos> <unk> (and any tags: the BPE trainer checks those)
         check_vocab_size(self.vocab_size, specials=None if self.resume else 4)
         if self.vocab_size is not None and self.tokenizer is not None and not self.resume:
