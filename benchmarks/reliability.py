@@ -464,9 +464,10 @@ case("lm-unknown-preset", "cli train lm", "--preset no-such-preset", "error: no-
 case("lm-set-unknown", "cli train lm", "--set foo=1", "error: foo")(lambda fx, tmp: _train_lm(fx, tmp, "--set", "foo=1"))
 case("lm-set-type", "cli train lm", "--set n_layer=abc", "error: n_layer")(
     lambda fx, tmp: _train_lm(fx, tmp, "--set", "n_layer=abc"))
-case("lm-block-zero", "cli train lm", "--block-size 0", "error: block_size")(
+case("lm-block-zero", "cli train lm", "--block-size 0", "error: --block-size")(
     lambda fx, tmp: _train_lm(fx, tmp, "--block-size", "0"))
-case("lm-warmup-steps", "cli train lm", "--warmup-steps 50 --steps 2 (explicit, larger than the run)", "error: warmup_steps")(
+case("lm-warmup-steps", "cli train lm", "--warmup-steps 50 --steps 2 (explicit, larger than the run)",
+     "error: --warmup-steps")(
     lambda fx, tmp: _train_lm(fx, tmp, "--warmup-steps", "50"))
 
 

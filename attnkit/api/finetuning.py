@@ -47,7 +47,7 @@ from .interruption import resume_hint
 from .launcher import is_main_process
 from .options import (Log, RunResult, TrainOptions, check_out, default_log, done_line, recorded_path,
                       refuse_changed_config, refuse_spent_resume, resumed_model_config, same_path, scaled_min_lr,
-                      train_values)
+                      train_config, train_values)
 
 __all__ = ["FinetuneOptions", "finetune", "lora_settings"]
 
@@ -271,7 +271,6 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     from attnkit.data.pipeline.documents import prepare_finetune_data
     from attnkit.models.params import count_parameters
     from attnkit.training import LMTask, Trainer, seed_everything
-    from attnkit.training.config import resolve_train_config
     from attnkit.training.lora_run import add_lora, finalize_lora_run
 
     o = FinetuneOptions.make(options, kwargs)
@@ -280,7 +279,7 @@ def finetune(options: FinetuneOptions | None = None, *, log: Log | None = None, 
     check_out(o)
     saved = read_saved_run(o.out) if o.resume else None
     lora, data, documents, source = _run_inputs(o, saved)
-    cfg = resolve_train_config(_defaults(o, lora), saved.get("train_config") if saved else None,
+    cfg = train_config(_defaults(o, lora), saved.get("train_config") if saved else None,
                                train_values(o, block_size=o.block_size), time_only_schedule="constant")
     if saved is not None:
         refuse_changed_config(cfg, saved, may_change=_MAY_CHANGE)

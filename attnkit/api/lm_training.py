@@ -25,7 +25,7 @@ from .interruption import resume_hint
 from .launcher import world_size
 from .options import (Log, RunResult, TrainOptions, check_out, check_vocab_size, default_log, done_line,
                       recorded_path, refuse_changed, refuse_changed_config, refuse_spent_resume, resumed_model_config,
-                      same_path, same_tokenizer, scaled_min_lr, train_values)
+                      same_path, same_tokenizer, scaled_min_lr, train_config, train_values)
 
 __all__ = ["TrainLMOptions", "train_lm", "describe_batch"]
 
@@ -181,7 +181,6 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
     from attnkit.models.presets import get_preset
     from attnkit.recipes import LM_DEFAULTS
     from attnkit.training import LMTask, Trainer, seed_everything
-    from attnkit.training.config import resolve_train_config
 
     o = TrainLMOptions.make(options, kwargs).with_recipe()
     lines = True if log is None else log  # the trainer's evaluation lines: stdout, or the caller's log
@@ -200,7 +199,7 @@ def train_lm(options: TrainLMOptions | None = None, *, log: Log | None = None, *
         _check_resumed(o, extra_saved)
     given = train_values(o, block_size=o.block_size)
     given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})
-    cfg = resolve_train_config(scaled_min_lr(LM_DEFAULTS, o.lr, o.min_lr), saved.get("train_config") if saved
+    cfg = train_config(scaled_min_lr(LM_DEFAULTS, o.lr, o.min_lr), saved.get("train_config") if saved
                                else None, given)
 
     if saved is not None:

@@ -50,7 +50,7 @@ from .interruption import resume_hint
 from .launcher import is_main_process, world_size
 from .options import (Log, RunResult, TrainOptions, check_out, check_vocab_size, default_log, done_line,
                       recorded_path, refuse_changed, refuse_changed_config, refuse_spent_resume, resumed_model_config,
-                      same_path, same_tokenizer, scaled_min_lr, train_values)
+                      same_path, same_tokenizer, scaled_min_lr, train_config, train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
 
@@ -272,7 +272,6 @@ def _anneal_replay(anneal_data: str | None, replay: float | None) -> float:
 def _mt_train_config(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any]):
     """The recipe's training defaults, adjusted to the options (``opts``: :func:`_mt_options`), under the resumed
     run's and the given values."""
-    from attnkit.training.config import resolve_train_config
 
     defaults = scaled_min_lr(dict(MT_DEFAULTS), o.lr, o.min_lr)
     if opts["bleu"]:
@@ -282,7 +281,7 @@ def _mt_train_config(o: TrainMTOptions, saved: dict | None, opts: dict[str, Any]
         defaults["keep_last"] = max(defaults["keep_last"], average_last)
     given = train_values(o)
     given.update({k: getattr(o, k) for k in ("stop_at_loss", "schedule_steps") if getattr(o, k) is not None})
-    cfg = resolve_train_config(defaults, saved.get("train_config") if saved else None, given)
+    cfg = train_config(defaults, saved.get("train_config") if saved else None, given)
     if average_last > 0 and cfg.fsdp:
         raise ValueError("--average-last reads ordinary step checkpoints; an --fsdp run writes sharded ones "
                          "(turn them into ordinary ones with `attnkit convert` and average those)")

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from .launcher import say, world_size
 __all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
            "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log",
            "recorded_path", "same_path", "same_tokenizer", "refuse_changed", "scaled_min_lr", "check_out",
-           "refuse_changed_config", "refuse_spent_resume"]
+           "refuse_changed_config", "refuse_spent_resume", "train_config"]
 
 Log = Callable[[str], None]
 
@@ -40,6 +41,8 @@ _AUTOCAST = (None, "bf16", "fp16", "off")
 # the TrainConfig fields a flag of the same name sets (--batch-size: batch_size)
 _FLAGGED = TRAIN_FIELDS + ("block_size", "schedule_steps", "compile", "cuda_graphs", "fsdp", "autocast")
 _MAY_CHANGE = "only --steps, --max-time, --stop-at-loss and --device may change"
+# the TrainConfig fields a flag sets, named by the flag in errors ("TrainConfig.warmup_steps" is --warmup-steps)
+_FLAG_OF = {name: "--" + name.replace("_", "-") for name in _FLAGGED + ("steps", "max_time", "stop_at_loss", "device")}
 
 
 def _type_ok(value: Any, kind: str) -> bool:
@@ -306,6 +309,21 @@ def done_line(summary: dict[str, Any], tail: str) -> str:
                                 f"valid BLEU (greedy) {vb:.2f}" if vb is not None else None) if part]
     return (f"done: {summary['steps']} steps in {summary['elapsed']:.0f} s ({summary['stopped_by']})"
             + (f"; {', '.join(losses)}" if losses else "") + f"; {tail}")
+
+
+def train_config(defaults: dict[str, Any], saved: dict[str, Any] | None, given: dict[str, Any],
+                 **kwargs: Any) -> Any:
+    """:func:`attnkit.training.config.resolve_train_config`, whose ``ValueError`` names a field by its flag, as the
+    command line's other errors do (``TrainConfig.warmup_steps must be <= steps`` reads ``--warmup-steps must be <=
+    steps``); a field no flag sets keeps its ``TrainConfig.`` name."""
+    from attnkit.training.config import resolve_train_config
+
+    try:
+        return resolve_train_config(defaults, saved, given, **kwargs)
+    except ValueError as err:
+        named = re.sub(r"TrainConfig\.(\w+)(?: \(--[\w-]+\))?",
+                       lambda m: _FLAG_OF.get(m.group(1), m.group(0)), str(err))
+        raise ValueError(named) from None
 
 
 def check_vocab_size(vocab_size: int | None, specials: int | None) -> None:

@@ -174,7 +174,8 @@ def test_a_short_run_with_the_default_warmup(corpus, tmp_path, capsys):
     capsys.readouterr()
     short = ["train", "lm", "--out", str(tmp_path / "other"), *no_warmup, "--steps", "30"]
     for extra, message in (
-            (["--data", str(corpus), "--warmup-steps", "31"], "warmup_steps must be <= steps = 30 for the cosine schedule, got 31"),
+            (["--data", str(corpus), "--warmup-steps", "31"],  # named by its flag (was TrainConfig.warmup_steps)
+             "--warmup-steps must be <= steps = 30 for the cosine schedule, got 31"),
             (["--data", str(corpus), "--preset", "no-such-preset"], "no-such-preset"),
             (["--data", str(corpus), "--set", "foo=1"], "foo"),
             (["--data", str(corpus), "--set", "n_layer"], "--set expects FIELD=VALUE, got 'n_layer'"),

@@ -226,7 +226,7 @@ def test_translate_missing_input_file(trained, tmp_path, capsys):
 def test_unknown_optimizer_is_one_line_and_writes_nothing(tmp_path, copy_data, capsys):
     assert _train(str(copy_data), tmp_path / "run", "--optimizer", "sgd") == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "TrainConfig.optimizer must be one of ['adamw', 'muon'], got 'sgd'" in err, err
+    assert err.count("\n") == 0 and "--optimizer must be one of ['adamw', 'muon'], got 'sgd'" in err, err
     assert not (tmp_path / "run").exists()
 
 
