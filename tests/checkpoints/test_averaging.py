@@ -196,3 +196,12 @@ def test_integer_tensors_must_agree():
     out = average_state_dicts([a, {"n": torch.tensor([1, 2]), "w": b["w"]}])
     assert torch.equal(out["n"], a["n"])
     torch.testing.assert_close(out["w"], (a["w"] + b["w"]) / 2)
+
+
+def test_low_precision_tensors_are_summed_in_float64():
+    """The mean of three bfloat16 tensors is rounded once: summed in bfloat16, 256 + 1 + 1 rounds to 256 and the
+    mean to 85.5 instead of 86 (mutation check: the sum accumulated in the tensors' own dtype)."""
+    sds = [{"w": torch.tensor([v], dtype=torch.bfloat16)} for v in (256.0, 1.0, 1.0)]
+    out = average_state_dicts(sds)["w"]
+    assert out.dtype == torch.bfloat16
+    assert out.item() == torch.tensor(258.0 / 3, dtype=torch.bfloat16).item() == 86.0

@@ -84,3 +84,14 @@ def test_norm_eps_must_be_a_non_negative_number(cls, eps):
     # a negative eps made the output NaN, silently
     with pytest.raises(ValueError, match=rf"{cls.__name__} eps must be a"):
         cls(8, eps=eps)
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.0])
+def test_layernorm_uses_its_own_eps(eps):
+    """A large eps visibly shrinks the output of a small-variance input (mutation check: torch's default 1e-5
+    passed instead of the layer's eps)."""
+    x = torch.randn(4, 6) * 0.1
+    ours, ref = LayerNorm(6, eps=eps), nn.LayerNorm(6, eps=eps)
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+    expected = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    torch.testing.assert_close(ours(x), expected, **TOL)

@@ -106,3 +106,13 @@ def test_shift_takes_integer_amounts_only(delta):
     rope = RotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"delta must be an integer tensor of shape \(B,\) = \(2,\)"):
         rope.shift(torch.randn(2, 1, 3, 8), delta)
+
+
+@pytest.mark.parametrize("delta", [3, -5])
+def test_shift_moves_rotated_vectors_to_the_later_or_earlier_position(delta):
+    """shift(rope(x at p), d) == rope(x at p + d) (mutation check: the opposite rotation gave p - d)."""
+    rope = RotaryEmbedding(8, max_len=64)
+    x = torch.randn(2, 3, 4, 8)
+    p = torch.arange(10, 14)
+    shifted = rope.shift(rope(x, p), torch.tensor([delta, delta]))
+    assert_close(shifted, rope(x, p + delta), "float32")

@@ -298,3 +298,36 @@ def test_word_dropout_replaces_source_words_in_training_only():
         assert float(task.loss(model.eval(), b)[0]) == pytest.approx(float(plain.loss(model.eval(), b)[0]))
         torch.manual_seed(1)
         assert float(task.loss(model.train(), b)[0]) != pytest.approx(float(plain.loss(model.eval(), b)[0]))
+
+
+def _varied_pairs(n: int, seed: int) -> EncodedPairs:
+    """Source and target of 1 to 9 words, so the batches hold different numbers of labels."""
+    g = torch.Generator().manual_seed(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        words = torch.randint(4, V, (int(torch.randint(1, 10, (1,), generator=g)),), generator=g).tolist()
+        src.append(words + [EOS])
+        tgt.append(words[::-1])
+    return EncodedPairs(src, tgt, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+
+
+def test_validation_loss_weights_every_label_equally():
+    """Mutation check: summing the batch means and dividing by the number of batches gave another number."""
+    task = MTTask(_varied_pairs(16, 0), _varied_pairs(12, 1), max_tokens=30, label_smoothing=0.1)
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, d_model=16, num_heads=2,
+                                          num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32,
+                                          dropout=0.0, max_len=32, pad_id=PAD)).eval()
+    n_batches = task.batchers["valid"].num_batches
+    total, count, counts = 0.0, 0, set()
+    with torch.no_grad():
+        for i in range(n_batches):
+            b = task.batch("valid", i)
+            logits = model(b.src, b.tgt_in, src_key_padding_mask=b.src_key_padding_mask,
+                           tgt_key_padding_mask=b.tgt_key_padding_mask)  # (B, T, V)
+            total += float(F.cross_entropy(logits.reshape(-1, V).double(), b.labels.reshape(-1),
+                                           ignore_index=IGNORE_INDEX, reduction="sum"))
+            count += b.n_tokens
+            counts.add(b.n_tokens)
+    assert n_batches > 1 and len(counts) > 1  # batches of different sizes: the two means differ
+    assert task.evaluate(model, n_batches)["loss"] == pytest.approx(total / count, rel=1e-6)

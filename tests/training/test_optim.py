@@ -189,3 +189,17 @@ def test_a_time_limited_warmup_also_ends_at_its_share_of_the_budget():
     const = dict(kw, schedule="constant")
     assert [lr_at(9, time_fraction=f, **const) for f in (0.0, 0.05, 0.1, 0.7)] == pytest.approx([0.2, 1.0, 2.0, 2.0])
     assert lr_at(200, time_fraction=0.01, **kw) == pytest.approx(0.5 + 1.5 * 0.5 * (1 + math.cos(math.pi * 0.01)))
+
+
+def test_the_time_warmup_ends_exactly_at_its_share_of_the_budget():
+    """The warmup lasts while ``f < s``: at ``f == s`` the cosine already runs (mutation check: ``f > s``)."""
+    kw = dict(schedule="cosine", lr=2.0, min_lr=0.5, warmup_steps=100, warmup_time_share=0.5)
+    assert lr_at(9, time_fraction=0.5, **kw) == pytest.approx(0.5 + 1.5 * 0.5)
+
+
+@pytest.mark.parametrize("fraction", [1.5, 2.0, 1.0 + 1e-9])
+def test_a_time_limited_cosine_past_its_budget_stays_at_min_lr(fraction):
+    """Past the time budget (the last update may start after max_time) the lr stays at min_lr; an unclamped
+    cosine would climb back towards lr (at 2.0 it is back at the peak)."""
+    kw = dict(schedule="cosine", lr=2.0, min_lr=0.5, warmup_steps=4)
+    assert lr_at(10, time_fraction=fraction, **kw) == pytest.approx(0.5)

@@ -503,3 +503,24 @@ def test_a_summary_that_cannot_be_written_says_which_file_and_that_training_ende
     monkeypatch.setattr(trainer_module, "write_text_atomic", real)
     assert _trainer(tmp_path, tiny_lm, token_streams, resume=True).fit()["steps"] == 12
     assert (out / "summary.json").is_file()
+
+
+class _ConstantEval(LMTask):
+    """Every evaluation gives the same numbers: each one ties the best so far."""
+
+    def evaluate(self, model, n_batches):
+        return {"loss": 1.25, "score": 7.0}
+
+
+@pytest.mark.parametrize("metric,mode", [("valid_loss", "min"), ("valid_score", "max")])
+def test_a_tie_does_not_replace_the_best_checkpoint(tmp_path, tiny_lm, token_streams, metric, mode):
+    """best/ holds the first evaluation that reached the best value; an equal later one is not better (mutation
+    check: ``<=`` / ``>=`` rewrote best/ at every tie)."""
+    cfg = TrainConfig(**(BASE | dict(steps=6, eval_every=2, ckpt_every=2, best_metric=metric, best_mode=mode)))
+    task = _ConstantEval(*token_streams, block_size=cfg.block_size, batch_size=cfg.batch_size, seed=1)
+    out = tmp_path / "run"
+    summary = Trainer(tiny_lm(0), task, cfg, out, model_config={"kind": "tiny", "dim": 16}, progress=False,
+                      log=False).fit()
+    value = 1.25 if metric == "valid_loss" else 7.0
+    assert read_checkpoint_state(out / "checkpoints" / "best")["best"] == {"metric": metric, "value": value, "step": 2}
+    assert summary["best"]["step"] == 2

@@ -300,3 +300,13 @@ def test_a_tokenizer_folder_is_named_a_folder(tmp_path):
 
     with pytest.raises(ValueError, match="is a folder, not a file"):
         build_tokenizer(str(tmp_path), ["ab", "ab"])
+
+
+def test_eval_windows_of_a_split_that_is_a_multiple_of_the_block_size():
+    """N = k * T ids hold k - 1 whole windows of T + 1 ids, not k (mutation check: ``N // T`` asked for a window
+    that runs past the end of the split)."""
+    data = torch.arange(40)
+    assert num_eval_windows(data, 10) == 3
+    batches = list(eval_batches(data, 10, 8))
+    assert len(batches) == 1 and torch.equal(batches[0][0][:, 0], torch.tensor([0, 10, 20]))
+    assert int(batches[0][1].max()) == 30
