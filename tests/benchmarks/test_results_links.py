@@ -7,7 +7,9 @@
   (``docs/experiments/PAGE.md``), the page exists, and a title quoted right after it (``docs/experiments/mt.md,
   "Tuning runs"``) begins a heading of that page;
 * ``ls benchmarks`` shows at most 40 entries (the scripts, README.md, RESULTS.md, records/) and RESULTS.md holds at
-  most 400 lines (issue #42).
+  most 400 lines (issue #42);
+* README.md names every script at the top level, links every ``records/<topic>/`` folder and names every topic
+  (``## `` section) of RESULTS.md, so that a newcomer finds each from it.
 """
 
 from __future__ import annotations
@@ -98,3 +100,16 @@ def test_the_folder_stays_readable():
     assert len(entries) <= 40, f"ls benchmarks shows {len(entries)} entries; run records go under benchmarks/records/"
     lines = len((BENCH / "RESULTS.md").read_text(encoding="utf-8").splitlines())
     assert lines <= 400, f"RESULTS.md has {lines} lines; the history goes to docs/experiments/"
+
+
+def test_the_readme_names_every_script_records_folder_and_topic():
+    readme = (BENCH / "README.md").read_text(encoding="utf-8")
+    scripts = [p.name for p in sorted(BENCH.glob("*.py")) if f"`{p.name}`" not in readme]
+    assert not scripts, f"benchmarks/README.md does not name these scripts: {scripts}"
+    links = set(LINK.findall(readme))
+    folders = [p.name for p in sorted((BENCH / "records").iterdir())
+               if p.is_dir() and not {f"records/{p.name}/", f"records/{p.name}"} & links]
+    assert not folders, f"benchmarks/README.md links no records/<topic>/ folder for: {folders}"
+    flat = " ".join(readme.split()).lower()
+    topics = [h for h in _headings(BENCH / "RESULTS.md")[1:] if h.lower() not in flat]
+    assert not topics, f"benchmarks/README.md does not name these RESULTS.md topics: {topics}"
