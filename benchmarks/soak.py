@@ -134,7 +134,7 @@ def soak_generate(calls: int, every: int, new_tokens: int, seed: int) -> dict:
             s = proc_sample(os.getpid())
             samples.append({"t": time.monotonic() - t0, "step": i, **s, "cpu_s": time.process_time() - cpu0,
                             "load": (loadavg() or [None])[0]})
-    return {"mode": "generate", "command": f"python -m benchmarks.soak generate --calls {calls} --every {every} "
+    return {"mode": "generate", "command": f"python -m benchmarks.soak generate --calls {calls} --sample-every {every} "
                                            f"--new-tokens {new_tokens} --seed {seed}",
             "samples": samples, "unit": "call", "model": "char-small (random weights), KV cache, top-k 20"}
 

@@ -72,6 +72,7 @@ def test_generate_soak_and_report(tmp_path, monkeypatch):
     monkeypatch.setattr(soak, "RECORDS", tmp_path)
     monkeypatch.setattr(soak, "time", _Clock())
     record = soak.soak_generate(calls=60, every=5, new_tokens=3, seed=0)
+    assert "--sample-every 5 " in record["command"]  # the flag that reruns it (was --every: the lm/mt flag)
     assert [s["step"] for s in record["samples"]] == list(range(5, 61, 5))
     record.update(date="2026-11-28", machine="test", judgement=soak.judge(record))
     (tmp_path / "generate.json").write_text(json.dumps(record))
