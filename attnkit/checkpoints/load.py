@@ -13,6 +13,7 @@ Nothing is unpickled: the weights are safetensors, everything else JSON. There a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,12 +160,58 @@ def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "bes
         FileNotFoundError: no checkpoint at ``path``.
         CheckpointError: a checkpoint that is incomplete, corrupt, or not attnkit's.
         ValueError: the wrong kind, or no tokenizer.
-    """
-    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
 
+    A run that is training may replace its ``best/`` or prune a step checkpoint while it is read: the files
+    must all come from one folder that stayed in place, else the checkpoint is resolved and read again.
+    """
     if expect_kind not in (None, *KINDS):
         raise ValueError(f"expect_kind must be None, 'lm' or 'mt', got {expect_kind!r}")
-    ckpt = resolve_checkpoint(path, prefer=prefer)
+    seen = _current(path, prefer)
+    for attempt in range(_ATTEMPTS):
+        try:
+            ckpt = resolve_checkpoint(path, prefer=prefer)
+            before = _identity(ckpt)
+            loaded = _load_folder(path, ckpt, expect_kind, device, require_tokenizer)
+        except (OSError, CheckpointError):  # also a checkpoint replaced or pruned while it was read
+            now = _current(path, prefer)
+            if attempt + 1 == _ATTEMPTS or now == seen:  # nothing moved: the error is the checkpoint's own
+                raise
+            seen = now
+            continue
+        seen = _current(path, prefer)
+        if before is not None and seen == (ckpt, before):  # every file came from the one folder, in place
+            return loaded
+    raise CheckpointError(f"{path}: its checkpoint was replaced {_ATTEMPTS} times while it was read (a run saving "
+                          f"it all the time?); try again, or pass one step checkpoint")
+
+
+# a run that is training replaces checkpoints/best and prunes step_* while a reader reads them: the reader tries again
+_ATTEMPTS = 5
+
+
+def _identity(folder: Path) -> tuple[int, int, int] | None:
+    """Which folder sits at ``folder`` now (device, inode, ctime: a publish renames another one there), or None."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def _current(path: str | Path, prefer: str) -> tuple[Path, tuple[int, int, int] | None] | None:
+    """The checkpoint folder ``path`` resolves to now and its :func:`_identity` (None when none resolves)."""
+    try:
+        ckpt = resolve_checkpoint(path, prefer=prefer)
+    except (OSError, CheckpointError):
+        return None
+    return ckpt, _identity(ckpt)
+
+
+def _load_folder(path: str | Path, ckpt: Path, expect_kind: str | None, device: str | torch.device,
+                 require_tokenizer: bool) -> LoadedModel:
+    """:func:`load` of the checkpoint folder ``ckpt`` (resolved from ``path``)."""
+    from attnkit.data.tokenizers.tokenizer import tokenizer_from_dict
+
     state = read_checkpoint_state(ckpt)
     file = ckpt / "state.json"
     if "model_config" not in state:

@@ -35,6 +35,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import struct
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -221,18 +222,23 @@ class TokenStore:
         """Open a store, refusing (:class:`StoreError`) a damaged one or, with ``fingerprint``, one of another
         text or tokenizer. ``verify`` checks the sha256 of every block (reads the whole file once)."""
         path = Path(path)
-        try:
-            size = path.stat().st_size
-            with open(path, "rb") as fh:
-                header, end = _read_header(fh, size, path)
-                if verify:
-                    _verify_blocks(fh.fileno(), header, end, path)
+        try:  # one open file for the checks and the maps: a rebuild may rename another store over the name
+            fh = open(path, "rb")
         except OSError as err:
             raise StoreError(f"token store {path} cannot be read: {err}") from None
-        if fingerprint is not None and header["fingerprint"] != json.loads(json.dumps(fingerprint)):
-            raise StoreError(f"token store {path} was made from another text or tokenizer")
+        try:
+            header, end = _read_header(fh, os.fstat(fh.fileno()).st_size, path)
+            if verify:
+                _verify_blocks(fh.fileno(), header, end, path)
+            if fingerprint is not None and header["fingerprint"] != json.loads(json.dumps(fingerprint)):
+                raise StoreError(f"token store {path} was made from another text or tokenizer")
+        except OSError as err:
+            fh.close()
+            raise StoreError(f"token store {path} cannot be read: {err}") from None
+        except BaseException:
+            fh.close()
+            raise
         n = header["n_tokens"]
-        fh = open(path, "rb")
         docs = None
         if header["n_docs"] is not None:
             docs = np.memmap(fh, dtype="<u8", mode="r", offset=header["docs_offset"], shape=(header["n_docs"] + 1,))
@@ -373,20 +379,32 @@ def _verify_blocks(fd: int, header: dict[str, Any], end: int, path: Path) -> Non
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``<path>.lock`` (a no-op where ``fcntl`` is missing)."""
+def _build_lock(path: Path) -> Iterator[bool]:
+    """An exclusive lock on ``<path>.lock``; yields whether it is held (False where ``fcntl`` is missing)."""
     try:
         import fcntl
     except ImportError:  # not POSIX: the atomic rename still keeps readers safe
-        yield
+        yield False
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _remove_stale_writes(path: Path) -> None:
+    """Remove the temporary files of builds of ``path`` that never finished (:class:`TokenStoreWriter`'s
+    ``<name>.<pid>-<hex>.tmp``, left by a builder killed by SIGTERM or ``kill -9``: partial stores, as large as the
+    store). Call it holding the build lock: a builder that is alive holds it, so every such file is a dead one's."""
+    stale = re.compile(re.escape(path.name) + r"\.\d+-[0-9a-f]{8}\.tmp")
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            if stale.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def open_or_build(path: str | os.PathLike, fingerprint: dict[str, Any],
@@ -395,12 +413,15 @@ def open_or_build(path: str | os.PathLike, fingerprint: dict[str, Any],
     :class:`TokenStoreWriter`). Returns ``(store, how)``: ``"reused"``, ``"built"`` or ``"rebuilt (<why>)"``.
 
     Building happens under a lock file, and the store is looked at again once the lock is held: of several
-    processes that want the same store (DDP ranks on one machine, two runs), one builds and the others open.
+    processes that want the same store (DDP ranks on one machine, two runs), one builds and the others open. The
+    partial files that builders killed before they finished left are removed under the lock.
     """
     path = Path(path)
     with contextlib.suppress(StoreError):
         return TokenStore.open(path, fingerprint=fingerprint, verify=verify), "reused"
-    with _build_lock(path):
+    with _build_lock(path) as locked:
+        if locked:
+            _remove_stale_writes(path)
         try:
             return TokenStore.open(path, fingerprint=fingerprint, verify=verify), "reused"
         except StoreError as err:

@@ -324,3 +324,46 @@ def test_chunks_refuses_a_size_that_is_not_a_positive_int(tmp_path, size):
     with pytest.raises(ValueError, match=r"chunk size must be an int >= 1, got"):
         list(store.chunks(size))
     assert [c.tolist() for c in store.chunks(2)] == [[1, 2], [3]]
+
+
+def test_a_store_renamed_over_while_it_is_opened_is_read_as_the_file_that_was_checked(tmp_path, monkeypatch):
+    """Was: the header (10 ids, checked) of the file first opened, the ids mapped from the file a rebuild by another
+    process had just renamed over the same name (opened a second time): another text's ids, silently."""
+    import attnkit.data.pipeline.token_store as token_store
+
+    path = _store(tmp_path, np.arange(10)).path
+    with TokenStoreWriter(tmp_path / "other.tokens", vocab_size=300) as w:
+        w.append(np.arange(200, 300))
+        w.finish({"test": 2})
+    real = token_store._verify_blocks
+
+    def verify_then_rebuilt_meanwhile(fd, header, end, where):
+        real(fd, header, end, where)
+        os.replace(tmp_path / "other.tokens", path)  # another process's rebuild, published atomically
+
+    monkeypatch.setattr(token_store, "_verify_blocks", verify_then_rebuilt_meanwhile)
+    store = TokenStore.open(path, fingerprint={"test": 1})
+    assert store.tolist() == list(range(10))
+
+
+def test_a_build_removes_the_partial_file_of_a_builder_that_was_killed(tmp_path):
+    """Was: a run stopped by SIGTERM (a job's time limit) while it built a store left its partial file, as large as
+    the store, in the cache for ever; the next build, under the lock that a live builder would hold, now removes
+    it (and nothing else)."""
+    from attnkit.data.pipeline.token_store import open_or_build
+
+    path = tmp_path / "s.tokens"
+    dead = tmp_path / "s.tokens.4242-0123abcd.tmp"
+    dead.write_bytes(b"ATTNKIT-TOKENS" + b"\0" * 1000)
+    kept = [tmp_path / "t.tokens.4242-0123abcd.tmp", tmp_path / "s.tokens.notes.tmp"]
+    for file in kept:
+        file.write_text("not a leftover of this store")
+
+    def build(target):
+        with TokenStoreWriter(target, vocab_size=300) as w:
+            w.append([1, 2, 3])
+            return w.finish({"test": 1})
+
+    store, how = open_or_build(path, {"test": 1}, build)
+    assert how == "built" and store.tolist() == [1, 2, 3]
+    assert not dead.exists() and all(file.exists() for file in kept)
