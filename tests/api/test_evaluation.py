@@ -55,3 +55,36 @@ def test_a_finetuned_run_is_scored_on_its_own_documents_each_ending_with_eos(tmp
     assert result["tokens"] == count
     assert result["loss"] == pytest.approx(loss, rel=1e-5)
     assert result["ppl"] == pytest.approx(torch.tensor(loss, dtype=torch.float64).exp().item(), rel=1e-5)
+
+
+def test_a_best_checkpoint_replaced_during_the_evaluation_gets_no_record_of_the_old_one(tmp_path, monkeypatch):
+    """Was: ``eval lm --ckpt RUN`` of a run that is training wrote ``eval_lm.json`` into whatever ``best/`` was
+    there at the end: a newer checkpoint, with the older one's step and loss (or a raw FileNotFoundError when the
+    swap came during the write)."""
+    import shutil
+
+    import attnkit.training.lm_task as lm_task
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
+    run = api.train_lm(data=str(text), out=tmp_path / "run", steps=10, **TINY_LM).out
+    best = run / "checkpoints" / "best"
+    step = load(run).state["step"]
+    real = lm_task.mean_token_loss
+
+    def swap_then_score(*args, **kwargs):  # the trainer publishes a new best/ while this evaluation runs
+        shutil.copytree(best, tmp_path / "new")
+        shutil.rmtree(best)
+        (tmp_path / "new").rename(best)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm_task, "mean_token_loss", swap_then_score)
+    with pytest.raises(ValueError, match=rf"best was replaced or removed by its training run while it was evaluated, "
+                                         rf"so the record \(step {step}: valid loss \d+\.\d{{4}}, perplexity "
+                                         rf"[\d.]+\) is not written into it; pass --json FILE to keep one"):
+        api.evaluate_lm(ckpt=str(run), data=str(text))
+    assert not (best / "eval_lm.json").exists()
+    kept = tmp_path / "eval.json"  # a record elsewhere is written
+    assert api.evaluate_lm(ckpt=str(run), data=str(text), json=kept).path == kept and kept.exists()
+    monkeypatch.setattr(lm_task, "mean_token_loss", real)
+    assert api.evaluate_lm(ckpt=str(run), data=str(text)).path == best / "eval_lm.json"  # in place: written
