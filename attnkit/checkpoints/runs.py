@@ -187,9 +187,15 @@ def read_saved_run(out: str | Path | None) -> dict[str, Any]:
 
 
 def default_run_folder(kind: str, data: str, preset: str) -> Path:
-    """``runs/<kind>-<data stem>-<preset>-<YYYYmmdd-HHMMSS>`` for a run started without ``--out``."""
+    """``runs/<kind>-<data stem>-<preset>-<YYYYmmdd-HHMMSS>`` for a run started without ``--out``; ``-2``, ``-3``
+    ... after it when a folder of that name exists (a run of the same data and preset started in the same second:
+    a shell loop of short runs)."""
     if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
         # the default name holds the start time, which the processes of a torchrun job need not agree on
         raise ValueError("under torchrun pass --out: every process must write the same run folder")
     stem = Path(str(data)).stem if any(c in str(data) for c in "/.") else str(data)
-    return Path("runs") / f"{kind}-{stem}-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = Path("runs") / f"{kind}-{stem}-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    taken = 1
+    while os.path.lexists(name.with_name(name.name + (f"-{taken}" if taken > 1 else ""))):
+        taken += 1
+    return name.with_name(name.name + (f"-{taken}" if taken > 1 else ""))

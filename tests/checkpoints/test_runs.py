@@ -94,3 +94,20 @@ def test_a_new_run_inside_a_checkpoint_is_refused(tmp_path, inside):
                                          rf"replaces or prunes; choose a folder outside it$"):
         check_new_run_folder(run / inside)
     check_new_run_folder(run / "sub")  # beside the checkpoints: the run's folder is the user's too
+
+
+def test_a_default_run_folder_taken_in_the_same_second_gets_a_number(tmp_path, monkeypatch):
+    """Was: a second run of the same data and preset started in the same second (a loop of short runs) met the
+    first one's folder: "already holds a training run; pass --resume", though no --out was given."""
+    import time
+
+    from attnkit.checkpoints.runs import default_run_folder
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20261130-214143")
+    first = default_run_folder("lm", "corpus.txt", "char-small")
+    assert first == Path("runs/lm-corpus-char-small-20261130-214143")
+    first.mkdir(parents=True)
+    assert default_run_folder("lm", "corpus.txt", "char-small") == Path("runs/lm-corpus-char-small-20261130-214143-2")
+    Path("runs/lm-corpus-char-small-20261130-214143-2").mkdir()
+    assert default_run_folder("lm", "corpus.txt", "char-small").name.endswith("-214143-3")
