@@ -93,6 +93,9 @@ _PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {
     "llama3": ((_LLAMA3_SPLIT,), True),
 }
 SUPPORTED_PRE_TOKENIZERS = tuple(_PRE_TOKENIZERS)
+# llama.cpp (llama-vocab.cpp) puts <bos> in front of prompts for its LLAMA3 pre-tokenizer group when the file has no
+# tokenizer.ggml.add_bos_token (Llama 3 conversions write none); for the others the default is no <bos>.
+_ADD_BOS_BY_DEFAULT = ("llama-bpe", "llama3")
 
 # GGUF token types (llama.cpp's llama_token_type)
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_USER_DEFINED = 1, 2, 3, 4
@@ -690,7 +693,8 @@ class GGUFCheckpoint:
         tokenizer: a :class:`~attnkit.data.tokenizers.bpe_tokenizer.BPETokenizer` (:func:`gguf_tokenizer`), or None when
             the file has no tokenizer.
         chat_template: the Jinja chat template (``tokenizer.chat_template``) or None.
-        add_bos_token: whether llama.cpp would put bos in front of a prompt (``tokenizer.ggml.add_bos_token``).
+        add_bos_token: whether llama.cpp would put bos in front of a prompt (``tokenizer.ggml.add_bos_token``;
+            without it, llama.cpp's default: true for the ``llama-bpe`` / ``llama3`` pre-tokenizers).
         tensor_types: count of tensors per storage type, e.g. ``{"Q4_1": 210, "F32": 61, "Q8_0": 1}``.
         metadata: the scalar metadata (long arrays such as the vocabulary are left out).
     """
@@ -734,7 +738,8 @@ def load_gguf(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, pr
         state_dict=state,
         tokenizer=tokenizer,
         chat_template=check_chat_template(meta.get("tokenizer.chat_template"), f"{path}: tokenizer.chat_template"),
-        add_bos_token=_meta_bool(meta, "tokenizer.ggml.add_bos_token", False),
+        add_bos_token=_meta_bool(meta, "tokenizer.ggml.add_bos_token",
+                                 meta.get("tokenizer.ggml.pre") in _ADD_BOS_BY_DEFAULT),
         tensor_types=dict(Counter(t.tensor_type.name for t in reader.tensors)),
         metadata=scalars,
     )

@@ -10,7 +10,8 @@ and checkpoint folders are read by :func:`attnkit.checkpoints.load`; this module
   or ``tokenizer_file``; the chat template from ``chat_template.jinja`` or ``tokenizer_config.json``).
 
 A GGUF file's model keeps its own prompting conventions, as :func:`load_named` does: ``<bos>`` in front of prompts
-when the file says ``tokenizer.ggml.add_bos_token``, and the end-of-turn tokens its vocabulary has as stop ids.
+when the file says ``tokenizer.ggml.add_bos_token`` (without it, as llama.cpp: for the Llama 3 pre-tokenizers), and
+the end-of-turn tokens its vocabulary has as stop ids.
 A Hugging Face folder's prompts start with ``<bos>`` as transformers tokenizes them (``tokenizer_config.json``'s
 ``add_bos_token``, else ``tokenizer.json``'s post-processor), and generation stops where transformers' stops: at
 ``generation_config.json``'s ``eos_token_id`` (one id or several), else at the tokenizer's ``<eos>``.

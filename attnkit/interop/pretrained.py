@@ -224,7 +224,8 @@ def load_pretrained(name: str | os.PathLike, *, dtype: torch.dtype = torch.float
 
     Raises:
         ValueError: unknown name (the message lists the known ones), or a file that is not a supported GGUF
-            model (a pickle is refused, see :func:`attnkit.interop.gguf.check_gguf_file`).
+            model (a pickle is refused, see :func:`attnkit.interop.gguf.check_gguf_file`) or a folder.
+        FileNotFoundError: a path (a ``.gguf`` suffix or a slash) that does not exist.
         FetchError: the weights cannot be fetched.
     """
     from attnkit.interop.gguf import gguf_to_gpt, load_gguf
@@ -236,6 +237,13 @@ def load_pretrained(name: str | os.PathLike, *, dtype: torch.dtype = torch.float
         label = name
     else:
         path = Path(name)
+        meant_as_file = (isinstance(name, os.PathLike) or path.suffix.lower() == ".gguf"
+                         or "/" in str(name) or os.sep in str(name))
+        if not path.is_file() and meant_as_file:  # say what is wrong with the file, not "unknown model"
+            what = "is a folder, not a .gguf file" if path.is_dir() else "no such file"
+            err = ValueError if path.is_dir() else FileNotFoundError
+            raise err(f"{name}: {what} (expected a local .gguf file or a named model: "
+                      f"{', '.join(pretrained_names())})")
         if not path.is_file():
             _source(str(name))  # raises the "unknown model" error listing the names
         label = path.name

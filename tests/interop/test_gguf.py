@@ -495,3 +495,28 @@ def test_a_gguf_file_keeps_its_bos_and_stop_conventions(tmp_path, hf_model, monk
         ids = loaded.encode_prompt(prompt)
         assert ids[:2] == [1, 1] and ids[2] != 1  # the template's <bos> + <|im_start|>, no extra <bos> in front
         assert loaded.encode_prompt("hi")[0] == 1  # a plain prompt gets the file's <bos>
+
+
+@pytest.mark.parametrize("pre, expected", [("llama-bpe", True), ("llama3", True), ("gpt-2", False),
+                                           ("smollm", False)])
+def test_add_bos_defaults_as_llama_cpp_when_the_file_has_no_flag(tmp_path, hf_model, monkeypatch, pre, expected):
+    """Was: a GGUF without tokenizer.ggml.add_bos_token (Llama 3 conversions ship none) loaded with add_bos False,
+    though llama.cpp puts <bos> in front of prompts by default for the Llama 3 pre-tokenizers (llama-vocab.cpp: the
+    LLAMA3 group sets add_bos = true): every raw prompt was one <|begin_of_text|> short of llama.cpp's."""
+    from attnkit.interop.load import load_model
+
+    monkeypatch.setattr(gguf.GGUFWriter, "add_add_bos_token", lambda self, value: None)  # no flag in the file
+    monkeypatch.setattr(gguf.GGUFWriter, "add_tokenizer_pre", lambda self, value: self.add_string(
+        "tokenizer.ggml.pre", pre))
+    path = write_gguf(tmp_path / "m.gguf", hf_model)
+    assert g.load_gguf(path, progress=False).add_bos_token is expected
+    loaded = load_model(str(path))
+    assert loaded.add_bos is expected
+    assert (loaded.encode_prompt("hi")[0] == 1) is expected  # <bos> (id 1) in front, or not
+
+
+def test_an_explicit_add_bos_flag_wins_over_the_llama3_default(tmp_path, hf_model, monkeypatch):
+    monkeypatch.setattr(gguf.GGUFWriter, "add_tokenizer_pre", lambda self, value: self.add_string(
+        "tokenizer.ggml.pre", "llama-bpe"))
+    path = write_gguf(tmp_path / "m.gguf", hf_model)  # add_bos_token False written
+    assert g.load_gguf(path, progress=False).add_bos_token is False

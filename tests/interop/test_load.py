@@ -198,3 +198,22 @@ def test_an_hf_folder_stops_where_its_generation_config_says(tmp_path):
     with pytest.raises(ValueError, match=r"generation_config.json: eos_token_id must be a token id or a list of ids "
                                          r"in \[0, \d+\) \(the tokenizer's\), got \[2, 1000000\]"):
         load_model(str(folder))
+
+
+@pytest.mark.parametrize("name", ["missing.gguf", "sub/model", "./model"])
+def test_a_missing_gguf_path_is_named_as_missing_not_as_an_unknown_model(tmp_path, name):
+    """Was: ``sample --model /path/to/missing.gguf`` said "unknown pretrained model '/path/to/missing.gguf'; known
+    models: ... (or pass the path of a local .gguf file)": the user had passed a path; it just does not exist."""
+    from attnkit.interop.load import load_named
+    from attnkit.interop.pretrained import load_pretrained
+
+    path = str(tmp_path / name) if not name.startswith("./") else name
+    for call in (load_named, load_pretrained):
+        with pytest.raises(FileNotFoundError, match=rf"^{path}: no such file \(expected a local \.gguf file or a "
+                                                    r"named model: smollm2-135m-instruct\)"):
+            call(path)
+    (tmp_path / "folder.gguf").mkdir()
+    with pytest.raises(ValueError, match="folder.gguf: is a folder, not a .gguf file"):
+        load_pretrained(tmp_path / "folder.gguf")
+    with pytest.raises(ValueError, match=r"^unknown pretrained model 'gpt5'; known models"):  # a name stays a name
+        load_named("gpt5")
