@@ -520,3 +520,39 @@ def test_an_explicit_add_bos_flag_wins_over_the_llama3_default(tmp_path, hf_mode
         "tokenizer.ggml.pre", "llama-bpe"))
     path = write_gguf(tmp_path / "m.gguf", hf_model)  # add_bos_token False written
     assert g.load_gguf(path, progress=False).add_bos_token is False
+
+
+def test_unknown_type_tokens_are_special():
+    """Tokens of GGUF type UNKNOWN (2), like CONTROL (3), are special: one id when written in the text, dropped by
+    decode(skip_special_tokens=True); NORMAL ones are ordinary text."""
+    tokens = ["<unk>", "<|im_end|>"] + list(bytes_to_unicode().values())
+    meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": [],
+            "tokenizer.ggml.token_type": [2, 3] + [1] * (len(tokens) - 2), "tokenizer.ggml.unknown_token_id": 0}
+    tok = g.gguf_tokenizer(meta)
+    ids = tok.encode("a<unk>b<|im_end|>")
+    assert ids[1] == 0 and ids[3] == 1 and len(ids) == 4 and tok.unk_id == 0
+    assert tok.decode(ids) == "a<unk>b<|im_end|>"
+    assert tok.decode(ids, skip_special_tokens=True) == "ab"
+
+
+def _minimal_llama_meta(**extra):
+    meta = {"general.architecture": "llama", "llama.embedding_length": 64, "llama.attention.head_count": 4,
+            "llama.feed_forward_length": 96, "llama.block_count": 1, "llama.vocab_size": 10}
+    meta.update(extra)
+    return meta
+
+
+def test_config_defaults_as_llama_cpp_without_optional_keys():
+    """No attention.head_count_kv means one kv head per query head (plain multi-head attention, as llama.cpp reads
+    it), and the head size is embedding_length / head_count."""
+    cfg = g.gguf_to_hf_config(_minimal_llama_meta())
+    assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (4, 4, 16)
+    assert g.gguf_to_hf_config(_minimal_llama_meta(**{"llama.attention.head_count_kv": 2}))["num_key_value_heads"] == 2
+
+
+def test_tied_embeddings_are_told_by_the_output_tensor():
+    names = {"token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight"}
+    assert g.gguf_to_hf_config(_minimal_llama_meta(), tensor_names=names)["tie_word_embeddings"] is True
+    assert g.gguf_to_hf_config(_minimal_llama_meta(), tensor_names=names | {"output.weight"})[
+        "tie_word_embeddings"] is False
+    assert g.gguf_to_hf_config(_minimal_llama_meta())["tie_word_embeddings"] is False  # names unknown: untied

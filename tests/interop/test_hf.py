@@ -631,3 +631,28 @@ def test_save_hf_tokenizer_refusals_write_nothing(tmp_path):
     with pytest.raises(ValueError, match=r"the tokenizer has \d+ tokens but the model only 200 embeddings"):
         save_hf(small, tmp_path / "a", tokenizer=tok)
     assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_config_defaults_follow_transformers_for_omitted_keys(family):
+    """A config.json that leaves out tie_word_embeddings or layer_norm_epsilon (GPT-2's own file has neither) means
+    transformers' defaults: GPT-2 tied with eps 1e-5, Llama untied."""
+    ref = transformers.GPT2Config() if family == "gpt2" else transformers.LlamaConfig()
+    minimal = {"model_type": family}
+    if family == "llama":
+        minimal.update(hidden_size=32, num_attention_heads=4, intermediate_size=40, num_hidden_layers=1, vocab_size=10)
+    got = gpt_config_from_hf(minimal)
+    assert got.tie_embeddings is ref.tie_word_embeddings
+    eps = ref.layer_norm_epsilon if family == "gpt2" else ref.rms_norm_eps
+    assert got.norm_eps == eps
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_export_keeps_a_non_default_norm_eps(family):
+    import dataclasses
+
+    base = gpt_config_from_hf(_hf_gpt2().config if family == "gpt2" else _hf_llama(head_dim=16).config)
+    cfg = dataclasses.replace(base, norm_eps=3e-6)
+    hf = hf_config_from_gpt(cfg)
+    assert hf["layer_norm_epsilon" if family == "gpt2" else "rms_norm_eps"] == 3e-6
+    assert gpt_config_from_hf(hf) == cfg

@@ -330,3 +330,17 @@ def test_float16_reference_path_stays_finite_where_q_k_overflows_float16():
     assert torch.isfinite(out_ref).all() and torch.isfinite(weights).all()
     torch.testing.assert_close(out_ref, want.half())  # float16's default tolerances
     torch.testing.assert_close(out_ref, out_fast)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float_mask_plus_causal_that_masks_a_whole_row_gives_zeros(need_weights):
+    """A float attn_mask of -inf on the only key causality leaves a query (key 0 for query 0) makes that row fully
+    masked: the causal part must count as -inf too, so the row is zeros, not attention to the future keys."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    mask = torch.zeros(3, 3)
+    mask[0, 0] = float("-inf")
+    out, _ = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True, need_weights=need_weights)
+    assert torch.equal(out[:, :, 0], torch.zeros(1, 2, 4))
+    ref, _ = scaled_dot_product_attention(q, k, v, attn_mask=mask.isneginf() | causal_mask(3), need_weights=True)
+    assert torch.allclose(out, ref, atol=1e-6)

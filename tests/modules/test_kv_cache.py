@@ -127,3 +127,20 @@ def test_grow_keeps_the_cached_positions_and_makes_room():
         cache.grow(6)
     with pytest.raises(ValueError, match=r"got 8.0"):
         cache.grow(8.0)
+
+
+def test_drop_front_keeps_the_newest_positions_in_order():
+    """drop_front(n) moves positions n .. length - 1 to the front (the sliding-window cache shifts by it)."""
+    cache = KVCache(2, 3, 8, 4)
+    k, v = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    cache.update(k, v)
+    cache.drop_front(2)
+    assert cache.length == 4
+    k_kept, v_kept = cache.k_cache.narrow(2, 0, 4), cache.v_cache.narrow(2, 0, 4)
+    assert torch.equal(k_kept, k[:, :, 2:]) and torch.equal(v_kept, v[:, :, 2:])
+    k_all, _ = cache.update(k[:, :, :1], v[:, :, :1])  # appends after the kept positions
+    assert torch.equal(k_all, torch.cat([k[:, :, 2:], k[:, :, :1]], 2))
+    cache.drop_front(0)
+    assert cache.length == 5
+    cache.drop_front(5)
+    assert cache.length == 0

@@ -289,3 +289,13 @@ def test_kv_cache_generation_works_with_adapters():
         b = generate(model, [prompt], max_new_tokens=12, use_cache=False)
     assert a == b and len(a[0]) == 12
     assert len(set(a[0])) > 3, a  # a degenerate model would make the comparison empty
+
+
+def test_lora_dropout_acts_on_the_adapter_path_only():
+    """In training, dropout applies to the adapter's input only: with B = 0 (a fresh adapter) the output is the
+    frozen layer's, exactly, whatever the dropout draws."""
+    torch.manual_seed(0)
+    base = nn.Linear(8, 6)
+    lora = LoRALinear(base, rank=2, alpha=4.0, dropout=0.5).train()
+    x = torch.randn(5, 8)
+    assert torch.equal(lora(x), base(x))

@@ -305,3 +305,11 @@ def test_non_finite_input_gives_what_the_reference_gives(mode, bad, rows):
     with torch.no_grad():
         y = QuantizedLinear.from_linear(lin, mode=mode)(x)
     assert not bool(torch.isfinite(y[rows // 2]).any()) and bool(torch.isfinite(y[finite]).all())
+
+
+def test_zero_row_scale_is_one_as_documented():
+    """An all-zero weight row gets scale 1 (never 0: 0 / 0 would make its int8 values a NaN cast)."""
+    w = torch.randn(3, 5)
+    w[1] = 0.0
+    q, scale = quantize_weight(w)
+    assert scale[1].item() == 1.0 and bool((q[1] == 0).all())

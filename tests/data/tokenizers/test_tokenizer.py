@@ -212,3 +212,12 @@ def test_a_stream_after_a_context_keeps_the_space_a_sentencepiece_decoder_drops_
     assert decode_after(tok, [], more) == "time there was"
     char = CharTokenizer.train("abc ")
     assert "".join(decode_stream(char, char.encode("ab c"))) == decode_after(char, char.encode("c"), char.encode("ab c"))
+
+
+def test_stream_decoder_and_decode_stream_skip_special_tokens(bpe):
+    ids = [bpe.bos_id] + bpe.encode("hello world") + [bpe.eos_id]
+    assert "".join(decode_stream(bpe, ids, skip_special_tokens=True)) == "hello world"
+    sd = StreamDecoder(bpe, skip_special_tokens=True)
+    assert "".join(sd.push(i) for i in ids) + sd.flush() == "hello world"
+    kept = "".join(decode_stream(bpe, ids))  # the default keeps them
+    assert kept.startswith("<bos>") and kept.endswith("<eos>")
