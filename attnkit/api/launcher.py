@@ -7,6 +7,7 @@ Nothing here imports torch (``attnkit --help`` stays instant). There are no tens
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["world_size", "is_main_process", "say", "starting_up"]
+__all__ = ["world_size", "is_main_process", "say", "starting_up", "standard_streams", "import_torch"]
 
 
 def world_size() -> int:
@@ -44,13 +45,40 @@ def interruption(stop: KeyboardInterrupt) -> tuple[str | None, int]:
     return (f"attnkit: {stop}" if is_main_process() else None), stop.exit_code
 
 
+def standard_streams() -> None:
+    """A process started with its stderr closed (``2>&-``; Python leaves ``sys.stderr`` as ``None``) gets
+    ``/dev/null`` there: its status lines, notes and errors are dropped, as a Unix tool's are, instead of going
+    where ``print(..., file=None)`` sends them, into stdout and the command's output (generated text, translations).
+    The descriptor 2 is taken too, so no file the command opens later gets it. An open stderr is left as it is."""
+    if sys.stderr is None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != 2:
+            os.dup2(null, 2)
+            os.close(null)
+        sys.stderr = open(2, "w", closefd=False)
+
+
+def import_torch(command: str) -> None:
+    """Import torch for ``attnkit COMMAND``, or stop with a one-line error (exit code 2) where it cannot load: a
+    current folder that was deleted makes torch's bundled libraries abort the process with their own message."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        print(f"attnkit {command}: error: the current folder no longer exists (it was deleted or moved away); "
+              "cd to an existing folder and run the command again", file=sys.stderr)
+        raise SystemExit(2) from None
+    importlib.import_module("torch")
+
+
 @contextmanager
 def starting_up() -> Iterator[None]:
     """While a command starts (its parser is built, torch is imported), Ctrl-C ends the process at once, as SIGINT's
     default action does: no traceback of half-done imports, and no abort inside a C extension's initialisation that
     a ``KeyboardInterrupt`` can cause; a shell reports exit code 130. Nothing is written before the command runs, so
     nothing is lost. Afterwards the previous handler is back (Python's ``KeyboardInterrupt``, which the commands
-    handle). A SIGINT the process ignores (a background job) stays ignored; outside the main thread nothing changes."""
+    handle). A SIGINT the process ignores (a background job) stays ignored; outside the main thread nothing changes.
+    A closed stderr is made safe first (:func:`standard_streams`)."""
+    standard_streams()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main_thread else signal.SIG_IGN
     if previous is not signal.SIG_IGN:

@@ -16,7 +16,7 @@ import os
 import sys
 
 from attnkit import __version__
-from attnkit.api.launcher import starting_up
+from attnkit.api.launcher import import_torch, starting_up
 
 # One module per command, each with ``register(subparsers)`` adding its parser; in ``attnkit --help`` order.
 COMMANDS = ("params", "data", "train", "finetune", "sample", "evaluate", "translate", "viz", "trace", "convert")
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     with starting_up():  # until torch is loaded (every command but `data` runs it), Ctrl-C ends the process quietly
         args = build_parser().parse_args(join_text_values(sys.argv[1:] if argv is None else list(argv)))
         if args.command != "data":
-            importlib.import_module("torch")
+            import_torch(args.command)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as stop:

@@ -1,0 +1,46 @@
+"""The command line in odd but real environments: a closed stderr (``2>&-``), a current folder deleted under the
+shell. Each case runs ``python -m attnkit`` in a subprocess, as a user's shell would.
+
+Axis legend: none (command lines and their output only).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def attnkit(args: list[str], *, cwd: str | os.PathLike, close_stderr: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m attnkit ARGS`` in ``cwd`` (stderr closed with ``close_stderr``), attnkit from this checkout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "attnkit", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=None if close_stderr else subprocess.DEVNULL, text=True, timeout=120,
+                          preexec_fn=(lambda: os.close(2)) if close_stderr else None)
+
+
+def test_closed_stderr_keeps_the_error_out_of_stdout(tmp_path):
+    """Was: with ``2>&-`` the error line went to stdout (``print(file=sys.stderr)`` with ``sys.stderr`` None), into
+    the command's output (a sample's "note: ..." line landed in the generated text); now it is dropped, exit 2."""
+    done = attnkit(["data", "prepare", "no-such-recipe"], cwd=tmp_path, close_stderr=True)
+    assert done.returncode == 2
+    assert done.stdout == ""
+
+
+def test_deleted_current_folder_is_a_one_line_error(tmp_path):
+    """Was: ``Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so.`` (torch's libraries abort on import in a
+    deleted folder); now attnkit's own line before torch is imported, exit 2."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (f"import os, subprocess, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+            "r = subprocess.run([sys.executable, '-m', 'attnkit', 'params', 'char-small'], capture_output=True, "
+            "text=True); print(r.returncode); print(r.stderr, end='')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    rc, err = out.split("\n", 1)
+    assert rc == "2"
+    assert err.startswith("attnkit params: error: the current folder no longer exists") and err.count("\n") == 1
