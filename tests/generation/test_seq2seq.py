@@ -240,3 +240,13 @@ def test_a_vocab_size_without_eos_or_past_the_model_is_refused(setup, vocab_size
     with pytest.raises(ValueError, match=match):
         beam_search(model, src, beam_size=2, vocab_size=vocab_size, **kw)
     assert greedy_search(model, src, vocab_size=3, **kw) == [[]] * len(LENGTHS)  # EOS is the only id left
+
+
+def test_length_limit_is_at_least_one_and_capped_by_the_model():
+    from attnkit.generation.seq2seq import max_target_lengths
+
+    # floor(0 * 3 + 0.5) = 0 -> 1: a sentence always gets one token (its <eos> or a word)
+    assert max_target_lengths([3], max_len=None, max_len_a=0.0, max_len_b=0.5, model_max_len=None) == [1]
+    # 1.2 * 100 + 10 = 130 target tokens would run past a 16-position table
+    assert max_target_lengths([100, 2], max_len=None, max_len_a=1.2, max_len_b=10, model_max_len=16) == [16, 12]
+    assert max_target_lengths([100], max_len=20, max_len_a=1.2, max_len_b=10, model_max_len=16) == [16]

@@ -77,3 +77,11 @@ def test_a_translation_is_one_tsv_field():
 def test_translate_sentences_refuses_bad_input_before_decoding(tok, sentences, options, message):
     with pytest.raises(ValueError, match=message):
         translate_sentences(None, tok, sentences, **options)  # refused before the model is needed
+
+
+def test_a_cut_line_keeps_a_word_that_ends_at_the_limit():
+    from attnkit.generation.translate import _cut_line
+
+    assert _cut_line("aaaa bbbb cccc", 9) == "aaaa bbbb"  # "bbbb" ends at character 9: it fits
+    assert _cut_line("aaaa bbbb cccc", 8) == "aaaa"  # "bbbb" would be cut inside: dropped whole
+    assert _cut_line("abcdefghij", 4) == "abcd"  # no word boundary: a plain cut

@@ -30,3 +30,10 @@ def test_the_figures_are_sacrebleus_corpus_scores():
 def test_bad_input_is_refused_with_what_was_expected(hyps, refs, message):
     with pytest.raises(ValueError, match=message):
         score_translations(hyps, refs)
+
+
+def test_bleu_is_case_sensitive_as_sacrebleus_default():
+    """The published figures are case-sensitive: a hypothesis that differs only in case is not a perfect match."""
+    scores = score_translations(["the house is big ."], ["The House is big ."])
+    assert scores["bleu"] == sacrebleu.corpus_bleu(["the house is big ."], [["The House is big ."]]).score < 100
+    assert "case:mixed" in scores["bleu_signature"]

@@ -413,3 +413,12 @@ def test_units_roll_over_as_printed():
         ["999 B", "999.99 kB", "1.00 MB", "1.00 GB", "1.50 MB"]
     assert [human_count(n) for n in (999_999, 1_234_567, 999_999_999, 999_995_000_000)] == \
         ["999,999", "1.23 M", "1.00 G", "1.00 T"]
+
+
+def test_fused_attention_counts_the_value_head_dim_apart():
+    """``B·H·T·S·(D + Dv)``: a fused kernel whose values have another head dim (CUDA's efficient attention)."""
+    from attnkit.viz.trace_cost import _attention_mult_adds
+
+    B, H, T, S, D, Dv = 2, 4, 3, 5, 8, 16
+    q, k, v = torch.empty(B, H, T, D), torch.empty(B, H, S, D), torch.empty(B, H, S, Dv)
+    assert _attention_mult_adds(q, k, v) == B * H * T * S * (D + Dv)

@@ -207,3 +207,9 @@ def test_parse_splits_lines_at_a_lone_cr_and_one_separator_rule():
     assert f.parse_fortunes("One.\r%\rTwo\r  -- me\r%\r") == ["One.", "Two\n  -- me"]
     assert f.is_separator("% \t\f\xa0") and not f.is_separator(" %") and not f.is_separator("%%")
     assert f.has_separators("text\r%\rmore") and not f.has_separators("100% sure\n 50%\n")
+
+
+def test_split_leaves_at_least_one_training_entry():
+    """A large valid_fraction of a small list still leaves one entry to train on."""
+    train, valid = f.split_entries(["a", "b"], valid_fraction=0.9)
+    assert len(train) == 1 and len(valid) == 1 and sorted(train + valid) == ["a", "b"]

@@ -90,3 +90,8 @@ def test_split_documents_refuses_text_that_is_not_a_str(mode):
     """Was: a TypeError from the regex ("cannot use a string pattern on a bytes-like object")."""
     with pytest.raises(ValueError, match="split_documents expects the text as a str, got bytes"):
         split_documents(b"a\n%\nb\n", mode)
+
+
+def test_blank_line_documents_keep_their_indentation_and_trailing_spaces():
+    """Blank-line documents are kept as they are: only the line ends at their edges go, not a poem's indentation."""
+    assert split_documents("  indented\n  lines  \n\n\tb\n", "blank-line") == ["  indented\n  lines  ", "\tb"]

@@ -445,3 +445,9 @@ def test_rounded_widths_refuses_lengths_that_are_not_integers():
     """Was: widths of 1.5 were cut to 1 before rounding, without a word."""
     with pytest.raises(ValueError, match=r"src_lens must be integer token counts, got an array of float64"):
         rounded_widths([1.5, 2], [3, 4], 2)
+
+
+def test_a_batch_exactly_at_the_budget_is_one_batch():
+    """``B × max(S, T) <= max_tokens``: a batch that fills the budget exactly is not split."""
+    batches = plan_batches([2, 2, 2], [1, 2, 1], 6, shuffle=False)
+    assert [sorted(b.tolist()) for b in batches] == [[0, 1, 2]]
