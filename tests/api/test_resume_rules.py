@@ -255,7 +255,8 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
     (lambda: api.TrainMTOptions(max_len=1),  # was refused after the BPE was trained, naming max_src_len
      r"^--max-len must be >= 2 \(one token plus <bos>/<eos>\), got 1$"),
     (lambda: api.TrainMTOptions(max_tokens=0), r"^--max-tokens must be >= 2 \(a pair of one token and <eos>\), got 0$"),
-    (lambda: api.TrainLMOptions(vocab_size=0, resume=True, out="run"), r"--vocab-size must be in \[1, 4,194,304\], got 0"),
+    (lambda: api.TrainLMOptions(vocab_size=0, resume=True, out="run"),
+     r"--vocab-size must be in \[1, 4,194,304\], got 0"),
     (lambda: api.TrainMTOptions(tokenizer="tok.json", vocab_size=500),
      r"--tokenizer 'tok.json' brings its own vocabulary, got --vocab-size 500"),
     (lambda: api.TrainLMOptions(vocab_size=500), r"--tokenizer 'char' brings its own vocabulary, got --vocab-size 500"),

@@ -211,7 +211,8 @@ def test_a_stream_after_a_context_keeps_the_space_a_sentencepiece_decoder_drops_
         assert "".join(sd.push(i) for i in more) + sd.flush() == " time there was"
     assert decode_after(tok, [], more) == "time there was"
     char = CharTokenizer.train("abc ")
-    assert "".join(decode_stream(char, char.encode("ab c"))) == decode_after(char, char.encode("c"), char.encode("ab c"))
+    ids = char.encode("ab c")
+    assert "".join(decode_stream(char, ids)) == decode_after(char, char.encode("c"), ids)
 
 
 def test_stream_decoder_and_decode_stream_skip_special_tokens(bpe):
