@@ -90,6 +90,9 @@ class FinetuneOptions(TrainOptions):
             raise ValueError("--lora-targets must name at least one module (e.g. qkv_proj out_proj), got an empty list")
         if self.preset is not None:
             raise ValueError("finetune takes the architecture from --from; --preset does not apply")
+        if self.lora and self.optimizer == "muon":  # said before the model is loaded and the data encoded
+            raise ValueError("--optimizer muon orthogonalizes the trainable nn.Linear weights, and with --lora only "
+                             "the adapters train (plain parameters): use --optimizer adamw, or drop --lora")
         bad = sorted(set(self.overrides) - {"dropout"})
         if bad:
             raise ValueError(f"finetune can only --set dropout (the architecture is the pretrained one's), got {bad}")

@@ -845,6 +845,13 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     """
     from safetensors.torch import save_file
 
+    from attnkit.modules.quantized_linear import QuantizedLinear
+
+    quantized = [name for name, m in model.named_modules() if isinstance(m, QuantizedLinear)] if isinstance(
+        model, torch.nn.Module) else []
+    if quantized:  # its int8 weights and scales have no place in the float layout transformers reads
+        raise ValueError(f"save_hf exports float weights, but {len(quantized)} Linear layers of this model are "
+                         f"quantized to int8 ({quantized[0]}, ...): export the model before quantize_linear_layers")
     if chat_template is not None and tokenizer is None:
         raise ValueError("save_hf(chat_template=) needs tokenizer= too (the template goes into "
                          "tokenizer_config.json), got tokenizer=None")

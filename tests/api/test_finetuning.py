@@ -42,3 +42,11 @@ def test_an_out_at_the_source_folder_is_refused_before_the_model_is_read(tmp_pat
                                          rf"\S+hf-ft"):
         api.finetune(source=str(src), data="plays.txt", out=out, steps=1, progress=False, log=lambda line: None)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["config.json", "hf", "models"]
+
+
+def test_muon_with_lora_is_refused_when_the_options_are_made():
+    """Was: refused by the optimizer, after the model was loaded and the data encoded."""
+    with pytest.raises(ValueError, match=r"^--optimizer muon orthogonalizes the trainable nn.Linear weights, and with "
+                                         r"--lora only the adapters train \(plain parameters\): use --optimizer adamw"):
+        FinetuneOptions(source="model.gguf", data="jokes.txt", out="run", lora=True, optimizer="muon")
+    assert FinetuneOptions(source="model.gguf", data="jokes.txt", out="run", optimizer="muon").optimizer == "muon"

@@ -513,6 +513,20 @@ def test_export_refuses_tensors_the_hf_layout_has_no_place_for():
         to_hf(model)
 
 
+def test_export_of_an_int8_model_says_it_is_quantized(tmp_path):
+    """Was: "expected only its tensors, got 18 more ...: 'blocks.0.attn.out_proj.scale', ..." (what the layout
+    lacked, not that the model is quantized); nothing is written."""
+    from attnkit.modules.quantized_linear import quantize_linear_layers
+
+    model = build_model(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    quantize_linear_layers(model)
+    with pytest.raises(ValueError, match=r"^save_hf exports float weights, but \d+ Linear layers of this model are "
+                                         r"quantized to int8 \(blocks\.0\.attn\.qkv_proj, \.\.\.\): export the model "
+                                         r"before quantize_linear_layers$"):
+        save_hf(model, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_weight_beyond_the_range_of_the_requested_dtype_is_refused(tmp_path):
     """Was: from_hf(folder, dtype=torch.float16) of bf16 weights holding 1e5 (finite in bf16) cast it to inf
     silently, and every logit was NaN; the same weights given already in float16 were refused."""
