@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json as json_lib
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,30 +155,22 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     _write_text(path, json_lib.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
-def _which_checkpoint(folder: Path) -> tuple[int, ...] | None:
-    """Which checkpoint sits at ``folder`` now (the folder's and its ``state.json``'s inode, that file's mtime): a
-    run that is training publishes a new ``best/`` there by renaming another folder in. None when unreadable."""
-    try:
-        st, state = os.stat(folder), os.stat(folder / "state.json")
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, state.st_ino, state.st_mtime_ns
-
-
 def _write_record(out: Path, result: dict[str, Any], checkpoint: Path, held: tuple[int, ...] | None,
                   scores: str) -> None:
     """Write the record; one into the checkpoint folder (the default) only while that folder is still the checkpoint
     evaluated: a run that is training may have replaced its ``best/`` meanwhile, and the record would describe
     another checkpoint (a ``ValueError`` keeps ``scores`` in its message)."""
+    from attnkit.checkpoints.load import checkpoint_identity
+
     replaced = (f"{checkpoint} was replaced or removed by its training run while it was evaluated, so the record (step "
                 f"{result.get('step')}: {scores}) is not written into it; pass --json FILE to keep one")
     inside = out.parent.resolve() == checkpoint.resolve()
-    if inside and _which_checkpoint(checkpoint) != held:
+    if inside and checkpoint_identity(checkpoint) != held:
         raise ValueError(replaced)
     try:
         _write_json(out, result)
     except OSError:
-        if inside and _which_checkpoint(checkpoint) != held:  # swapped away while the record was written
+        if inside and checkpoint_identity(checkpoint) != held:  # swapped away while the record was written
             raise ValueError(replaced) from None
         raise
 
@@ -189,6 +180,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     import torch
 
     from attnkit.checkpoints import load
+    from attnkit.checkpoints.load import checkpoint_identity
     from attnkit.data.pipeline.lm_dataset import check_block_length, eval_batches, num_eval_windows
     from attnkit.data.pipeline.lm_store import open_lm_stores
     from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
@@ -197,7 +189,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
     loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
     checkpoint = loaded.path  # the checkpoint folder load() read (a run folder's checkpoints/best)
-    held = _which_checkpoint(checkpoint)
+    held = checkpoint_identity(checkpoint)
     out = Path(o.json) if o.json is not None else checkpoint / "eval_lm.json"
     _check_outputs(o, o.data, out)
     model = place_model(loaded.model, o, device)
@@ -251,6 +243,7 @@ def _eval_data(o: EvalMTOptions, state: dict[str, Any]) -> str:
 def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResult:
     """sacreBLEU BLEU and chrF of a translator on a split (see the module docstring)."""
     from attnkit.checkpoints import load
+    from attnkit.checkpoints.load import checkpoint_identity
     from attnkit.data.corpora.parallel import load_eval_pairs
     from attnkit.generation.translate import translate_sentences
     from attnkit.training.bleu import score_translations
@@ -261,7 +254,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
     model = place_model(loaded.model, o, device)
     data = _eval_data(o, loaded.state)
     checkpoint = loaded.path  # the checkpoint folder load() read (a run folder's checkpoints/best)
-    held = _which_checkpoint(checkpoint)
+    held = checkpoint_identity(checkpoint)
     parts = str(data).split(",")  # SRC_FILE,TGT_FILE: both stems (eval_mt_src_tgt.json)
     stem = "_".join(Path(p).stem for p in parts) if any(c in str(data) for c in "/.,") else str(data)
     from_files = Path(str(data)).is_file() or "," in str(data)  # the split is ignored for files

@@ -23,7 +23,7 @@ import torch
 from .checkpoint import CheckpointError, build_checkpoint_model, load_checkpoint, read_checkpoint_state
 from .runs import resolve_checkpoint
 
-__all__ = ["KINDS", "LoadedModel", "load", "checkpoint_kind"]
+__all__ = ["KINDS", "LoadedModel", "load", "checkpoint_kind", "checkpoint_identity"]
 
 KINDS = {"lm": "a language model (decoder-only GPT)", "mt": "a translation model (encoder-decoder)"}
 
@@ -170,7 +170,7 @@ def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "bes
     for attempt in range(_ATTEMPTS):
         try:
             ckpt = resolve_checkpoint(path, prefer=prefer)
-            before = _identity(ckpt)
+            before = checkpoint_identity(ckpt)
             loaded = _load_folder(path, ckpt, expect_kind, device, require_tokenizer)
         except (OSError, CheckpointError):  # also a checkpoint replaced or pruned while it was read
             now = _current(path, prefer)
@@ -189,22 +189,25 @@ def load(path: str | Path, *, expect_kind: str | None = None, prefer: str = "bes
 _ATTEMPTS = 5
 
 
-def _identity(folder: Path) -> tuple[int, int, int] | None:
-    """Which folder sits at ``folder`` now (device, inode, ctime: a publish renames another one there), or None."""
+def checkpoint_identity(folder: str | Path) -> tuple[int, ...] | None:
+    """Which checkpoint sits at ``folder`` now (the folder's and its ``state.json``'s inode, that file's mtime): a
+    run that is training publishes a new ``best/`` there by renaming another folder in, and prunes step ones.
+    Unchanged by other files written into the folder (an evaluation record). None when unreadable."""
     try:
-        st = os.stat(folder)
+        st, state = os.stat(folder), os.stat(Path(folder) / "state.json")
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_ctime_ns
+    return st.st_dev, st.st_ino, state.st_ino, state.st_mtime_ns
 
 
-def _current(path: str | Path, prefer: str) -> tuple[Path, tuple[int, int, int] | None] | None:
-    """The checkpoint folder ``path`` resolves to now and its :func:`_identity` (None when none resolves)."""
+def _current(path: str | Path, prefer: str) -> tuple[Path, tuple[int, ...] | None] | None:
+    """The checkpoint folder ``path`` resolves to now and its :func:`checkpoint_identity` (None when none
+    resolves)."""
     try:
         ckpt = resolve_checkpoint(path, prefer=prefer)
     except (OSError, CheckpointError):
         return None
-    return ckpt, _identity(ckpt)
+    return ckpt, checkpoint_identity(ckpt)
 
 
 def _load_folder(path: str | Path, ckpt: Path, expect_kind: str | None, device: str | torch.device,
