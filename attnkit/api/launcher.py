@@ -7,7 +7,9 @@ Nothing here imports torch (``attnkit --help`` stays instant). There are no tens
 
 from __future__ import annotations
 
+import errno
 import importlib
+import io
 import os
 import signal
 import sys
@@ -15,7 +17,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["world_size", "is_main_process", "say", "starting_up", "standard_streams", "import_torch"]
+__all__ = ["world_size", "is_main_process", "say", "starting_up", "standard_streams", "ClosedOutput", "import_torch"]
 
 
 def world_size() -> int:
@@ -45,17 +47,39 @@ def interruption(stop: KeyboardInterrupt) -> tuple[str | None, int]:
     return (f"attnkit: {stop}" if is_main_process() else None), stop.exit_code
 
 
+class ClosedOutput(io.TextIOBase):
+    """``sys.stdout`` of a process started with its stdout closed (``>&-``): writing the command's output fails
+    with an ``OSError`` (EBADF), as a Unix tool's write error does, instead of ``print`` dropping it and the command
+    exiting 0 with its result lost."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed (>&-): the command's output has nowhere to go")
+
+
+def _take_descriptor(fd: int) -> None:
+    """Open ``/dev/null`` as the closed descriptor ``fd``, so that no file the command opens later gets it."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+
+
 def standard_streams() -> None:
     """A process started with its stderr closed (``2>&-``; Python leaves ``sys.stderr`` as ``None``) gets
     ``/dev/null`` there: its status lines, notes and errors are dropped, as a Unix tool's are, instead of going
     where ``print(..., file=None)`` sends them, into stdout and the command's output (generated text, translations).
-    The descriptor 2 is taken too, so no file the command opens later gets it. An open stderr is left as it is."""
+    With stdout closed (``>&-``), writing the output is an error (:class:`ClosedOutput`): exit code 2, not 0 with
+    nothing written. The descriptors are taken too, so no file the command opens later gets them. Open streams are
+    left as they are."""
     if sys.stderr is None:
-        null = os.open(os.devnull, os.O_WRONLY)
-        if null != 2:
-            os.dup2(null, 2)
-            os.close(null)
+        _take_descriptor(2)
         sys.stderr = open(2, "w", closefd=False)
+    if sys.stdout is None:
+        _take_descriptor(1)
+        sys.stdout = ClosedOutput()
 
 
 def import_torch(command: str) -> None:

@@ -1,5 +1,5 @@
-"""The command line in odd but real environments: a closed stderr (``2>&-``), a current folder deleted under the
-shell. Each case runs ``python -m attnkit`` in a subprocess, as a user's shell would.
+"""The command line in odd but real environments: a closed stderr (``2>&-``) or stdout (``>&-``), a current folder
+deleted under the shell. Each case runs ``python -m attnkit`` in a subprocess, as a user's shell would.
 
 Axis legend: none (command lines and their output only).
 """
@@ -14,13 +14,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def attnkit(args: list[str], *, cwd: str | os.PathLike, close_stderr: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python -m attnkit ARGS`` in ``cwd`` (stderr closed with ``close_stderr``), attnkit from this checkout."""
+def attnkit(args: list[str], *, cwd: str | os.PathLike, close_stderr: bool = False,
+            close_stdout: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m attnkit ARGS`` in ``cwd`` (stderr / stdout closed with ``close_stderr`` / ``close_stdout``),
+    attnkit from this checkout."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "attnkit", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=None if close_stderr else subprocess.DEVNULL, text=True, timeout=120,
-                          preexec_fn=(lambda: os.close(2)) if close_stderr else None)
+    closed = [fd for fd, close in ((1, close_stdout), (2, close_stderr)) if close]
+    return subprocess.run([sys.executable, "-m", "attnkit", *args], cwd=cwd, env=env,
+                          stdout=None if close_stdout else subprocess.PIPE,
+                          stderr=None if close_stderr else subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed else None)
 
 
 def test_closed_stderr_keeps_the_error_out_of_stdout(tmp_path):
@@ -29,6 +33,17 @@ def test_closed_stderr_keeps_the_error_out_of_stdout(tmp_path):
     done = attnkit(["data", "prepare", "no-such-recipe"], cwd=tmp_path, close_stderr=True)
     assert done.returncode == 2
     assert done.stdout == ""
+
+
+def test_closed_stdout_is_a_write_error(tmp_path):
+    """Was: with ``>&-`` the parameter table went nowhere (``print`` to ``sys.stdout`` None) and the exit code was 0;
+    now writing the output is a one-line error, exit 2, as a Unix tool's write error is."""
+    done = attnkit(["params", "char-small"], cwd=tmp_path, close_stdout=True)
+    assert done.returncode == 2
+    assert done.stderr.startswith("attnkit params: error: [Errno 9] standard output is closed (>&-)")
+    assert done.stderr.count("\n") == 1
+    both = attnkit(["params", "char-small"], cwd=tmp_path, close_stdout=True, close_stderr=True)
+    assert both.returncode == 2
 
 
 def test_deleted_current_folder_is_a_one_line_error(tmp_path):
