@@ -42,7 +42,9 @@ A model with un-merged LoRA adapters exports its merged weights (``W + (alpha / 
 :func:`~attnkit.modules.lora.merge_lora` would give; the model itself is unchanged), so the exported model
 computes what the adapted one does. Any other tensor the HF layout has no place for is refused.
 Files are written atomically and with the user's umask (like any file the user creates); :func:`save_hf`
-writes only into a new or empty folder, or over its own earlier export, never over another model's files.
+writes only into a new or empty folder, or over its own earlier export, never over another model's files. A
+re-export replaces the earlier export as a whole: its files this one does not write are removed, ``config.json``
+is written last, and a reader meanwhile finds the old export, the new one or a folder without ``config.json``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +60,7 @@ from typing import Any
 
 import torch
 
-from attnkit.files import write_atomic
+from attnkit.files import fsync_dir, write_atomic
 from attnkit.checkpoints.checkpoint import check_table_sizes
 from attnkit.checkpoints.runs import check_output_file
 from attnkit.data.json_files import read_json_file
@@ -602,7 +605,8 @@ def load_hf_folder(folder: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
                          f"which is not a directory")
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        raise ValueError(f"{str(folder)!r} has no config.json")
+        interrupted = ": an interrupted save_hf export (run save_hf again)" if _earlier_export(folder) else ""
+        raise ValueError(f"{str(folder)!r} has no config.json{interrupted}")
     config = read_json_file(cfg_path, lambda err: ValueError(f"{cfg_path} is not valid UTF-8 JSON ({err})"))
     if not isinstance(config, dict):
         raise ValueError(f"{cfg_path} must hold a JSON object, got {type(config).__name__}")
@@ -727,36 +731,91 @@ _EXPORT_WRITER = "attnkit.save_hf"
 # the files of a Hugging Face model folder: an existing one is a model of the user's, unless save_hf wrote it
 _HF_FOLDER_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                     "pytorch_model.bin.index.json")
+# the other files save_hf may write: listed in the export's metadata, so that a later export removes those it does not
+# write (never any other file)
+_EXPORT_EXTRA_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
-def _earlier_export(folder: Path) -> bool:
-    """Whether ``folder/model.safetensors`` is an export of :func:`save_hf` (its metadata says so)."""
+def _earlier_export(folder: Path) -> tuple[str, ...] | None:
+    """The files of the :func:`save_hf` export in ``folder`` that a later export may replace or remove (its
+    ``model.safetensors``'s metadata names them), or None when ``folder/model.safetensors`` is no export. An export
+    of an attnkit that did not list them counts as having written every file an export may write."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
-            return (f.metadata() or {}).get("writer") == _EXPORT_WRITER
+            metadata = f.metadata() or {}
     except (OSError, SafetensorError):  # absent, or not a safetensors file
-        return False
+        return None
+    if metadata.get("writer") != _EXPORT_WRITER:
+        return None
+    try:
+        listed = json.loads(metadata["files"]) if "files" in metadata else list(_EXPORT_EXTRA_FILES)
+    except ValueError:
+        listed = []
+    listed = listed if isinstance(listed, list) else []
+    return ("config.json", "model.safetensors", *(name for name in _EXPORT_EXTRA_FILES if name in listed))
 
 
-def _check_export_folder(folder: Path, tokenizer_files: tuple[str, ...] = ()) -> None:
+def _check_export_folder(folder: Path, tokenizer_files: tuple[str, ...] = ()) -> tuple[str, ...]:
     """``ValueError`` unless :func:`save_hf` may write into ``folder``: a new or empty folder, or an earlier export
-    (replaced); never a file, a checkpoint folder (or a run's ``checkpoints/``), or a folder holding another model.
-    ``tokenizer_files`` (written with a tokenizer) may only replace files of an earlier export."""
+    (replaced; also one interrupted before its ``config.json``); never a file, a checkpoint folder (or a run's
+    ``checkpoints/``), or a folder holding another model. ``tokenizer_files`` (written with a tokenizer) may only
+    replace files an earlier export wrote. Returns the earlier export's files (:func:`_earlier_export`), or ()."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"save_hf needs a folder, got {str(folder)!r}, which is a file")
     for name in ("model.safetensors", "config.json", *tokenizer_files):
         check_output_file(folder / name, "save_hf")  # refuses files inside a checkpoint, new or not
     found = [name for name in _HF_FOLDER_FILES if (folder / name).exists()]
-    earlier = found == ["config.json", "model.safetensors"] and _earlier_export(folder)
-    if found and not earlier:
+    complete_or_interrupted = found in (["config.json", "model.safetensors"], ["model.safetensors"])
+    earlier = _earlier_export(folder) if complete_or_interrupted else None
+    if found and earlier is None:
         raise ValueError(f"save_hf: {str(folder)!r} already holds {', '.join(found)}, not an earlier save_hf "
                          "export; expected a new or empty folder (nothing is overwritten): choose another folder")
-    clash = [name for name in tokenizer_files if (folder / name).exists()]
-    if clash and not earlier:
+    clash = [name for name in tokenizer_files if (folder / name).exists() and name not in (earlier or ())]
+    if clash:
         raise ValueError(f"save_hf: {str(folder)!r} already holds {', '.join(clash)}, not part of an earlier save_hf "
                          "export; expected a new or empty folder (nothing is overwritten): choose another folder")
+    return earlier or ()
+
+
+def _publish_export(folder: Path, writes: dict[str, Any], earlier: tuple[str, ...]) -> None:
+    """Write the export's files (``{name: write(path)}``, ``config.json`` last) into ``folder`` in place of the
+    earlier export's ``earlier`` files, so that a reader finds the old export, the new one, or a folder without
+    ``config.json`` (which refuses to load, and which the next :func:`save_hf` replaces). Each file is first written
+    whole under a hidden temporary name beside it (a failure there leaves the old export as it was); then the old
+    ``config.json`` and the earlier export's files this one does not write are removed, the new files renamed into
+    place, ``config.json`` last."""
+    staged: list[tuple[Path, Path]] = []  # (temporary file, target); a symbolic link's target is the one replaced
+    try:
+        for name, write in writes.items():
+            target = Path(os.path.realpath(folder / name))
+            tmp = target.with_name(f".{target.name}.save_hf.{os.getpid()}.{secrets.token_hex(4)}")
+            write_atomic(tmp, write)
+            staged.append((tmp, target))
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    parents = {folder, *(target.parent for _, target in staged)}
+    try:
+        if "config.json" in earlier:  # from here until the new one is in place the folder is no model
+            Path(os.path.realpath(folder / "config.json")).unlink(missing_ok=True)
+        for name in earlier:
+            if name not in writes:  # e.g. the tokenizer of an earlier export with one
+                (folder / name).unlink(missing_ok=True)
+        for parent in parents:
+            fsync_dir(parent)
+        for name, (tmp, target) in zip(writes, staged):
+            if name == "config.json":  # the others are in place first
+                for parent in parents:
+                    fsync_dir(parent)
+            os.replace(tmp, target)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)  # those not renamed (an error on the way)
+        for parent in parents:
+            fsync_dir(parent)
 
 
 def _bos_first(backend: Any, bos: int, spelling: str) -> Any:
@@ -841,7 +900,14 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     ``add_bos_token`` into ``tokenizer_config.json``, and when true makes ``tokenizer.json`` put ``<bos>`` first,
     as ``AutoTokenizer`` then does (and ``generation_config.json`` gets the bos id).
     ``folder`` must be new, empty, or an earlier ``save_hf`` export (which is replaced); any other model or
-    tokenizer files in it, or a checkpoint folder, raise ``ValueError`` and nothing is written. Returns the folder.
+    tokenizer files in it, or a checkpoint folder, raise ``ValueError`` and nothing is written. Replacing an export
+    removes the files it wrote that this export does not (its ``tokenizer.json``, ``tokenizer_config.json``,
+    ``generation_config.json``), so the folder holds exactly this export, plus the files no export wrote (a
+    ``README.md`` stays; a tokenizer file no export wrote is not replaced: ``ValueError``). Every file is first
+    written whole under a temporary name (an error there leaves the earlier export as it was); then the earlier
+    ``config.json`` is removed and the new files take their places, ``config.json`` last: a reader finds the old
+    export, the new one, or, after a crash in between, a folder without ``config.json`` that refuses to load and
+    that ``save_hf`` replaces when run again. Returns the folder.
     """
     from safetensors.torch import save_file
 
@@ -865,7 +931,7 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
         files["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
     given = Path(folder)
     folder = given.parent.resolve() / given.name  # where the writes land once missing folders are made ("new/../x")
-    _check_export_folder(folder, tuple(files))
+    earlier = _check_export_folder(folder, tuple(files))
     if tokenizer is not None:
         if tokenizer.vocab_size > hf_cfg["vocab_size"]:
             raise ValueError(f"save_hf: the tokenizer has {tokenizer.vocab_size} tokens but the model only "
@@ -874,10 +940,11 @@ def save_hf(model: GPT, folder: str | os.PathLike, *, tokenizer: Any = None, cha
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     hf_cfg = dict(hf_cfg, torch_dtype=str(model.wte.weight.dtype).replace("torch.", ""))
-    metadata = {"format": "pt", "writer": _EXPORT_WRITER}
-    write_atomic(folder / "model.safetensors", lambda p: save_file(tensors, p, metadata=metadata))
-    text = json.dumps(hf_cfg, indent=2) + "\n"
-    write_atomic(folder / "config.json", lambda p: Path(p).write_text(text, encoding="utf-8"))
+    metadata = {"format": "pt", "writer": _EXPORT_WRITER, "files": json.dumps(sorted(files))}
+    writes: dict[str, Any] = {"model.safetensors": lambda p: save_file(tensors, p, metadata=metadata)}
     for name, body in files.items():
-        write_atomic(folder / name, lambda p, body=body: Path(p).write_text(body, encoding="utf-8"))
+        writes[name] = lambda p, body=body: Path(p).write_text(body, encoding="utf-8")
+    text = json.dumps(hf_cfg, indent=2) + "\n"
+    writes["config.json"] = lambda p: Path(p).write_text(text, encoding="utf-8")  # last: the export is complete
+    _publish_export(folder, writes, earlier)
     return given

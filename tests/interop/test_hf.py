@@ -647,6 +647,128 @@ def test_save_hf_tokenizer_refusals_write_nothing(tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+# --------------------------------------------------------------------------- replacing an earlier export
+def _llama_like(vocab_size: int, **overrides) -> GPT:
+    return _spread(build_model(GPTConfig(**{**dict(vocab_size=vocab_size, block_size=16, n_layer=1, n_head=2,
+                                                   n_embd=16, ffn_hidden=32, activation="swiglu", norm="rmsnorm",
+                                                   bias=False, position="rope"), **overrides})))
+
+
+def test_save_hf_re_export_removes_the_earlier_exports_files_and_only_those(tmp_path):
+    """Was: exporting again without tokenizer= (or stop_token_ids= / add_bos=) into an earlier export left its
+    tokenizer.json, tokenizer_config.json and generation_config.json beside the new weights, and load_model (as
+    transformers) paired the new model with the old tokenizer, stop ids and <bos> convention."""
+    from attnkit.interop.load import load_model
+
+    tok = _bpe_tokenizer()
+    folder = tmp_path / "export"
+    save_hf(_llama_like(tok.vocab_size), folder, tokenizer=tok, chat_template=_CHAT,
+            stop_token_ids=[tok.eos_id, tok.pad_id], add_bos=True)
+    (folder / "README.md").write_text("my notes")  # not an export file: it stays
+    assert load_model(str(folder)).stop_ids == [tok.eos_id, tok.pad_id]
+    save_hf(_llama_like(tok.vocab_size), folder, tokenizer=tok)  # no stop ids, no add_bos: no generation config
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                        "tokenizer.json", "tokenizer_config.json"]
+    loaded = load_model(str(folder))
+    assert loaded.stop_ids == [tok.eos_id] and loaded.add_bos is False and loaded.chat_template is None
+    model = _llama_like(tok.vocab_size, rope_theta=500.0)
+    save_hf(model, folder)  # no tokenizer: the earlier export's tokenizer files go too
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert (folder / "README.md").read_text() == "my notes"
+    with pytest.raises(ValueError, match="without tokenizer.json"):
+        load_model(str(folder))
+    assert from_hf(folder).config.rope_theta == 500.0
+    # files no export wrote stay: a tokenizer put beside an export without one, a folder that held no export
+    tok.backend.save(str(folder / "tokenizer.json"))
+    save_hf(model, folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                        "tokenizer.json"]
+    mine = (folder / "tokenizer.json").read_bytes()
+    with pytest.raises(ValueError, match="already holds tokenizer.json, not part of an earlier save_hf export"):
+        save_hf(model, folder, tokenizer=tok)  # the user's tokenizer beside it is not the export's to replace
+    assert (folder / "tokenizer.json").read_bytes() == mine and not (folder / "tokenizer_config.json").exists()
+    theirs = _folder_with(tmp_path, {"generation_config.json": b'{"eos_token_id": 3}'})
+    save_hf(model, theirs)
+    assert (theirs / "generation_config.json").read_bytes() == b'{"eos_token_id": 3}'
+
+
+def test_save_hf_export_of_an_earlier_attnkit_counts_as_having_written_its_tokenizer_files(tmp_path):
+    """An export written before exports listed their files (no ``files`` in its metadata) keeps being replaceable
+    as a whole: a re-export with a tokenizer replaces its tokenizer files, one without removes them."""
+    from safetensors.torch import load_file, save_file
+
+    tok = _bpe_tokenizer()
+    folder = tmp_path / "export"
+    save_hf(_llama_like(tok.vocab_size), folder, tokenizer=tok, stop_token_ids=[tok.eos_id])
+    weights = folder / "model.safetensors"
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "pt", "writer": "attnkit.save_hf"})
+    save_hf(_llama_like(tok.vocab_size), folder, tokenizer=tok)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                        "tokenizer_config.json"]
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "pt", "writer": "attnkit.save_hf"})
+    save_hf(_llama_like(tok.vocab_size), folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["re-export", "first-export"])
+@pytest.mark.parametrize("crash_at", ["model.safetensors", "tokenizer.json", "config.json"])
+def test_save_hf_interrupted_export_refuses_to_load_and_a_rerun_completes_it(tmp_path, monkeypatch, first,
+                                                                             crash_at):
+    """Was: each file was replaced atomically but the export was not: a crash after the new model.safetensors
+    and before config.json left new weights with the old config.json (loaded silently, with the old rope_theta
+    and norm eps), and after a first export's weights a folder that save_hf refused to write into again."""
+    import os
+
+    tok = _bpe_tokenizer()
+    folder = tmp_path / "export"
+    if not first:
+        save_hf(_llama_like(tok.vocab_size), folder, tokenizer=tok, stop_token_ids=[tok.eos_id])
+    model = _llama_like(tok.vocab_size, rope_theta=500.0, norm_eps=1e-3)
+    replace = os.replace
+
+    def crash(src, dst):  # the process dies as this file is put in place
+        if os.path.basename(dst) == crash_at:
+            raise KeyboardInterrupt("killed")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_hf(model, folder, tokenizer=tok)
+    monkeypatch.setattr(os, "replace", replace)
+    assert not (folder / "config.json").exists()  # neither the old config with the new weights, nor a mix
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+    hint = ": an interrupted save_hf export \\(run save_hf again\\)" if (folder / "model.safetensors").exists() else "$"
+    with pytest.raises(ValueError, match=f"has no config.json{hint}"):
+        from_hf(folder)
+    assert save_hf(model, folder, tokenizer=tok) == folder  # the re-run is not refused, and completes the export
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                        "tokenizer_config.json"]
+    ids = torch.tensor([tok.encode("the cat sat.")])
+    with torch.no_grad():
+        assert torch.equal(from_hf(folder)(ids), model(ids))
+
+
+def test_save_hf_failure_while_writing_leaves_the_earlier_export_whole(tmp_path, monkeypatch):
+    """A write that fails before anything is replaced (here config.json's, the last) leaves the earlier export
+    exactly as it was: was its new model.safetensors beside the old config.json."""
+    import attnkit.interop.hf as hf
+
+    tok = _bpe_tokenizer()
+    folder = save_hf(_llama_like(tok.vocab_size), tmp_path / "export", tokenizer=tok)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    write_atomic = hf.write_atomic
+
+    def failing(path, write):
+        if "config.json" in str(path) and "tokenizer" not in str(path):
+            raise OSError("disk full")
+        write_atomic(path, write)
+
+    monkeypatch.setattr(hf, "write_atomic", failing)
+    with pytest.raises(OSError, match="disk full"):
+        save_hf(_llama_like(tok.vocab_size, rope_theta=500.0), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_config_defaults_follow_transformers_for_omitted_keys(family):
     """A config.json that leaves out tie_word_embeddings or layer_norm_epsilon (GPT-2's own file has neither) means
