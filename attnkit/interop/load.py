@@ -236,5 +236,9 @@ def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bo
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         _refuse_pickle(path / pickles[0])
+    if (path / "model.safetensors").is_file():  # weights without config.json: the HF reader names what is missing
+        from attnkit.interop.hf import load_hf_folder
+
+        load_hf_folder(path)  # (an interrupted save_hf export says so)
     raise ValueError(f"{flag} {path}: not a model folder (expected an attnkit run/checkpoint folder with "
                      "state.json or checkpoints/, or a Hugging Face folder with config.json + model.safetensors)")

@@ -740,6 +740,11 @@ def test_save_hf_interrupted_export_refuses_to_load_and_a_rerun_completes_it(tmp
     hint = ": an interrupted save_hf export \\(run save_hf again\\)" if (folder / "model.safetensors").exists() else "$"
     with pytest.raises(ValueError, match=f"has no config.json{hint}"):
         from_hf(folder)
+    if (folder / "model.safetensors").exists():  # what sample / finetune --from say (was: "not a model folder")
+        from attnkit.interop.load import load_model
+
+        with pytest.raises(ValueError, match=f"has no config.json{hint}"):
+            load_model(str(folder))
     assert save_hf(model, folder, tokenizer=tok) == folder  # the re-run is not refused, and completes the export
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
                                                         "tokenizer_config.json"]
