@@ -439,7 +439,7 @@ def generate(
     needed = _check_context(model, cfg, T0)
 
     stopper = StoppingCriteria(B, max_new_tokens=cfg.max_new_tokens, eos_token_id=list(cfg.eos_token_id or ()),
-                               stop_strings=list(cfg.stop_strings) or None, tokenizer=tokenizer)
+                               stop_strings=list(cfg.stop_strings) or None, tokenizer=tokenizer, contexts=rows)
     if not stopper.all_done:  # (max_new_tokens == 0 runs nothing)
         _decode(model, cfg, rows, needed, stopper, streamer)
     if streamer is not None:

@@ -139,8 +139,14 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filter: keep the smallest set of most likely tokens whose probability sum reaches ``top_p``.
 
     Sort the probabilities in decreasing order and keep a token if the mass of the tokens *before* it
-    is still ``< top_p``. The most likely token is therefore always kept, and ``top_p = 1`` keeps every
-    token with nonzero probability.
+    is still ``< top_p`` (computed as transformers' TopPLogitsWarper does: the mass of the token and those after
+    it, summed from the least likely up, must be ``> 1 - top_p``). The most likely token is therefore always kept,
+    and ``top_p = 1`` keeps every token with nonzero probability.
+
+    Ties: tokens of equal logit are ordered by token id, lowest first (a stable sort), so where the nucleus ends
+    inside a run of equal tokens the ones with the lowest ids are kept. The set is the same on every device and
+    vocabulary size (an unstable sort, CPU's above about 100 tokens, would pick arbitrary ones); transformers
+    keeps as many, but which of the tied tokens it keeps follows its sort.
 
     Example: probabilities ``[0.5, 0.3, 0.15, 0.05]`` with ``top_p = 0.75`` keep the first two
     (mass before them: 0 and 0.5 < 0.75; before the third it is 0.8, not < 0.75).
@@ -152,11 +158,16 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     top_p = check_top_p(top_p)
     if top_p >= 1.0:
         return logits.clone()  # (rounding in the cumulative sum must not drop the tiny tail)
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V) each
+    # ascending, as transformers' TopPLogitsWarper sums (the small probabilities first: fewer rounding errors than
+    # a sum from the top, which kept or dropped a few tokens too many over 50,000); a stable sort of the row read
+    # backwards puts equal logits in decreasing id order, so the lowest ids come last, where the nucleus is
+    V = logits.shape[-1]
+    sorted_logits, order = torch.sort(logits.flip(-1), dim=-1, stable=True)  # (B, V) each
+    order = V - 1 - order  # (B, V): vocabulary ids
     probs = torch.softmax(sorted_logits.float(), dim=-1)  # (B, V), in float32 for a stable cumulative sum
-    mass_before = torch.cumsum(probs, dim=-1) - probs  # (B, V): exclusive cumulative sum
-    remove_sorted = mass_before >= top_p  # (B, V) in sorted order
-    remove_sorted[:, 0] = False  # the most likely token stays (also for a top_p that is 0 in float32, 1e-46)
+    mass_up_to = torch.cumsum(probs, dim=-1)  # (B, V): the token's mass and that of every less likely one
+    remove_sorted = mass_up_to <= 1.0 - top_p  # (B, V) in sorted order: the mass before the token is >= top_p
+    remove_sorted[:, -1] = False  # the most likely token stays (also for a top_p that is 0 in float32, 1e-46)
     # scatter the decision back to vocabulary order
     remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)  # (B, V)
     return logits.masked_fill(remove, float("-inf"))
