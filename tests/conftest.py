@@ -18,6 +18,11 @@ import torch
 
 from helpers import TinyLM
 
+# No test reaches the network: Hugging Face libraries read local files only (the hub reads this when imported, so it
+# is set before any test module imports transformers), and print errors only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _attnkit_home_of_the_session(tmp_path_factory):

@@ -49,6 +49,35 @@ def spread_weights(model: torch.nn.Module, *, std: float = 0.3, seed: int = 0,
     return model
 
 
+def random_hf_causal_lm(c: dict) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A transformers ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` (``c["family"]``: gpt2 / llama) with random
+    weights (:func:`spread_weights`, std 0.5, seed ``c["seed"]``), in eval mode and float64, and attnkit's GPT read
+    from it (``from_hf``, float64), built from a drawn case's sizes: vocabulary ``V``, ``layers``, heads ``H`` of
+    size ``D``, feed-forward ``F``, activation ``act``, norm ``eps``, ``tied`` embeddings; Llama also kv heads
+    ``K``, width ``C``, ``theta`` and ``bias``. 16 positions. Returns ``(hf, ours)``."""
+    import transformers
+
+    from attnkit.interop.hf import from_hf
+
+    if c["family"] == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=c["V"], n_positions=16, n_embd=c["H"] * c["D"], n_layer=c["layers"],
+                                      n_head=c["H"], n_inner=c["F"], activation_function=c["act"],
+                                      layer_norm_epsilon=c["eps"], tie_word_embeddings=c["tied"],
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(vocab_size=c["V"], hidden_size=c["C"], intermediate_size=c["F"],
+                                       num_hidden_layers=c["layers"], num_attention_heads=c["H"],
+                                       num_key_value_heads=c["K"], head_dim=c["D"], max_position_embeddings=16,
+                                       rope_theta=c["theta"], rms_norm_eps=c["eps"], hidden_act=c["act"],
+                                       tie_word_embeddings=c["tied"], attention_bias=c["bias"], mlp_bias=c["bias"],
+                                       bos_token_id=0, eos_token_id=0)
+        model = transformers.LlamaForCausalLM(cfg)
+    model = spread_weights(model, std=0.5, seed=c["seed"]).eval()
+    ours = from_hf(model, dtype=torch.float64)  # (the float32 weights are exact in float64)
+    return model.double(), ours
+
+
 def tiny_gpt_config(kind: str = "gpt2", **overrides) -> GPTConfig:
     """A 2-layer, 32-wide GPT config: ``"gpt2"`` (learned positions, LayerNorm, tanh-GELU, biases, tied head) or
     ``"llama"`` (RoPE, RMSNorm, SwiGLU, grouped-query attention 4:2, no bias, untied); ``overrides`` replace fields."""
