@@ -154,6 +154,10 @@ class MuonWithAdamW(torch.optim.Optimizer):
                 state["step"] = torch.zeros((), dtype=torch.float32, device=p.device if self.fused else "cpu")
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif self.fused and state["step"].device != p.device:  # restored from a checkpoint read on the host:
+                # the fused kernel reads the count beside the parameter (torch.optim.AdamW's load_state_dict moves
+                # it when a group says "fused"; these groups do not)
+                state["step"] = state["step"].to(p.device, torch.float32)
             params.append(p)
             grads.append(p.grad)
             exp_avgs.append(state["exp_avg"])

@@ -135,6 +135,34 @@ def test_a_step_on_cuda_equals_the_step_on_the_cpu(impl):
         assert_close(q.cpu(), p, "float32", msg=name)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_fused_optimizer_resumed_from_a_state_read_on_the_cpu_takes_the_uninterrupted_step():
+    """A checkpoint's optimizer state is read onto the CPU; torch.optim.Optimizer.load_state_dict moves the AdamW
+    half's ``step`` counts to the parameters' device only for groups that say "fused", which these do not, and the
+    fused kernel was handed host pointers (found by reading, 2026-11-30; not yet run on a GPU)."""
+    model, groups = _two_group_model()
+    model.cuda()
+    opt = MuonWithAdamW(groups, lr=0.01, ns_steps=5, fused=True)
+    for step in range(2):
+        _grads(model, step)
+        opt.step()
+    state = opt.state_dict()
+    on_cpu = {"state": {k: {n: v.cpu() if torch.is_tensor(v) else v for n, v in s.items()}
+                        for k, s in state["state"].items()}, "param_groups": state["param_groups"]}
+    twin, twin_groups = _two_group_model()
+    twin.cuda().load_state_dict(model.state_dict())
+    resumed = MuonWithAdamW(twin_groups, lr=0.01, ns_steps=5, fused=True)
+    resumed.load_state_dict(on_cpu)
+    _grads(model, 2)
+    _grads(twin, 2)
+    opt.step()
+    resumed.step()
+    torch.cuda.synchronize()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert_close(q, p, "exact", msg=name)
+    assert all(s["step"].is_cuda for s in resumed.state.values() if "step" in s)
+
+
 @pytest.mark.parametrize("impl", [{}, {"foreach": True}, {"fused": True}])
 def test_the_adamw_half_is_torchs_adamw(impl):
     model, groups = _two_group_model()
