@@ -11,7 +11,8 @@ Schedules are written as a function of ``n``, the 1-based number of the update a
 (else ``steps``):
 
 * ``cosine``       n <= W: ``lr * n / W``; W < n < N: ``min_lr + (lr - min_lr) * (1 + cos(pi * (n - W) / (N - W))) / 2``;
-                   n >= N: ``min_lr``. So update W runs at the peak ``lr`` and the last update at ``min_lr``.
+                   n >= N: ``min_lr``. So update W runs at the peak ``lr`` and the last update at ``min_lr`` (with W = N,
+                   warmup to the end, there is no decay: the last update runs at the peak).
 * ``inverse_sqrt`` ``lr * d_model**-0.5 * min(n**-0.5, n * W**-1.5)`` ("Attention Is All You Need", eq. 3,
                    with ``lr`` as a scale factor: ``lr=1.0`` is the paper); peaks at n = W.
 * ``constant``     n <= W: ``lr * n / W``; afterwards ``lr``.
