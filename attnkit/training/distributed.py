@@ -28,6 +28,7 @@ Shapes: every tensor in a batch is ``(B, ...)``; a shard is ``(B_r, ...)`` with 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -118,8 +119,17 @@ def current_world() -> World:
 
 
 def shutdown() -> None:
-    """Leave the process group (no-op outside one)."""
+    """Leave the process group (no-op outside one), and let its gloo worker threads end while Python is alive.
+
+    A finished run's DDP model, still holding the group, lives on in garbage reference cycles (the trainer's); left
+    to the interpreter's exit, the group's worker threads outlive it: one that drops a collective's tensor then
+    needs the GIL, Python ends that thread mid-destructor and the process aborts ("terminate called without an
+    active exception", SIGABRT: torchrun reports a failed job after a successful run). Collecting that garbage
+    first lets ``destroy_process_group`` drop the last reference, and the group's destructor join its threads now.
+    Nothing here waits for the other ranks.
+    """
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -42,7 +42,8 @@ def free_port() -> int:
 def _env() -> dict[str, str]:
     # PYTHONFAULTHANDLER: a rank that dies of a signal prints every thread's Python stack into the stderr that a
     # failing assertion shows (rank 0 of test_time_budget_is_agreed_by_all_ranks was seen, twice in about two hundred
-    # runs, to abort with "terminate called without an active exception")
+    # runs, to abort with "terminate called without an active exception": the cause, and the fix in shutdown(), are
+    # at test_a_successful_job_ends_without_an_abort)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONFAULTHANDLER="1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
@@ -341,3 +342,83 @@ def test_two_machines_on_one_host_with_a_c10d_rendezvous(single, tmp_path):
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err[-3000:]
     assert_same_training(single, out)
+
+
+# The end of a job: a process group still held by garbage (a finished trainer's DDP model, in reference cycles), the
+# last collective's tensor dropped by Python while a gloo worker thread still holds it, the GIL kept by the main thread
+# (a long switch interval makes the race certain), then shutdown() and exit. Before shutdown() collected that garbage,
+# the worker thread met the interpreter's exit when it took the GIL to free the tensor and the rank aborted
+# ("terminate called without an active exception"): 6 of 10 such jobs.
+EXIT_CHILD = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+from attnkit.training import distributed as D
+
+D.init_from_env(torch.device("cpu"))
+
+
+class Holder:
+    def __init__(self):
+        self.me, self.group = self, dist.group.WORLD
+
+
+Holder()
+try:
+    D.all_sum([1.0])
+    D.broadcast_object({"step": 1})
+    if os.environ.get("FAIL_RANK") == str(dist.get_rank()):
+        raise ValueError("a failing rank")
+    if dist.get_rank() == 0:
+        time.sleep(0.5)  # rank 1 leaves first
+    sys.setswitchinterval(10.0)
+    D.all_sum([1.0])
+finally:
+    D.shutdown()
+"""
+
+
+def _exit_job(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    child = tmp_path / "exit_child.py"
+    child.write_text(EXIT_CHILD)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(child)], env=dict(_env(), **env), capture_output=True, text=True, timeout=120)
+
+
+def test_shutdown_frees_the_garbage_holding_the_process_group(tmp_path):
+    """shutdown() collects the reference cycles still holding the group before destroying it, so that the group's
+    destructor joins its gloo worker threads while Python is alive (even with automatic collection off)."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    class Holder:
+        pass
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        holder = Holder()
+        holder.me, holder.group = holder, dist.group.WORLD
+        alive = weakref.ref(holder)
+        del holder
+        D.shutdown()
+        assert alive() is None and not dist.is_initialized()
+    finally:
+        if enabled:
+            gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_a_successful_job_ends_without_an_abort(tmp_path):
+    proc = _exit_job(tmp_path)
+    assert proc.returncode == 0 and "terminate called" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_failing_rank_ends_the_job_without_a_hang(tmp_path):
+    """shutdown() waits for no other rank: the failing rank exits with its error and torchrun ends the job."""
+    proc = _exit_job(tmp_path, FAIL_RANK="1")
+    assert proc.returncode != 0 and "ValueError: a failing rank" in proc.stderr, proc.stderr[-3000:]
