@@ -189,7 +189,11 @@ def _load_tokenizer_file(path: Path, folder: Path | None = None):
     template = _chat_template(folder, cfg, cfg_file)
     if ours:  # the folder's chat template still applies (it was dropped: no `sample --chat` after finetune)
         return tokenizer_from_dict(data), template
-    return BPETokenizer.from_file(path, **roles), template
+    tok = BPETokenizer.from_file(path)
+    try:
+        return BPETokenizer(tok.backend, **roles), template
+    except ValueError as err:  # e.g. a pad_token tokenizer.json does not have: say which file names it
+        raise ValueError(f"{cfg_file}: {err} of {path}") from None
 
 
 def _load_source(source: str, *, tokenizer_file: str | None = None, progress: bool = True,

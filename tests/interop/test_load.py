@@ -217,3 +217,12 @@ def test_a_missing_gguf_path_is_named_as_missing_not_as_an_unknown_model(tmp_pat
         load_pretrained(tmp_path / "folder.gguf")
     with pytest.raises(ValueError, match=r"^unknown pretrained model 'gpt5'; known models"):  # a name stays a name
         load_named("gpt5")
+
+
+def test_a_special_token_the_tokenizer_lacks_names_tokenizer_config(hf_folder, tmp_path):
+    """Was: "pad token '<pad>' is not in the vocabulary (size N)", naming neither tokenizer_config.json (which
+    names the token) nor tokenizer.json (which lacks it)."""
+    folder = _copy(hf_folder, tmp_path / "m", {"eos_token": "<|im_end|>", "pad_token": "<pad>"})
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: pad token '<pad>' is not in the vocabulary "
+                                         r"\(size \d+\) of .*tokenizer.json"):
+        load_model(str(folder))

@@ -16,9 +16,12 @@ Two ways to get one:
   (GPT-2's from :mod:`attnkit.data.tokenizers.gpt2_tokenizer`, the MT joint BPE, a GGUF/SmolLM2 tokenizer).
 
 ``encode`` never adds special tokens by itself (``add_special_tokens=False`` is passed to the backend, so a
-post-processor template is ignored); ask for them with ``encode(text, add_bos=True, add_eos=True)``. Special tokens
+post-processor template is ignored); ask for them with ``encode(text, add_bos=True, add_eos=True)``. Nor does it
+truncate or pad: a wrapped tokenizer's truncation and padding settings (a ``tokenizer.json`` saved with them on)
+are turned off, in a copy, as ``transformers`` ignores them unless asked. Special tokens
 written literally in the text (e.g. ``"<|endoftext|>"``) are recognised as their single id, and ``decode`` writes
-them back (unless ``skip_special_tokens=True``), so such text round-trips too.
+them back (unless ``skip_special_tokens=True``, which drops the bos/eos/pad/unk tokens too, as transformers does),
+so such text round-trips too.
 """
 
 from __future__ import annotations
@@ -167,7 +170,8 @@ class BPETokenizer(Tokenizer):
     """A byte-level BPE tokenizer (or any ``tokenizers.Tokenizer``) behind the attnkit interface.
 
     Args:
-        tokenizer: the ``tokenizers.Tokenizer`` doing the work.
+        tokenizer: the ``tokenizers.Tokenizer`` doing the work (a copy without its truncation and padding, if
+            it has any).
         bos, eos, pad, unk: the special token for each role, as its spelling (``"<eos>"``) or its id; ``None`` for
             none. Each must be in the vocabulary.
     """
@@ -178,6 +182,13 @@ class BPETokenizer(Tokenizer):
                  pad: str | int | None = None, unk: str | int | None = None):
         if not isinstance(tokenizer, tokenizers.Tokenizer):
             raise ValueError(f"BPETokenizer wraps a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        if tokenizer.truncation is not None or tokenizer.padding is not None:
+            # a tokenizer.json saved with truncation or padding on would cut every text at max_length and pad it
+            # with pad ids; transformers ignores both unless asked, and encode never does either (a copy: the
+            # caller's object stays as it was)
+            tokenizer = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
         self._tok = tokenizer
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         # V = largest id + 1 (robust to added tokens placed after gaps)
@@ -199,6 +210,11 @@ class BPETokenizer(Tokenizer):
             if tid is None:
                 raise ValueError(f"{role} token {tok!r} is not in the vocabulary (size {self._vocab_size})")
             self._roles[role], self._role_ids[role] = tok, tid
+        # role tokens the backend does not mark special (a tokenizer_config.json's eos that tokenizer.json adds as
+        # an ordinary token): decode(skip_special_tokens=True) drops them too, as transformers does
+        marked = tokenizer.get_added_tokens_decoder()
+        self._unmarked_special = {i for i in self._role_ids.values()
+                                  if i is not None and not (i in marked and marked[i].special)}
 
     # --- construction ------------------------------------------------------------------------------------------
     @classmethod
@@ -221,6 +237,9 @@ class BPETokenizer(Tokenizer):
         Shape:
             returns a tokenizer with ``vocab_size <= V``; fewer when the text has too few distinct pairs.
         """
+        if not isinstance(texts, str) and (isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__")):
+            raise ValueError(f"texts must be a string or an iterable of strings, got {type(texts).__name__} "
+                             f"{str(texts)[:60]!r}")
         if isinstance(special_tokens, (str, bytes)):  # a list of its characters would become the special tokens
             raise ValueError(f"special_tokens must be a list of token strings, e.g. [{special_tokens!r}], got "
                              f"the {type(special_tokens).__name__} {special_tokens!r}")
@@ -308,8 +327,11 @@ class BPETokenizer(Tokenizer):
         return [e.ids for e in encoded]
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
-        return backend_call("cannot decode the ids", self._tok.decode, self._check_ids(ids),
-                             skip_special_tokens=skip_special_tokens)
+        """``skip_special_tokens=True`` drops the backend's special tokens and the bos/eos/pad/unk tokens."""
+        ids = self._check_ids(ids)
+        if skip_special_tokens and self._unmarked_special:
+            ids = [i for i in ids if i not in self._unmarked_special]
+        return backend_call("cannot decode the ids", self._tok.decode, ids, skip_special_tokens=skip_special_tokens)
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)

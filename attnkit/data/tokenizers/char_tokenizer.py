@@ -58,6 +58,9 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def train(cls, text: str | Iterable[str]) -> "CharTokenizer":
         """Vocabulary = the sorted distinct characters of ``text`` (a string or an iterable of strings)."""
+        if not isinstance(text, str) and (isinstance(text, (bytes, bytearray)) or not hasattr(text, "__iter__")):
+            raise ValueError(f"CharTokenizer.train expects a string or an iterable of strings, got "
+                             f"{type(text).__name__} {str(text)[:60]!r}")
         texts = [text] if isinstance(text, str) else list(text)
         seen: set[str] = set()
         for i, t in enumerate(texts):

@@ -1,5 +1,7 @@
 """BPETokenizer: byte-level training, exact round trips, special tokens, wrapping, serialisation."""
 
+from pathlib import Path
+
 import pytest
 import tokenizers
 from hypothesis import given, settings
@@ -7,7 +9,7 @@ from hypothesis import strategies as st
 from tokenizers import models, pre_tokenizers
 
 from attnkit.data.tokenizers.bpe_tokenizer import BPETokenizer, byte_level_pre_tokenizer, bytes_to_unicode
-from attnkit.data.tokenizers.tokenizer import load_tokenizer, save_tokenizer, tokenizer_from_dict
+from attnkit.data.tokenizers.tokenizer import decode_stream, load_tokenizer, save_tokenizer, tokenizer_from_dict
 
 CORPUS = [
     "To be, or not to be, that is the question:",
@@ -202,3 +204,41 @@ def test_train_refuses_a_bool_min_frequency():
     """Was: min_frequency=True was taken as 1 (every pair merged, however rare)."""
     with pytest.raises(ValueError, match=r"min_frequency must be an int >= 1, got True \(bool\)"):
         BPETokenizer.train("abc abc", 300, min_frequency=True)
+
+
+def test_a_tokenizer_saved_with_truncation_and_padding_neither_truncates_nor_pads(tok, tmp_path):
+    """Was: a tokenizer.json saved with truncation or padding on (``enable_truncation(max_length=8)``) cut every
+    text at 8 ids and padded it to 16 with pad ids, where transformers encodes the whole text unless asked."""
+    text = " ".join(CORPUS[:3])
+    backend = tokenizers.Tokenizer.from_str(tok.backend.to_str())
+    backend.enable_truncation(max_length=8)
+    backend.enable_padding(length=16, pad_id=0, pad_token="<pad>")
+    path = tmp_path / "tokenizer.json"
+    backend.save(str(path))
+    for wrapped in (BPETokenizer(backend, pad="<pad>"), BPETokenizer.from_file(path, pad="<pad>")):
+        assert wrapped.encode(text) == tok.encode(text) and wrapped.decode(wrapped.encode(text)) == text
+        assert wrapped.encode_batch([text, "To"]) == [tok.encode(text), tok.encode("To")]
+    assert backend.truncation["max_length"] == 8 and backend.padding["length"] == 16  # the caller's object kept
+
+
+@pytest.mark.parametrize("texts", [None, 5, b"To be", Path("corpus.txt")])
+def test_train_refuses_what_is_not_text(texts):
+    """Was: a TypeError ("'NoneType' object is not iterable", "'PosixPath' object ..."), and for bytes "item 0 is
+    int"."""
+    with pytest.raises(ValueError, match=f"texts must be a string or an iterable of strings, got "
+                                         f"{type(texts).__name__}"):
+        BPETokenizer.train(texts, 300)
+
+
+def test_skip_special_tokens_drops_a_role_token_the_backend_does_not_mark_special(tok):
+    """Was: a tokenizer.json that adds its eos (named by tokenizer_config.json) as an ordinary token kept it in
+    decode(skip_special_tokens=True): "hi<|im_end|>", where transformers gives "hi" (and it is in special_ids)."""
+    backend = tokenizers.Tokenizer.from_str(tok.backend.to_str())
+    backend.add_tokens([tokenizers.AddedToken("<|im_end|>", special=False, normalized=False)])
+    wrapped = BPETokenizer(backend, eos="<|im_end|>", pad="<pad>")
+    ids = wrapped.encode("To be<|im_end|><pad> or")
+    assert wrapped.eos_id in ids and wrapped.eos_id in wrapped.special_ids
+    assert wrapped.decode(ids, skip_special_tokens=True) == "To be or"
+    assert "".join(decode_stream(wrapped, ids, skip_special_tokens=True)) == "To be or"
+    assert wrapped.decode(ids) == "To be<|im_end|><pad> or"
+    assert tok.decode(tok.encode("To be<eos> or"), skip_special_tokens=True) == "To be or"

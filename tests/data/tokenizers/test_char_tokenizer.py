@@ -1,5 +1,7 @@
 """CharTokenizer: sorted character vocabulary, exact round trips, clear errors for unknown characters."""
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -110,3 +112,11 @@ def test_a_vocabulary_with_a_lone_surrogate_is_saved_and_loads_back(tmp_path):
     assert back.to_dict() == tok.to_dict() and back.encode("b\ud800a") == tok.encode("b\ud800a")
     assert '"\u00e9"' in save_tokenizer(CharTokenizer.train("caf\u00e9"), tmp_path / "t2.json").read_text("utf-8")
     # (other text stays readable: written as UTF-8, not as escapes)
+
+
+@pytest.mark.parametrize("text", [None, 5, b"To be", Path("corpus.txt")])
+def test_train_refuses_what_is_not_text(text):
+    """Was: a TypeError ("'NoneType' object is not iterable"), and for bytes "item 0 is int"."""
+    with pytest.raises(ValueError, match=f"CharTokenizer.train expects a string or an iterable of strings, got "
+                                         f"{type(text).__name__}"):
+        CharTokenizer.train(text)
