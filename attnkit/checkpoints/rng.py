@@ -108,6 +108,11 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     except (TypeError, ValueError, RuntimeError) as err:
         raise ValueError(f"RNG state 'torch_cpu' is malformed: {err}") from None
     if "torch_cuda" in state and torch.cuda.is_available():
-        cuda_states = [_unb64(s) for s in state["torch_cuda"]]
-        if len(cuda_states) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda_states)
+        try:  # (read only on a GPU machine: a malformed entry is a ValueError here too, not a TypeError)
+            if not isinstance(state["torch_cuda"], list):
+                raise TypeError(f"a list of base64 strings expected, got {type(state['torch_cuda']).__name__}")
+            cuda_states = [_unb64(s) for s in state["torch_cuda"]]
+            if len(cuda_states) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(cuda_states)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"RNG state 'torch_cuda' is malformed: {err}") from None
