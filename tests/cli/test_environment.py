@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -59,3 +61,17 @@ def test_deleted_current_folder_is_a_one_line_error(tmp_path):
     rc, err = out.split("\n", 1)
     assert rc == "2"
     assert err.startswith("attnkit params: error: the current folder no longer exists") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("closed", [(1,), (2,), (1, 2)], ids=["stdout", "stderr", "both"])
+def test_a_closed_standard_descriptor_is_taken_before_the_command_opens_a_file(tmp_path, closed):
+    """standard_streams() puts /dev/null on a closed 1 or 2, so the next file the command opens does not become its
+    stdout or stderr (where a C library's or a child's output would land in it)."""
+    out = tmp_path / "fd"
+    code = ("import os; from attnkit.api.launcher import standard_streams; standard_streams(); "
+            f"fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT); os.write(fd, str(fd).encode())")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, timeout=60, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, preexec_fn=lambda: [os.close(fd) for fd in closed])
+    assert done.returncode == 0
+    assert int(out.read_text()) > 2

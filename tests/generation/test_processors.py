@@ -81,6 +81,20 @@ def test_repetition_penalty_per_row():
     assert torch.equal(out, torch.tensor([[1.0, 1.0, 0.25], [-4.0, -4.0, -1.0]]))
 
 
+def test_top_p_of_one_keeps_a_token_whose_probability_underflows_float32():
+    """top_p = 1 returns the logits as they are: exp(-120) is 0 in float32, but the token's probability is not 0."""
+    logits = torch.tensor([[0.0, -120.0, 1.0]])
+    assert torch.equal(top_p_filter(logits, 1.0), logits)
+
+
+def test_top_p_sums_half_precision_probabilities_in_float32():
+    """bfloat16 logits keep exactly the nucleus their float32 values give (a bfloat16 cumulative sum over 1,000
+    tokens drifts and kept or dropped a few tokens at the boundary)."""
+    logits = torch.randn(2, 1000, generator=torch.Generator().manual_seed(0)).bfloat16()  # (B, V)
+    for top_p in (0.5, 0.9):
+        assert torch.equal(top_p_filter(logits, top_p).isinf(), top_p_filter(logits.float(), top_p).isinf())
+
+
 def test_process_logits_applies_penalty_then_temperature_then_top_k_then_top_p():
     logits = torch.tensor([[4.0, 2.0, 1.0, -2.0]])
     ids = torch.tensor([[0]])

@@ -159,3 +159,23 @@ def test_a_prompt_id_without_text_leaves_the_generated_text_alone():
 def test_contexts_must_be_one_per_sequence():
     with pytest.raises(ValueError, match=r"contexts must be None or B = 2 lists of ids, got 1"):
         StoppingCriteria(2, max_new_tokens=3, stop_strings="x", tokenizer=TOK, contexts=[[1]])
+
+
+def test_a_real_fffd_at_the_start_of_the_generated_text_is_text_a_stop_string_matches():
+    """Only trailing U+FFFD characters wait for the text that follows them; a leading one is final text."""
+    tok = _bpe()
+    sc = StoppingCriteria(1, max_new_tokens=10, stop_strings="\ufffd", tokenizer=tok)
+    for t in tok.encode("\ufffd!"):
+        sc.add(0, t)
+    assert sc.reasons == ["stop_string"] and tok.decode(sc.outputs[0]) == "\ufffd!"
+
+
+def test_the_context_is_the_prompts_last_ids():
+    """The generated text continues the end of the prompt: its last ids are decoded before it (here the first id,
+    one the tokenizer has no text for, is not among them, and " time" is found after "there once upon a")."""
+    tok = helpers.metaspace_tokenizer()
+    prompt = [tok.vocab_size + 3, *tok.encode("there once upon a")]
+    (time,) = tok.encode("once upon a time")[len(tok.encode("once upon a")):]
+    sc = StoppingCriteria(1, max_new_tokens=3, stop_strings=" time", tokenizer=tok, contexts=[prompt])
+    sc.add(0, time)
+    assert sc.reasons == ["stop_string"]

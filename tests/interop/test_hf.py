@@ -774,6 +774,102 @@ def test_save_hf_failure_while_writing_leaves_the_earlier_export_whole(tmp_path,
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+@pytest.mark.parametrize("with_config", [True, False], ids=["model", "weights-only"])
+def test_save_hf_never_overwrites_safetensors_another_writer_saved(tmp_path, with_config):
+    """Only a model.safetensors whose metadata names save_hf as its writer is an earlier export: transformers'
+    save_pretrained writes {"format": "pt"}, and its folder (or its weights alone) is the user's model."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if with_config:
+        (folder / "config.json").write_text('{"model_type": "llama"}')
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(ValueError, match=r"already holds .*not an earlier save_hf export"):
+        save_hf(_llama_like(V), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+@pytest.mark.parametrize("files", ["not json", json.dumps("tokenizer.json tokenizer_config.json")])
+def test_save_hf_export_with_an_unreadable_file_list_removes_no_tokenizer_file(tmp_path, files):
+    """An export whose metadata lists its files in a form save_hf cannot read (not JSON, not a list) counts as having
+    written none of the optional ones: a re-export removes no tokenizer file (it might be the user's)."""
+    from safetensors.torch import load_file, save_file
+
+    tok = _bpe_tokenizer()
+    folder = save_hf(_llama_like(tok.vocab_size), tmp_path / "export", tokenizer=tok)
+    weights = folder / "model.safetensors"
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "pt", "writer": "attnkit.save_hf",
+                                                                "files": files})
+    save_hf(_llama_like(tok.vocab_size), folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                        "tokenizer_config.json"]
+
+
+def test_save_hf_re_export_syncs_each_step_before_the_next(tmp_path, monkeypatch):
+    """The order that makes a crash leave the old export, the new one or a folder without config.json: the old
+    config.json and the files dropped are removed and that made durable, the new files put in place and that made
+    durable, then config.json put in place and made durable."""
+    import os
+    import pathlib
+
+    import attnkit.interop.hf as hf
+
+    tok = _bpe_tokenizer()
+    folder = save_hf(_llama_like(tok.vocab_size), tmp_path / "export", tokenizer=tok, stop_token_ids=[tok.eos_id])
+    events = []
+    replace, unlink, fsync_dir = os.replace, pathlib.Path.unlink, hf.fsync_dir
+
+    def recording_replace(src, dst):
+        if not os.path.basename(dst).startswith("."):
+            events.append(("replace", os.path.basename(dst)))
+        replace(src, dst)
+
+    def recording_unlink(path, missing_ok=False):
+        if not path.name.startswith("."):
+            events.append(("unlink", path.name))
+        unlink(path, missing_ok=missing_ok)
+
+    def recording_fsync_dir(path):
+        events.append(("fsync", os.path.realpath(path)))
+        fsync_dir(path)
+
+    monkeypatch.setattr(os, "replace", recording_replace)
+    monkeypatch.setattr(pathlib.Path, "unlink", recording_unlink)
+    monkeypatch.setattr(hf, "fsync_dir", recording_fsync_dir)
+    save_hf(_llama_like(tok.vocab_size), folder)  # no tokenizer: the earlier one's files go
+    synced = ("fsync", os.path.realpath(folder))
+    assert events == [("unlink", "config.json"), ("unlink", "tokenizer.json"), ("unlink", "tokenizer_config.json"),
+                      ("unlink", "generation_config.json"), synced, ("replace", "model.safetensors"), synced,
+                      ("replace", "config.json"), synced]
+
+
+def test_save_hf_re_export_writes_through_a_symbolic_link(tmp_path, monkeypatch):
+    """A model.safetensors that is a symbolic link (weights kept on another disk) stays one: the file it points to
+    is replaced, and that file's folder is synced too."""
+    import os
+
+    import attnkit.interop.hf as hf
+
+    store, folder = tmp_path / "store", tmp_path / "export"
+    store.mkdir()
+    save_hf(_llama_like(V), folder)
+    (folder / "model.safetensors").rename(store / "weights.safetensors")
+    (folder / "model.safetensors").symlink_to(store / "weights.safetensors")
+    synced = []
+    fsync_dir = hf.fsync_dir
+    monkeypatch.setattr(hf, "fsync_dir", lambda path: (synced.append(os.path.realpath(path)), fsync_dir(path)))
+    model = _llama_like(V, rope_theta=500.0)
+    save_hf(model, folder)
+    assert os.readlink(folder / "model.safetensors") == str(store / "weights.safetensors")
+    assert sorted(p.name for p in store.iterdir()) == ["weights.safetensors"]  # no temporary file left
+    assert os.path.realpath(store) in synced
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(from_hf(folder)(ids), model(ids))
+
+
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_config_defaults_follow_transformers_for_omitted_keys(family):
     """A config.json that leaves out tie_word_embeddings or layer_norm_epsilon (GPT-2's own file has neither) means
