@@ -26,11 +26,24 @@ as a sentence grows and would otherwise favour short outputs::
 
 ``alpha = length_penalty``: 0 ranks by raw log-probability, larger values favour longer outputs.
 
-A sentence keeps its ``k`` best finished hypotheses and is searched until no live beam can beat them: it is
-done when it has ``k`` finished hypotheses and the best live beam, scored as if it ended now, is no better
-than the worst of them (the criterion of HF's default ``early_stopping=False``), when it reaches its length
-limit (live beams are then finished as they stand, without EOS), or when no live beam is left. Finished
-sentences leave the batch, so the rest runs on fewer rows.
+A sentence keeps its ``k`` best finished hypotheses. It is done when it has ``k`` finished hypotheses and
+the best live beam, scored ``log_prob / lp(t)`` with ``t`` its current length (the tokens after BOS it has, no
+EOS added), is no better than the worst of them (the criterion of HF's default ``early_stopping=False``), when
+it reaches its length limit (live beams are then finished as they stand, without EOS, and scored the same way),
+or when no live beam is left. For ``alpha <= 0`` that criterion is exact (a longer hypothesis never scores
+higher than its prefix does); for ``alpha > 0`` it is HF's heuristic: a live beam that would have gone on to beat
+the finished ones can be dropped (HF's ``early_stopping="never"`` searches on and may return a better hypothesis).
+Finished sentences leave the batch, so the rest runs on fewer rows.
+
+Against Hugging Face transformers (``generate(num_beams=k, length_penalty=alpha, early_stopping=False,
+num_return_sequences=k)``; tests/generation/test_beam_search_hf_parity.py): with ``length_penalty_style="simple"``
+the ``k`` hypotheses, their order and their scores (HF's ``sequences_scores``) are the same, HF's
+``max_new_tokens`` being ``max_len`` here (with ``max_len_a * src_len + max_len_b`` not below it). Differences:
+attnkit's limit can differ per sentence of a batch (HF has one for the batch); equal candidate scores are
+ordered as step 2 says (HF's ``topk`` orders them arbitrarily); fewer than ``k`` hypotheses are returned when
+fewer exist (a beam wider than the vocabulary allows; HF fills up with ``-1e9``-scored placeholders); scores are
+divided by ``lp`` in float64 (HF: float32, a difference in the last float32 digits); and ``"gnmt"`` (the
+default) has no HF counterpart.
 
 The encoder runs once per batch; its memory is expanded to the beams with ``index_select``.
 """
