@@ -418,6 +418,17 @@ def refuse_changed_config(cfg: Any, saved: dict[str, Any], *, may_change: str = 
                          f"{may_change})")
 
 
+def _read_summary(path: Path) -> dict[str, Any]:
+    """A run's ``summary.json`` as a dict ({} when it cannot be read: then the checkpoint's numbers decide)."""
+    from attnkit.data.json_files import read_json_file
+
+    try:
+        summary = read_json_file(path, ValueError)
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, work_left: bool = False) -> None:
     """On resume: ``ValueError`` when the run in ``out`` (its latest checkpoint's state ``saved``) has nothing left to
     train under ``cfg`` (the resolved config): its ``--steps`` done, its ``--max-time`` used up, or its
@@ -436,6 +447,10 @@ def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, wor
                          f"N > {step} to train more")
     if work_left or not (Path(out) / SUMMARY_FILE).is_file():
         return
+    # the end's time: a checkpoint written at the last step by --ckpt-every, before the clock ran out, holds less
+    summary = _read_summary(Path(out) / SUMMARY_FILE)
+    if summary.get("steps") == step and is_number(summary.get("elapsed")):
+        elapsed = max(elapsed, summary["elapsed"])
     if cfg.steps is not None and step >= cfg.steps:
         raise ValueError(f"{out} already ran its {step} steps (--steps {cfg.steps}): nothing to resume; pass --steps "
                          f"N > {step} (or --max-time MIN without --steps) to train more")
