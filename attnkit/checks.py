@@ -27,7 +27,7 @@ import threading
 from typing import Any, Iterator
 
 __all__ = ["is_int", "is_number", "check_int", "check_float", "check_probability", "check_bool", "check_choice",
-           "check_id", "check_seed", "SEED_MIN", "SEED_MAX", "check_index_tensor", "check_padding_mask",
+           "check_id", "check_seed", "SEED_MIN", "SEED_MAX", "INDEX_MAX", "check_index_tensor", "check_padding_mask",
            "check_token_ids", "checks_on_device", "no_host_reads"]
 
 _on_device = threading.local()  # .depth: how many checks_on_device() blocks this thread is inside
@@ -128,6 +128,7 @@ def check_choice(name: str, value: Any, choices: tuple) -> Any:
 
 
 SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1  # the seeds torch.Generator.manual_seed takes
+INDEX_MAX = 2 ** 31 - 1  # the most elements along the sizes torch's kernels index with 32 bits (batch x length)
 
 
 def check_seed(name: str, seed: Any) -> None:

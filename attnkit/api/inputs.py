@@ -15,7 +15,18 @@ from typing import Any
 
 from .options import DeviceOptions, Log
 
-__all__ = ["ModelText", "load_inspected", "is_seq2seq", "lm_ids", "mt_ids"]
+__all__ = ["ModelText", "load_inspected", "is_seq2seq", "lm_ids", "mt_ids", "BEYOND_CONTEXT"]
+
+# How far past its context (block_size, max_len) a model without learned positions is read: the attention of every
+# layer is T x S per head, so an unbounded text ran for minutes and ended in torch's allocator (160 GB asked).
+BEYOND_CONTEXT = 4
+
+
+def _check_beyond(flag: str, n: int, context: int, what: str) -> None:
+    if n > BEYOND_CONTEXT * context:
+        bos, noun = (" with <bos>", "target") if flag == "--tgt" else ("", "text")
+        raise ValueError(f"{flag} is {n:,} tokens{bos}, more than {BEYOND_CONTEXT} x the model's {what} of {context} "
+                         f"= {BEYOND_CONTEXT * context}, the most viz and trace read: give a shorter {noun}")
 
 
 @dataclass
@@ -64,7 +75,8 @@ def is_seq2seq(model: Any) -> bool:
 def lm_ids(o: ModelText, loaded: Any, log: Log) -> list[int]:
     """``o.text`` as the language model reads a prompt (``LoadedModel.encode_prompt``: ``<bos>`` where it had one).
     Longer than the model's context (``block_size``): refused for learned positions, which have no embedding past
-    it; for the others a note (the model is read past what it was trained on)."""
+    it; for the others a note (the model is read past what it was trained on), and refused past
+    :data:`BEYOND_CONTEXT` times the context."""
     if o.src is not None or o.tgt is not None:
         raise ValueError("--src/--tgt are for translation checkpoints; a language model reads --text")
     if not o.text:
@@ -78,6 +90,7 @@ def lm_ids(o: ModelText, loaded: Any, log: Log) -> list[int]:
         if getattr(config, "position", None) == "learned":
             raise ValueError(f"--text is {len(ids)} tokens, but this model (learned positions) reads at most {block}: "
                              f"give a shorter text")
+        _check_beyond("--text", len(ids), block, "context")
         log(f"note: --text is {len(ids)} tokens, longer than the model's context of {block}: what it shows past "
             f"token {block} is the model read beyond what it was trained on")
     return ids
@@ -85,7 +98,8 @@ def lm_ids(o: ModelText, loaded: Any, log: Log) -> list[int]:
 
 def mt_ids(o: ModelText, model: Any, tokenizer: Any, log: Log) -> tuple[list[int], list[int]]:
     """Source ids (+ ``<eos>``, cut to the model's ``max_len``) and decoder input ids (``<bos>`` + target: given,
-    or the greedy translation, which is logged). Both texts are normalised as training and ``translate`` normalise
+    or the greedy translation, which is logged; a given target past ``max_len`` as a text past a language model's
+    context, :func:`lm_ids`). Both texts are normalised as training and ``translate`` normalise
     theirs (``normalize_text``: NFC, one space for any whitespace run)."""
     from attnkit.data.corpora.parallel import normalize_text
     from attnkit.generation.translate import encode_sources, search_ids
@@ -106,6 +120,7 @@ def mt_ids(o: ModelText, model: Any, tokenizer: Any, log: Log) -> tuple[list[int
             if getattr(model.config, "position", None) == "learned":
                 raise ValueError(f"--tgt is {len(tgt) + 1} tokens with <bos>, but this model (learned positions) "
                                  f"reads at most {max_len}: give a shorter target")
+            _check_beyond("--tgt", len(tgt) + 1, max_len, "max_len")
             log(f"note: --tgt is {len(tgt) + 1} tokens with <bos>, longer than the model's max_len of {max_len}: "
                 f"what it shows past token {max_len} is the model read beyond what it was trained on")
     else:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit.checks import INDEX_MAX
 from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES, MT_DEFAULT_MAX_LEN,
                              MT_DEFAULT_MAX_TOKENS, MT_DEFAULT_PRESET, MT_DEFAULT_VOCAB, MT_DEFAULTS)
 
@@ -127,6 +128,9 @@ class TrainMTOptions(TrainOptions):
                                         ("--max-tokens", self.max_tokens, 2, " (a pair of one token and <eos>)")):
             if value is not None and value < least:  # named by its flag before the data are read and a BPE trained
                 raise ValueError(f"{flag} must be >= {least}{why}, got {value}")
+            if value is not None and value > INDEX_MAX:  # torch's sizes overflow (was: "int too large")
+                raise ValueError(f"{flag} must be at most 2**31 - 1 = {INDEX_MAX:,} (torch's index range), "
+                                 f"got {value:,}")
         # <pad> <bos> <eos> <unk> (and any tags: the BPE trainer checks those)
         check_vocab_size(self.vocab_size, specials=None if self.resume else 4)
         if self.vocab_size is not None and self.tokenizer is not None and not self.resume:

@@ -15,19 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.checks import check_seed
+from attnkit.checks import INDEX_MAX, check_seed
 
 from .inputs import ModelText, is_seq2seq, lm_ids, load_inspected, mt_ids
 from .options import DeviceOptions, Log, default_log
 
 __all__ = ["TracePreset", "trace_model"]
 
+MAX_TRACE_SIZE = INDEX_MAX  # the most random ids (batch x length) and the largest vocabulary a preset is traced with
+
 
 @dataclass
 class TracePreset(DeviceOptions):
     """A preset with random weights (seeded) run on random token ids: ``batch`` rows of ``length`` ids (the target
     of an encoder-decoder, whose source has ``src_len``, default ``length``); ``vocab_size`` overrides the
-    preset's."""
+    preset's. ``batch`` x the longer length and ``vocab_size`` are at most :data:`MAX_TRACE_SIZE`."""
 
     preset: str = ""
     batch: int = 2
@@ -42,6 +44,10 @@ class TracePreset(DeviceOptions):
                             (self.vocab_size, "--vocab-size")):
             if value is not None and value <= 0:
                 raise ValueError(f"{flag} must be a positive integer, got {value}")
+        tokens = self.batch * max(self.length, self.src_len or 0)  # past 2**31 - 1 torch's sizes overflow
+        for value, flag in ((tokens, "--batch x --len (or --src-len)"), (self.vocab_size, "--vocab-size")):
+            if value is not None and value > MAX_TRACE_SIZE:
+                raise ValueError(f"{flag} must be at most 2**31 - 1 = {MAX_TRACE_SIZE:,}, got {value:,}")
         check_seed("--seed", self.seed)
 
 

@@ -103,9 +103,10 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
     anything in an attnkit checkpoint folder or a run's ``checkpoints/``, new or not: the next publish or prune would
     delete it; except names starting with ``run_prefix``: ``eval_`` records), and, when it exists, one that
     ``replaces`` says the command wrote before (an earlier figure, page or record: what a rerun replaces;
-    ``may_replace`` names such a file in the error). The checks are on the file the write reaches once missing
-    folders are made (``new/../mine.png`` is ``mine.png``). Raises ``ValueError`` naming ``flag``; returns the
-    path."""
+    ``may_replace`` names such a file in the error), and never a device, pipe or socket (``/dev/null``: a write
+    would rename a regular file over it; ``/dev/full``: reading what it holds never ends). The checks are on the
+    file the write reaches once missing folders are made (``new/../mine.png`` is ``mine.png``). Raises
+    ``ValueError`` naming ``flag``; returns the path."""
     path = Path(path)
     real = path.resolve()
     if real.is_dir():
@@ -118,6 +119,8 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
         raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
     if not real.exists():
         return path
+    if not real.is_file():  # a device, pipe or socket: written over (/dev/null) or read without end (/dev/full)
+        raise ValueError(f"{flag} {str(path)!r} is not a regular file (a device, pipe or socket); give a file name")
     if replaces is not None and not replaces(real):
         what = f" ({may_replace})" if may_replace else ""
         raise ValueError(f"{flag} {str(path)!r} exists and is not a file this command wrote{what}; it would be "

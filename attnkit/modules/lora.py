@@ -82,6 +82,7 @@ class LoRALinear(nn.Module):
         if not isinstance(base, nn.Linear):
             raise ValueError(f"LoRALinear wraps an nn.Linear, got {type(base).__name__}")
         _check_hyper(rank, alpha, dropout)
+        _check_rank(rank, base, "the layer")
         self.in_features = base.in_features
         self.out_features = base.out_features
         self.rank = int(rank)
@@ -146,6 +147,14 @@ def _check_hyper(rank, alpha, dropout) -> None:
     check_probability("LoRA dropout", dropout)
 
 
+def _check_rank(rank: int, layer: nn.Linear, name: str) -> None:
+    """A rank past the layer's smaller side is no low-rank update (and a huge one overflowed torch's sizes)."""
+    most = min(layer.in_features, layer.out_features)
+    if rank > most:
+        raise ValueError(f"LoRA rank must be <= min(C_in, C_out) = {most} of {name} ({layer.in_features} -> "
+                         f"{layer.out_features}), got {rank}")
+
+
 def _check_model(model) -> None:
     if not isinstance(model, nn.Module):
         raise ValueError(f"expected an nn.Module, got {type(model).__name__}")
@@ -196,10 +205,10 @@ def apply_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0,
         the full dotted names of the adapted layers.
 
     Raises:
-        ValueError: bad rank/alpha/dropout; empty targets; a target matching no Linear (the message lists the
-            available names); a target whose weight is tied to another parameter (``lm_head`` of a model with
-            tied embeddings: merging would silently change the embedding too); a model that already has
-            adapters.
+        ValueError: bad rank/alpha/dropout (a rank above a chosen layer's min(C_in, C_out)); empty targets; a
+            target matching no Linear (the message lists the available names); a target whose weight is tied to
+            another parameter (``lm_head`` of a model with tied embeddings: merging would silently change the
+            embedding too); a model that already has adapters.
 
     Only the wrapped layers' weights and biases are frozen here; call :func:`mark_only_lora_trainable` to
     freeze the rest of the model (embeddings, norms) as well.
@@ -226,6 +235,8 @@ def apply_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0,
         if other is not None:
             raise ValueError(f"cannot put a LoRA adapter on {name!r}: its weight is tied to {other!r}, and "
                              f"merging would change both; leave {name.rsplit('.', 1)[-1]!r} out of targets")
+    for name, layer in chosen:  # every layer before any is wrapped: a refusal leaves the model as it was
+        _check_rank(rank, layer, repr(name))
     for name, layer in chosen:
         _set_submodule(model, name, LoRALinear(layer, rank, alpha, dropout=dropout))
     return [n for n, _ in chosen]

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.checks import SEED_MAX, check_bool, check_choice, check_float, check_int, is_int
+from attnkit.checks import INDEX_MAX, SEED_MAX, check_bool, check_choice, check_float, check_int, is_int
 
 SCHEDULES: tuple[str, ...] = ("cosine", "inverse_sqrt", "constant")
 AUTOCAST_DTYPES: tuple[str | None, ...] = (None, "bf16", "fp16")
@@ -29,6 +29,8 @@ BEST_MODES: tuple[str, ...] = ("min", "max")
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
 # checkpoints are device-free, so a run started on a GPU may continue on the CPU and back.
 RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss")
+# The most tokens in one micro-batch (batch_size x block_size): the indices of torch's kernels are 32-bit.
+MAX_BATCH_TOKENS = INDEX_MAX
 MAX_MINUTES = 1e9  # the longest max_time (about 1,900 years): its seconds stay a finite float
 # The length of a run given neither steps nor max_time (TrainConfig's default and resolve_train_config's).
 DEFAULT_STEPS = 2000
@@ -136,6 +138,9 @@ class TrainConfig:
         self.batch_size = _int("batch_size", self.batch_size, minimum=1)
         self.block_size = _int("block_size", self.block_size, minimum=1)
         self.grad_accum = _int("grad_accum", self.grad_accum, minimum=1)
+        if self.batch_size * self.block_size > MAX_BATCH_TOKENS:  # past it torch's sizes overflow (a traceback)
+            raise ValueError(f"TrainConfig.batch_size x block_size must be at most 2**31 - 1 = {MAX_BATCH_TOKENS:,} "
+                             f"tokens per micro-batch, got {self.batch_size} x {self.block_size}")
 
         self.lr = _float("lr", self.lr, low=0.0, low_inclusive=False)
         self.min_lr = _float("min_lr", self.min_lr, low=0.0)

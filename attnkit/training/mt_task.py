@@ -193,7 +193,8 @@ class MTTask:
     def _with_replay(self, anneal: EncodedPairs) -> EncodedPairs:
         """The anneal pairs followed by ``round(anneal_replay * len(anneal))`` training pairs (at most all), drawn
         without replacement from a generator seeded with the task's seed: the same pairs in every run and resume."""
-        k = min(len(self.train), round(self.anneal_replay * len(anneal)))
+        wanted = self.anneal_replay * len(anneal)  # 1e308 pairs per anneal pair is inf: all of them, not an overflow
+        k = len(self.train) if wanted >= len(self.train) else round(wanted)
         if k == 0:
             return anneal
         import numpy as np

@@ -61,3 +61,31 @@ def test_a_source_or_target_past_the_translators_max_len_is_named(position):
         assert len(tgt) > 8 and lines == [f"note: --tgt is {len(tgt)} tokens with <bos>, longer than the model's "
                                           f"max_len of 8: what it shows past token 8 is the model read beyond what it "
                                           f"was trained on"]
+
+
+def test_a_text_or_target_far_past_the_context_is_refused_before_the_model_runs():
+    """Was: ``viz attention --ckpt MT --src ... --tgt <100,000 characters>`` (sinusoidal positions) got a note, ran
+    the decoder on 100,001 tokens for 40 s and failed in torch's allocator ("you tried to allocate 160003200016
+    bytes"); a long ``--text`` for a language model without learned positions did the same."""
+    from types import SimpleNamespace
+
+    from attnkit.api.inputs import BEYOND_CONTEXT, lm_ids, mt_ids
+    from attnkit.models import build_model
+    from helpers import tiny_transformer_config
+
+    tok = BPETokenizer.train(["das haus ist gross", "the house is big"] * 5, 280,
+                             special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"])
+    model = build_model(tiny_transformer_config(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size,
+                                                max_len=8, pad_id=tok.pad_id, position="sinusoidal")).eval()
+    notes: list[str] = []
+    with pytest.raises(ValueError, match=rf"^--tgt is [\d,]+ tokens with <bos>, more than {BEYOND_CONTEXT} x the "
+                                         rf"model's max_len of 8 = {8 * BEYOND_CONTEXT}, the most viz and trace "
+                                         r"read: give a shorter target$"):
+        mt_ids(ModelText(ckpt="run", src="das haus", tgt="the house " * 5000), model, tok, notes.append)
+    assert notes == []
+    loaded = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(block_size=8, position="rope")),
+                             encode_prompt=lambda text: list(range(len(text))))
+    assert len(lm_ids(ModelText(ckpt="x", text="a" * 8 * BEYOND_CONTEXT), loaded, notes.append)) == 32  # a note
+    with pytest.raises(ValueError, match=rf"^--text is 33 tokens, more than {BEYOND_CONTEXT} x the model's context "
+                                         rf"of 8 = 32, the most viz and trace read: give a shorter text$"):
+        lm_ids(ModelText(ckpt="x", text="a" * (8 * BEYOND_CONTEXT + 1)), loaded, notes.append)

@@ -255,6 +255,9 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
     (lambda: api.TrainMTOptions(max_len=1),  # was refused after the BPE was trained, naming max_src_len
      r"^--max-len must be >= 2 \(one token plus <bos>/<eos>\), got 1$"),
     (lambda: api.TrainMTOptions(max_tokens=0), r"^--max-tokens must be >= 2 \(a pair of one token and <eos>\), got 0$"),
+    (lambda: api.TrainMTOptions(max_len=2**63),  # was "Python int too large to convert to C long" (no flag named)
+     r"^--max-len must be at most 2\*\*31 - 1 = 2,147,483,647 \(torch's index range\), got 9,223,372,036,854,775,808$"),
+    (lambda: api.TrainMTOptions(max_tokens=2**31), r"^--max-tokens must be at most 2\*\*31 - 1 = 2,147,483,647 "),
     (lambda: api.TrainLMOptions(vocab_size=0, resume=True, out="run"),
      r"--vocab-size must be in \[1, 4,194,304\], got 0"),
     (lambda: api.TrainMTOptions(tokenizer="tok.json", vocab_size=500),
@@ -439,6 +442,24 @@ def test_a_run_whose_end_is_not_recorded_resumes_to_finish(lm_run, tmp_path):
     (run / "summary.json").unlink()  # a signal during its last update: a checkpoint at step 5, no summary
     result = api.train_lm(out=run, resume=True, progress=False, log=quiet)
     assert result.steps == 5 and result.summary["stopped_by"] == "steps" and (run / "summary.json").is_file()
+
+
+def test_a_timed_run_whose_last_checkpoint_was_written_before_its_time_ran_out_is_spent_too(corpus, tmp_path):
+    """Was: when --ckpt-every wrote the last step's checkpoint just before the clock passed --max-time, the run
+    ended without another checkpoint, whose ``elapsed`` (below the budget) let a resume train on (a flaky test
+    below, under load): the summary's time of the end now counts too."""
+    import json
+
+    from attnkit.checkpoints.checkpoint import latest_checkpoint
+
+    timed = api.train_lm(data=str(corpus), out=tmp_path / "timed", max_time=0.002, log=quiet, **TINY_LM)
+    assert timed.summary["stopped_by"] == "max_time"
+    state_file = latest_checkpoint(timed.out / "checkpoints") / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["step"] == timed.steps
+    state_file.write_text(json.dumps(dict(state, elapsed=0.9 * 0.002 * 60)))  # as saved before the clock ran out
+    with pytest.raises(ValueError, match=r"timed already used its time budget \(--max-time 0.002: "):
+        api.train_lm(out=timed.out, resume=True, progress=False, log=quiet)
 
 
 def test_resuming_a_run_that_used_its_time_or_reached_its_target_is_refused(corpus, tmp_path):

@@ -5,6 +5,7 @@ Axis legend: none (folders and files only).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,18 @@ def test_check_output_file_keeps_runs_folders_and_other_files(tmp_path):
         check_output_file(mine, "--out", replaces=lambda p: p.read_text() == "figure", may_replace="a figure")
     mine.write_text("figure")
     assert check_output_file(mine, "--out", replaces=lambda p: p.read_text() == "figure") == mine
+
+
+def test_check_output_file_refuses_devices_and_pipes(tmp_path):
+    """Was: an existing ``/dev/full`` was read to see whether a rerun may replace it (``eval --json /dev/full``,
+    ``translate --output /dev/full``: zeros without end until the kernel killed the process), and ``translate
+    --output /dev/null`` wrote ``/dev/null.json`` then failed with ``[Errno 22] Invalid argument``."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in ("/dev/full", "/dev/null", fifo):
+        if Path(path).exists():
+            with pytest.raises(ValueError, match=r"^--json .* is not a regular file \(a device, pipe or socket\); "):
+                check_output_file(path, "--json", replaces=lambda p: pytest.fail(f"{p} was read"))
 
 
 def test_outputs_spelled_through_a_missing_folder_are_checked_where_they_land(tmp_path, monkeypatch):

@@ -123,6 +123,20 @@ def test_a_file_where_the_record_goes_that_is_not_a_record_is_refused(run, mono,
     assert mine.read_text(encoding="utf-8") == '{"my": "settings"}' and not (tmp_path / "out.tsv").exists()
 
 
+def test_a_device_as_output_is_one_line_and_nothing_is_written_beside_it(run, mono, capsys):
+    """Was: ``--output /dev/null`` wrote ``/dev/null.json`` (as root) and failed with ``[Errno 22] Invalid
+    argument``; ``--output /dev/full`` read zeros without end until the kernel killed the process."""
+    record, had_record = Path("/dev/null.json"), Path("/dev/null.json").exists()
+    try:
+        assert _translate(run, "--input", str(mono), "--output", "/dev/null") == 2
+        assert capsys.readouterr().err == ("attnkit translate: error: --output '/dev/null' is not a regular file (a "
+                                           "device, pipe or socket); give a file name\n")
+        assert record.exists() == had_record
+    finally:
+        if record.exists() and not had_record:
+            record.unlink()
+
+
 # ---- what a line is ------------------------------------------------------------------------------------------------
 def test_a_bare_carriage_return_stays_inside_its_line(run, tmp_path, capsys, monkeypatch):
     """One line in, one line out, from --input as from stdin: lines end at \\n only (a final \\r\\n is stripped)."""

@@ -299,3 +299,18 @@ def test_lora_dropout_acts_on_the_adapter_path_only():
     lora = LoRALinear(base, rank=2, alpha=4.0, dropout=0.5).train()
     x = torch.randn(5, 8)
     assert torch.equal(lora(x), base(x))
+
+
+def test_a_rank_past_the_layers_smaller_side_is_refused_before_any_layer_is_wrapped():
+    """Was: ``finetune --lora --lora-rank 9223372036854775808`` ended in a traceback from ``torch.empty`` ("Overflow
+    when unpacking long long"), and 2**31 asked torch's allocator for 275 GB."""
+    with pytest.raises(ValueError, match=r"^LoRA rank must be <= min\(C_in, C_out\) = 4 of the layer \(16 -> 4\), "
+                                         r"got 5$"):
+        LoRALinear(nn.Linear(16, 4), rank=5, alpha=2.0)
+    assert LoRALinear(nn.Linear(16, 4), rank=4, alpha=2.0).rank == 4
+    model = tiny_gpt()
+    for rank in (2**63, 2**31):
+        with pytest.raises(ValueError, match=rf"^LoRA rank must be <= min\(C_in, C_out\) = \d+ of '.*' \(.*\), "
+                                             rf"got {rank}$"):
+            apply_lora(model, rank=rank, alpha=2.0)
+        assert not any(isinstance(m, LoRALinear) for m in model.modules())

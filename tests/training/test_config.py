@@ -220,3 +220,13 @@ def test_a_time_limited_run_ends_its_default_warmup_by_a_tenth_of_the_budget():
                                 {"max_time": 2.0}).warmup_time_share is None  # a resumed run keeps its own
     with pytest.raises(ValueError, match="warmup_time_share"):
         TrainConfig(warmup_time_share=1.5)
+
+
+def test_a_micro_batch_past_torchs_index_range_is_refused():
+    """Was: ``train lm --batch-size 9223372036854775808`` ended in a traceback from ``torch.randint`` ("Overflow
+    when unpacking long long"), and 2**31 asked torch's allocator for 292 GB after 26 s."""
+    assert TrainConfig(steps=1, warmup_steps=0, batch_size=2**31 - 1, block_size=1).batch_size == 2**31 - 1
+    for batch, block in ((2**63, 128), (2**31, 1), (2**24, 2**8)):
+        with pytest.raises(ValueError, match=r"^TrainConfig.batch_size x block_size must be at most 2\*\*31 - 1 = "
+                                             rf"2,147,483,647 tokens per micro-batch, got {batch} x {block}$"):
+            TrainConfig(steps=1, warmup_steps=0, batch_size=batch, block_size=block)
