@@ -11,15 +11,17 @@ Schedules are written as a function of ``n``, the 1-based number of the update a
 (else ``steps``):
 
 * ``cosine``       n <= W: ``lr * n / W``; W < n < N: ``min_lr + (lr - min_lr) * (1 + cos(pi * (n - W) / (N - W))) / 2``;
-                   n >= N: ``min_lr``. So update W runs at the peak ``lr`` and the last update at ``min_lr`` (with W = N,
-                   warmup to the end, there is no decay: the last update runs at the peak).
+                   n >= N: ``min_lr``. So update W runs at the peak ``lr`` and the last update at ``min_lr``
+                   (with W = N, warmup to the end, there is no decay: the last update runs at the peak).
 * ``inverse_sqrt`` ``lr * d_model**-0.5 * min(n**-0.5, n * W**-1.5)`` ("Attention Is All You Need", eq. 3,
                    with ``lr`` as a scale factor: ``lr=1.0`` is the paper); peaks at n = W.
 * ``constant``     n <= W: ``lr * n / W``; afterwards ``lr``.
 
 A time-limited run (no ``N``) may also end its warmup by time: with ``warmup_time_share = s`` and ``f`` the share
 of the time budget used, the cosine and constant warmups last while ``n <= W`` and ``f < s``, at
-``max(lr * n / W, lr * f / s)``.
+``max(lr * n / W, lr * f / s)``. Its cosine then runs over the whole budget, not over what is left after the
+warmup: ``min_lr + (lr - min_lr) * (1 + cos(pi * f)) / 2``, so the first update after a warmup that ended at
+``f = 0.1`` runs at about ``0.976 * lr`` (with ``min_lr = 0``), not at the peak.
 
 No tensors are involved here, so there are no shapes to document.
 """
