@@ -89,3 +89,25 @@ def test_a_text_or_target_far_past_the_context_is_refused_before_the_model_runs(
     with pytest.raises(ValueError, match=rf"^--text is 33 tokens, more than {BEYOND_CONTEXT} x the model's context "
                                          rf"of 8 = 32, the most viz and trace read: give a shorter text$"):
         lm_ids(ModelText(ckpt="x", text="a" * (8 * BEYOND_CONTEXT + 1)), loaded, notes.append)
+
+
+def test_a_target_is_counted_with_its_bos_against_the_limit():
+    """The decoder reads <bos> + target: a target of exactly 4 x max_len tokens is one too many."""
+    from attnkit.api.inputs import BEYOND_CONTEXT, mt_ids
+    from attnkit.models import build_model
+    from helpers import tiny_transformer_config
+
+    tok = BPETokenizer.train(["das haus ist gross", "the house is big"] * 5, 280,
+                             special_tokens=["<pad>", "<bos>", "<eos>", "<unk>"])
+    model = build_model(tiny_transformer_config(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size,
+                                                max_len=8, pad_id=tok.pad_id, position="sinusoidal")).eval()
+    most = 8 * BEYOND_CONTEXT
+    target = "x" * most  # one token a letter (no merge of "xx" in this corpus)
+    assert len(tok.encode(target)) == most
+    notes: list[str] = []
+    with pytest.raises(ValueError, match=rf"^--tgt is {most + 1} tokens with <bos>, more than "):
+        mt_ids(ModelText(ckpt="run", src="das haus", tgt=target), model, tok, notes.append)
+    shorter = target[:-1]
+    assert len(tok.encode(shorter)) == most - 1
+    _, tgt = mt_ids(ModelText(ckpt="run", src="das haus", tgt=shorter), model, tok, notes.append)
+    assert len(tgt) == most and len(notes) == 1  # a note only

@@ -258,6 +258,7 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
     (lambda: api.TrainMTOptions(max_len=2**63),  # was "Python int too large to convert to C long" (no flag named)
      r"^--max-len must be at most 2\*\*31 - 1 = 2,147,483,647 \(torch's index range\), got 9,223,372,036,854,775,808$"),
     (lambda: api.TrainMTOptions(max_tokens=2**31), r"^--max-tokens must be at most 2\*\*31 - 1 = 2,147,483,647 "),
+    (lambda: api.TrainMTOptions(max_len=2**31), r"^--max-len must be at most 2\*\*31 - 1 = 2,147,483,647 "),
     (lambda: api.TrainLMOptions(vocab_size=0, resume=True, out="run"),
      r"--vocab-size must be in \[1, 4,194,304\], got 0"),
     (lambda: api.TrainMTOptions(tokenizer="tok.json", vocab_size=500),
@@ -271,6 +272,11 @@ def test_train_mt_resume_refuses_another_tokenizer_file(mt_run, tmp_path):
 def test_train_options_refuse_what_the_run_sets_itself(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_train_mt_options_take_max_len_and_max_tokens_up_to_torchs_index_range():
+    options_made = api.TrainMTOptions(max_len=2**31 - 1, max_tokens=2**31 - 1)
+    assert (options_made.max_len, options_made.max_tokens) == (2**31 - 1, 2**31 - 1)
 
 
 def test_set_vocab_size_pads_the_vocabulary_but_never_cuts_it(corpus, tmp_path):
@@ -460,6 +466,45 @@ def test_a_timed_run_whose_last_checkpoint_was_written_before_its_time_ran_out_i
     state_file.write_text(json.dumps(dict(state, elapsed=0.9 * 0.002 * 60)))  # as saved before the clock ran out
     with pytest.raises(ValueError, match=r"timed already used its time budget \(--max-time 0.002: "):
         api.train_lm(out=timed.out, resume=True, progress=False, log=quiet)
+
+
+@pytest.mark.parametrize("summary, refused", [
+    ({"steps": 10, "elapsed": 61.0}, True),  # the end's time counts
+    ({"steps": 9, "elapsed": 61.0}, False),  # the end of another step: not this checkpoint's
+    ({"steps": 10, "elapsed": "61"}, False),  # not a number: the checkpoint's decides
+    ("[10, 61.0]", False),  # not an object
+    ("{not json", False),
+    ("\udcff", False),  # not UTF-8
+])
+def test_refuse_spent_resume_reads_the_summarys_time_of_the_same_step_only(tmp_path, summary, refused):
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(steps=None, max_time=1.0, max_time_s=60.0, stop_at_loss=None)
+    text = summary if isinstance(summary, str) else json.dumps(summary)
+    (tmp_path / "summary.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    if refused:
+        with pytest.raises(ValueError, match=r"already used its time budget \(--max-time 1: 61.0 s of training"):
+            options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 30.0}, cfg)
+    else:
+        options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 30.0}, cfg)
+
+
+def test_refuse_spent_resume_keeps_the_checkpoints_time_when_the_summarys_is_less_or_unreadable(tmp_path,
+                                                                                              monkeypatch):
+    from types import SimpleNamespace
+
+    from attnkit.data import json_files
+
+    cfg = SimpleNamespace(steps=None, max_time=1.0, max_time_s=60.0, stop_at_loss=None)
+    (tmp_path / "summary.json").write_text(json.dumps({"steps": 10, "elapsed": 30.0}))
+    with pytest.raises(ValueError, match=r"already used its time budget \(--max-time 1: 61.0 s of training"):
+        options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 61.0}, cfg)
+
+    def unreadable(path, make_error):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(json_files, "read_json_file", unreadable)
+    options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 30.0}, cfg)  # the checkpoint's time decides
 
 
 def test_resuming_a_run_that_used_its_time_or_reached_its_target_is_refused(corpus, tmp_path):

@@ -27,6 +27,13 @@ def test_sizes_past_torchs_range_are_refused_before_the_model_is_built(given, me
     assert MAX_TRACE_SIZE == 2**31 - 1
 
 
+def test_sizes_up_to_torchs_range_are_taken():
+    """The bounds themselves pass (the model is not built here)."""
+    assert TracePreset(preset="char-small", batch=MAX_TRACE_SIZE, length=1, device="cpu").batch == MAX_TRACE_SIZE
+    assert TracePreset(preset="transformer-small", batch=1, length=3, src_len=MAX_TRACE_SIZE, device="cpu")
+    assert TracePreset(preset="char-small", vocab_size=MAX_TRACE_SIZE, device="cpu").vocab_size == MAX_TRACE_SIZE
+
+
 def test_a_small_preset_trace_still_runs():
     result = trace_model(TracePreset(preset="char-small", batch=1, length=3, device="cpu"))
     assert "B=1" in result.format()

@@ -314,3 +314,14 @@ def test_a_rank_past_the_layers_smaller_side_is_refused_before_any_layer_is_wrap
                                              rf"got {rank}$"):
             apply_lora(model, rank=rank, alpha=2.0)
         assert not any(isinstance(m, LoRALinear) for m in model.modules())
+
+
+def test_the_rank_is_bounded_by_the_smaller_side_either_way_and_checked_for_every_layer_first():
+    with pytest.raises(ValueError, match=r"^LoRA rank must be <= min\(C_in, C_out\) = 4 of the layer \(4 -> 16\)"):
+        LoRALinear(nn.Linear(4, 16), rank=5, alpha=2.0)
+    model = nn.Sequential()
+    model.add_module("wide", nn.Linear(16, 16))
+    model.add_module("narrow", nn.Linear(16, 2))
+    with pytest.raises(ValueError, match=r"^LoRA rank must be <= min\(C_in, C_out\) = 2 of 'narrow' \(16 -> 2\)"):
+        apply_lora(model, rank=4, alpha=2.0, targets=("wide", "narrow"))
+    assert not any(isinstance(m, LoRALinear) for m in model.modules())  # "wide" (first, rank 4 fits) kept too

@@ -230,3 +230,9 @@ def test_a_micro_batch_past_torchs_index_range_is_refused():
         with pytest.raises(ValueError, match=r"^TrainConfig.batch_size x block_size must be at most 2\*\*31 - 1 = "
                                              rf"2,147,483,647 tokens per micro-batch, got {batch} x {block}$"):
             TrainConfig(steps=1, warmup_steps=0, batch_size=batch, block_size=block)
+
+
+def test_the_micro_batch_bound_leaves_grad_accum_out():
+    """grad_accum runs its micro-batches one after another: only batch_size x block_size meets torch's sizes."""
+    cfg = TrainConfig(steps=1, warmup_steps=0, batch_size=2**31 - 1, block_size=1, grad_accum=4)
+    assert (cfg.batch_size, cfg.grad_accum) == (2**31 - 1, 4)

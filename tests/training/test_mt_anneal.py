@@ -207,6 +207,8 @@ def test_replay_is_capped_by_the_training_pairs_and_zero_is_plain_annealing():
     assert _task(0.25, anneal_replay=10.0).n_replayed == 64  # all 64 training pairs, not 240
     # Was: "cannot convert float infinity to integer" (train mt --anneal-replay 1e308): R x pairs overflowed to inf
     assert _task(0.25, anneal_replay=1e308).n_replayed == 64
+    # round(R x 24 anneal pairs) below the 64 training pairs: 2.4 -> 2, 10.8 -> 11, 63.0 -> 63 (not all 64)
+    assert [_task(0.25, anneal_replay=r).n_replayed for r in (0.1, 0.45, 63 / 24)] == [2, 11, 63]
     plain = _task(0.25, anneal_replay=0.0)
     assert plain.n_replayed == 0 and len(plain.batchers["anneal"].data) == 24
     assert "anneal_replay" not in plain.state_dict()  # runs from before the option resume as they were

@@ -221,7 +221,23 @@ def test_a_tokenizer_saved_with_truncation_and_padding_neither_truncates_nor_pad
     assert backend.truncation["max_length"] == 8 and backend.padding["length"] == 16  # the caller's object kept
 
 
-@pytest.mark.parametrize("texts", [None, 5, b"To be", Path("corpus.txt")])
+@pytest.mark.parametrize("on", ["truncation", "padding"])
+def test_a_tokenizer_saved_with_only_truncation_or_only_padding_is_wrapped_without_it(tok, on):
+    """Either setting alone is turned off too (the test above sets both)."""
+    text = " ".join(CORPUS[:3])
+    backend = tokenizers.Tokenizer.from_str(tok.backend.to_str())
+    if on == "truncation":
+        backend.enable_truncation(max_length=4)
+    else:
+        backend.enable_padding(length=len(tok.encode(text)) + 8, pad_id=0, pad_token="<pad>")
+    wrapped = BPETokenizer(backend, pad="<pad>")
+    assert wrapped.encode(text) == tok.encode(text)
+    assert wrapped.encode_batch([text, "To"]) == [tok.encode(text), tok.encode("To")]
+    assert wrapped.backend.truncation is None and wrapped.backend.padding is None
+    assert (backend.truncation, backend.padding) != (None, None)  # the caller's object kept
+
+
+@pytest.mark.parametrize("texts", [None, 5, b"To be", bytearray(b"To be"), Path("corpus.txt")])
 def test_train_refuses_what_is_not_text(texts):
     """Was: a TypeError ("'NoneType' object is not iterable", "'PosixPath' object ..."), and for bytes "item 0 is
     int"."""

@@ -114,7 +114,7 @@ def test_a_vocabulary_with_a_lone_surrogate_is_saved_and_loads_back(tmp_path):
     # (other text stays readable: written as UTF-8, not as escapes)
 
 
-@pytest.mark.parametrize("text", [None, 5, b"To be", Path("corpus.txt")])
+@pytest.mark.parametrize("text", [None, 5, b"To be", bytearray(b"To be"), Path("corpus.txt")])
 def test_train_refuses_what_is_not_text(text):
     """Was: a TypeError ("'NoneType' object is not iterable"), and for bytes "item 0 is int"."""
     with pytest.raises(ValueError, match=f"CharTokenizer.train expects a string or an iterable of strings, got "
