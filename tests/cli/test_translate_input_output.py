@@ -49,6 +49,12 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+def _refused(match: str, run: Path, source: Path, output: Path) -> None:
+    """translate --output refuses before anything is written (quietly: no bar)."""
+    with pytest.raises(ValueError, match=match):
+        translate_file(TranslateFileOptions(ckpt=run, input=source, output=output, progress=False))
+
+
 # ---- an existing --output ------------------------------------------------------------------------------------------
 def test_an_output_without_a_complete_line_that_is_no_pair_is_refused_untouched(run, mono, tmp_path, capsys):
     """One line without its final newline used to be taken for "the line a stop cut off": cut off and overwritten."""
@@ -101,25 +107,20 @@ def test_a_line_cut_off_by_a_stop_is_translated_again(run, mono, tmp_path, keep)
 
 def test_the_input_file_is_never_the_output(run, mono, tmp_path):
     before = mono.read_bytes()
-    with pytest.raises(ValueError, match=r"--output is the --input file .*mono.txt"):
-        translate_file(TranslateFileOptions(ckpt=run, input=mono, output=mono, progress=False))
-    with pytest.raises(ValueError, match=r"--output is the --input file"):  # another spelling of the same path
-        translate_file(TranslateFileOptions(ckpt=run, input=mono, output=tmp_path / "." / "mono.txt",
-                                            progress=False))
+    _refused(r"--output is the --input file .*mono.txt", run, mono, mono)
+    _refused(r"--output is the --input file", run, mono, tmp_path / "." / "mono.txt")  # another spelling of it
     assert mono.read_bytes() == before and not (tmp_path / "mono.txt.json").exists()
     # nor is the record beside it
     source = tmp_path / "pairs.tsv.json"
     source.write_text("a b\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"the record of --output \(pairs.tsv.json\) is the --input file"):
-        translate_file(TranslateFileOptions(ckpt=run, input=source, output=tmp_path / "pairs.tsv", progress=False))
+    _refused(r"the record of --output \(pairs.tsv.json\) is the --input file", run, source, tmp_path / "pairs.tsv")
     assert source.read_text(encoding="utf-8") == "a b\n" and not (tmp_path / "pairs.tsv").exists()
 
 
 def test_a_file_where_the_record_goes_that_is_not_a_record_is_refused(run, mono, tmp_path):
     mine = tmp_path / "out.tsv.json"
     mine.write_text('{"my": "settings"}', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"out.tsv.json exists and is not the record of a translate --output run"):
-        translate_file(TranslateFileOptions(ckpt=run, input=mono, output=tmp_path / "out.tsv", progress=False))
+    _refused(r"out.tsv.json exists and is not the record of a translate --output run", run, mono, tmp_path / "out.tsv")
     assert mine.read_text(encoding="utf-8") == '{"my": "settings"}' and not (tmp_path / "out.tsv").exists()
 
 
