@@ -101,7 +101,7 @@ def starting_up() -> Iterator[None]:
     a ``KeyboardInterrupt`` can cause; a shell reports exit code 130. Nothing is written before the command runs, so
     nothing is lost. Afterwards the previous handler is back (Python's ``KeyboardInterrupt``, which the commands
     handle). A SIGINT the process ignores (a background job) stays ignored; outside the main thread nothing changes.
-    A closed stderr is made safe first (:func:`standard_streams`)."""
+    A closed stderr or stdout is dealt with first (:func:`standard_streams`)."""
     standard_streams()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main_thread else signal.SIG_IGN

@@ -431,8 +431,9 @@ def _read_summary(path: Path) -> dict[str, Any]:
 
 def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, work_left: bool = False) -> None:
     """On resume: ``ValueError`` when the run in ``out`` (its latest checkpoint's state ``saved``) has nothing left to
-    train under ``cfg`` (the resolved config): its ``--steps`` done, its ``--max-time`` used up, or its
-    ``--stop-at-loss`` reached already; the message names the flag to raise (or lower). A run whose end is not
+    train under ``cfg`` (the resolved config): its ``--steps`` done, its ``--max-time`` used up (by the checkpoint's
+    ``elapsed``, or the end's in ``summary.json`` when that records the same step), or its ``--stop-at-loss``
+    reached already; the message names the flag to raise (or lower). A run whose end is not
     recorded (no ``summary.json``: a signal stopped its last update) or whose command has ``work_left`` after
     training (``train mt``'s scoring or averaging) resumes to finish it. A ``--steps`` below the run's step is
     refused either way. Values of an edited state that are not numbers are left to the trainer, which names them."""

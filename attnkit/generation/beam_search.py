@@ -149,8 +149,8 @@ def _advance_sentence(pool: list[Hypothesis], candidates, prefixes: list[list[in
 
     ``candidates`` are ``(score, beam, token)`` best first; ``prefixes`` the ``k`` beams' tokens after BOS.
     Returns ``k`` ``(score, beam, token)`` (dead placeholders copy the best beam with score ``-inf``), or
-    ``[]`` when the sentence is done: at its length ``limit``, with no live beam, or when no live beam can
-    beat the ``k`` finished hypotheses.
+    ``[]`` when the sentence is done: at its length ``limit``, with no live beam, or when the best live beam,
+    scored as it stands, does not beat the worst of ``k`` finished hypotheses (see the module docstring).
     """
     live: list[tuple[float, int, int]] = []  # (score, beam, token), best first
     for rank, (s, beam, tok) in enumerate(candidates):

@@ -63,7 +63,7 @@ class LoRALinear(nn.Module):
 
     Args:
         base: the layer to adapt. Its ``weight`` and ``bias`` tensors are reused (not copied) and frozen.
-        rank: r >= 1, the rank of the update.
+        rank: ``1 <= r <= min(C_in, C_out)``, the rank of the update.
         alpha: > 0; the update is scaled by ``alpha / rank``.
         dropout: dropout probability on the adapter's input (the frozen path sees the undropped input).
 

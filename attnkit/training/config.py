@@ -66,7 +66,7 @@ class TrainConfig:
             per process and becomes ``B = batch_size * N`` here). block_size: T for language modelling (read by the task
             builder, e.g. ``LMTask``; the loop itself does not use it). grad_accum: micro-batches per update
             (gradients are averaged over all tokens of all micro-batches, so ``grad_accum=2, batch_size=b``
-            equals ``batch_size=2b``).
+            equals ``batch_size=2b``). ``batch_size x block_size`` is at most ``MAX_BATCH_TOKENS`` (2**31 - 1).
     Optimizer (see ``optim.py``):
         optimizer: "adamw" (AdamW, decay on matrices only) or "muon" (Muon on the hidden matrices, AdamW on
         embeddings, output layer, biases and norms; ``muon.py``). lr, weight_decay, betas, eps (of AdamW, and lr
