@@ -432,8 +432,8 @@ def _read_summary(path: Path) -> dict[str, Any]:
 def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, work_left: bool = False) -> None:
     """On resume: ``ValueError`` when the run in ``out`` (its latest checkpoint's state ``saved``) has nothing left to
     train under ``cfg`` (the resolved config): its ``--steps`` done, its ``--max-time`` used up (by the checkpoint's
-    ``elapsed``, or the end's in ``summary.json`` when that records the same step), or its ``--stop-at-loss``
-    reached already; the message names the flag to raise (or lower). A run whose end is not
+    ``elapsed``, or at least the run's own budget when ``summary.json`` says its clock stopped it at this step), or
+    its ``--stop-at-loss`` reached already; the message names the flag to raise (or lower). A run whose end is not
     recorded (no ``summary.json``: a signal stopped its last update) or whose command has ``work_left`` after
     training (``train mt``'s scoring or averaging) resumes to finish it. A ``--steps`` below the run's step is
     refused either way. Values of an edited state that are not numbers are left to the trainer, which names them."""
@@ -448,10 +448,11 @@ def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, wor
                          f"N > {step} to train more")
     if work_left or not (Path(out) / SUMMARY_FILE).is_file():
         return
-    # the end's time: a checkpoint written at the last step by --ckpt-every, before the clock ran out, holds less
-    summary = _read_summary(Path(out) / SUMMARY_FILE)
-    if summary.get("steps") == step and is_number(summary.get("elapsed")):
-        elapsed = max(elapsed, summary["elapsed"])
+    # a run stopped by its clock at this checkpoint's step had used its own budget, though the checkpoint (written at
+    # that step by --ckpt-every just before the clock passed it) may hold a little less
+    summary, budget = _read_summary(Path(out) / SUMMARY_FILE), (saved.get("train_config") or {}).get("max_time")
+    if summary.get("steps") == step and summary.get("stopped_by") == "max_time" and is_number(budget):
+        elapsed = max(elapsed, budget * 60.0)
     if cfg.steps is not None and step >= cfg.steps:
         raise ValueError(f"{out} already ran its {step} steps (--steps {cfg.steps}): nothing to resume; pass --steps "
                          f"N > {step} (or --max-time MIN without --steps) to train more")

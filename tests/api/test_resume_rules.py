@@ -453,7 +453,7 @@ def test_a_run_whose_end_is_not_recorded_resumes_to_finish(lm_run, tmp_path):
 def test_a_timed_run_whose_last_checkpoint_was_written_before_its_time_ran_out_is_spent_too(corpus, tmp_path):
     """Was: when --ckpt-every wrote the last step's checkpoint just before the clock passed --max-time, the run
     ended without another checkpoint, whose ``elapsed`` (below the budget) let a resume train on (a flaky test
-    below, under load): the summary's time of the end now counts too."""
+    below, under load): a run its clock stopped at this step has used at least its own budget."""
     import json
 
     from attnkit.checkpoints.checkpoint import latest_checkpoint
@@ -469,42 +469,47 @@ def test_a_timed_run_whose_last_checkpoint_was_written_before_its_time_ran_out_i
 
 
 @pytest.mark.parametrize("summary, refused", [
-    ({"steps": 10, "elapsed": 61.0}, True),  # the end's time counts
-    ({"steps": 9, "elapsed": 61.0}, False),  # the end of another step: not this checkpoint's
-    ({"steps": 10, "elapsed": "61"}, False),  # not a number: the checkpoint's decides
+    ({"steps": 10, "stopped_by": "max_time"}, True),  # its clock passed its own budget of 30 s at this step
+    ({"steps": 9, "stopped_by": "max_time"}, False),  # the end of another step: not this checkpoint's
+    ({"steps": 10, "stopped_by": "steps"}, False),
     ("[10, 61.0]", False),  # not an object
     ("{not json", False),
     ("\udcff", False),  # not UTF-8
 ])
-def test_refuse_spent_resume_reads_the_summarys_time_of_the_same_step_only(tmp_path, summary, refused):
+def test_refuse_spent_resume_counts_the_runs_own_budget_when_its_clock_stopped_it_at_this_step(tmp_path, summary,
+                                                                                                refused):
     from types import SimpleNamespace
 
-    cfg = SimpleNamespace(steps=None, max_time=1.0, max_time_s=60.0, stop_at_loss=None)
+    cfg = SimpleNamespace(steps=None, max_time=0.5, max_time_s=30.0, stop_at_loss=None)
     text = summary if isinstance(summary, str) else json.dumps(summary)
     (tmp_path / "summary.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    saved = {"step": 10, "elapsed": 29.5, "train_config": {"max_time": 0.5}}
     if refused:
-        with pytest.raises(ValueError, match=r"already used its time budget \(--max-time 1: 61.0 s of training"):
-            options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 30.0}, cfg)
+        with pytest.raises(ValueError, match=r"already used its time budget \(--max-time 0.5: 30.0 s of training"):
+            options.refuse_spent_resume(tmp_path, saved, cfg)
     else:
-        options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 30.0}, cfg)
+        options.refuse_spent_resume(tmp_path, saved, cfg)
 
 
-def test_refuse_spent_resume_keeps_the_checkpoints_time_when_the_summarys_is_less_or_unreadable(tmp_path,
-                                                                                              monkeypatch):
+def test_refuse_spent_resume_lets_a_larger_budget_resume_and_reads_no_budget_it_cannot(tmp_path, monkeypatch):
+    """The end's time after the stop (the final evaluation, the tables) is not counted: a resume with a larger
+    --max-time trains on (was refused in the docs' example when the first run's final evaluation was slow)."""
     from types import SimpleNamespace
 
     from attnkit.data import json_files
 
-    cfg = SimpleNamespace(steps=None, max_time=1.0, max_time_s=60.0, stop_at_loss=None)
-    (tmp_path / "summary.json").write_text(json.dumps({"steps": 10, "elapsed": 30.0}))
-    with pytest.raises(ValueError, match=r"already used its time budget \(--max-time 1: 61.0 s of training"):
-        options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 61.0}, cfg)
+    (tmp_path / "summary.json").write_text(json.dumps({"steps": 10, "stopped_by": "max_time", "elapsed": 36.0}))
+    larger = SimpleNamespace(steps=None, max_time=0.55, max_time_s=33.0, stop_at_loss=None)
+    options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 29.5, "train_config": {"max_time": 0.5}}, larger)
+    same = SimpleNamespace(steps=None, max_time=0.5, max_time_s=30.0, stop_at_loss=None)
+    for train_config in ({}, {"max_time": None}, {"max_time": "0.5"}):  # no budget to read: the checkpoint's time
+        options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 29.5, "train_config": train_config}, same)
 
     def unreadable(path, make_error):
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(json_files, "read_json_file", unreadable)
-    options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 30.0}, cfg)  # the checkpoint's time decides
+    options.refuse_spent_resume(tmp_path, {"step": 10, "elapsed": 29.5, "train_config": {"max_time": 0.5}}, same)
 
 
 def test_resuming_a_run_that_used_its_time_or_reached_its_target_is_refused(corpus, tmp_path):
