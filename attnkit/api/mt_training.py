@@ -50,8 +50,8 @@ from attnkit.recipes import (MT_DEFAULT_ANNEAL_SHARE, MT_DEFAULT_BLEU_SENTENCES,
 from .interruption import resume_hint
 from .launcher import is_main_process, world_size
 from .options import (Log, RunResult, TrainOptions, check_out, check_vocab_size, default_log, done_line,
-                      recorded_path, refuse_changed, refuse_changed_config, refuse_spent_resume, resumed_model_config,
-                      same_path, same_tokenizer, scaled_min_lr, train_config, train_values)
+                      read_json_object, recorded_path, refuse_changed, refuse_changed_config, refuse_spent_resume,
+                      resumed_model_config, same_path, same_tokenizer, scaled_min_lr, train_config, train_values)
 
 __all__ = ["TrainMTOptions", "train_mt"]
 
@@ -366,16 +366,9 @@ def _work_left(out: Path, opts: dict[str, Any]) -> bool:
     from attnkit.checkpoints.averaging import AVERAGED_DIR
     from attnkit.checkpoints.runs import CHECKPOINTS_DIR, SUMMARY_FILE
 
-    def read(path: Path) -> dict[str, Any]:
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return value if isinstance(value, dict) else {}
-
-    summary = read(out / SUMMARY_FILE)
+    summary = read_json_object(out / SUMMARY_FILE)
     scored = not opts["bleu"] or not summary.get("best_checkpoint") or "final_valid" in summary
-    averaged = read(out / CHECKPOINTS_DIR / AVERAGED_DIR / "state.json").get("averaged_from")
+    averaged = read_json_object(out / CHECKPOINTS_DIR / AVERAGED_DIR / "state.json").get("averaged_from")
     n = opts["average_last"]
     return not scored or (n > 0 and not (isinstance(averaged, list) and len(averaged) == n))
 

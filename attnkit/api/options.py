@@ -29,7 +29,7 @@ from .launcher import say, world_size
 __all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
            "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log",
            "recorded_path", "same_path", "same_tokenizer", "refuse_changed", "scaled_min_lr", "check_out",
-           "refuse_changed_config", "refuse_spent_resume", "train_config"]
+           "refuse_changed_config", "refuse_spent_resume", "train_config", "read_json_object"]
 
 Log = Callable[[str], None]
 
@@ -418,8 +418,9 @@ def refuse_changed_config(cfg: Any, saved: dict[str, Any], *, may_change: str = 
                          f"{may_change})")
 
 
-def _read_summary(path: Path) -> dict[str, Any]:
-    """A run's ``summary.json`` as a dict ({} when it cannot be read: then the checkpoint's numbers decide)."""
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (a run's ``summary.json``, a checkpoint's ``state.json``), or {} when there is
+    none to read (missing, unreadable, not JSON, not an object): for rules that then fall back on other numbers."""
     from attnkit.data.json_files import read_json_file
 
     try:
@@ -450,7 +451,7 @@ def refuse_spent_resume(out: str | Path, saved: dict[str, Any], cfg: Any, *, wor
         return
     # a run stopped by its clock at this checkpoint's step had used its own budget, though the checkpoint (written at
     # that step by --ckpt-every just before the clock passed it) may hold a little less
-    summary, budget = _read_summary(Path(out) / SUMMARY_FILE), (saved.get("train_config") or {}).get("max_time")
+    summary, budget = read_json_object(Path(out) / SUMMARY_FILE), (saved.get("train_config") or {}).get("max_time")
     if summary.get("steps") == step and summary.get("stopped_by") == "max_time" and is_number(budget):
         elapsed = max(elapsed, budget * 60.0)
     if cfg.steps is not None and step >= cfg.steps:
