@@ -34,14 +34,16 @@ __all__ = ["SampleOptions", "Sampler", "sample"]
 class SampleOptions(DeviceOptions):
     """Options of :class:`Sampler` / :func:`sample`: the model (``ckpt``, a run or checkpoint folder; or ``model``,
     a named pretrained model, a ``.gguf`` file or a Hugging Face folder), the prompt (``chat``: wrapped in the
-    model's chat template) and the sampling settings (:class:`~attnkit.generation.GenerationConfig`'s, with
-    ``greedy`` for argmax decoding, ``stop`` the stop strings, ``use_cache=False`` to recompute the whole context
-    at every step). Sample ``i`` is drawn with ``seed + i`` when a seed is given."""
+    model's chat template as a user turn, after ``system`` as the system turn when given) and the sampling
+    settings (:class:`~attnkit.generation.GenerationConfig`'s, with ``greedy`` for argmax decoding, ``stop`` the
+    stop strings, ``use_cache=False`` to recompute the whole context at every step). Sample ``i`` is drawn with
+    ``seed + i`` when a seed is given."""
 
     ckpt: str | Path | None = None
     model: str | Path | None = None
     prompt: str = ""
     chat: bool = False
+    system: str | None = None
     max_new_tokens: int = 200
     greedy: bool = False
     temperature: float = 0.8
@@ -60,6 +62,9 @@ class SampleOptions(DeviceOptions):
             raise ValueError("sample needs exactly one of ckpt (a run or checkpoint folder) and model (a named "
                              "pretrained model, a .gguf file or a Hugging Face folder), "
                              f"got ckpt={self.ckpt!r}, model={self.model!r}")
+        if self.system is not None and not self.chat:
+            raise ValueError(f"--system is the system turn of a chat prompt and needs --chat, got --system "
+                             f"{self.system!r} without it")
         if self.num_samples < 1:
             raise ValueError(f"--num-samples must be >= 1, got {self.num_samples}")
         check_seed("--seed", self.seed)
@@ -115,7 +120,7 @@ class Sampler:
         loaded = load(o.ckpt, expect_kind="lm") if o.ckpt is not None else load_named(str(o.model))
         self.model, self.tokenizer = place_model(loaded.model, o, device), loaded.tokenizer
         use_decoding_layout(self.model)  # same weights, transposed storage: faster one-token steps
-        ids = loaded.encode_prompt(loaded.format_chat(o.prompt) if o.chat else o.prompt)
+        ids = loaded.encode_prompt(loaded.format_chat(o.prompt, o.system) if o.chat else o.prompt)
         if not ids:
             tok = self.tokenizer
             start = tok.bos_id if tok.bos_id is not None else tok.token_to_id("\n")

@@ -61,15 +61,17 @@ class LoadedModel:
         """The checkpoint's ``extra`` (kind, tokenizer, data, options the run was started with)."""
         return self.state.get("extra") or {}
 
-    def format_chat(self, text: str) -> str:
-        """``text`` as one user turn in the model's chat template, rendered as ``transformers`` renders it (the
-        template sees the tokenizer's ``bos_token`` / ``eos_token`` strings). ValueError if the model has no
-        template, or a template that cannot be rendered."""
+    def format_chat(self, text: str, system: str | None = None) -> str:
+        """``text`` as one user turn in the model's chat template, after a ``system`` turn when one is given (else
+        the template's own default, if it has one), rendered as ``transformers`` renders it (the template sees the
+        tokenizer's ``bos_token`` / ``eos_token`` strings). ValueError if the model has no template, or a template
+        that cannot be rendered (also one that refuses a system turn)."""
         from attnkit.data.tokenizers.chat_template import apply_chat_template
 
         if self.chat_source is None:
             raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
-        return apply_chat_template(self.chat_source, [{"role": "user", "content": text}],
+        turns = [] if system is None else [{"role": "system", "content": system}]
+        return apply_chat_template(self.chat_source, [*turns, {"role": "user", "content": text}],
                                    bos_token=self._token_text("bos_id"), eos_token=self._token_text("eos_id"))
 
     def _token_text(self, role: str) -> str | None:

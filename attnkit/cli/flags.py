@@ -68,8 +68,7 @@ TRAIN_FLAGS = [
     ("--log-every", "log_every", int, "log training metrics every N steps (also how often a GPU's numbers are read back)"),
     ("--ckpt-every", "ckpt_every", int, "checkpoint every N steps"),
     ("--keep-last", "keep_last", int, "keep the last K step checkpoints (plus best/)"),
-    ("--seed", "seed", int, "random seed (init, dropout, data order)"),
-]
+    ("--seed", "seed", int, "random seed (init, dropout, data order)")]
 
 
 def add_run_flags(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:

@@ -21,7 +21,7 @@ from attnkit.api.launcher import import_torch, starting_up
 # One module per command, each with ``register(subparsers)`` adding its parser; in ``attnkit --help`` order.
 COMMANDS = ("params", "data", "train", "finetune", "sample", "evaluate", "translate", "viz", "trace", "convert")
 # Free-text options take the next argument as their value even when it starts with "-" ("-5 degrees").
-TEXT_OPTIONS = frozenset({"--prompt", "--stop", "--text", "--src", "--tgt"})
+TEXT_OPTIONS = frozenset({"--prompt", "--system", "--stop", "--text", "--src", "--tgt"})
 
 
 def join_text_values(argv: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
     p.add_argument("--prompt", default="", help="text to continue (default: empty, start from BOS or newline)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (pretrained models)")
+    p.add_argument("--system", default=None, help="with --chat: the system turn (default: the template's own, if any)")
     add_sampling_flags(p)
     add_device_flags(p)
     p.set_defaults(func=run)

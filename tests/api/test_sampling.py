@@ -93,3 +93,33 @@ def test_a_sentencepiece_folder_keeps_the_space_between_prompt_and_continuation(
     stream = io.StringIO()
     got = api.sample(model=str(folder), prompt="once upon a", max_new_tokens=3, greedy=True, stream=stream)
     assert got == ["once upon a time there"] and stream.getvalue() == "once upon a time there\n"
+
+
+def test_a_system_turn_comes_before_the_user_turn_as_transformers_renders_it(hf_folder):
+    """``system`` is the chat's system turn: the prompt equals transformers' ``apply_chat_template`` of the two
+    turns; without it the template's own default stands (this template has none: the user turn alone)."""
+    transformers = pytest.importorskip("transformers")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_folder))
+    hf_tok.chat_template = CHAT
+    messages = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "the cat"}]
+    want = hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    loaded = load_model(str(hf_folder))
+    assert loaded.format_chat("the cat", "Answer in French.") == want
+    sampler = api.Sampler(model=str(hf_folder), prompt="the cat", chat=True, system="Answer in French.",
+                          max_new_tokens=2, greedy=True)
+    assert sampler.prompt_ids == loaded.encode_prompt(want)
+    plain = api.Sampler(model=str(hf_folder), prompt="the cat", chat=True, max_new_tokens=2, greedy=True)
+    assert plain.prompt_ids == loaded.encode_prompt(loaded.format_chat("the cat"))
+    assert len(plain.prompt_ids) < len(sampler.prompt_ids)
+
+
+def test_a_system_turn_needs_chat_and_a_template_that_takes_it(hf_folder, tmp_path):
+    with pytest.raises(ValueError, match="--system is the system turn of a chat prompt and needs --chat"):
+        api.SampleOptions(model=str(hf_folder), prompt="hi", system="Be brief.")
+    with pytest.raises(ValueError, match=r"SampleOptions.system must be"):
+        api.SampleOptions(model=str(hf_folder), prompt="hi", chat=True, system=3)
+    strict = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+              + CHAT)
+    folder = tiny_hf_folder(tmp_path / "strict", chat_template=strict, std=0.3, tie_embeddings=True)
+    with pytest.raises(ValueError, match="System role not supported"):
+        api.Sampler(model=str(folder), prompt="hi", chat=True, system="Be brief.", max_new_tokens=1)

@@ -48,3 +48,25 @@ def test_sample_model_errors_name_the_model_flag(tmp_path, capsys):
     assert main(["sample", "--model", str(hf)]) == 2
     err = capsys.readouterr().err
     assert "without tokenizer.json; put its tokenizer.json beside config.json" in err and "--tokenizer" not in err
+
+
+def test_sample_system_flag_is_the_chat_system_turn(tmp_path, capsys):
+    """``--system TEXT`` reaches the chat prompt (also a text that starts with '-'); without ``--chat`` it is one
+    line of error, exit 2."""
+    from helpers import CHATML
+
+    folder = tiny_hf_folder(tmp_path / "chat", tiny_bpe_tokenizer(("<|endoftext|>", "<|im_end|>")),
+                            chat_template=CHATML)
+    argv = ["sample", "--model", str(folder), "--prompt", "the cat", "--chat", "--max-new-tokens", "4", "--greedy",
+            "--no-stream"]
+    for system in ("Be brief.", "-- terse --"):
+        assert main([*argv, "--system", system]) == 0
+        want = api.sample(model=str(folder), prompt="the cat", chat=True, system=system, max_new_tokens=4,
+                          greedy=True)[0]
+        assert capsys.readouterr().out == want + "\n"
+    sampler = api.Sampler(model=str(folder), prompt="the cat", chat=True, system="Be brief.", max_new_tokens=4)
+    assert "<|im_start|>system" in sampler.tokenizer.decode(sampler.prompt_ids)
+    capsys.readouterr()
+    assert main(["sample", "--model", str(folder), "--prompt", "hi", "--system", "Be brief."]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs --chat" in err
