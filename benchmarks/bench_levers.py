@@ -127,14 +127,21 @@ def lever_adamw(s: LMSizes, rounds, warmup, progress):
     return res
 
 
-def lever_threads(s: LMSizes, rounds, warmup, progress):
-    res = BenchResult("lever_threads", "Lever: torch threads 1 vs 2 (LM training step)", asdict(s))
+def _lm_training_step(s: LMSizes):
+    """The LM benchmark's GPT in training mode, a step function (forward, backward, ``s.optimizer``) over one seeded
+    batch, and that batch ``x``, ``y`` ``(B, T)``."""
     x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=seeded(5))
     y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=seeded(6))
     torch.manual_seed(0)
     model = attnkit_gpt(s).train()
     step = training_step_fn(model, make_optimizer(model.parameters(), s.optimizer, s.lr), x, y, s.steps_per_round,
                             lambda m_, i: m_(i))
+    return model, step, x, y
+
+
+def lever_threads(s: LMSizes, rounds, warmup, progress):
+    res = BenchResult("lever_threads", "Lever: torch threads 1 vs 2 (LM training step)", asdict(s))
+    _, step, _, _ = _lm_training_step(s)
     before = torch.get_num_threads()
 
     def with_threads(n):
@@ -346,8 +353,85 @@ def lever_decode_layout(rounds, warmup, progress, *, quick=False):
     return res
 
 
+def _kept_bytes(model, x, y) -> int:
+    """Bytes the autograd graph of one training forward pass keeps for the backward pass: every distinct storage
+    packed by ``saved_tensors_hooks``, plus, with checkpointing, each block's input ``(B, T, C)``, which the
+    checkpoint keeps outside the hooks' view (counted whole even where the graph shares it: an upper bound)."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    inputs = len(model.blocks) * x.numel() * model.config.n_embd * 4 if model.activation_checkpointing else 0
+    del loss
+    return sum(seen.values()) + inputs
+
+
+_PEAK_RSS = """
+import json, sys, torch, torch.nn.functional as F
+from benchmarks.bench_lm import LMSizes, attnkit_gpt
+s, on = LMSizes(**json.loads(sys.argv[1])), sys.argv[2] == "1"
+torch.manual_seed(0)
+model = attnkit_gpt(s).train()
+model.enable_activation_checkpointing(on)
+g = torch.Generator().manual_seed(5)
+x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=g)
+y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=g)
+def hwm():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
+F.cross_entropy(model(x[:1, :8]).flatten(0, 1), y[:1, :8].flatten()).backward()  # load the kernels first
+model.zero_grad(set_to_none=False)  # the gradients' memory is held before the step is measured
+before = hwm()
+F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+print(hwm() - before)
+"""
+
+
+def _peak_rss_growth(s: LMSizes, on: bool) -> int | None:
+    """How far one training step (forward + backward) raises the peak resident memory of a fresh process
+    (``VmHWM`` of ``/proc/self/status``, Linux only; None elsewhere)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/status").exists():
+        return None
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _PEAK_RSS, json.dumps(asdict(s)), "1" if on else "0"], cwd=root,
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
+def lever_activation_checkpointing(s: LMSizes, rounds, warmup, progress):
+    res = BenchResult("lever_activation_checkpointing",
+                      "Lever: activation checkpointing (LM training step: time, kept activations, peak RSS)",
+                      asdict(s))
+    model, step, x, y = _lm_training_step(s)
+
+    def with_checkpointing(on):
+        def run():
+            model.enable_activation_checkpointing(on)
+            return step()
+        return run
+
+    m = run_impls(res, [Impl("checkpointed", with_checkpointing(True)), Impl("plain", with_checkpointing(False))],
+                  rounds=rounds, warmup=warmup, progress=progress)
+    res.ratios["checkpointed / plain (tokens/s)"] = ratio(m, "checkpointed", "plain")
+    for name, on in (("checkpointed", True), ("plain", False)):
+        model.enable_activation_checkpointing(on)
+        res.extra[f"{name} kept activation MiB"] = _kept_bytes(model, x, y) / 2**20
+        rss = _peak_rss_growth(s, on)
+        res.extra[f"{name} peak RSS growth MiB"] = None if rss is None else rss / 2**20
+    model.zero_grad(set_to_none=True)
+    return res
+
+
 LEVERS = ("fused_qkv", "is_causal", "no_pad_mask", "kv_cache", "adamw", "int8", "threads", "head_merge",
-          "last_logits", "decode_layout", "compile")
+          "last_logits", "decode_layout", "activation_checkpointing", "compile")
 
 
 def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progress=None, compile: bool = True,
@@ -368,6 +452,7 @@ def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progres
         "head_merge": lambda: lever_head_merge(s, rounds, warmup, progress),
         "last_logits": lambda: lever_last_logits(rounds, warmup, progress, quick=quick),
         "decode_layout": lambda: lever_decode_layout(rounds, warmup, progress, quick=quick),
+        "activation_checkpointing": lambda: lever_activation_checkpointing(s, rounds, warmup, progress),
         "compile": lambda: lever_compile(s, rounds, warmup, progress),
     }
     if not compile:

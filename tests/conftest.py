@@ -102,3 +102,20 @@ def _make_copy_task(folder: Path, *, seed: int = 0, sizes=(("train", 1500), ("va
 def make_copy_task():
     """``make_copy_task(folder, *, seed=0, sizes=((split, n), ...), letters=, lengths=, target=) -> folder``."""
     return _make_copy_task
+
+
+@pytest.fixture
+def checkpoint_calls(monkeypatch) -> list[int]:
+    """Counts the blocks run through activation checkpointing's ``torch.utils.checkpoint.checkpoint`` (one entry a
+    call) while the test runs."""
+    import attnkit.modules.activation_checkpointing as ac
+
+    calls: list[int] = []
+    real = ac.checkpoint
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ac, "checkpoint", counting)
+    return calls

@@ -39,8 +39,9 @@ TRAIN_FIELDS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "sch
                 "seed")
 _AUTOCAST = (None, "bf16", "fp16", "off")
 # the TrainConfig fields a flag of the same name sets (--batch-size: batch_size)
-_FLAGGED = TRAIN_FIELDS + ("block_size", "schedule_steps", "compile", "cuda_graphs", "fsdp", "autocast")
-_MAY_CHANGE = "only --steps, --max-time, --stop-at-loss and --device may change"
+_FLAGGED = TRAIN_FIELDS + ("block_size", "schedule_steps", "compile", "cuda_graphs", "fsdp", "autocast",
+                           "activation_checkpointing")
+_MAY_CHANGE = "only --steps, --max-time, --stop-at-loss, --device and --activation-checkpointing may change"
 # the TrainConfig fields a flag sets, named by the flag in errors ("TrainConfig.warmup_steps" is --warmup-steps)
 _FLAG_OF = {name: "--" + name.replace("_", "-") for name in _FLAGGED + ("steps", "max_time", "stop_at_loss", "device")}
 
@@ -180,8 +181,8 @@ class TrainOptions(DeviceOptions):
 
     Attributes:
         out: the run folder (None: ``runs/<kind>-<data>-<preset>-<time>``); an existing run is never overwritten,
-            ``resume=True`` continues it exactly where it stopped (then only ``steps``, ``max_time``, ``device``
-            and ``stop_at_loss`` may change).
+            ``resume=True`` continues it exactly where it stopped (then only ``steps``, ``max_time``, ``device``,
+            ``stop_at_loss`` and ``activation_checkpointing`` may change).
         preset: the model preset (``attnkit params --list``); ``overrides``: model config fields to change,
             e.g. ``{"n_layer": 6, "dropout": 0.2}`` (``--set``).
         steps, max_time: length of the run in updates and in minutes (whichever comes first).
@@ -189,6 +190,9 @@ class TrainOptions(DeviceOptions):
             number of processes); the other training fields as the flags of the same name.
         compile: ``torch.compile`` the model; cuda_graphs: replay each batch shape as a recorded CUDA graph;
         fsdp: shard over the torchrun processes instead of replicating (DDP).
+        activation_checkpointing: compute each block's activations again in the backward pass instead of keeping
+            them (the same numbers, less memory, slower updates). None is off; like ``device`` it is not taken from
+            a resumed run: each part of a run runs as it is told (the flag on, or not).
         progress: show the tqdm bar (the log lines print either way).
     """
 
@@ -217,6 +221,7 @@ class TrainOptions(DeviceOptions):
     compile: bool | None = None
     cuda_graphs: bool | None = None
     fsdp: bool | None = None
+    activation_checkpointing: bool | None = None
     progress: bool = True
 
     def _check(self) -> None:
@@ -238,7 +243,8 @@ def train_values(options: TrainOptions, *, block_size: int | None = None) -> dic
 
     Fails first (before any data is read) on a device or autocast this machine cannot run. ``batch_size`` is
     per process: the config (and the checkpoint) hold the global micro-batch. The device is always recorded
-    (checkpoints are device-free, so it may change on resume).
+    (checkpoints are device-free, so it may change on resume), and so is activation checkpointing (off unless
+    given: it changes no number, so a resumed run takes it as given, not from the run).
     """
     from attnkit.training.device import check_autocast
 
@@ -253,6 +259,7 @@ def train_values(options: TrainOptions, *, block_size: int | None = None) -> dic
     if "batch_size" in given:
         given["batch_size"] = given["batch_size"] * world_size()
     given["device"] = options.device or "auto"
+    given["activation_checkpointing"] = bool(options.activation_checkpointing)  # as told now, resumed or not
     if options.autocast is not None:
         given["autocast"] = options.autocast_mode
     if options.fsdp:

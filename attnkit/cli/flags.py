@@ -38,13 +38,11 @@ def add_device_flags(p: argparse.ArgumentParser | Any, *, training: bool = False
     """``--device`` and ``--autocast`` (and ``--fsdp`` for training commands) on parser or group ``p``."""
     p.add_argument("--device", default=None, metavar="DEVICE", help=f"{DEVICE_HELP} (default auto)")
     if autocast:
-        p.add_argument("--autocast", default=None, choices=("bf16", "fp16", "off"),
-                       help="mixed precision: bf16 (CPU and GPU) or fp16 (GPU; training adds a gradient scaler); "
-                            "default off")
+        p.add_argument("--autocast", default=None, choices=("bf16", "fp16", "off"), help="mixed precision: bf16 "
+                       "(CPU and GPU) or fp16 (GPU; training adds a gradient scaler); default off")
     if training:
-        p.add_argument("--fsdp", action="store_true", default=None,
-                       help="shard parameters, gradients and optimizer state over the torchrun processes (FSDP2) "
-                            "instead of replicating them (DDP)")
+        p.add_argument("--fsdp", action="store_true", default=None, help="shard parameters, gradients and "
+                       "optimizer state over the torchrun processes (FSDP2) instead of replicating them (DDP)")
 
 
 # TrainConfig fields exposed as flags: (flag, field, type, help)
@@ -94,6 +92,8 @@ def add_run_flags(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> 
     for flag, field, typ, help_ in (row for row in TRAIN_FLAGS if row[0] not in skip):
         t.add_argument(flag, dest=field, type=typ, default=None, help=help_)
     t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model with the loss")
+    t.add_argument("--activation-checkpointing", action="store_true", default=None,
+                   help="recompute each block's activations in the backward pass: less memory, slower updates")
     t.add_argument("--cuda-graphs", action="store_true", default=None,
                    help="replay each batch shape's forward and backward as a recorded CUDA graph (one CUDA process; "
                         "train mt then pads batches to a few fixed shapes): far fewer host launches per update")
@@ -160,6 +160,5 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cache", action="store_true",
                    help="recompute the whole context every step (slow; the same tokens within the model's context)")
     g.add_argument("--no-stream", action="store_true", help="print each sample when it is complete")
-    g.add_argument("--compile", action="store_true",
-                   help="run the decoding steps through torch.compile: faster per token, after a one-time "
-                        "compilation of up to ~30 s (needs the KV cache and a C++ compiler)")
+    g.add_argument("--compile", action="store_true", help="run the decoding steps through torch.compile: faster per "
+                   "token, after a one-time compilation of up to ~30 s (needs the KV cache and a C++ compiler)")

@@ -1,7 +1,7 @@
 """``attnkit train lm`` and ``attnkit train mt``: the one training loop, driven from the command line.
 
-Every flag left unset takes the recipe default (or, with ``--resume``, the value the run was started with; a resumed
-run may change only ``--steps``, ``--max-time``, ``--device``, ``--stop-at-loss``). Runs: :mod:`attnkit.api`."""
+Every flag left unset takes the recipe default (or, with ``--resume``, the run's own; a resumed run may change only
+--steps, --max-time, --device, --stop-at-loss and --activation-checkpointing). Runs: :mod:`attnkit.api`."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from attnkit.checks import check_int, check_padding_mask
+from attnkit.modules.activation_checkpointing import ActivationCheckpointing, run_block
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.feed_forward import FeedForward
 from attnkit.modules.kv_cache import KVCache, LayerCaches, cache_dtype
@@ -315,11 +316,13 @@ class DecoderLayer(_ResidualSublayers):
 # stacks
 # ----------------------------------------------------------------------------------------------------
 
-class Encoder(nn.Module):
+class Encoder(ActivationCheckpointing, nn.Module):
     """``num_layers`` :class:`EncoderLayer` s, each fed the previous one's output, then an optional norm.
 
     ``layer_drop`` (LayerDrop, :mod:`attnkit.modules.layer_drop`): in training, each layer is skipped with this
-    probability, for the whole batch.
+    probability, for the whole batch. Activation checkpointing (:mod:`attnkit.modules.activation_checkpointing`,
+    off until :meth:`enable_activation_checkpointing`): in training, each layer that runs is computed again in the
+    backward pass instead of keeping its activations.
 
     Shape:
         src: ``(B, S, C)`` -> memory ``(B, S, C)``.
@@ -349,18 +352,21 @@ class Encoder(nn.Module):
         """
         _check_width("src", src, self.d_model)
         x = src
+        checkpointed = self.checkpoints_blocks()
         for layer, runs in zip(self.layers, kept_layers(len(self.layers), self.layer_drop, self.training)):
             if runs:
-                x = layer(x, mask, src_key_padding_mask, is_causal)
+                x = run_block(layer, x, mask, src_key_padding_mask, is_causal, checkpointed=checkpointed)
         return x if self.norm is None else self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(ActivationCheckpointing, nn.Module):
     """``num_layers`` :class:`DecoderLayer` s, each fed the previous one's output, then an optional norm.
 
     ``layer_drop`` (LayerDrop, :mod:`attnkit.modules.layer_drop`): in training and without a cache, each layer is
     skipped with this probability, for the whole batch. Decoding with a cache runs every layer (every layer's
-    cache must grow at every step).
+    cache must grow at every step). Activation checkpointing (:mod:`attnkit.modules.activation_checkpointing`, off
+    until :meth:`enable_activation_checkpointing`): in training and without a cache, each layer that runs is
+    computed again in the backward pass instead of keeping its activations.
 
     Shape:
         tgt: ``(B, T, C)``, memory: ``(B, S, C)`` -> ``(B, T, C)``.
@@ -450,11 +456,13 @@ class Decoder(nn.Module):
                 cache.memory_key_padding_mask = memory_key_padding_mask
         x = tgt
         runs = kept_layers(len(self.layers), self.layer_drop, self.training and cache is None)
+        checkpointed = self.checkpoints_blocks(cached=cache is not None)
         for i, layer in enumerate(self.layers):
             if not runs[i]:
                 continue
-            x = layer(
-                x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+            x = run_block(
+                layer, x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                tgt_is_causal, checkpointed=checkpointed,
                 self_cache=None if cache is None else cache.self_attn[i],
                 cross_cache=None if cache is None else cache.cross_cache(i, memory.shape[1]),
             )
@@ -500,14 +508,15 @@ def xavier_init_(module: nn.Module) -> None:
             nn.init.zeros_(p)
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(ActivationCheckpointing, nn.Module):
     """The embedding-level encoder-decoder (the counterpart of ``torch.nn.Transformer``, batch first).
 
     Args (keyword-only): as ``torch.nn.Transformer`` plus ``attention_dropout`` (on the attention weights;
     ``None`` = ``dropout``), ``norm`` (``"layernorm"``/``"rmsnorm"``), ``norm_eps``,
     ``encoder_final_norm``/``decoder_final_norm`` (``None`` = ``norm_first``; torch always has both final norms,
     so set them True when copying a ``nn.Transformer``) and ``layer_drop`` (LayerDrop in both stacks,
-    :mod:`attnkit.modules.layer_drop`; 0 = off).
+    :mod:`attnkit.modules.layer_drop`; 0 = off). :meth:`enable_activation_checkpointing` switches activation
+    checkpointing on in both stacks (:mod:`attnkit.modules.activation_checkpointing`).
 
     Parameters are initialised like ``nn.Transformer``: Xavier-uniform for every matrix; the biases outside the
     norms start at zero (torch leaves ``linear1``/``linear2``'s at ``nn.Linear``'s default).

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from attnkit.checks import check_index_tensor, check_int, check_padding_mask, check_token_ids, no_host_reads
+from attnkit.modules.activation_checkpointing import ActivationCheckpointing, run_block
 from attnkit.modules.dropout import Dropout
 from attnkit.modules.embeddings import TokenEmbedding
 from attnkit.modules.feed_forward import FeedForward
@@ -155,8 +156,11 @@ class Block(nn.Module):
         return x
 
 
-class GPT(nn.Module):
+class GPT(ActivationCheckpointing, nn.Module):
     """Decoder-only Transformer language model configured by a :class:`GPTConfig`.
+
+    ``model.enable_activation_checkpointing()`` (:mod:`attnkit.modules.activation_checkpointing`): in training,
+    each block's activations are computed again in the backward pass instead of kept (same numbers, less memory).
 
     Shape:
         idx: ``(B, T)`` int64/int32 token ids in ``[0, V)`` -> logits ``(B, T, V)``.
@@ -399,9 +403,12 @@ class GPT(nn.Module):
             x = x + self.wpe(pos)  # (B, T, C), or (T, C) broadcast over the batch when pos is (T,)
         x = self.drop(x)
         rope_pos = pos if self.rotary is not None else None
+        checkpointed = self.checkpoints_blocks(cached=cache is not None)  # in training, when switched on
         for i, block in enumerate(self.blocks):
-            x = block(
+            x = run_block(
+                block,
                 x,
+                checkpointed=checkpointed,
                 key_padding_mask=key_padding_mask,
                 position_ids=rope_pos,
                 kv_cache=None if cache is None else cache[i],

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from attnkit.checks import check_padding_mask, check_token_ids
+from attnkit.modules.activation_checkpointing import ActivationCheckpointing
 from attnkit.modules.embeddings import TransformerEmbedding
 from attnkit.modules.masks import drop_if_unpadded
 
@@ -34,8 +35,12 @@ from .encoder_decoder import DecoderCache, EncoderDecoder, check_memory, xavier_
 
 
 
-class Transformer(nn.Module):
+class Transformer(ActivationCheckpointing, nn.Module):
     """Encoder-decoder Transformer over token ids.
+
+    ``model.enable_activation_checkpointing()`` (:mod:`attnkit.modules.activation_checkpointing`): in training,
+    the encoder's and decoder's layers are computed again in the backward pass instead of keeping their
+    activations (same numbers, less memory).
 
     Shape:
         src ``(B, S)``, tgt ``(B, T)`` int64/int32 -> logits ``(B, T, V)`` (``V`` = ``tgt_vocab_size``).

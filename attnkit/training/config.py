@@ -2,7 +2,8 @@
 
 ``TrainConfig`` holds every knob of the training loop (:class:`attnkit.training.trainer.Trainer`): how long
 to train, batch shape, optimizer, learning-rate schedule, evaluation / logging / checkpoint cadence, seed,
-and the opt-in speed features (``torch.compile``, bfloat16 autocast, fused/foreach AdamW).
+and the opt-in speed features (``torch.compile``, bfloat16 autocast, fused/foreach AdamW) and memory saving
+(activation checkpointing).
 
 Step numbering used everywhere in attnkit.training: ``step`` counts *completed optimizer updates*.
 A run with ``steps=100`` performs updates 1..100; a checkpoint "at step 40" holds the state after update 40;
@@ -27,8 +28,9 @@ OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
 BEST_MODES: tuple[str, ...] = ("min", "max")
 
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
-# checkpoints are device-free, so a run started on a GPU may continue on the CPU and back.
-RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss")
+# checkpoints are device-free, so a run started on a GPU may continue on the CPU and back; activation
+# checkpointing changes no number, only the memory and time an update takes.
+RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss", "activation_checkpointing")
 # The most tokens in one micro-batch (batch_size x block_size): the indices of torch's kernels are 32-bit.
 MAX_BATCH_TOKENS = INDEX_MAX
 MAX_MINUTES = 1e9  # the longest max_time (about 1,900 years): its seconds stay a finite float
@@ -91,7 +93,11 @@ class TrainConfig:
         "fp16" with a gradient scaler, GPUs only), fsdp (shard parameters, gradients and optimizer state
         over the torchrun processes with FSDP2 instead of replicating them with DDP), cuda_graphs (record each
         batch shape's forward and backward as a CUDA graph and replay it: one CUDA process, no compile, no fp16,
-        a task with ``count_tokens`` and batches of a few fixed shapes; see ``cuda_graphs.py``).
+        a task with ``count_tokens`` and batches of a few fixed shapes; see ``cuda_graphs.py``),
+        activation_checkpointing (the trainer switches the model's on or off:
+        ``model.enable_activation_checkpointing``, :mod:`attnkit.modules.activation_checkpointing`; each block's
+        activations are computed again in the backward pass instead of kept: the same numbers, less memory, about
+        a third more compute; a resumed run may switch it either way).
     """
 
     steps: int | None = DEFAULT_STEPS
@@ -127,6 +133,7 @@ class TrainConfig:
     autocast: str | None = None
     fsdp: bool = False
     cuda_graphs: bool = False
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         self.steps = _int("steps", self.steps, minimum=1, allow_none=True)
@@ -191,6 +198,7 @@ class TrainConfig:
         _choice("autocast", self.autocast, AUTOCAST_DTYPES)
         check_bool("TrainConfig.fsdp", self.fsdp)
         check_bool("TrainConfig.cuda_graphs", self.cuda_graphs)
+        check_bool("TrainConfig.activation_checkpointing", self.activation_checkpointing)
         if self.cuda_graphs and (self.compile or self.fsdp or self.autocast == "fp16"):
             got = [name for name, on in (("compile", self.compile), ("fsdp", self.fsdp),
                                          ("autocast fp16", self.autocast == "fp16")) if on]

@@ -28,7 +28,8 @@ batches change shape (``dynamic_shapes = True``: translation) is compiled for an
 batch does not compile again. In one process the compilation (the first update of each ``fit``) counts in a
 ``max_time`` budget, but not in the schedule that spans it: the warmup and the cosine decay (and a task's budget
 share) follow the time left after compiling (``_schedule_clock``), so a two-minute compilation neither replaces
-the warmup nor shifts the decay.
+the warmup nor shifts the decay. With ``activation_checkpointing=True`` the trainer switches the model's activation
+checkpointing on (:mod:`attnkit.modules.activation_checkpointing`): the same numbers, less memory, more compute.
 
 Nothing in an update waits for the device: the loss and the gradient norm stay where they were computed, and
 every ``log_every`` updates (and before each evaluation, checkpoint and the end of the run) ``_read_updates``
@@ -134,6 +135,17 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def _switch_activation_checkpointing(model: nn.Module, enabled: bool) -> None:
+    """Activation checkpointing on or off in ``model`` as the config says (``model.enable_activation_checkpointing``:
+    GPT, Transformer). A model without the switch trains as it is, unless the config asks for it: ``ValueError``."""
+    switch = getattr(model, "enable_activation_checkpointing", None)
+    if callable(switch):
+        switch(enabled)
+    elif enabled:
+        raise ValueError(f"activation_checkpointing=True needs a model with enable_activation_checkpointing() "
+                         f"(GPT, Transformer), got {type(model).__name__}")
+
+
 def _check_count(n: Any, what: str) -> int:
     """A task's token count, which must be an int >= 1 (``what`` starts the error message)."""
     if not is_int(n) or n < 1:
@@ -178,8 +190,8 @@ class Trainer:
         resume: continue the run in ``out_dir`` from its latest checkpoint (weights, optimizer, schedule, RNG states
             and, with autocast fp16, the gradient scaler's scale). Only the fields of
             :data:`~attnkit.training.config.RESUMABLE_CHANGES` (``steps``, ``max_time``, ``device``,
-            ``stop_at_loss``) may differ from the checkpoint's config; any other field of the config or of the
-            model config (dropout included) raises ``ValueError`` naming the fields.
+            ``stop_at_loss``, ``activation_checkpointing``) may differ from the checkpoint's config; any other field
+            of the config or of the model config (dropout included) raises ``ValueError`` naming the fields.
         progress: show the tqdm bar.
         log: print the evaluation lines (with sample outputs where the task has them) and the task's notes,
             with or without the bar (True: to stdout, above the bar; a function: each line is passed to it; False:
@@ -215,6 +227,7 @@ class Trainer:
         # Under torchrun: join the job (gloo on the CPU, nccl on CUDA). One process: a world of size 1.
         self.world = D.init_from_env(self.device)
         self.model = model.to(self.device)
+        _switch_activation_checkpointing(self.model, config.activation_checkpointing)  # before FSDP wraps blocks
         # LayerDrop (model_config.layer_drop): each forward pass may leave whole layers out, on each rank its own
         self._layer_drop = float(model_config.get("layer_drop") or 0.0)
         if config.fsdp:
@@ -407,6 +420,8 @@ class Trainer:
             (self.device.type != "cuda", f"a CUDA device (got {self.device})"),
             (self.world.distributed, f"one process (got {self.world.size} under torchrun)"),
             (cfg.compile, "no torch.compile (got compile=True)"),
+            (cfg.activation_checkpointing, "no activation checkpointing (got activation_checkpointing=True: its "
+                                           "recomputation reads the CUDA random state, which a capture forbids)"),
             (cfg.autocast == "fp16", "full precision or autocast bf16 (got fp16, whose scaler reads on the host)"),
             (self._layer_drop > 0, f"layer_drop = 0 (got {self._layer_drop}: a graph would replay the layers it "
                                    f"skipped when recorded)"),

@@ -192,6 +192,16 @@ def test_fsdp_with_two_processes_equals_one_process(single, tmp_path):
     torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
 
 
+def test_activation_checkpointing_under_ddp_and_fsdp_equals_one_process(single, tmp_path):
+    """Non-reentrant checkpointing composes with DDP's gradient hooks and with FSDP2's per-block all-gathers (the
+    recomputation in the backward pass finds the block's parameters gathered by its pre-backward hook)."""
+    ddp = run(tmp_path / "ddp", nproc=2, activation_checkpointing=True)
+    assert json.loads((ddp / "run.json").read_text())["train_config"]["activation_checkpointing"] is True
+    assert_same_training(single, ddp)
+    sharded = run(tmp_path / "fsdp", nproc=2, fsdp=True, activation_checkpointing=True)
+    torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
+
+
 SAVE_SHARDED_CHILD = """
 import sys
 import torch
