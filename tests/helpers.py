@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from hypothesis import strategies as st
 from torch import nn
 
 from attnkit.models.configs import GPTConfig, TransformerConfig
@@ -226,3 +227,28 @@ def tiny_hf_folder(folder, tokenizer=None, *, chat_template: str | None = None, 
         config["chat_template"] = chat_template
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return folder
+
+
+@st.composite
+def logit_rows(draw, *, dead_rows: bool = False) -> torch.Tensor:
+    """A hypothesis strategy of ``(B, V)`` float32 logits for the sampling filters' parity tests: small integers
+    (many ties), logs of small counts (exact binary ratios and masses, ties, -inf for a count of 0) or spread
+    floats, and some entries -inf. ``dead_rows``: a whole row may be -inf; otherwise every row keeps a finite
+    logit."""
+    B, V = draw(st.integers(1, 3)), draw(st.integers(1, 12))
+    kind = draw(st.sampled_from(["ints", "counts", "floats"]))
+    if kind == "ints":
+        values = st.integers(-3, 3).map(float)
+    elif kind == "counts":
+        values = st.sampled_from([0.0, 1.0, 2.0, 4.0, 8.0]).map(lambda c: float(torch.tensor(c).log()))
+    else:
+        values = st.floats(-20, 20, allow_nan=False, width=32)
+    logits = torch.tensor([[draw(values) for _ in range(V)] for _ in range(B)], dtype=torch.float32)  # (B, V)
+    if draw(st.booleans()):
+        if not dead_rows:
+            logits[logits == float("-inf")] = 0.0
+        logits = logits.masked_fill(torch.tensor([[draw(st.booleans()) for _ in range(V)] for _ in range(B)]),
+                                    float("-inf"))
+    if not dead_rows:
+        logits[:, draw(st.integers(0, V - 1))] = 1.0  # (every row keeps a finite logit)
+    return logits

@@ -49,6 +49,7 @@ class SampleOptions(DeviceOptions):
     temperature: float = 0.8
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
     repetition_penalty: float = 1.0
     stop: list[str] | None = None
     seed: int | None = None
@@ -77,7 +78,7 @@ class SampleOptions(DeviceOptions):
         from attnkit.generation import GenerationConfig
 
         return GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=not self.greedy,
-                                temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
                                 repetition_penalty=self.repetition_penalty, stop_strings=self.stop, seed=self.seed,
                                 use_cache=self.use_cache, compile=self.compile)
 

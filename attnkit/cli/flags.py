@@ -148,10 +148,11 @@ def add_decoding_flags(p: argparse.ArgumentParser) -> None:
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--max-new-tokens", type=int, default=200, help="most tokens to generate (default 200)")
-    g.add_argument("--greedy", action="store_true", help="argmax decoding (ignores temperature/top-k/top-p)")
+    g.add_argument("--greedy", action="store_true", help="argmax decoding (ignores temperature/top-k/top-p/min-p)")
     g.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default 0.8)")
     g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
+    g.add_argument("--min-p", type=float, default=None, help="keep the tokens with probability >= p x the top one's")
     g.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL repetition penalty (1.0 = off)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop when the generated text contains TEXT (repeatable)")

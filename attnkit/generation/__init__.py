@@ -2,7 +2,7 @@
 
 * :func:`generate` (``generate.py``) -- greedy or sampled continuation of a batch of prompts.
 * :class:`GenerationConfig` (``config.py``) -- its options, validated before any work.
-* :mod:`processors` -- temperature, top-k, top-p, repetition penalty on ``(B, V)`` logits.
+* :mod:`processors` -- temperature, top-k, top-p, min-p, repetition penalty on ``(B, V)`` logits.
 * :mod:`stopping` -- EOS, stop strings and length limits, per sequence.
 * :class:`TextStreamer` (``streaming.py``) -- print text as it is generated.
 * :func:`use_decoding_layout` (``decoding_layout.py``) -- store Linear weights transposed for faster decoding.
@@ -13,7 +13,14 @@ from .beam_search import Hypothesis, beam_search, beam_search_hypotheses, length
 from .decoding_layout import is_decoding_layout, use_decoding_layout, use_training_layout
 from .config import GenerationConfig
 from .generate import generate
-from .processors import apply_repetition_penalty, apply_temperature, process_logits, top_k_filter, top_p_filter
+from .processors import (
+    apply_repetition_penalty,
+    apply_temperature,
+    min_p_filter,
+    process_logits,
+    top_k_filter,
+    top_p_filter,
+)
 from .seq2seq import greedy_search
 from .stopping import StoppingCriteria
 from .streaming import TextStreamer
@@ -29,10 +36,11 @@ __all__ = [
     "beam_search_hypotheses",
     "Hypothesis",
     "length_penalty_factor",
+    "apply_repetition_penalty",  # the processors, in the order process_logits applies them
     "apply_temperature",
     "top_k_filter",
     "top_p_filter",
-    "apply_repetition_penalty",
+    "min_p_filter",
     "process_logits",
     "StoppingCriteria",
     "TextStreamer",

@@ -35,8 +35,10 @@ class GenerationConfig:
     Attributes:
         max_new_tokens: the most tokens to generate per prompt (>= 0).
         do_sample: ``False`` = greedy (argmax); ``True`` = sample from the processed distribution.
-        temperature, top_k, top_p: reshape the distribution when sampling (validated always, used only
-            when ``do_sample``; they cannot change the argmax).
+        temperature, top_k, top_p, min_p: reshape the distribution when sampling (validated always, used only
+            when ``do_sample``; they cannot change the argmax). ``min_p`` (``0 <= min_p <= 1``, ``None`` = off)
+            keeps the tokens at least ``min_p`` times as likely as the most likely one, after temperature, top-k
+            and top-p (:func:`~attnkit.generation.processors.min_p_filter`).
         repetition_penalty: CTRL penalty on tokens in the prompt or generated so far (greedy and sampling).
         eos_token_id: an id or ids that end a sequence (kept as a sorted tuple); ``None`` = no EOS.
         stop_strings: text that ends a sequence once the decoded generated text contains it (needs a
@@ -59,6 +61,7 @@ class GenerationConfig:
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
     repetition_penalty: float = 1.0
     eos_token_id: int | tuple[int, ...] | None = None
     stop_strings: tuple[str, ...] = ()
@@ -78,6 +81,8 @@ class GenerationConfig:
             P.check_top_k(self.top_k)
         if self.top_p is not None:
             P.check_top_p(self.top_p)
+        if self.min_p is not None:
+            P.check_min_p(self.min_p)
         P.check_repetition_penalty(self.repetition_penalty)
         eos = normalize_eos_token_id(self.eos_token_id)
         object.__setattr__(self, "eos_token_id", tuple(sorted(eos)) if eos else None)

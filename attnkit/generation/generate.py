@@ -6,7 +6,7 @@ Axis legend: ``B`` batch (prompts), ``T`` tokens fed to the model in one call, `
 One loop, one token per sequence per step::
 
     logits = model(tokens)[:, -1]                 # (B, V) next-token logits
-    logits = process(logits)                      # repetition penalty, temperature, top-k, top-p
+    logits = process(logits)                      # repetition penalty, temperature, top-k, top-p, min-p
     next = argmax(logits) or sample(softmax(logits))
     tokens = cat(tokens, next)                    # and stop the sequences that are done
 
@@ -372,6 +372,7 @@ def _choose(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: 
         temperature=cfg.temperature if cfg.do_sample else 1.0,
         top_k=cfg.top_k if cfg.do_sample else None,
         top_p=cfg.top_p if cfg.do_sample else None,
+        min_p=cfg.min_p if cfg.do_sample else None,
     )
     if not cfg.do_sample:
         return logits.argmax(dim=-1)
@@ -413,7 +414,7 @@ def generate(
             (its training flag is restored afterwards).
         prompts: a ``(B, T)`` tensor (every row a full prompt) or ``B`` lists of ids of any lengths >= 1.
         config: a :class:`GenerationConfig`; ``options`` (its field names: ``max_new_tokens=``,
-            ``do_sample=``, ``temperature=``, ``top_k=``, ``top_p=``, ``repetition_penalty=``,
+            ``do_sample=``, ``temperature=``, ``top_k=``, ``top_p=``, ``min_p=``, ``repetition_penalty=``,
             ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``, ``pad_token_id=``,
             ``sliding_window=``, ``compile=``, ``vocab_size=``) replace its fields, or make one without it.
         tokenizer: used to decode for stop strings; one with fewer tokens than the model's output layer (a

@@ -10,6 +10,8 @@ input is never modified). Tokens that must not be picked get ``-inf``; softmax t
 * :func:`top_k_filter`             -- keep the ``k`` most likely tokens.
 * :func:`top_p_filter`             -- nucleus sampling (Holtzman et al., 2019): keep the smallest set of
   most likely tokens whose probabilities sum to at least ``p``.
+* :func:`min_p_filter`             -- min-p sampling (Nguyen et al., 2024): keep the tokens at least ``min_p``
+  times as likely as the most likely one.
 
 :func:`process_logits` applies them in that order (the order of HF ``generate``), and the ``check_*``
 functions validate the arguments (``ValueError`` naming the bad value) so that ``generate`` can fail
@@ -28,10 +30,12 @@ __all__ = [
     "check_temperature",
     "check_top_k",
     "check_top_p",
+    "check_min_p",
     "check_repetition_penalty",
     "apply_temperature",
     "top_k_filter",
     "top_p_filter",
+    "min_p_filter",
     "apply_repetition_penalty",
     "process_logits",
 ]
@@ -73,6 +77,14 @@ def check_top_p(top_p) -> float:
     if not (0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must satisfy 0 < top_p <= 1, got {top_p!r}")
     return float(top_p)
+
+
+def check_min_p(min_p) -> float:
+    """``min_p`` must be a number with ``0 <= min_p <= 1`` (transformers' rule; ``0`` keeps every token)."""
+    _check_number("min_p", min_p)
+    if not (0.0 <= min_p <= 1.0):  # (NaN fails every comparison: refused too)
+        raise ValueError(f"min_p must satisfy 0 <= min_p <= 1, got {min_p!r}")
+    return float(min_p)
 
 
 def check_repetition_penalty(penalty) -> float:
@@ -173,6 +185,49 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(remove, float("-inf"))
 
 
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Min-p filter: keep the tokens whose probability is at least ``min_p`` times the most likely token's.
+
+    With ``p = softmax(z)`` over a row, token ``i`` is kept if ``p_i >= min_p * max_j p_j`` and set to ``-inf``
+    otherwise (Nguyen et al., 2024, "Turning Up the Heat: Min-p Sampling for Creative and Coherent LLM Outputs",
+    arXiv:2407.01082; llama.cpp's default sampler). In logits the same rule reads ``z_i >= max_j z_j + log(min_p)``
+    (up to rounding: it is computed on the probabilities). The cut-off moves with the model's confidence: a peaked
+    distribution (one token at 0.9) keeps few tokens, a flat one (many near 0.01) keeps many, where top-p would
+    keep a fixed mass. Values of 0.05-0.1 are common (llama.cpp's default is 0.05). Computed as
+    transformers' MinPLogitsWarper does (softmax, row maximum, ``p < min_p * max p`` removed):
+
+    * the most likely token is always kept (``min_p <= 1``), and ``min_p = 1`` keeps only it and its ties;
+      ``min_p = 0`` keeps every token;
+    * ties: tokens of equal logit have equal probability, so they are kept or dropped together (no order between
+      them matters, unlike top-p's boundary);
+    * ``-inf`` logits have probability 0 and stay ``-inf``;
+    * a row with no finite distribution (every logit ``-inf``, or a NaN / ``+inf``) has NaN probabilities, fails
+      every comparison and is returned as it is (``generate`` reports such a row as a broken model).
+
+    Half precision: the probabilities are computed in float32 (``logits.float()``), so bfloat16 / float16 logits
+    keep exactly the set their float32 values give, as in transformers' ``generate`` (which casts the next-token
+    logits to float32 before any processor). MinPLogitsWarper called by hand on bfloat16 logits takes the softmax
+    in bfloat16, whose rounded probabilities can move a token lying within rounding of the cut-off to the other
+    side; on float32 logits (what ``generate`` passes) the two are the very same computation.
+
+    Example: probabilities ``[0.5, 0.3, 0.15, 0.05]`` with ``min_p = 0.2``: the cut-off is ``0.2 * 0.5 = 0.1``, so
+    the first three are kept and the ``0.05`` is dropped.
+
+    Shape:
+        logits: ``(B, V)`` -> ``(B, V)``.
+    """
+    _check_logits(logits)
+    min_p = check_min_p(min_p)
+    if min_p == 0.0:
+        return logits.clone()  # (no probability is below 0)
+    probs = torch.softmax(logits.float(), dim=-1)  # (B, V), in float32 whatever the logits' dtype
+    top_probs = probs.amax(dim=-1, keepdim=True)  # (B, 1): the probability of each row's most likely token
+    remove = probs < min_p * top_probs  # (B, V): below the row's cut-off (False everywhere in a NaN row)
+    # (transformers then keeps the min_tokens_to_keep = 1 most likely tokens whatever the cut-off: with min_p <= 1
+    # the most likely token is never below min_p times itself, so nothing is left to do)
+    return logits.masked_fill(remove, float("-inf"))
+
+
 def apply_repetition_penalty(
     logits: torch.Tensor,
     input_ids: torch.Tensor,
@@ -247,8 +302,15 @@ def process_logits(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
 ) -> torch.Tensor:
-    """Apply repetition penalty, temperature, top-k and top-p in that order (each only if it does something).
+    """Apply repetition penalty, temperature, top-k, top-p and min-p in that order (each only if it does
+    something).
+
+    The order is transformers' ``generate`` order (``GenerationMixin._get_logits_processor``). Min-p comes after
+    temperature (as in llama.cpp), so ``temperature`` changes which tokens pass its cut-off; that it also comes after
+    top-k and top-p changes nothing but rounding (a kept token's probability relative to the most likely one's is
+    the same before and after they remove tokens).
 
     Shape:
         logits ``(B, V)``; input_ids / ignore_mask ``(B, L)`` -> ``(B, V)``.
@@ -263,4 +325,6 @@ def process_logits(
         logits = top_k_filter(logits, top_k)
     if top_p is not None and top_p < 1.0:
         logits = top_p_filter(logits, top_p)
+    if min_p is not None:
+        logits = min_p_filter(logits, min_p)
     return logits

@@ -70,3 +70,11 @@ def test_sample_system_flag_is_the_chat_system_turn(tmp_path, capsys):
     assert main(["sample", "--model", str(folder), "--prompt", "hi", "--system", "Be brief."]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs --chat" in err
+
+
+def test_sample_min_p_flag_reaches_the_sampler(hf_folder, capsys):
+    """``--min-p 1`` keeps only the most likely token: sampling then gives the greedy text."""
+    argv = ["sample", "--model", str(hf_folder), "--prompt", "the cat", "--max-new-tokens", "6", "--no-stream"]
+    assert main([*argv, "--seed", "3", "--temperature", "1.5", "--min-p", "1"]) == 0
+    greedy = api.sample(model=str(hf_folder), prompt="the cat", max_new_tokens=6, greedy=True)[0]
+    assert capsys.readouterr().out == greedy + "\n"

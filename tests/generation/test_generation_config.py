@@ -55,7 +55,7 @@ def test_stop_strings_need_a_tokenizer(gpt):
 
 @pytest.mark.parametrize("flag", [["--top-p", "2"], ["--temperature", "0"], ["--top-k", "0"],
                                   ["--max-new-tokens", "-1"], ["--num-samples", "0"],
-                                  ["--repetition-penalty", "-1"]])
+                                  ["--repetition-penalty", "-1"], ["--min-p", "2"]])
 def test_sample_cli_checks_options_before_any_output(flag, tmp_path, capsys):
     # the run folder does not exist: the options must be refused before it is even opened
     assert main(["sample", "--ckpt", str(tmp_path / "nowhere"), "--prompt", "ROMEO:", *flag]) == 2

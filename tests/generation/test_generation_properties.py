@@ -80,8 +80,8 @@ def test_beam_one_equals_greedy(lengths, seed, use_cache):
 
 anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 50), st.floats(allow_nan=True, allow_infinity=True),
                      st.text(max_size=3), st.lists(st.integers(-1, 30), max_size=3))
-OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "eos_token_id",
-           "stop_strings", "seed", "use_cache", "pad_token_id", "sliding_window", "compile")
+OPTIONS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+           "eos_token_id", "stop_strings", "seed", "use_cache", "pad_token_id", "sliding_window", "compile")
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
@@ -96,7 +96,8 @@ def test_any_options_build_a_config_or_raise_value_error(options):
 
 valid_options = st.fixed_dictionaries({"max_new_tokens": st.integers(0, 4)}, optional={
     "do_sample": st.booleans(), "temperature": st.floats(0.1, 3.0), "top_k": st.none() | st.integers(1, 30),
-    "top_p": st.none() | st.floats(0.05, 1.0), "repetition_penalty": st.floats(0.5, 2.0),
+    "top_p": st.none() | st.floats(0.05, 1.0), "min_p": st.none() | st.floats(0.0, 1.0),
+    "repetition_penalty": st.floats(0.5, 2.0),
     "eos_token_id": st.none() | st.integers(0, V - 1) | st.lists(st.integers(0, V - 1), max_size=3),
     "seed": st.none() | st.integers(0, 2**31), "use_cache": st.booleans(), "pad_token_id": st.integers(0, V - 1),
     "sliding_window": st.booleans()})

@@ -17,30 +17,10 @@ from hypothesis import strategies as st
 
 from attnkit.generation.processors import apply_repetition_penalty, apply_temperature, top_k_filter, top_p_filter
 
+from helpers import logit_rows
+
 logits_processors = pytest.importorskip("transformers.generation.logits_process")
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True)
-
-
-@st.composite
-def logit_rows(draw):
-    """(B, V) float32 logits: small integers (many ties), logs of small counts (exact binary masses, ties, -inf for
-    a count of 0) or spread floats; some entries -inf, never a whole row."""
-    B, V = draw(st.integers(1, 3)), draw(st.integers(1, 12))
-    kind = draw(st.sampled_from(["ints", "counts", "floats"]))
-    if kind == "ints":
-        values = st.integers(-3, 3).map(float)
-    elif kind == "counts":
-        values = st.sampled_from([0.0, 1.0, 2.0, 4.0, 8.0]).map(lambda c: float(torch.tensor(c).log()))
-    else:
-        values = st.floats(-20, 20, allow_nan=False, width=32)
-    rows = [[draw(values) for _ in range(V)] for _ in range(B)]
-    logits = torch.tensor(rows, dtype=torch.float32)  # (B, V)
-    if draw(st.booleans()):
-        logits[logits == float("-inf")] = 0.0
-        logits = logits.masked_fill(torch.tensor([[draw(st.booleans()) for _ in range(V)] for _ in range(B)]),
-                                    float("-inf"))
-    logits[:, draw(st.integers(0, V - 1))] = 1.0  # (every row keeps a finite logit)
-    return logits
 
 
 top_ps = st.one_of(st.sampled_from([1.0, 1e-9, 1e-46, 0.5, 0.75, 0.875, 0.9, 0.95]),
