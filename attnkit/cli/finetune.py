@@ -35,9 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", dest="block_size", type=int, default=None, help="context length T (default 256)")
     lo = p.add_argument_group("LoRA")
     lo.add_argument("--lora", action="store_true", help="train low-rank adapters instead of all weights")
-    lo.add_argument("--lora-rank", type=int, default=None, help="adapter rank r (default 8)")
-    lo.add_argument("--lora-alpha", type=float, default=None, help="adapter scale alpha; update = alpha/r * B A "
-                                                                   "(default 16)")
+    lo.add_argument("--lora-rank", type=int, default=None, help="adapter rank r (default 8; at most each adapted "
+                    "layer's smaller side)")
+    lo.add_argument("--lora-alpha", type=float, default=None, help="adapter scale (update alpha/r * B A; default 16)")
     lo.add_argument("--lora-dropout", type=float, default=None, help="dropout on the adapter input (default 0)")
     lo.add_argument("--lora-targets", nargs="+", default=None, metavar="NAME",
                     help="Linear layers to adapt by name (default qkv_proj out_proj; also w_in w_gate w_out)")
