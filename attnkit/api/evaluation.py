@@ -6,7 +6,10 @@
 
 ``evaluate_lm`` runs the model over the whole validation split in non-overlapping windows of the model's block
 size (every token predicted once, :func:`attnkit.data.pipeline.lm_dataset.eval_batches`), or over ``max_batches``
-batches spread evenly over it, and reports the mean cross-entropy and ``exp`` of it (perplexity). The split is the
+batches spread evenly over it, and reports the mean cross-entropy and ``exp`` of it (perplexity). With a ``stride``
+``s`` (``1 <= s <=`` the block size ``T``) the windows overlap, moved by ``s`` ids, and each scores only the tokens
+the one before did not (the first all ``T``): the same tokens, each predicted from at least ``T - s + 1`` ids
+(Hugging Face's strided perplexity; ``s = T`` is the non-overlapping evaluation, identical). The split is the
 one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer; for a
 ``finetune`` run, the one it used: its documents each followed by ``<eos>`` (after ``<bos>`` where the model wants
 one), as :func:`attnkit.data.pipeline.documents.prepare_finetune_data` encodes them.
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit.checks import is_int
 from attnkit.data.corpora.parallel import SPLITS
 
 from .decoding import DecodingOptions
@@ -41,13 +45,15 @@ __all__ = ["EvalLMOptions", "EvalMTOptions", "EvalResult", "evaluate_lm", "evalu
 @dataclass
 class EvalLMOptions(DeviceOptions):
     """Options of :func:`evaluate_lm`: the checkpoint (a run folder uses ``checkpoints/best``), the data it was
-    trained on (a recipe name or the local file/folder), windows per batch, at most ``max_batches`` batches, and
-    where the JSON goes (default ``<checkpoint>/eval_lm.json``)."""
+    trained on (a recipe name or the local file/folder), windows per batch, at most ``max_batches`` batches, the
+    ``stride`` between windows (None: non-overlapping windows; else 1 to the window length) and where the JSON goes
+    (default ``<checkpoint>/eval_lm.json``)."""
 
     ckpt: str | Path = ""
     data: str = ""
     batch_size: int = 16
     max_batches: int | None = None
+    stride: int | None = None
     json: str | Path | None = None
 
     def _check(self) -> None:
@@ -60,6 +66,8 @@ class EvalLMOptions(DeviceOptions):
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.max_batches is not None and self.max_batches < 1:
             raise ValueError(f"--max-batches must be >= 1, got {self.max_batches}")
+        if self.stride is not None and (not is_int(self.stride) or self.stride < 1):  # its upper end: the model's
+            raise ValueError(f"--stride must be an int from 1 to the window length, or None, got {self.stride!r}")
 
 
 @dataclass
@@ -175,6 +183,33 @@ def _write_record(out: Path, result: dict[str, Any], checkpoint: Path, held: tup
         raise
 
 
+def _scored_token_loss(model: Any, batch: tuple[Any, Any]) -> tuple[Any, int]:
+    """:func:`~attnkit.training.lm_task.next_token_loss` of evaluation windows over the targets they score: a
+    strided window's targets that an earlier window scored are ``NOT_SCORED`` (``cross_entropy``'s
+    ``ignore_index``), left out of the mean and of the count. A batch scored whole goes to ``next_token_loss``
+    itself (the non-overlapping evaluation, unchanged).
+
+    Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss."""
+    import torch
+    import torch.nn.functional as F
+
+    from attnkit.data.pipeline.lm_dataset import NOT_SCORED
+    from attnkit.training.lm_task import next_token_loss
+
+    x, y = batch
+    scored = y != NOT_SCORED  # (B, T)
+    if bool(scored.all()):
+        return next_token_loss(model, batch)
+    logits = model(x)  # (B, T, V)
+    V = logits.shape[-1]
+    y_min, y_max = (int(v) for v in torch.aminmax(y.masked_fill(~scored, 0)))
+    if y_min < 0 or y_max >= V:
+        raise ValueError(f"target token id {y_min if y_min < 0 else y_max} is outside the model's vocabulary "
+                         f"[0, {V})")
+    loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1), ignore_index=NOT_SCORED)  # (B*T, V)
+    return loss, int(scored.sum())
+
+
 def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResult:
     """Validation loss and perplexity of a language model checkpoint (see the module docstring)."""
     import torch
@@ -183,7 +218,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     from attnkit.checkpoints.load import checkpoint_identity
     from attnkit.data.pipeline.lm_dataset import check_block_length, eval_batches, num_eval_windows
     from attnkit.data.pipeline.lm_store import open_lm_stores
-    from attnkit.training.lm_task import mean_token_loss, next_token_loss, perplexity
+    from attnkit.training.lm_task import mean_token_loss, perplexity
 
     o = EvalLMOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
@@ -209,17 +244,21 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
         raise ValueError(f"the valid split of {o.data!r} (a text file's last 10%) has {len(valid)} tokens, but this "
                          f"model reads windows of {T} and needs at least {T + 1}: give more text")
     check_block_length(valid, T, "valid")
-    n_windows = num_eval_windows(valid, T)
+    if o.stride is not None and o.stride > T:
+        raise ValueError(f"--stride must be an int from 1 to the window length {T} (the block size the model was "
+                         f"trained with), got {o.stride}")
+    stride = T if o.stride is None else o.stride  # T: non-overlapping windows
+    n_windows = num_eval_windows(valid, T, stride)
     max_windows = None if o.max_batches is None else o.max_batches * o.batch_size
     t0 = time.perf_counter()
     with torch.no_grad():
-        mean, count = mean_token_loss(model, eval_batches(valid, T, o.batch_size, max_windows=max_windows),
-                                      next_token_loss)
+        mean, count = mean_token_loss(model, eval_batches(valid, T, o.batch_size, max_windows=max_windows,
+                                                          stride=stride), _scored_token_loss)
     if not math.isfinite(mean):
         raise FloatingPointError(f"the validation loss is {mean}: the checkpoint's weights are broken")
     result = {"kind": "lm", "ckpt": str(o.ckpt), "checkpoint": str(checkpoint), "step": loaded.state.get("step"),
               "data": str(o.data), "split": "valid",
-              "block_size": T, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
+              "block_size": T, "stride": stride, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
               "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
     _write_record(out, result, checkpoint, held, f"valid loss {mean:.4f}, perplexity {perplexity(mean):.3f}")
     return EvalResult(result, out)

@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the model was trained on")
     lm.add_argument("--batch-size", type=int, default=16, help="windows per batch")
     lm.add_argument("--max-batches", type=int, default=None, help="only this many batches, spread over the split")
+    lm.add_argument("--stride", type=int, metavar="N", help="overlapping windows N ids apart, each scoring its new ids")
     lm.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_lm.json)")
     add_device_flags(lm)
     lm.set_defaults(func=run_eval_lm)
@@ -56,7 +57,7 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     result = evaluate_lm(options_from(EvalLMOptions, args))
     m = result.metrics
     print(f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f} over {m['tokens']:,} tokens "
-          f"({m['windows']} windows of {m['block_size']}); written to {result.path}")
+          f"({m['windows']} windows of {m['block_size']}, stride {m['stride']}); written to {result.path}")
     return 0
 
 

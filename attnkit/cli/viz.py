@@ -62,12 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(encoder-decoder; default cross)")
     q.add_argument("--layer", type=int, default=None, help="layer index from 0 (default: the last layer)")
     q.add_argument("--head", type=int, default=None, help="draw only this head (default: all heads in a grid)")
-    q.add_argument("--html", type=Path, default=None, metavar="PAGE.html",
-                   help="write an interactive page instead of the PNG: one self-contained HTML file (no network) "
-                        "with a model view (every layer x head as a small heat map; click one to open it), a head "
-                        "view (all heads of a layer in colours, lines from the chosen token) and a detail view "
-                        "(one head, the key weights of the token under the mouse, the top-k next-token "
-                        "predictions); --layer/--head/--attn choose what it shows first")
+    q.add_argument("--html", type=Path, default=None, metavar="PAGE.html", help="write an interactive page instead of "
+                   "the PNG: one self-contained HTML file (no network) with a model view (every layer x head as a "
+                   "small heat map; click one to open it), a head view (all heads of a layer in colours, lines from "
+                   "the chosen token) and a detail view (one head, the key weights of the token under the mouse, the "
+                   "top-k next-token predictions); --layer/--head/--attn choose what it shows first")
     q.add_argument("--top-k", type=int, default=None, help="--html: next-token candidates per position (default 5)")
     _add_output_args(q, "attention.png")
     q.set_defaults(func=run_attention)

@@ -6,7 +6,9 @@ Axis legend: T block size (windows of T + 1 ids).
 
 from __future__ import annotations
 
+import json
 import random
+import re
 
 import pytest
 import torch
@@ -29,6 +31,78 @@ def _mean_loss_by_hand(model: torch.nn.Module, ids: torch.Tensor, T: int) -> tup
             total += float(F.cross_entropy(model(window[None, :-1])[0], window[1:], reduction="sum"))
             count += T
     return total / count, count
+
+
+def _strided_loss_by_hand(model: torch.nn.Module, ids: torch.Tensor, T: int, stride: int) -> tuple[float, int]:
+    """Hugging Face's strided loop ("Perplexity of fixed-length models") over the targets the non-overlapping windows
+    score (ids 1 … nT, n = (N - 1) // T): windows of T + 1 ids moved by ``stride`` (the last one moved back to end on
+    target nT), each scoring the targets past the end of the one before; the log-softmax in float64."""
+    end = (ids.numel() - 1) // T * T
+    total, count, prev_end, begin = 0.0, 0, 0, 0
+    with torch.no_grad():
+        while prev_end < end:
+            start = min(begin, end - T)
+            window = ids[start:start + T + 1]  # (T + 1,)
+            new = start + T - prev_end  # the targets this window is the first to reach
+            losses = F.cross_entropy(model(window[None, :-1])[0].double(), window[1:], reduction="none")  # (T,)
+            total += float(losses[-new:].sum())
+            count += new
+            prev_end, begin = start + T, begin + stride
+    return total / count, count
+
+
+def test_strided_evaluation_equals_a_hand_loop_and_stride_T_is_the_non_overlapping_evaluation(tmp_path):
+    """``stride``: overlapping windows, each scoring only its new targets; the loss is the hand loop's for strides 1
+    to T over a split that is not a whole number of windows, and stride T (or None) gives today's figures exactly."""
+    from attnkit.data.pipeline.lm_dataset import eval_batches, prepare_lm_data
+    from attnkit.training.lm_task import mean_token_loss, next_token_loss
+
+    rng = random.Random(5)
+    words = "the cat sat on a mat and dog ran far".split()
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(120)), encoding="utf-8")
+    run = api.train_lm(data=str(text), out=tmp_path / "run", steps=30, **TINY_LM).out
+    loaded = load(run, expect_kind="lm")
+    valid = prepare_lm_data(str(text), loaded.tokenizer, block_size=16).valid  # (N,)
+    n_targets = (valid.numel() - 1) // 16 * 16
+    assert (valid.numel() - 1) % 16 and n_targets >= 10 * 16  # a tail the windows leave out, and many windows
+
+    def evaluate(stride, batch_size):
+        result = api.evaluate_lm(ckpt=run, data=str(text), stride=stride, batch_size=batch_size,
+                                 json=tmp_path / f"eval_{stride}.json")
+        assert json.loads(result.path.read_text()) == result.metrics  # the record, with its stride
+        return result.metrics
+
+    today = evaluate(None, 16)
+    with torch.no_grad():  # the computation eval lm made before strides: non-overlapping windows, next_token_loss
+        old, old_count = mean_token_loss(loaded.model, eval_batches(valid, 16, 16), next_token_loss)
+    assert (today["loss"], today["tokens"], today["stride"], today["windows"]) == (old, old_count, 16, n_targets // 16)
+    same = evaluate(16, 16)
+    assert (same["loss"], same["ppl"], same["tokens"], same["stride"]) == (old, today["ppl"], old_count, 16)
+    for stride in (1, 5, 7, 16):
+        got = evaluate(stride, 3)
+        loss, count = _strided_loss_by_hand(loaded.model, valid, 16, stride)
+        assert got["tokens"] == count == n_targets and got["stride"] == stride  # every target scored once
+        assert got["windows"] == 1 + -(-(n_targets - 16) // stride)
+        assert got["loss"] == pytest.approx(loss, rel=1e-6, abs=0)
+
+
+def test_a_stride_outside_1_to_the_window_length_is_refused(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
+    run = api.train_lm(data=str(text), out=tmp_path / "run", steps=2, **TINY_LM).out
+    for stride in (0, -3):
+        with pytest.raises(ValueError, match=rf"^--stride must be an int from 1 to the window length, or None, got "
+                                             rf"{stride}$"):
+            api.evaluate_lm(ckpt=run, data=str(text), stride=stride, json=tmp_path / "eval.json")
+    for stride in (True, 2.5, "4"):
+        with pytest.raises(ValueError, match=rf"^EvalLMOptions.stride must be an int or None, got "
+                                             rf"{re.escape(repr(stride))} \({type(stride).__name__}\)$"):
+            api.evaluate_lm(ckpt=run, data=str(text), stride=stride, json=tmp_path / "eval.json")
+    with pytest.raises(ValueError, match=r"^--stride must be an int from 1 to the window length 16 \(the block size "
+                                         r"the model was trained with\), got 17$"):
+        api.evaluate_lm(ckpt=run, data=str(text), stride=17, json=tmp_path / "eval.json")
+    assert not (tmp_path / "eval.json").exists()
 
 
 def test_a_finetuned_run_is_scored_on_its_own_documents_each_ending_with_eos(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -59,3 +60,33 @@ def test_eval_lm_matches_a_direct_computation(tmp_path, capsys):
 def test_eval_lm_bad_arguments(tmp_path, capsys):
     assert main(["eval", "lm", "--ckpt", str(tmp_path / "missing"), "--data", "x"]) == 2
     assert "no such checkpoint or run folder" in capsys.readouterr().err
+
+
+def test_eval_lm_stride(tmp_path, capsys):
+    """--stride N: overlapping windows N ids apart (the JSON record names the stride; without it, the block size);
+    a stride outside 1 … the window length is one error line and exit status 2."""
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
+    run = tmp_path / "lm"
+    assert main(["train", "lm", "--data", str(corpus), "--out", str(run), "--preset", "char-small",
+                 "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32", "--block-size", "16",
+                 "--batch-size", "8", "--steps", "2", "--warmup-steps", "1", "--eval-batches", "1",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    records = {}
+    for stride in ([], ["--stride", "7"]):
+        out_json = tmp_path / f"eval{len(stride)}.json"
+        assert main(["eval", "lm", "--ckpt", str(run), "--data", str(corpus), "--json", str(out_json), *stride]) == 0
+        records[tuple(stride)] = json.loads(out_json.read_text())
+        assert f"stride {records[tuple(stride)]['stride']})" in capsys.readouterr().out
+    plain, strided = records[()], records[("--stride", "7")]
+    assert (plain["stride"], strided["stride"]) == (16, 7) and plain["tokens"] == strided["tokens"] == 16 * 16
+    assert strided["windows"] == 35 + 1  # at 0, 7, …, 238, then at 240: the window ending on the last target
+    for bad, expected in (("0", r"--stride must be an int from 1 to the window length, or None, got 0"),
+                          ("17", r"--stride must be an int from 1 to the window length 16 \(the block size the model "
+                                 r"was trained with\), got 17")):
+        assert main(["eval", "lm", "--ckpt", str(run), "--data", str(corpus), "--stride", bad,
+                     "--json", str(tmp_path / "bad.json")]) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(rf"attnkit eval: error: {expected}\n", err), err
+    assert not (tmp_path / "bad.json").exists()

@@ -17,7 +17,7 @@ Axes: ``N`` number of ids in a split, ``B`` batch size, ``T`` block size (contex
   encoding of newline-aligned chunks for BPE).
 - :func:`check_block_length` — a split must hold at least one block (``T + 1`` ids).
 - :func:`random_batch` / :func:`batch_at_step` — random windows for training (the latter deterministic in
-  ``(seed, step)``); :func:`eval_batches` — non-overlapping windows covering a split, for evaluation.
+  ``(seed, step)``); :func:`eval_batches` — non-overlapping (or strided) windows covering a split, for evaluation.
 - :func:`prepare_lm_data` — corpus name or path + tokenizer choice → :class:`LMData` (tokenizer, train and valid
   token stores, source info), what ``attnkit train --data ... --tokenizer ...`` needs.
 """
@@ -53,6 +53,7 @@ __all__ = [
     "batch_at_step",
     "eval_batches",
     "num_eval_windows",
+    "NOT_SCORED",
     "LMData",
     "build_tokenizer",
     "prepare_lm_data",
@@ -296,34 +297,73 @@ def batch_at_step(data: torch.Tensor, block_size: int, batch_size: int, *, seed:
     return random_batch(data, block_size, batch_size, generator=g)
 
 
-def num_eval_windows(data: torch.Tensor, block_size: int) -> int:
-    """How many non-overlapping ``T + 1``-id windows :func:`eval_batches` yields (``(N - 1) // T``)."""
+NOT_SCORED = -100
+"""The target :func:`eval_batches` puts where a strided window does not score a position (an earlier window did):
+``cross_entropy``'s ``ignore_index``."""
+
+
+def _eval_window_starts(data: torch.Tensor | TokenStore, block_size: int, stride: int | None) -> torch.Tensor:
+    """Where the evaluation windows start: ``0, T, 2T, …`` (``n = (N - 1) // T`` windows; the evaluated targets
+    are ids ``1 … nT``), or with a ``stride`` ``s`` (``1 <= s <= T``) ``0, s, 2s, …`` up to ``(n - 1)T`` (the last
+    window ending on target ``nT``), plus a window starting at ``(n - 1)T`` when the strides step over it; shape
+    ``(windows,)``."""
+    check_int("block_size", block_size, minimum=1)
+    T = block_size
+    n = (data.numel() - 1) // T
+    if stride is None or (is_int(stride) and stride == T):
+        return torch.arange(n) * T  # (n,)
+    if not is_int(stride) or not 1 <= stride <= T:
+        raise ValueError(f"stride must be an int from 1 to the window length {T}, got {stride!r}")
+    last = (n - 1) * T  # the start of the window that ends on the last evaluated target
+    return torch.arange(0, last + stride, stride).clamp(max=last)  # (1 + ceil(last / stride),)
+
+
+def num_eval_windows(data: torch.Tensor, block_size: int, stride: int | None = None) -> int:
+    """How many ``T + 1``-id windows :func:`eval_batches` yields: ``(N - 1) // T`` non-overlapping ones, or with a
+    ``stride`` ``s`` ``1 + ceil((n - 1)T / s)`` (``n = (N - 1) // T``)."""
     check_block_length(data, block_size, "eval")
-    return (data.numel() - 1) // block_size
+    return int(_eval_window_starts(data, block_size, stride).numel())
 
 
-def eval_batches(data: torch.Tensor, block_size: int, batch_size: int, *,
-                 max_windows: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def eval_batches(data: torch.Tensor, block_size: int, batch_size: int, *, max_windows: int | None = None,
+                 stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Non-overlapping windows starting at ``0, T, 2T, …`` covering the split (every target id once, except a
     tail shorter than ``T``), in batches; the last batch may be smaller. ``max_windows`` caps the number of
     windows (evenly spread over the split) for a quick estimate.
+
+    ``stride`` ``s`` (``1 <= s <= T``; None or ``T``: the non-overlapping windows, unchanged): strided evaluation
+    of the same targets (ids ``1 … nT``, ``n = (N - 1) // T``), as in Hugging Face's "Perplexity of fixed-length
+    models". The windows, each ``T`` long, start at ``0, s, 2s, …`` (:func:`num_eval_windows`); the first scores
+    all its ``T`` targets, every later one only the targets past the previous window's end (its last ``s``; fewer
+    for the last window, moved back to end on target ``nT``), so the scored targets of all windows partition the
+    evaluated ones and each target after the first window is predicted from at least ``T - s + 1`` ids. A target
+    a window does not score is :data:`NOT_SCORED` in ``y``. E.g. ``T = 4``, ``N = 12`` (targets 1–8), ``s = 3``:
+    windows at 0, 3, 4 score targets 1–4, 5–7, 8. With ``max_windows`` the chosen windows keep their scored
+    targets.
 
     Shape:
         data ``(N,)`` → yields ``x (B', T)``, ``y (B', T)`` with ``B' <= batch_size``.
     """
     check_int("batch_size", batch_size, minimum=1)
     T = block_size
-    n = num_eval_windows(data, T)
-    starts = torch.arange(n) * T  # (n,)
+    check_block_length(data, T, "eval")
+    starts = _eval_window_starts(data, T, stride)  # (n,)
+    scored = torch.diff(starts, prepend=starts.new_tensor([-T]))  # (n,) targets each window scores, its last ones
+    n = starts.numel()
     if max_windows is not None:
         if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1:
             raise ValueError(f"max_windows must be an int >= 1 or None, got {max_windows!r}")
         if max_windows < n:
-            starts = starts[torch.linspace(0, n - 1, max_windows).round().long()]
+            keep = torch.linspace(0, n - 1, max_windows).round().long()  # (max_windows,)
+            starts, scored = starts[keep], scored[keep]
     for i in range(0, starts.numel(), batch_size):
         s = starts[i:i + batch_size]  # (B',)
         window = data[s[:, None] + torch.arange(T + 1)]  # (B', T + 1)
-        yield window[:, :-1], window[:, 1:]
+        x, y = window[:, :-1], window[:, 1:]
+        m = scored[i:i + batch_size]  # (B',)
+        if bool((m < T).any()):
+            y = y.masked_fill(torch.arange(T) < T - m[:, None], NOT_SCORED)  # (B', T): the first T - m not scored
+        yield x, y
 
 
 def build_tokenizer(kind: str | os.PathLike | Tokenizer, texts: list[str], *, vocab_size: int | None = None,

@@ -9,7 +9,8 @@ from attnkit.data.tokenizers.bpe_tokenizer import GPT2_SPLIT_PATTERN, BPETokeniz
 from attnkit.data.tokenizers.char_tokenizer import CharTokenizer
 from attnkit.data.pipeline.lm_dataset import (CUT_RULES, LMData, _newline_chunks, batch_at_step, check_block_length,
                                               cut_rule, encode_corpus, encode_corpus_cached, eval_batches, last_cut,
-                                              next_cut, num_eval_windows, prepare_lm_data, random_batch)
+                                              next_cut, num_eval_windows, prepare_lm_data, random_batch,
+                                              NOT_SCORED)
 from attnkit.data.pipeline.store_encoding import aligned_segments
 from attnkit.data.tokenizers.tokenizer import save_tokenizer
 from attnkit.interop.gguf import _LLAMA3_SPLIT
@@ -220,6 +221,44 @@ def test_eval_batches_max_windows_spread():
     xs = torch.cat([x for x, _ in eval_batches(data, 10, 3, max_windows=5)])
     assert xs.shape == (5, 10)
     assert xs[0, 0] == 0 and xs[-1, 0] == 990
+
+
+@pytest.mark.parametrize("N", [11, 12, 103, 1001])
+@pytest.mark.parametrize("stride", [1, 3, 7, 10])
+def test_strided_eval_batches_score_every_target_once_with_at_least_T_minus_stride_ids_before_it(N, stride):
+    """Strided windows (Hugging Face's strided perplexity): every window T long; the scored targets (the last ones
+    of each window, all of the first) partition the non-overlapping evaluation's targets 1 … (N - 1) // T * T, in
+    order, and a target of a later window is predicted from at least T - stride + 1 ids."""
+    T = 10
+    data = torch.arange(N)  # an id is its position: a target's id says which one it is
+    batches = list(eval_batches(data, T, 4, stride=stride))
+    x = torch.cat([b[0] for b in batches])  # (windows, T)
+    y = torch.cat([b[1] for b in batches])  # (windows, T)
+    assert x.shape == (num_eval_windows(data, T, stride), T) and max(b[0].shape[0] for b in batches) <= 4
+    assert torch.equal(torch.where(y == NOT_SCORED, x + 1, y), x + 1)  # x and y are windows of the data, shifted by one
+    scored = y != NOT_SCORED  # (windows, T)
+    assert torch.equal(y[scored], torch.arange(1, (N - 1) // T * T + 1))  # each target once, in order
+    assert bool(scored[0].all())  # the first window scores all its targets
+    first = T - scored[1:].sum(1)  # (windows - 1,) the first scored position of each later window
+    assert bool((first >= T - stride).all())  # context: at least T - stride + 1 ids (positions 0 … first)
+    assert bool((scored[1:] == (torch.arange(T) >= first[:, None])).all())  # its scored targets are its last ones
+    assert x[-1, -1] + 1 == (N - 1) // T * T  # the last window ends on the last evaluated target
+
+
+def test_stride_T_and_None_give_the_non_overlapping_windows_and_bad_strides_are_refused():
+    data = torch.randint(0, 1000, (103,))
+    for a, b in zip(eval_batches(data, 10, 4), eval_batches(data, 10, 4, stride=10), strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and bool((a[1] != NOT_SCORED).all())
+    assert num_eval_windows(data, 10, 10) == num_eval_windows(data, 10) == 10
+    assert num_eval_windows(data, 10, 1) == 91 and num_eval_windows(data, 10, 4) == 1 + 23  # 1 + ceil(90 / s)
+    T = 4  # the tiny example of eval_batches: targets 1–8, stride 3: windows at 0, 3, 4 score 1–4, 5–7, 8
+    y = torch.cat([b[1] for b in eval_batches(torch.arange(12), T, 8, stride=3)])
+    assert y.tolist() == [[1, 2, 3, 4], [-100, 5, 6, 7], [-100, -100, -100, 8]]
+    for bad in (0, 11, -1, 2.0, True, "2"):
+        with pytest.raises(ValueError, match=rf"stride must be an int from 1 to the window length 10, got {bad!r}"):
+            list(eval_batches(data, 10, 4, stride=bad))
+        with pytest.raises(ValueError, match=r"stride must be an int from 1 to the window length 10"):
+            num_eval_windows(data, 10, bad)
 
 
 @pytest.mark.parametrize("max_windows", [2.5, "2", True, 0])
