@@ -308,9 +308,10 @@ def process_logits(
     something).
 
     The order is transformers' ``generate`` order (``GenerationMixin._get_logits_processor``). Min-p comes after
-    temperature (as in llama.cpp), so ``temperature`` changes which tokens pass its cut-off; that it also comes after
-    top-k and top-p changes nothing but rounding (a kept token's probability relative to the most likely one's is
-    the same before and after they remove tokens).
+    temperature (as in llama.cpp), so ``temperature`` changes which tokens pass its cut-off. Its own cut-off does not
+    depend on top-k and top-p having run first (a kept token's probability relative to the most likely one's is the
+    same before and after they remove tokens), but the order still matters: top-p run after min-p would sum the
+    mass of fewer tokens and could keep another set.
 
     Shape:
         logits ``(B, V)``; input_ids / ignore_mask ``(B, L)`` -> ``(B, V)``.

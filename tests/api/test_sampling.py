@@ -95,14 +95,19 @@ def test_a_sentencepiece_folder_keeps_the_space_between_prompt_and_continuation(
     assert got == ["once upon a time there"] and stream.getvalue() == "once upon a time there\n"
 
 
+def _transformers_chat(folder: Path, system: str, user: str) -> str:
+    """The prompt transformers' ``apply_chat_template`` renders for a system and a user turn with :data:`CHAT`."""
+    transformers = pytest.importorskip("transformers")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    hf_tok.chat_template = CHAT
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 def test_a_system_turn_comes_before_the_user_turn_as_transformers_renders_it(hf_folder):
     """``system`` is the chat's system turn: the prompt equals transformers' ``apply_chat_template`` of the two
     turns; without it the template's own default stands (this template has none: the user turn alone)."""
-    transformers = pytest.importorskip("transformers")
-    hf_tok = transformers.AutoTokenizer.from_pretrained(str(hf_folder))
-    hf_tok.chat_template = CHAT
-    messages = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "the cat"}]
-    want = hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    want = _transformers_chat(hf_folder, "Answer in French.", "the cat")
     loaded = load_model(str(hf_folder))
     assert loaded.format_chat("the cat", "Answer in French.") == want
     sampler = api.Sampler(model=str(hf_folder), prompt="the cat", chat=True, system="Answer in French.",
@@ -123,3 +128,12 @@ def test_a_system_turn_needs_chat_and_a_template_that_takes_it(hf_folder, tmp_pa
     folder = tiny_hf_folder(tmp_path / "strict", chat_template=strict, std=0.3, tie_embeddings=True)
     with pytest.raises(ValueError, match="System role not supported"):
         api.Sampler(model=str(folder), prompt="hi", chat=True, system="Be brief.", max_new_tokens=1)
+
+
+def test_an_empty_system_turn_is_still_a_system_turn(hf_folder):
+    """system="" is given (None is not): an empty system turn, rendered as transformers renders it; it needs chat."""
+    want = _transformers_chat(hf_folder, "", "the cat")
+    loaded = load_model(str(hf_folder))
+    assert loaded.format_chat("the cat", "") == want != loaded.format_chat("the cat")
+    with pytest.raises(ValueError, match="needs --chat"):
+        api.SampleOptions(model=str(hf_folder), prompt="hi", system="")

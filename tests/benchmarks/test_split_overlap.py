@@ -111,3 +111,13 @@ def test_a_folder_that_is_no_prepared_recipe_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         split_overlap.main([str(tmp_path)])
     assert exit_info.value.code == 2 and "not a prepared recipe" in capsys.readouterr().err
+
+
+def test_an_example_shows_the_first_train_pair_with_the_key_and_never_an_exact_source_or_target():
+    """An example shows the first train pair with the held-out pair's keys; a held-out pair whose closest match has
+    the very same source (or target) text is counted but gives no example."""
+    train = [("Hello!", "Hallo!"), ("hello", "hallo"), ("Good night", "Gute Nacht")]
+    held = [("HELLO", "HALLO"), ("Good night", "Schlaf gut"), ("Sleep well", "Gute Nacht")]
+    counts, found = split_overlap.pair_overlap(train, held, examples=5)
+    assert found == [{"held_out": ["HELLO", "HALLO"], "train": ["Hello!", "Hallo!"], "match": "pair"}]
+    assert counts["source_key"] == 2 and counts["target_key"] == 2 and counts["pair_key"] == 1

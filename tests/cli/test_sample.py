@@ -78,3 +78,23 @@ def test_sample_min_p_flag_reaches_the_sampler(hf_folder, capsys):
     assert main([*argv, "--seed", "3", "--temperature", "1.5", "--min-p", "1"]) == 0
     greedy = api.sample(model=str(hf_folder), prompt="the cat", max_new_tokens=6, greedy=True)[0]
     assert capsys.readouterr().out == greedy + "\n"
+
+
+def test_sample_min_p_flag_is_a_fraction_and_off_by_default():
+    """``--min-p 0.05`` parses as the float 0.05 and reaches the generation config; without it min-p is None."""
+    from attnkit.cli.flags import options_from
+    from attnkit.cli.main import build_parser
+
+    parser = build_parser()
+    options = options_from(api.SampleOptions, parser.parse_args(["sample", "--model", "m", "--min-p", "0.05"]))
+    assert options.generation_config().min_p == 0.05
+    assert options_from(api.SampleOptions, parser.parse_args(["sample", "--model", "m"])).min_p is None
+
+
+def test_sample_system_takes_a_value_that_starts_with_a_dash():
+    """``--system -terse`` (one word, no space) is the system text, not an unknown flag: --system is a text option."""
+    from attnkit.cli.main import build_parser, join_text_values
+
+    argv = ["sample", "--model", "m", "--chat", "--system", "-terse", "--prompt", "-hi"]
+    args = build_parser().parse_args(join_text_values(argv))
+    assert args.system == "-terse" and args.prompt == "-hi"

@@ -275,3 +275,11 @@ def test_sample_options_pass_min_p_to_the_generation_config():
     assert SampleOptions(ckpt="x").generation_config().min_p is None
     with pytest.raises(ValueError, match="min_p must satisfy 0 <= min_p <= 1, got 2"):
         SampleOptions(ckpt="x", min_p=2).generation_config()
+
+
+def test_min_p_filter_refuses_logits_that_are_not_2d_float():
+    """min_p_filter checks its logits as the other filters do: shape (B, V), floating point."""
+    with pytest.raises(ValueError, match=r"logits must have shape \(B, V\), got \(3,\)"):
+        min_p_filter(torch.zeros(3), 0.1)
+    with pytest.raises(ValueError, match="logits must be a floating-point tensor"):
+        min_p_filter(torch.zeros(1, 3, dtype=torch.long), 0.1)

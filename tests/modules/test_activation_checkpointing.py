@@ -183,3 +183,50 @@ def test_a_switch_that_is_not_a_bool_is_refused_by_name(bad):
     with pytest.raises(ValueError, match=rf"enable_activation_checkpointing enabled must be a bool, got {bad!r}"):
         model.enable_activation_checkpointing(bad)
     assert model.core.encoder.activation_checkpointing is False
+
+
+def test_the_embedding_level_encoder_decoder_switches_both_stacks(monkeypatch):
+    """EncoderDecoder (nn.Transformer's counterpart) has the switch too, and it reaches its encoder and decoder."""
+    from attnkit.models.encoder_decoder import EncoderDecoder
+
+    calls = _count_checkpoints(monkeypatch)
+    model = EncoderDecoder(d_model=16, nhead=2, num_encoder_layers=2, num_decoder_layers=3, dim_feedforward=32)
+    model.enable_activation_checkpointing()
+    assert model.encoder.activation_checkpointing and model.decoder.activation_checkpointing
+    model.train()
+    src, tgt = torch.randn(2, 5, 16), torch.randn(2, 4, 16)  # (B, S, C), (B, T, C)
+    model(src, tgt).sum().backward()
+    assert len(calls) == 2 + 3  # every layer of both stacks, once
+
+
+def test_a_left_padded_batch_gives_the_same_loss_and_gradients():
+    """The blocks' keyword inputs (the padding mask, the RoPE positions it implies) reach the checkpointed blocks."""
+    config = tiny_gpt_config(**LLAMA_STYLE)
+    model = GPT(config)
+    idx = torch.randint(0, config.vocab_size, (3, 12))  # (B, T)
+    pad = torch.zeros(3, 11, dtype=torch.bool)  # (B, T - 1): left padding of 0, 2 and 5 tokens
+    pad[1, :2] = True
+    pad[2, :5] = True
+
+    def padded_loss(model, idx):
+        logits = model(idx[:, :-1], key_padding_mask=pad)  # (B, T - 1, V)
+        return torch.nn.functional.cross_entropy(logits[~pad], idx[:, 1:][~pad])
+
+    _same_step(model, idx, padded_loss, None)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_the_encoder_passes_is_causal_to_its_layers(checkpointing):
+    """Encoder(..., is_causal=True) without a mask is causal, checkpointed or not: position 0 sees only itself."""
+    from attnkit.models.encoder_decoder import EncoderDecoder
+
+    model = EncoderDecoder(d_model=16, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=32,
+                           dropout=0.0)
+    model.enable_activation_checkpointing(checkpointing)
+    model.train()
+    src = torch.randn(2, 5, 16)  # (B, S, C)
+    other = src.clone()
+    other[:, 1:] += 1.0  # the same first position, other later ones
+    a, b = model.encoder(src, is_causal=True), model.encoder(other, is_causal=True)  # (B, S, C)
+    torch.testing.assert_close(a[:, 0], b[:, 0])
+    assert not torch.allclose(model.encoder(src)[:, 0], model.encoder(other)[:, 0])  # (not causal: it sees them)

@@ -128,3 +128,19 @@ def test_a_model_without_the_switch_is_refused_only_when_it_is_asked_for(tmp_pat
         Trainer(TinyLM(61), _lm_task(), _config(activation_checkpointing=True), tmp_path / "a", model_config={},
                 progress=False, log=False)
     Trainer(TinyLM(61), _lm_task(), _config(), tmp_path / "b", model_config={}, progress=False, log=False)
+
+
+def test_the_trainer_switches_it_off_in_a_model_handed_over_with_it_on(tmp_path):
+    """The config decides both ways: activation_checkpointing=False switches off a model that arrives with it on."""
+    model, config = _gpt()
+    model.enable_activation_checkpointing()
+    Trainer(model, _lm_task(), _config(), tmp_path / "run", model_config=config, progress=False, log=False)
+    assert model.activation_checkpointing is False
+
+
+def test_cuda_graphs_refuse_it_by_name(tmp_path):
+    """cuda_graphs lists activation checkpointing among what it cannot run with (also where the device is wrong)."""
+    cfg = _config(cuda_graphs=True, activation_checkpointing=True, device="cpu")
+    with pytest.raises(ValueError, match=r"cuda_graphs needs .*no activation checkpointing \(got "
+                                         r"activation_checkpointing=True"):
+        _fit(tmp_path, "run", _gpt(), _lm_task(), cfg)

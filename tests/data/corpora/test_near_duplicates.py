@@ -26,6 +26,11 @@ from attnkit.data.corpora.near_duplicates import near_duplicate_key
     ("%1$s of %2$s", "{0} of {name}"),
     ("Copied %(count)s items", "Copied $(ARG1) items"),
     ("Version 3.1.20", "version 3.1.04"),  # one number, dots inside
+    ("Version %d.%d", "Version 2.6"),  # placeholders become numbers first, then fold as one number
+    ("Drag&&Drop", "Drag & Drop"),  # Qt "&&" is a literal ampersand, not an accelerator
+    ("Replace $name$ with $1", "Replace {0} with %s"),  # LibreOffice/shell variables
+    ("Size: %12$.1f MB", "Size: 3.5 MB"),  # a printf position of two digits, with a precision
+    ("Error %X", "Error 255"),  # an upper-case conversion
 ])
 def test_near_duplicates_share_a_key(a, b):
     assert near_duplicate_key(a) == near_duplicate_key(b)
@@ -53,6 +58,7 @@ def test_numbers_are_folded_unless_asked_not_to():
 def test_the_key_is_words_in_lower_case_and_single_spaces():
     assert near_duplicate_key("  «Hallo»,\tWelt!!  \n") == "hallo welt"
     assert near_duplicate_key("… -- !") == ""  # punctuation only: an empty key, never a match for callers
+    assert near_duplicate_key("Name: ___") == "name"  # underscores that mark no accelerator are punctuation
 
 
 def test_the_key_removes_what_the_de_en_recipe_removes():
@@ -71,3 +77,5 @@ def test_the_docstring_examples_hold():
 def test_a_non_string_is_refused():
     with pytest.raises(ValueError, match="expects a str"):
         near_duplicate_key(None)
+    with pytest.raises(ValueError, match="expects a str, got bytes"):
+        near_duplicate_key(b"Open the file")
