@@ -10,12 +10,13 @@ or GPT-2-small's for decoding levers.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.modules.chunked_cross_entropy import chunked_cross_entropy
 from attnkit.modules.masks import causal_mask
 from attnkit.modules.multi_head_attention import MultiHeadAttention
 from attnkit.modules.quantized_linear import QuantizedLinear
@@ -373,7 +374,8 @@ def _kept_bytes(model, x, y) -> int:
 _PEAK_RSS = """
 import json, sys, torch, torch.nn.functional as F
 from benchmarks.bench_lm import LMSizes, attnkit_gpt
-s, on = LMSizes(**json.loads(sys.argv[1])), sys.argv[2] == "1"
+from attnkit.modules.chunked_cross_entropy import chunked_cross_entropy
+s, on, chunks = LMSizes(**json.loads(sys.argv[1])), sys.argv[2] == "1", int(sys.argv[3])
 torch.manual_seed(0)
 model = attnkit_gpt(s).train()
 model.enable_activation_checkpointing(on)
@@ -382,17 +384,25 @@ x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=g)
 y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=g)
 def hwm():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
-F.cross_entropy(model(x[:1, :8]).flatten(0, 1), y[:1, :8].flatten()).backward()  # load the kernels first
+def loss(x, y):
+    if chunks:
+        return model(x, output_fn=lambda h, head: chunked_cross_entropy(h, head, y, chunks=chunks))
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+loss(x[:1, :8], y[:1, :8]).backward()  # load the kernels first
 model.zero_grad(set_to_none=False)  # the gradients' memory is held before the step is measured
 before = hwm()
-F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+loss(x, y).backward()
 print(hwm() - before)
 """
 
 
-def _peak_rss_growth(s: LMSizes, on: bool) -> int | None:
-    """How far one training step (forward + backward) raises the peak resident memory of a fresh process
-    (``VmHWM`` of ``/proc/self/status``, Linux only; None elsewhere)."""
+def _peak_rss_growth(s: LMSizes, on: bool, chunks: int = 0, *, mmap_all: bool = False) -> int | None:
+    """How far one training step (forward + backward; activation checkpointing ``on``, the loss over ``chunks``
+    chunks or plain with 0) raises the peak resident memory of a fresh process (``VmHWM`` of
+    ``/proc/self/status``, Linux only; None elsewhere). ``mmap_all``: glibc serves every allocation above 64 KiB by
+    ``mmap`` and returns it at once (``MALLOC_MMAP_THRESHOLD_``, as the harness's memory pass), so that a freed
+    temporary is not kept in the heap (with its default thresholds, chunks of a few tens of MiB freed and made again
+    fragment the heap, and the peak counts them several times)."""
     import json
     import subprocess
     import sys
@@ -401,8 +411,11 @@ def _peak_rss_growth(s: LMSizes, on: bool) -> int | None:
     if not Path("/proc/self/status").exists():
         return None
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", _PEAK_RSS, json.dumps(asdict(s)), "1" if on else "0"], cwd=root,
-                         capture_output=True, text=True, check=True)
+    import os
+
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0") if mmap_all else None
+    out = subprocess.run([sys.executable, "-c", _PEAK_RSS, json.dumps(asdict(s)), "1" if on else "0", str(chunks)],
+                         cwd=root, capture_output=True, text=True, check=True, env=env)
     return int(out.stdout.split()[-1])
 
 
@@ -430,8 +443,67 @@ def lever_activation_checkpointing(s: LMSizes, rounds, warmup, progress):
     return res
 
 
+CHUNKS = 8  # the chunked loss's row chunks in lever_chunked_loss
+
+
+def lever_chunked_loss(s: LMSizes, rounds, warmup, progress, *, quick: bool = False):
+    """The chunked cross-entropy (``--loss-chunks``) against the plain loss, each with and without activation
+    checkpointing, for a GPT with the GPT-2 tokenizer's vocabulary (50,257), where the logits dominate memory."""
+    big = (replace(s, vocab_size=50257) if quick else
+           LMSizes(n_layer=2, n_head=4, n_embd=256, block_size=256, batch_size=4, vocab_size=50257, steps_per_round=1))
+    res = BenchResult("lever_chunked_loss", f"Lever: chunked cross-entropy, {CHUNKS} chunks (LM training step with a "
+                      f"50,257 vocabulary: time, kept tensors, peak RSS)", asdict(big))
+    x = torch.randint(0, big.vocab_size, (big.batch_size, big.block_size), generator=seeded(5))
+    y = torch.randint(0, big.vocab_size, (big.batch_size, big.block_size), generator=seeded(6))
+    torch.manual_seed(0)
+    model = attnkit_gpt(big).train()
+    opt = make_optimizer(model.parameters(), big.optimizer, big.lr)
+
+    def loss(chunks):
+        if chunks:
+            return model(x, output_fn=lambda h, head: chunked_cross_entropy(h, head, y, chunks=chunks))
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    def step(on, chunks):
+        def run():
+            model.enable_activation_checkpointing(on)
+            for _ in range(big.steps_per_round):
+                opt.zero_grad(set_to_none=True)
+                loss(chunks).backward()
+                opt.step()
+            return float(x.numel() * big.steps_per_round)
+        return run
+
+    variants = {"plain": (False, 0), "chunked": (False, CHUNKS), "checkpointed": (True, 0),
+                "checkpointed + chunked": (True, CHUNKS)}
+    m = run_impls(res, [Impl(name, step(*how)) for name, how in variants.items()], rounds=rounds, warmup=warmup,
+                  progress=progress)
+    res.ratios["chunked / plain (tokens/s)"] = ratio(m, "chunked", "plain")
+    res.ratios["checkpointed + chunked / checkpointed (tokens/s)"] = ratio(m, "checkpointed + chunked", "checkpointed")
+    for name, (on, chunks) in variants.items():
+        model.enable_activation_checkpointing(on)
+        seen: dict[int, int] = {}
+
+        def pack(t):
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            kept = loss(chunks)
+        del kept
+        # what the checkpoints keep outside the hooks' view: each block's input, the head's input (B, T, C)
+        hidden = x.numel() * big.n_embd * 4
+        outside = (len(model.blocks) if on else 0) * hidden + (hidden if chunks else 0)
+        res.extra[f"{name} kept MiB"] = (sum(seen.values()) + outside) / 2**20
+        for label, mmap_all in (("", False), (", mmap > 64 KiB", True)):
+            rss = _peak_rss_growth(big, on, chunks, mmap_all=mmap_all)
+            res.extra[f"{name} peak RSS growth MiB{label}"] = None if rss is None else rss / 2**20
+    model.zero_grad(set_to_none=True)
+    return res
+
+
 LEVERS = ("fused_qkv", "is_causal", "no_pad_mask", "kv_cache", "adamw", "int8", "threads", "head_merge",
-          "last_logits", "decode_layout", "activation_checkpointing", "compile")
+          "last_logits", "decode_layout", "activation_checkpointing", "chunked_loss", "compile")
 
 
 def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progress=None, compile: bool = True,
@@ -453,6 +525,7 @@ def run_levers(*, quick: bool = False, rounds: int = 3, warmup: int = 1, progres
         "last_logits": lambda: lever_last_logits(rounds, warmup, progress, quick=quick),
         "decode_layout": lambda: lever_decode_layout(rounds, warmup, progress, quick=quick),
         "activation_checkpointing": lambda: lever_activation_checkpointing(s, rounds, warmup, progress),
+        "chunked_loss": lambda: lever_chunked_loss(s, rounds, warmup, progress, quick=quick),
         "compile": lambda: lever_compile(s, rounds, warmup, progress),
     }
     if not compile:

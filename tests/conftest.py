@@ -105,17 +105,35 @@ def make_copy_task():
 
 
 @pytest.fixture
-def checkpoint_calls(monkeypatch) -> list[int]:
-    """Counts the blocks run through activation checkpointing's ``torch.utils.checkpoint.checkpoint`` (one entry a
-    call) while the test runs."""
+def count_calls(monkeypatch):
+    """``count_calls(module, "name")``: a list that gets one entry per call of ``module.name`` while the test runs
+    (the function itself still runs)."""
+
+    def install(module, name: str) -> list[int]:
+        calls: list[int] = []
+        real = getattr(module, name)
+
+        def counting(*args, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+        return calls
+
+    return install
+
+
+@pytest.fixture
+def checkpoint_calls(count_calls) -> list[int]:
+    """Counts the blocks run through activation checkpointing's ``torch.utils.checkpoint.checkpoint``."""
     import attnkit.modules.activation_checkpointing as ac
 
-    calls: list[int] = []
-    real = ac.checkpoint
+    return count_calls(ac, "checkpoint")
 
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
 
-    monkeypatch.setattr(ac, "checkpoint", counting)
-    return calls
+@pytest.fixture
+def chunk_calls(count_calls) -> list[int]:
+    """Counts the loss chunks run through the chunked loss's ``torch.utils.checkpoint.checkpoint``."""
+    import attnkit.modules.chunked_cross_entropy as cce
+
+    return count_calls(cce, "checkpoint")

@@ -252,3 +252,79 @@ def logit_rows(draw, *, dead_rows: bool = False) -> torch.Tensor:
     if not dead_rows:
         logits[:, draw(st.integers(0, V - 1))] = 1.0  # (every row keeps a finite logit)
     return logits
+
+
+# ----------------------------------------------------------------------------------------------------
+# tiny training runs (the tests of the training options that change no number: activation checkpointing, the
+# chunked loss)
+# ----------------------------------------------------------------------------------------------------
+def tiny_lm_task():
+    """An LMTask over 3,000 seeded random ids of :func:`tiny_gpt_config`'s vocabulary (61): blocks of 16, batches
+    of 4."""
+    from attnkit.training.lm_task import LMTask
+
+    g = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, 61, (3000,), generator=g)
+    return LMTask(tokens[:2600], tokens[2600:], block_size=16, batch_size=4, seed=1)
+
+
+def reversal_pairs(n: int, seed: int):
+    """``n`` EncodedPairs whose target is the reversed source (words 4..18, sources end with <eos> = 2; <pad> 0,
+    <bos> 1)."""
+    from attnkit.data.pipeline.mt_batching import EncodedPairs
+
+    g = torch.Generator().manual_seed(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        words = torch.randint(4, 19, (int(torch.randint(2, 8, (1,), generator=g)),), generator=g).tolist()
+        src.append(words + [2])
+        tgt.append(words[::-1])
+    return EncodedPairs(src, tgt, pad_id=0, bos_id=1, eos_id=2)
+
+
+def tiny_mt_task():
+    """An MTTask (label smoothing 0.1) on 96 training and 12 validation :func:`reversal_pairs`, 48 tokens a batch."""
+    from attnkit.training.mt_task import MTTask
+
+    return MTTask(reversal_pairs(96, 0), reversal_pairs(12, 1), max_tokens=48, seed=2, label_smoothing=0.1)
+
+
+def tiny_train_config(**overrides):
+    """A TrainConfig of 4 updates of 2 micro-batches, evaluated and checkpointed every 2 (``overrides`` replace)."""
+    from attnkit.training.config import TrainConfig
+
+    base = dict(steps=4, batch_size=4, block_size=16, grad_accum=2, lr=3e-3, min_lr=3e-4, warmup_steps=1,
+                eval_every=2, eval_batches=1, log_every=1, ckpt_every=2, keep_last=3, seed=5)
+    return TrainConfig(**(base | overrides))
+
+
+def run_losses(run) -> list[float]:
+    """A run folder's logged training losses, then its validation losses."""
+    from attnkit.training.metrics import read_metrics
+
+    rows = read_metrics(run)
+    return [r["loss"] for r in rows if "loss" in r] + [r["valid_loss"] for r in rows if "valid_loss" in r]
+
+
+def fit_losses(tmp_path, name: str, model_and_config, task, cfg, **kwargs):
+    """Train ``(model, model_config)`` on ``task`` with ``cfg`` into ``tmp_path / name``, quietly: (the run's
+    :func:`run_losses`, the model)."""
+    from attnkit.training.trainer import Trainer
+
+    model, config = model_and_config
+    Trainer(model, task, cfg, tmp_path / name, model_config=config, progress=False, log=False, **kwargs).fit()
+    return run_losses(tmp_path / name), model
+
+
+def saved_bytes():
+    """A ``saved_tensors_hooks`` context and the dict its packs fill: the bytes of each distinct storage the
+    autograd graph keeps for the backward pass (outside any checkpointed region: inside one, checkpointing keeps
+    nothing)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), seen

@@ -52,7 +52,7 @@ from .options import (Log, RunResult, TrainOptions, check_out, default_log, done
 __all__ = ["FinetuneOptions", "finetune", "lora_settings"]
 
 # what a resumed fine-tune may change (finetune takes no --stop-at-loss)
-_MAY_CHANGE = "only --steps, --max-time, --device and --activation-checkpointing may change"
+_MAY_CHANGE = "only --steps, --max-time, --device, --activation-checkpointing and --loss-chunks may change"
 
 
 @dataclass

@@ -40,8 +40,9 @@ TRAIN_FIELDS = ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "sch
 _AUTOCAST = (None, "bf16", "fp16", "off")
 # the TrainConfig fields a flag of the same name sets (--batch-size: batch_size)
 _FLAGGED = TRAIN_FIELDS + ("block_size", "schedule_steps", "compile", "cuda_graphs", "fsdp", "autocast",
-                           "activation_checkpointing")
-_MAY_CHANGE = "only --steps, --max-time, --stop-at-loss, --device and --activation-checkpointing may change"
+                           "activation_checkpointing", "loss_chunks")
+_MAY_CHANGE = ("only --steps, --max-time, --stop-at-loss, --device, --activation-checkpointing and --loss-chunks "
+               "may change")
 # the TrainConfig fields a flag sets, named by the flag in errors ("TrainConfig.warmup_steps" is --warmup-steps)
 _FLAG_OF = {name: "--" + name.replace("_", "-") for name in _FLAGGED + ("steps", "max_time", "stop_at_loss", "device")}
 
@@ -182,7 +183,7 @@ class TrainOptions(DeviceOptions):
     Attributes:
         out: the run folder (None: ``runs/<kind>-<data>-<preset>-<time>``); an existing run is never overwritten,
             ``resume=True`` continues it exactly where it stopped (then only ``steps``, ``max_time``, ``device``,
-            ``stop_at_loss`` and ``activation_checkpointing`` may change).
+            ``stop_at_loss``, ``activation_checkpointing`` and ``loss_chunks`` may change).
         preset: the model preset (``attnkit params --list``); ``overrides``: model config fields to change,
             e.g. ``{"n_layer": 6, "dropout": 0.2}`` (``--set``).
         steps, max_time: length of the run in updates and in minutes (whichever comes first).
@@ -193,6 +194,10 @@ class TrainOptions(DeviceOptions):
         activation_checkpointing: compute each block's activations again in the backward pass instead of keeping
             them (the same numbers, less memory, slower updates). None is off; like ``device`` it is not taken from
             a resumed run: each part of a run runs as it is told (the flag on, or not).
+        loss_chunks: K >= 1 computes the training loss over K row chunks of the final hidden states, each chunk's
+            logits made again in the backward pass instead of kept (:mod:`attnkit.modules.chunked_cross_entropy`:
+            the same losses up to float rounding, no ``(B, T, V)`` logits kept). None or 0 is off; like
+            ``activation_checkpointing`` it is not taken from a resumed run.
         progress: show the tqdm bar (the log lines print either way).
     """
 
@@ -222,6 +227,7 @@ class TrainOptions(DeviceOptions):
     cuda_graphs: bool | None = None
     fsdp: bool | None = None
     activation_checkpointing: bool | None = None
+    loss_chunks: int | None = None
     progress: bool = True
 
     def _check(self) -> None:
@@ -243,8 +249,9 @@ def train_values(options: TrainOptions, *, block_size: int | None = None) -> dic
 
     Fails first (before any data is read) on a device or autocast this machine cannot run. ``batch_size`` is
     per process: the config (and the checkpoint) hold the global micro-batch. The device is always recorded
-    (checkpoints are device-free, so it may change on resume), and so is activation checkpointing (off unless
-    given: it changes no number, so a resumed run takes it as given, not from the run).
+    (checkpoints are device-free, so it may change on resume), and so are activation checkpointing and loss chunks
+    (off unless given: they change no number beyond float rounding, so a resumed run takes them as given, not from
+    the run).
     """
     from attnkit.training.device import check_autocast
 
@@ -260,6 +267,7 @@ def train_values(options: TrainOptions, *, block_size: int | None = None) -> dic
         given["batch_size"] = given["batch_size"] * world_size()
     given["device"] = options.device or "auto"
     given["activation_checkpointing"] = bool(options.activation_checkpointing)  # as told now, resumed or not
+    given["loss_chunks"] = options.loss_chunks or 0  # the same: as told now
     if options.autocast is not None:
         given["autocast"] = options.autocast_mode
     if options.fsdp:

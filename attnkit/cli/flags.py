@@ -94,6 +94,8 @@ def add_run_flags(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> 
     t.add_argument("--compile", action="store_true", default=None, help="torch.compile the model with the loss")
     t.add_argument("--activation-checkpointing", action="store_true", default=None,
                    help="recompute each block's activations in the backward pass: less memory, slower updates")
+    t.add_argument("--loss-chunks", type=int, default=None, metavar="K", help="cross-entropy over K row chunks, "
+                   "each chunk's logits recomputed in the backward pass instead of kept: less memory (0 = off)")
     t.add_argument("--cuda-graphs", action="store_true", default=None,
                    help="replay each batch shape's forward and backward as a recorded CUDA graph (one CUDA process; "
                         "train mt then pads batches to a few fixed shapes): far fewer host launches per update")

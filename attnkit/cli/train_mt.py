@@ -36,18 +36,16 @@ def register(tsub: argparse._SubParsersAction) -> None:
                     help=f"longest source/target in tokens the model takes (default {MT_DEFAULT_MAX_LEN}); "
                          "longer sentences are truncated and counted (refused with --strict)")
     mt.add_argument("--label-smoothing", type=float, default=None, help="ε of label smoothing (default 0.1)")
-    mt.add_argument("--strict", action="store_true",
-                    help="refuse malformed lines and over-long sentences (with the line / pair number) "
-                         "instead of skipping / truncating and counting them")
+    mt.add_argument("--strict", action="store_true", help="refuse malformed lines and over-long sentences "
+                    "(with the line / pair number) instead of skipping / truncating and counting them")
     mt.add_argument("--bleu", action="store_true", default=None,
                     help="greedy BLEU/chrF on valid at every evaluation, best/ by BLEU (the default)")
     mt.add_argument("--no-bleu", dest="bleu", action="store_false",
                     help="no decoding during training: best/ by validation loss")
     mt.add_argument("--bleu-sentences", type=int, default=None,
                     help=f"validation sentences translated at each evaluation (default {MT_DEFAULT_BLEU_SENTENCES})")
-    mt.add_argument("--word-dropout", type=float, default=None, metavar="P",
-                    help="replace each source token (not <eos>, nor the <bt> tag) by <unk> with probability P in "
-                         "training (default 0)")
+    mt.add_argument("--word-dropout", type=float, default=None, metavar="P", help="replace each source token "
+                    "(not <eos>, nor the <bt> tag) by <unk> with probability P in training (default 0)")
     mt.add_argument("--anneal-data", default=None, metavar="DATA",
                     help="for the last --anneal-share of the budget, train on these pairs only (e.g. the training "
                          "pairs of the test's domain): a recipe name (its in-domain.tsv; de-en: the dictionary "

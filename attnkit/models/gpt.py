@@ -36,6 +36,7 @@ padded row produces the same logits as the same row alone.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -354,6 +355,7 @@ class GPT(ActivationCheckpointing, nn.Module):
         position_ids: torch.Tensor | None = None,
         cache: GPTCache | None = None,
         cache_position: torch.Tensor | None = None,
+        output_fn: Callable[[torch.Tensor, nn.Module], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Next-token logits for every position.
 
@@ -369,6 +371,9 @@ class GPT(ActivationCheckpointing, nn.Module):
                 of the fixed length ``cache.max_len``; ``cache.length`` is neither read nor moved (the caller
                 keeps it). Every shape then stays the same from one decoding step to the next, which is what
                 a ``torch.compile``-d step needs (:mod:`attnkit.generation.compiled`).
+            output_fn: ``output_fn(h, lm_head)`` of the final hidden states ``h`` (after ``ln_f``) is returned
+                instead of the logits: the chunked loss (:mod:`attnkit.modules.chunked_cross_entropy`) reads the
+                head there, inside the forward pass, where DDP's and FSDP2's hooks expect every parameter to be used.
 
         Shape:
             idx ``(B, T)``; key_padding_mask ``(B, S)`` with ``S = cache.length + T`` (``S = cache.max_len``
@@ -415,8 +420,8 @@ class GPT(ActivationCheckpointing, nn.Module):
                 attn_mask=attn_mask,
                 cache_position=cache_position,
             )
-        x = self.ln_f(x)
-        return self.lm_head(x)  # (B, T, V)
+        x = self.ln_f(x)  # (B, T, C)
+        return self.lm_head(x) if output_fn is None else output_fn(x, self.lm_head)  # (B, T, V)
 
     # ------------------------------------------------------------------------------------------------
     # conveniences

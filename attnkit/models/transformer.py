@@ -22,6 +22,8 @@ Padding masks: when ``config.pad_id`` is set and no mask is passed, ``src == pad
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -120,6 +122,7 @@ class Transformer(ActivationCheckpointing, nn.Module):
         memory_key_padding_mask: torch.Tensor | None = None,
         tgt_key_padding_mask: torch.Tensor | None = None,
         cache: DecoderCache | None = None,
+        output_fn: Callable[[torch.Tensor, nn.Module], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Next-token logits for target ids given the encoder memory.
 
@@ -127,6 +130,9 @@ class Transformer(ActivationCheckpointing, nn.Module):
         only the new positions; positions continue from ``cache.length``, earlier keys/values and the
         memory's projections are reused, and ``memory_key_padding_mask`` is remembered after the first
         call. ``tgt_key_padding_mask`` may cover the new positions ``(B, T)`` or all ``(B, cached + T)``.
+        ``output_fn(h, generator)`` of the decoder's final states ``h (B, T, C)`` is returned instead of the logits
+        (the chunked loss, :mod:`attnkit.modules.chunked_cross_entropy`; see :meth:`GPT.forward
+        <attnkit.models.gpt.GPT.forward>`).
 
         Shape:
             tgt ``(B, T)``; memory ``(B, S, C)``; memory_key_padding_mask ``(B, S)``;
@@ -149,7 +155,7 @@ class Transformer(ActivationCheckpointing, nn.Module):
         x = self.tgt_embed(tgt, positions)  # (B, T, C)
         h = self.core.decode(x, memory, tgt_key_padding_mask=tgt_key_padding_mask,
                              memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=True, cache=cache)
-        return self.generator(h)  # (B, T, V)
+        return self.generator(h) if output_fn is None else output_fn(h, self.generator)  # (B, T, V)
 
     def forward(
         self,
@@ -157,8 +163,11 @@ class Transformer(ActivationCheckpointing, nn.Module):
         tgt: torch.Tensor,
         src_key_padding_mask: torch.Tensor | None = None,
         tgt_key_padding_mask: torch.Tensor | None = None,
+        *,
+        output_fn: Callable[[torch.Tensor, nn.Module], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Teacher-forced logits: encode ``src``, decode ``tgt`` (causally) against it.
+        """Teacher-forced logits: encode ``src``, decode ``tgt`` (causally) against it; with ``output_fn``, what it
+        returns instead (see :meth:`decode`).
 
         Shape:
             src ``(B, S)``; tgt ``(B, T)``; src_key_padding_mask ``(B, S)``; tgt_key_padding_mask ``(B, T)``
@@ -172,7 +181,8 @@ class Transformer(ActivationCheckpointing, nn.Module):
                              f"tgt B = {tgt.shape[0]}")
         src_mask = self._src_mask(src, src_key_padding_mask)  # given, or derived from pad_id
         memory = self.encode(src, src_mask)
-        return self.decode(tgt, memory, memory_key_padding_mask=src_mask, tgt_key_padding_mask=tgt_key_padding_mask)
+        return self.decode(tgt, memory, memory_key_padding_mask=src_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                           output_fn=output_fn)
 
     def predict_proba(
         self,

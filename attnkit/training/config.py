@@ -29,8 +29,10 @@ BEST_MODES: tuple[str, ...] = ("min", "max")
 
 # Fields a resumed run may change: extending a run (more steps, more minutes) is the point of resuming;
 # checkpoints are device-free, so a run started on a GPU may continue on the CPU and back; activation
-# checkpointing changes no number, only the memory and time an update takes.
-RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss", "activation_checkpointing")
+# checkpointing changes no number, only the memory and time an update takes; chunking the loss changes the order in
+# which it is summed (the same losses up to float rounding), like another device.
+RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_loss", "activation_checkpointing",
+                                      "loss_chunks")
 # The most tokens in one micro-batch (batch_size x block_size): the indices of torch's kernels are 32-bit.
 MAX_BATCH_TOKENS = INDEX_MAX
 MAX_MINUTES = 1e9  # the longest max_time (about 1,900 years): its seconds stay a finite float
@@ -97,7 +99,10 @@ class TrainConfig:
         activation_checkpointing (the trainer switches the model's on or off:
         ``model.enable_activation_checkpointing``, :mod:`attnkit.modules.activation_checkpointing`; each block's
         activations are computed again in the backward pass instead of kept: the same numbers, less memory, about
-        a third more compute; a resumed run may switch it either way).
+        a third more compute; a resumed run may switch it either way), loss_chunks (0: the plain loss; K >= 1:
+        the task's cross-entropy over K row chunks of the final hidden states, each chunk's logits made again in the
+        backward pass instead of kept, :mod:`attnkit.modules.chunked_cross_entropy`: the same losses up to float
+        rounding, no ``(B, T, V)`` logits kept; a resumed run may change it; not with cuda_graphs).
     """
 
     steps: int | None = DEFAULT_STEPS
@@ -134,6 +139,7 @@ class TrainConfig:
     fsdp: bool = False
     cuda_graphs: bool = False
     activation_checkpointing: bool = False
+    loss_chunks: int = 0
 
     def __post_init__(self) -> None:
         self.steps = _int("steps", self.steps, minimum=1, allow_none=True)
@@ -199,6 +205,7 @@ class TrainConfig:
         check_bool("TrainConfig.fsdp", self.fsdp)
         check_bool("TrainConfig.cuda_graphs", self.cuda_graphs)
         check_bool("TrainConfig.activation_checkpointing", self.activation_checkpointing)
+        self.loss_chunks = _int("loss_chunks", self.loss_chunks, minimum=0)
         if self.cuda_graphs and (self.compile or self.fsdp or self.autocast == "fp16"):
             got = [name for name, on in (("compile", self.compile), ("fsdp", self.fsdp),
                                          ("autocast fp16", self.autocast == "fp16")) if on]

@@ -19,6 +19,7 @@ Axis legend: B batch, T sequence length (block size), V vocabulary, N tokens in 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Iterable
 
@@ -29,6 +30,7 @@ from torch import nn
 from attnkit.checks import check_int
 from attnkit.data.pipeline.token_store import TokenStore
 from attnkit.generation.generate import model_device
+from attnkit.modules.chunked_cross_entropy import chunked_cross_entropy, head_vocab_size
 
 from .task import batch_seed, check_split, check_step, tensor_fingerprint
 
@@ -90,6 +92,11 @@ class LMTask:
         over all ``B * T`` positions, ``B * T``).
     """
 
+    # K >= 1: in training (with gradients on) the loss is chunked_cross_entropy over K row chunks, the final hidden
+    # states given to it by ``model(x, output_fn=)``: no (B, T, V) logits kept for the backward pass. The trainer
+    # sets it (TrainConfig.loss_chunks); 0 is the plain loss (and evaluation always is).
+    loss_chunks: int = 0
+
     def __init__(self, train_tokens: Any, valid_tokens: Any, block_size: int, batch_size: int, seed: int = 0):
         for name, value in (("block_size", block_size), ("batch_size", batch_size)):
             check_int(f"LMTask {name}", value, minimum=1)
@@ -135,7 +142,8 @@ class LMTask:
         make every training step wait for the device (and break the compiled graph in two).
         """
         on_cpu = batch[1].device.type == "cpu" and not torch.compiler.is_compiling()
-        return next_token_loss(model, batch, max_id=None if on_cpu else self._max_id)
+        chunks = self.loss_chunks if self.loss_chunks and model.training and torch.is_grad_enabled() else 0
+        return next_token_loss(model, batch, max_id=None if on_cpu else self._max_id, chunks=chunks)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, n_batches: int) -> dict[str, float]:
@@ -199,9 +207,29 @@ def mean_token_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torc
     return float(total) / count, count
 
 
+def _check_targets(y: torch.Tensor, V: int, max_id: int | None) -> None:
+    # a negative id (-100, cross_entropy's ignore_index) would be dropped from the mean but counted in y.numel()
+    y_min, y_max = (int(v) for v in torch.aminmax(y)) if max_id is None else (0, max_id)
+    if y_min < 0 or y_max >= V:
+        raise ValueError(f"target token id {y_min if y_min < 0 else y_max} is outside the model's vocabulary "
+                         f"[0, {V})")
+
+
+def _chunked_loss(h: torch.Tensor, head: nn.Module, *, y: torch.Tensor, chunks: int,
+                  max_id: int | None) -> torch.Tensor:
+    """The model's ``output_fn`` for ``chunks >= 1``: the targets checked against the head's vocabulary, then
+    :func:`~attnkit.modules.chunked_cross_entropy.chunked_cross_entropy`. Shape: h ``(B, T, C)``, y ``(B, T)``."""
+    _check_targets(y, head_vocab_size(head), max_id)
+    return chunked_cross_entropy(h, head, y, chunks=chunks)
+
+
 def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], *,
-                    max_id: int | None = None) -> tuple[torch.Tensor, int]:
+                    max_id: int | None = None, chunks: int = 0) -> tuple[torch.Tensor, int]:
     """Mean next-token cross-entropy over all positions, and the number of positions.
+
+    ``chunks`` >= 1: the same loss up to float rounding, computed by
+    :func:`~attnkit.modules.chunked_cross_entropy.chunked_cross_entropy` over that many row chunks from the model's
+    final hidden states (``model(x, output_fn=...)``), without keeping the ``(B, T, V)`` logits for the backward pass.
 
     ``max_id``: a bound on the target ids known on the host, checked against the vocabulary instead of the
     batch's largest id (None: read ``y``'s smallest and largest ids, which waits for the device when the batch is
@@ -215,16 +243,14 @@ def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
             or y.dtype == torch.bool:
         got = f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor) else type(y).__name__
         raise ValueError(f"targets y must be integer token ids of x's shape (B, T) = {tuple(x.shape)}, got {got}")
+    if chunks:
+        return model(x, output_fn=functools.partial(_chunked_loss, y=y, chunks=chunks, max_id=max_id)), y.numel()
     logits = model(x)
     if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != x.shape:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
     V = logits.shape[-1]
-    # a negative id (-100, cross_entropy's ignore_index) would be dropped from the mean but counted in y.numel()
-    y_min, y_max = (int(v) for v in torch.aminmax(y)) if max_id is None else (0, max_id)
-    if y_min < 0 or y_max >= V:
-        raise ValueError(f"target token id {y_min if y_min < 0 else y_max} is outside the model's vocabulary "
-                         f"[0, {V})")
+    _check_targets(y, V, max_id)
     y = y.long()
     # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.
     loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))  # (B*T, V) vs (B*T,)

@@ -41,6 +41,7 @@ Axis legend: B batch (sentence pairs), S source length, T target length, V targe
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -55,6 +56,7 @@ from attnkit.data.pipeline.mt_batching import (BT_TAG, IGNORE_INDEX, EncodedPair
 
 from attnkit.generation.generate import model_device
 from attnkit.generation.translate import greedy_translator
+from attnkit.modules.chunked_cross_entropy import chunked_cross_entropy, head_vocab_size
 
 from .task import check_split, check_step, move_to_device
 
@@ -75,6 +77,20 @@ def _hash_of_pairs(data: EncodedPairs) -> str:
     for s, t in zip(data.src, data.tgt):
         h.update((",".join(map(str, s)) + "|" + ",".join(map(str, t)) + ";").encode())
     return h.hexdigest()
+
+
+def _chunked_loss(h: torch.Tensor, head: nn.Module, *, labels: torch.Tensor, max_label: int, chunks: int,
+                  smoothing: float) -> torch.Tensor:
+    """:meth:`MTTask._cross_entropy`'s loss (label-smoothed, over the labels that are not ``IGNORE_INDEX``) from the
+    decoder's final states and the output layer, over ``chunks`` checkpointed row chunks
+    (:func:`~attnkit.modules.chunked_cross_entropy.chunked_cross_entropy`): the model's ``output_fn``.
+
+    Shape: h ``(B, T, C)``, labels ``(B, T)`` -> 0-dim.
+    """
+    V = head_vocab_size(head)
+    if not torch.compiler.is_compiling() and max_label >= V:
+        raise ValueError(f"MTTask: label id {max_label} is outside the model's target vocabulary [0, {V})")
+    return chunked_cross_entropy(h, head, labels, chunks=chunks, ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
 
 
 class MTTask:
@@ -112,6 +128,11 @@ class MTTask:
         ``loss(model, batch)``: ``model(src, tgt_in, src_key_padding_mask=, tgt_key_padding_mask=)`` must
         return logits ``(B, T, V)``; returns (mean loss over non-padding labels, their count).
     """
+
+    # K >= 1: in training (with gradients on) the loss is chunked_cross_entropy over K row chunks, the decoder's
+    # final states given to it by ``model(..., output_fn=)``: no (B, T, V) logits kept for the backward pass. The
+    # trainer sets it (TrainConfig.loss_chunks); 0 is the plain loss.
+    loss_chunks: int = 0
 
     def __init__(self, train: EncodedPairs, valid: EncodedPairs, *, max_tokens: int, seed: int = 0,
                  label_smoothing: float = 0.1, translate_fn: TranslateFn | None = None,
@@ -447,6 +468,13 @@ class MTTask:
         """
         if self.word_dropout > 0 and model.training:
             batch = self._drop_words(batch)
+        if self.loss_chunks and model.training and torch.is_grad_enabled():
+            b = batch
+            loss_of = functools.partial(_chunked_loss, labels=b.labels, max_label=b.max_label, chunks=self.loss_chunks,
+                                        smoothing=self.label_smoothing)
+            loss = model(b.src, b.tgt_in, src_key_padding_mask=b.src_key_padding_mask,
+                         tgt_key_padding_mask=b.tgt_key_padding_mask, output_fn=loss_of)
+            return loss, b.n_tokens
         return self._cross_entropy(self._logits(model, batch), batch, self.label_smoothing)
 
     @staticmethod

@@ -30,6 +30,8 @@ batch does not compile again. In one process the compilation (the first update o
 share) follow the time left after compiling (``_schedule_clock``), so a two-minute compilation neither replaces
 the warmup nor shifts the decay. With ``activation_checkpointing=True`` the trainer switches the model's activation
 checkpointing on (:mod:`attnkit.modules.activation_checkpointing`): the same numbers, less memory, more compute.
+With ``loss_chunks=K`` it sets the task's ``loss_chunks`` (:mod:`attnkit.modules.chunked_cross_entropy`): the same
+losses up to float rounding, without the ``(B, T, V)`` logits kept for the backward pass.
 
 Nothing in an update waits for the device: the loss and the gradient norm stay where they were computed, and
 every ``log_every`` updates (and before each evaluation, checkpoint and the end of the run) ``_read_updates``
@@ -64,6 +66,7 @@ Axis legend: B batch, T sequence length (only inside the task).
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import signal
@@ -146,6 +149,23 @@ def _switch_activation_checkpointing(model: nn.Module, enabled: bool) -> None:
                          f"(GPT, Transformer), got {type(model).__name__}")
 
 
+def _set_loss_chunks(task: Any, model: nn.Module, chunks: int) -> None:
+    """The task's chunked loss on (``chunks`` row chunks) or off (0) as the config says (``task.loss_chunks``:
+    LMTask, MTTask). Chunks need such a task and a model whose forward takes ``output_fn`` (GPT, Transformer), else
+    ``ValueError``."""
+    if not chunks:
+        if hasattr(task, "loss_chunks"):
+            task.loss_chunks = 0
+        return
+    if not hasattr(task, "loss_chunks"):
+        raise ValueError(f"loss_chunks={chunks} needs a task with a chunked loss (LMTask, MTTask), got "
+                         f"{type(task).__name__}")
+    if "output_fn" not in inspect.signature(model.forward).parameters:
+        raise ValueError(f"loss_chunks={chunks} needs a model whose forward takes output_fn (GPT, Transformer), got "
+                         f"{type(model).__name__}")
+    task.loss_chunks = chunks
+
+
 def _check_count(n: Any, what: str) -> int:
     """A task's token count, which must be an int >= 1 (``what`` starts the error message)."""
     if not is_int(n) or n < 1:
@@ -190,8 +210,9 @@ class Trainer:
         resume: continue the run in ``out_dir`` from its latest checkpoint (weights, optimizer, schedule, RNG states
             and, with autocast fp16, the gradient scaler's scale). Only the fields of
             :data:`~attnkit.training.config.RESUMABLE_CHANGES` (``steps``, ``max_time``, ``device``,
-            ``stop_at_loss``, ``activation_checkpointing``) may differ from the checkpoint's config; any other field
-            of the config or of the model config (dropout included) raises ``ValueError`` naming the fields.
+            ``stop_at_loss``, ``activation_checkpointing``, ``loss_chunks``) may differ from the checkpoint's config;
+            any other field of the config or of the model config (dropout included) raises ``ValueError`` naming the
+            fields.
         progress: show the tqdm bar.
         log: print the evaluation lines (with sample outputs where the task has them) and the task's notes,
             with or without the bar (True: to stdout, above the bar; a function: each line is passed to it; False:
@@ -238,6 +259,7 @@ class Trainer:
                 raise ValueError("fsdp=True needs several processes (--fsdp, which a resumed run keeps): launch with "
                                  "torchrun --nproc_per_node=N, N >= 2")
             D.shard_fsdp(self.model)  # in place; parameters become DTensor shards, names unchanged
+        _set_loss_chunks(task, self.model, config.loss_chunks)
         self.task = task
         self.config = config
         self.out_dir = Path(out_dir)
@@ -422,6 +444,8 @@ class Trainer:
             (cfg.compile, "no torch.compile (got compile=True)"),
             (cfg.activation_checkpointing, "no activation checkpointing (got activation_checkpointing=True: its "
                                            "recomputation reads the CUDA random state, which a capture forbids)"),
+            (cfg.loss_chunks > 0, f"loss_chunks = 0 (got {cfg.loss_chunks}: each chunk's recomputation reads the CUDA "
+                                  f"random state, which a capture forbids)"),
             (cfg.autocast == "fp16", "full precision or autocast bf16 (got fp16, whose scaler reads on the host)"),
             (self._layer_drop > 0, f"layer_drop = 0 (got {self._layer_drop}: a graph would replay the layers it "
                                    f"skipped when recorded)"),

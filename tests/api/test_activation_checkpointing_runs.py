@@ -16,7 +16,8 @@ from attnkit import api
 from attnkit.checkpoints.checkpoint import latest_checkpoint, read_checkpoint_state
 from attnkit.cli.flags import options_from
 from attnkit.cli.main import build_parser
-from attnkit.training.metrics import read_metrics
+
+from helpers import run_losses
 
 TINY_LM = dict(preset="char-small", overrides={"n_layer": 2, "n_head": 2, "n_embd": 32, "dropout": 0.2},
                block_size=16, batch_size=8, warmup_steps=1, schedule_steps=6, eval_every=2, eval_batches=1,
@@ -25,11 +26,6 @@ TINY_LM = dict(preset="char-small", overrides={"n_layer": 2, "n_head": 2, "n_emb
 
 def quiet(line: str) -> None:
     pass
-
-
-def _losses(run: Path) -> list[float]:
-    rows = read_metrics(run)
-    return [r["loss"] for r in rows if "loss" in r] + [r["valid_loss"] for r in rows if "valid_loss" in r]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +42,7 @@ def test_train_lm_logs_the_same_losses_with_it_and_a_resume_may_switch_it(corpus
     api.train_lm(data=str(corpus), out=tmp_path / "ckpt", steps=6, log=quiet, activation_checkpointing=True,
                  **TINY_LM)
     assert len(checkpoint_calls) == 6 * 2  # 2 blocks in each of the 6 updates
-    assert len(_losses(tmp_path / "plain")) == 6 + 3 and _losses(tmp_path / "ckpt") == _losses(tmp_path / "plain")
+    assert len(run_losses(tmp_path / "plain")) == 6 + 3 and run_losses(tmp_path / "ckpt") == run_losses(tmp_path / "plain")
     state = read_checkpoint_state(latest_checkpoint(tmp_path / "ckpt" / "checkpoints"))
     assert state["train_config"]["activation_checkpointing"] is True  # a record of how it ran; nothing in the model
 
@@ -57,7 +53,7 @@ def test_train_lm_logs_the_same_losses_with_it_and_a_resume_may_switch_it(corpus
     assert checkpoint_calls == []  # as told now, not as the run was started (like --device)
     api.train_lm(out=run, resume=True, steps=6, activation_checkpointing=True, progress=False, log=quiet)
     assert len(checkpoint_calls) == 2 * 2
-    assert _losses(run) == _losses(tmp_path / "plain")
+    assert run_losses(run) == run_losses(tmp_path / "plain")
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -70,7 +66,7 @@ def test_finetune_logs_the_same_losses_with_it(source, corpus, tmp_path, checkpo
     assert checkpoint_calls == []
     api.finetune(out=tmp_path / "ckpt", activation_checkpointing=True, **flags)
     assert len(checkpoint_calls) == 3 * 2
-    assert len(_losses(tmp_path / "plain")) == 3 + 1 and _losses(tmp_path / "ckpt") == _losses(tmp_path / "plain")
+    assert len(run_losses(tmp_path / "plain")) == 3 + 1 and run_losses(tmp_path / "ckpt") == run_losses(tmp_path / "plain")
 
 
 @pytest.mark.parametrize("command, options", [(["train", "lm"], api.TrainLMOptions),

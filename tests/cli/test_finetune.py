@@ -447,7 +447,8 @@ def test_resume_messages_name_finetune_flags_and_lora_targets_compare_as_a_set(p
         assert main(["finetune", "--resume", "--out", str(out), "--steps", "3", "--no-progress", *flags]) == 2
         err = capsys.readouterr().err
         assert f"--resume: the run was trained with {said} (a resumed run keeps its settings; only --steps, " \
-               f"--max-time, --device and --activation-checkpointing may change)" in err and "stop-at-loss" not in err
+               f"--max-time, --device, --activation-checkpointing and --loss-chunks may change)" in err \
+        and "stop-at-loss" not in err
     assert main(["finetune", "--resume", "--out", str(out), "--steps", "3", "--no-progress",
                  "--lora-targets", "qkv_proj", "out_proj"]) == 0
     assert load(out).extra["lora"]["targets"] == ["out_proj", "qkv_proj"]

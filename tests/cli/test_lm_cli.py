@@ -153,7 +153,8 @@ def test_a_resume_with_nothing_to_train_or_a_changed_flag_is_one_line_before_any
                                 f"resume; pass --steps N > 10 (or --max-time MIN without --steps) to train more\n"),
                            (["--steps", "20", "--batch-size", "4"], "attnkit train: error: --resume: the run was "
                             "trained with --batch-size 8, got 4 (a resumed run keeps its settings; only --steps, "
-                            "--max-time, --stop-at-loss, --device and --activation-checkpointing may change)\n")):
+                            "--max-time, --stop-at-loss, --device, --activation-checkpointing and --loss-chunks may "
+                            "change)\n")):
         assert main(["train", "lm", "--out", str(out), "--resume", "--no-progress", *extra]) == 2
         captured = capsys.readouterr()
         assert captured.err == message and captured.out == ""  # no data, model or evaluation lines first

@@ -13,24 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import tiny_gpt_config, tiny_transformer_config
+from helpers import saved_bytes, tiny_gpt_config, tiny_transformer_config
 
 import attnkit.modules.activation_checkpointing as ac
 from attnkit.models.gpt import GPT
 from attnkit.models.transformer import Transformer
-
-
-def _saved_bytes():
-    """A ``saved_tensors_hooks`` context and the list its packs add to: the bytes of each distinct storage the
-    autograd graph keeps outside the checkpointed blocks (inside them, checkpointing keeps nothing)."""
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor):
-        storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), seen
 
 
 def _train_step(model, batch, loss_fn, *, checkpointing: bool, seed: int = 5):
@@ -39,7 +26,7 @@ def _train_step(model, batch, loss_fn, *, checkpointing: bool, seed: int = 5):
     model.enable_activation_checkpointing(checkpointing)
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)  # the same dropout (and LayerDrop) draws in both runs
-    hooks, seen = _saved_bytes()
+    hooks, seen = saved_bytes()
     with hooks:
         loss = loss_fn(model, batch)
     loss.backward()

@@ -202,6 +202,17 @@ def test_activation_checkpointing_under_ddp_and_fsdp_equals_one_process(single, 
     torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
 
 
+def test_chunked_loss_under_ddp_and_fsdp_equals_one_process(single, tmp_path):
+    """The chunked loss runs inside the model's forward pass (``output_fn``), so DDP's hooks see the head used, and
+    under FSDP2 each chunk's recomputation in the backward pass reads the head's weight through the module, where
+    the root's pre-forward all-gather left it whole (the root is not resharded after its forward pass)."""
+    ddp = run(tmp_path / "ddp", nproc=2, loss_chunks=3)
+    assert json.loads((ddp / "run.json").read_text())["train_config"]["loss_chunks"] == 3
+    assert_same_training(single, ddp)
+    sharded = run(tmp_path / "fsdp", nproc=2, fsdp=True, loss_chunks=3)
+    torch.testing.assert_close(torch.tensor(losses(sharded)), torch.tensor(losses(single)), rtol=LOSS_RTOL, atol=0)
+
+
 SAVE_SHARDED_CHILD = """
 import sys
 import torch
