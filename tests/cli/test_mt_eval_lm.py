@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,17 +17,24 @@ from attnkit.data.pipeline.lm_dataset import eval_batches, prepare_lm_data
 from attnkit.checkpoints import load
 
 
-def test_eval_lm_matches_a_direct_computation(tmp_path, capsys):
-    rng = random.Random(1)
-    words = "the cat sat on a mat and dog ran far".split()
-    text = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(400))
+def _train_tiny_lm(tmp_path: Path, text: str, *, steps: int) -> tuple[Path, Path]:
+    """``text`` written to a file and a 1-layer, 32-wide char model (block 16) trained on it for ``steps`` updates
+    with ``attnkit train lm``: (the text file, the run folder)."""
     corpus = tmp_path / "text.txt"
     corpus.write_text(text, encoding="utf-8")
     run = tmp_path / "lm"
     assert main(["train", "lm", "--data", str(corpus), "--out", str(run), "--preset", "char-small",
                  "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32", "--block-size", "16",
-                 "--batch-size", "8", "--steps", "20", "--warmup-steps", "2", "--eval-batches", "2",
+                 "--batch-size", "8", "--steps", str(steps), "--warmup-steps", "1", "--eval-batches", "2",
                  "--no-progress"]) == 0
+    return corpus, run
+
+
+def test_eval_lm_matches_a_direct_computation(tmp_path, capsys):
+    rng = random.Random(1)
+    words = "the cat sat on a mat and dog ran far".split()
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(400))
+    corpus, run = _train_tiny_lm(tmp_path, text, steps=20)
     capsys.readouterr()
 
     out_json = tmp_path / "eval.json"
@@ -65,13 +73,7 @@ def test_eval_lm_bad_arguments(tmp_path, capsys):
 def test_eval_lm_stride(tmp_path, capsys):
     """--stride N: overlapping windows N ids apart (the JSON record names the stride; without it, the block size);
     a stride outside 1 … the window length is one error line and exit status 2."""
-    corpus = tmp_path / "text.txt"
-    corpus.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
-    run = tmp_path / "lm"
-    assert main(["train", "lm", "--data", str(corpus), "--out", str(run), "--preset", "char-small",
-                 "--set", "n_layer=1", "--set", "n_head=2", "--set", "n_embd=32", "--block-size", "16",
-                 "--batch-size", "8", "--steps", "2", "--warmup-steps", "1", "--eval-batches", "1",
-                 "--no-progress"]) == 0
+    corpus, run = _train_tiny_lm(tmp_path, "the quick brown fox jumps over the lazy dog.\n" * 60, steps=2)
     capsys.readouterr()
     records = {}
     for stride in ([], ["--stride", "7"]):
