@@ -37,11 +37,11 @@ one that fails or runs out of time leaves the others' figures):
   (:data:`PROFILE_WAYS`: GPT-2 small compiled, attnkit's Trainer and nanoGPT's loop; transformer-base eager,
   attnkit and torch.nn; and over one decoding call at batch 1, attnkit and HF, a step being a token): the step's
   wall and GPU time and the kernels (on the CPU: the operators) that take most of it.
-* ``memory``: peak memory of one LM training step (GPT-2 vocabulary, a small model) four ways: eager; the model
+* ``memory``: peak memory of one LM training step (GPT-2 vocabulary, a small model) six ways: eager; the model
   compiled and the loss outside it; the model and the task's loss compiled together (what ``train lm
-  --compile`` does); a chunked cross-entropy (eager, the logits of 256 rows at a time, recomputed in the
-  backward pass). On the CPU too: peak RSS of a child process (``/proc/self/clear_refs``, glibc's mmap threshold
-  lowered so that freed tensors leave the RSS).
+  --compile`` does); eager with ``--loss-chunks`` (the logits of about 256 rows at a time, recomputed in the
+  backward pass), with ``--activation-checkpointing``, and with both. On the CPU too: peak RSS of a child process
+  (``/proc/self/clear_refs``, glibc's mmap threshold lowered so that freed tensors leave the RSS).
 
 The peers' code is not part of attnkit: nanoGPT's ``model.py`` is read from ``--nanogpt`` (fetch it into the
 git-ignored ``peers/`` folder, which a GPU call carries); a piece whose peer is missing says so and measures
@@ -124,7 +124,8 @@ SMOKE = {
                steps=6, log_every=2),
     "memory": dict(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab_size=512, batch_size=2, chunk=16),
 }
-MEMORY_WAYS = ("eager", "compiled model, loss outside", "compiled together", "chunked cross-entropy")
+MEMORY_WAYS = ("eager", "compiled model, loss outside", "compiled together", "chunked cross-entropy",
+               "activation checkpointing", "checkpointing + chunked")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -881,23 +882,6 @@ def _rss_kib(key: str) -> int:
     raise OSError(f"/proc/self/status has no {key}")
 
 
-def chunked_cross_entropy(hidden, weight, targets, chunk: int):
-    """Mean cross-entropy of ``hidden @ weight.T`` against ``targets`` without the logits of all rows: ``chunk`` rows
-    at a time, each chunk's logits recomputed in the backward pass (``torch.utils.checkpoint``).
-
-    Shape: hidden ``(N, C)``, weight ``(V, C)``, targets ``(N,)`` -> a 0-dim loss.
-    """
-    import torch.nn.functional as F
-    from torch.utils.checkpoint import checkpoint
-
-    def part(h, y):
-        return F.cross_entropy((h @ weight.t()).float(), y, reduction="sum")  # (n, V) only inside
-
-    total = sum(checkpoint(part, hidden[i:i + chunk], targets[i:i + chunk], use_reentrant=False)
-                for i in range(0, hidden.shape[0], chunk))
-    return total / hidden.shape[0]
-
-
 def memory_way(args: argparse.Namespace) -> dict:
     """One of :data:`MEMORY_WAYS` in this process: the peak memory of one training step above what is held before
     it (weights, gradients, optimizer state), and its seconds."""
@@ -905,7 +889,6 @@ def memory_way(args: argparse.Namespace) -> dict:
     import gc
 
     import torch
-    from torch import nn
 
     from attnkit.models.builders import build_gpt
     from attnkit.models.presets import get_preset
@@ -928,17 +911,13 @@ def memory_way(args: argparse.Namespace) -> dict:
         loss_fn = lambda m, b: task.loss(compiled, b)  # noqa: E731
     elif way == "compiled together":
         loss_fn = torch.compile(task.loss, backend=backend)
-    elif way == "chunked cross-entropy":
-        head = model.lm_head
-
-        def loss_fn(m, b):
-            m.lm_head = nn.Identity()  # the hidden states after the final norm, (B, T, C)
-            try:
-                hidden = m(b[0])
-            finally:
-                m.lm_head = head
-            return chunked_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), head.weight, b[1].reshape(-1),
-                                         s["chunk"]), b[1].numel()
+    elif way in ("chunked cross-entropy", "activation checkpointing", "checkpointing + chunked"):
+        # what train lm --loss-chunks K / --activation-checkpointing run: the task's chunked loss (K chunks of about
+        # s["chunk"] rows), the model's blocks recomputed in the backward pass
+        if way != "activation checkpointing":
+            task.loss_chunks = math.ceil(s["batch_size"] * s["block_size"] / s["chunk"])
+        model.enable_activation_checkpointing(way != "chunked cross-entropy")
+        loss_fn = task.loss
     else:
         raise ValueError(f"way must be one of {MEMORY_WAYS}, got {way!r}")
 
