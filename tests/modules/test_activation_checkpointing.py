@@ -217,3 +217,22 @@ def test_the_encoder_passes_is_causal_to_its_layers(checkpointing):
     a, b = model.encoder(src, is_causal=True), model.encoder(other, is_causal=True)  # (B, S, C)
     torch.testing.assert_close(a[:, 0], b[:, 0])
     assert not torch.allclose(model.encoder(src)[:, 0], model.encoder(other)[:, 0])  # (not causal: it sees them)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the CUDA random state restored")
+@pytest.mark.parametrize("style", [GPT2_STYLE, LLAMA_STYLE], ids=["gpt2", "llama"])
+def test_on_cuda_the_recomputed_blocks_draw_the_same_dropout_masks(style):
+    """On a GPU dropout draws from the CUDA generator, whose state the recomputation restores: the same loss and
+    gradients (to float rounding: some CUDA backward kernels add in another order from run to run), in float32 and
+    under bf16 autocast. Other masks would move them far more."""
+    config = tiny_gpt_config(**style)
+    model = GPT(config).cuda()
+    idx = torch.randint(0, config.vocab_size, (3, 12), device="cuda")  # (B, T)
+    for autocast in (False, True):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            plain_loss, plain_grads, _ = _train_step(model, idx, _lm_loss, checkpointing=False)
+            ckpt_loss, ckpt_grads, _ = _train_step(model, idx, _lm_loss, checkpointing=True)
+        torch.testing.assert_close(ckpt_loss, plain_loss, rtol=1e-5, atol=1e-6)
+        assert plain_grads.keys() == ckpt_grads.keys()
+        for name, grad in plain_grads.items():
+            torch.testing.assert_close(ckpt_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -135,3 +135,22 @@ def test_a_head_without_out_features_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^the chunked loss needs an output layer with an int out_features "
                                          r"\(nn.Linear, LoRALinear\), got function$"):
         head_vocab_size(lambda h: h)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_under_bf16_autocast_it_follows_the_plain_loss():
+    """On a GPU under bf16 autocast the chunks' logits are made in bf16 and taken to float32, as the plain loss's
+    are: the same loss and gradients within bf16 rounding (a wrong row, chunk or target would be far off)."""
+    torch.manual_seed(0)
+    model = GPT(tiny_gpt_config("llama", dropout=0.0)).cuda()
+    idx = torch.randint(0, 61, (4, 32), device="cuda")  # (B, T)
+    y = torch.randint(0, 61, (4, 32), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        plain = F.cross_entropy(model(idx).float().reshape(-1, 61), y.reshape(-1))
+        plain_grads = torch.autograd.grad(plain, list(model.parameters()))
+        chunked = model(idx, output_fn=lambda h, head: chunked_cross_entropy(h, head, y, chunks=5))
+        chunked_grads = torch.autograd.grad(chunked, list(model.parameters()))
+    assert chunked.dtype == torch.float32
+    torch.testing.assert_close(chunked, plain, rtol=1e-2, atol=1e-2)
+    for got, want in zip(chunked_grads, plain_grads):
+        torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)
