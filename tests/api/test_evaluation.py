@@ -162,3 +162,21 @@ def test_a_best_checkpoint_replaced_during_the_evaluation_gets_no_record_of_the_
     assert api.evaluate_lm(ckpt=str(run), data=str(text), json=kept).path == kept and kept.exists()
     monkeypatch.setattr(lm_task, "mean_token_loss", real)
     assert api.evaluate_lm(ckpt=str(run), data=str(text)).path == best / "eval_lm.json"  # in place: written
+
+
+def test_a_strided_batch_with_a_target_outside_the_vocabulary_is_refused_by_name():
+    """A strided batch (some targets NOT_SCORED) checks its scored targets against [0, V) as next_token_loss does:
+    id V and a negative id other than NOT_SCORED raise ValueError naming the id (mutation check: ``> V`` let id V
+    through to cross_entropy's IndexError); a valid one is the mean over the scored targets only."""
+    from attnkit.api.evaluation import _scored_token_loss
+    from attnkit.data.pipeline.lm_dataset import NOT_SCORED
+
+    V = 5
+    logits = torch.randn(1, 3, V, generator=torch.Generator().manual_seed(0))
+    model = lambda x: logits  # noqa: E731  (B, T) -> (B, T, V)
+    x = torch.zeros(1, 3, dtype=torch.long)
+    for bad in (V, -3):
+        with pytest.raises(ValueError, match=rf"^target token id {bad} is outside the model's vocabulary \[0, {V}\)$"):
+            _scored_token_loss(model, (x, torch.tensor([[NOT_SCORED, 1, bad]])))
+    loss, count = _scored_token_loss(model, (x, torch.tensor([[NOT_SCORED, 1, V - 1]])))
+    assert count == 2 and torch.allclose(loss, F.cross_entropy(logits[0, 1:], torch.tensor([1, V - 1])))

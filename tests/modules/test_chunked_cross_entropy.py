@@ -154,3 +154,34 @@ def test_on_cuda_under_bf16_autocast_it_follows_the_plain_loss():
     torch.testing.assert_close(chunked, plain, rtol=1e-2, atol=1e-2)
     for got, want in zip(chunked_grads, plain_grads):
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)
+
+
+def test_a_bfloat16_head_gives_a_float32_loss():
+    """The chunks' log-softmax runs in float32 even for a bfloat16 head (as the plain loss's ``logits.float()``): the
+    loss is float32 and equals the plain loss of the float32-cast logits (mutation check: the promotion removed)."""
+    head = _head(16, 29).to(torch.bfloat16)
+    h = torch.randn(37, 16, dtype=torch.bfloat16)
+    y = torch.randint(0, 29, (37,))
+    plain = F.cross_entropy(head(h).float(), y, label_smoothing=0.1)
+    chunked = chunked_cross_entropy(h, head, y, chunks=4, label_smoothing=0.1)
+    assert chunked.dtype == torch.float32
+    torch.testing.assert_close(chunked, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_a_head_whose_out_features_is_a_bool_is_refused():
+    """head_vocab_size takes an int out_features only: a bool (True is not a vocabulary of 1) is refused."""
+    head = _head(8, 5)
+    head.out_features = True
+    with pytest.raises(ValueError, match=r"^the chunked loss needs an output layer with an int out_features "
+                                         r"\(nn.Linear, LoRALinear\), got Linear$"):
+        head_vocab_size(head)
+
+
+def test_int32_targets_are_taken_as_class_ids():
+    """Targets of any integer dtype are class ids (cast to long as next_token_loss's plain path does): int32 targets
+    give the loss of the same long targets (mutation check: the cast removed, nll_loss refused int32)."""
+    head = _head(16, 29)
+    h = torch.randn(2, 9, 16, dtype=torch.float64)
+    y = torch.randint(0, 29, (2, 9))
+    want = chunked_cross_entropy(h, head, y, chunks=3)
+    torch.testing.assert_close(chunked_cross_entropy(h, head, y.int(), chunks=3), want, rtol=0, atol=0)

@@ -121,3 +121,54 @@ def test_refused_combinations_are_one_line_errors(tmp_path):
                                          r"state, which a capture forbids\)") as err:
         trainer._graphed(trainer.task)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("build, task", [(_gpt, tiny_lm_task), (_translator, tiny_mt_task)], ids=["gpt", "translator"])
+def test_only_a_training_loss_with_gradients_on_is_chunked(chunk_calls, build, task):
+    """task.loss chunks only when the model is in training mode and gradients are on: a training-mode loss under
+    no_grad and an eval-mode loss with gradients on are the plain loss (mutation check: either condition dropped);
+    all three are the same number up to float rounding."""
+    model, _ = build()
+    t = task()
+    t.loss_chunks = 3
+    batch = t.batch("train", 0)
+    model.eval()
+    with torch.no_grad():
+        want = float(t.loss(model, batch)[0])
+    model.train()  # dropout 0.2: compare under eval only, count under train
+    with torch.no_grad():
+        t.loss(model, batch)
+    assert chunk_calls == []
+    model.eval()
+    got = t.loss(model, batch)[0]
+    assert chunk_calls == [] and float(got) == pytest.approx(want, **CLOSE)
+    model.train()
+    t.loss(model, batch)[0].backward()
+    assert len(chunk_calls) == 3
+
+
+@pytest.mark.parametrize("chunks", [0, 2])
+def test_a_translation_label_outside_the_target_vocabulary_is_refused_by_name(chunks):
+    """MTTask's chunked loss checks the batch's largest label against the output layer's vocabulary as the plain loss
+    does: a batch whose largest label is id V is a one-line ValueError (mutation check: ``max_label > V``)."""
+    t = tiny_mt_task()
+    t.loss_chunks = chunks
+    model, _ = _translator()
+    V = model.config.tgt_vocab_size
+    batch = t.batch("train", 0)._replace(max_label=V)  # the host-side count says a label is id V
+    with pytest.raises(ValueError, match=rf"^MTTask: label id {V} is outside the model's target vocabulary "
+                                         rf"\[0, {V}\)$"):
+        t.loss(model, batch)
+
+
+def test_a_trainer_without_it_switches_a_chunked_task_off(tmp_path):
+    """loss_chunks=0 in the config sets the task's loss_chunks to 0 (a task reused from a chunked run trains on the
+    plain loss, as the config says), and K sets K (mutation check: the off path left the task as it was)."""
+    model, config = _gpt()
+    task = tiny_lm_task()
+    task.loss_chunks = 3
+    Trainer(model, task, tiny_train_config(), tmp_path / "a", model_config=config, progress=False, log=False)
+    assert task.loss_chunks == 0
+    Trainer(model, task, tiny_train_config(loss_chunks=2), tmp_path / "b", model_config=config, progress=False,
+            log=False)
+    assert task.loss_chunks == 2

@@ -155,3 +155,25 @@ def test_state_dict_detects_different_data(token_streams):
         LMTask(changed, valid, block_size=8, batch_size=4).load_state_dict(state)
     with pytest.raises(ValueError, match=r"block_size \(checkpoint 8, now 4\)"):
         LMTask(train, valid, block_size=4, batch_size=4).load_state_dict(state)
+
+
+@pytest.mark.parametrize("bad", [-100, -1, 16])
+def test_the_chunked_loss_refuses_targets_outside_the_vocabulary_too(bad):
+    """next_token_loss(chunks=K) checks the targets against the head's vocabulary as the plain loss does: -100 is not
+    silently left out of the chunks' mean while counted in y.numel(), and id V is refused by name (mutation check:
+    the chunked path's _check_targets removed); a max_id past the vocabulary is refused without reading y."""
+    from helpers import tiny_gpt_config
+
+    from attnkit.models.gpt import GPT
+    from attnkit.training.lm_task import next_token_loss
+
+    torch.manual_seed(0)
+    model = GPT(tiny_gpt_config(vocab_size=16))
+    x, y = torch.randint(0, 16, (2, 8)), torch.randint(0, 16, (2, 8))
+    loss, n = next_token_loss(model, (x, y), chunks=2)
+    assert n == 16 and torch.allclose(loss, F.cross_entropy(model(x).reshape(-1, 16), y.reshape(-1)), atol=1e-6)
+    with pytest.raises(ValueError, match=r"target token id 16 is outside the model's vocabulary \[0, 16\)"):
+        next_token_loss(model, (x, y), max_id=16, chunks=2)  # the host-side bound, as the plain path takes it
+    y[0, :4] = bad
+    with pytest.raises(ValueError, match=rf"target token id {bad} is outside the model's vocabulary \[0, 16\)"):
+        next_token_loss(model, (x, y), chunks=2)

@@ -349,3 +349,23 @@ def test_eval_windows_of_a_split_that_is_a_multiple_of_the_block_size():
     batches = list(eval_batches(data, 10, 8))
     assert len(batches) == 1 and torch.equal(batches[0][0][:, 0], torch.tensor([0, 10, 20]))
     assert int(batches[0][1].max()) == 30
+
+
+def test_strided_eval_batches_with_max_windows_keep_each_chosen_windows_scored_targets():
+    """max_windows with a stride picks windows evenly and each keeps the targets it scores in the full evaluation
+    (mutation check: the starts were picked but the scored counts not, so the masks belonged to other windows)."""
+    T = 4  # targets 1–8, stride 3: windows at 0, 3, 4 score 1–4, 5–7, 8; max_windows=2 keeps the first and last
+    batches = list(eval_batches(torch.arange(12), T, 8, stride=3, max_windows=2))
+    x, y = batches[0]
+    assert x[:, 0].tolist() == [0, 4]
+    assert y.tolist() == [[1, 2, 3, 4], [NOT_SCORED, NOT_SCORED, NOT_SCORED, 8]]
+
+
+@pytest.mark.parametrize("stride", [None, 3])
+def test_eval_batches_refuse_a_split_shorter_than_one_window_or_not_long_ids(stride):
+    """eval_batches checks its split itself (as num_eval_windows does), strided or not: fewer than T + 1 ids or ids
+    that are not a 1-D long tensor raise instead of yielding no window (mutation check: the check removed)."""
+    with pytest.raises(ValueError, match=r"the eval split has 4 tokens, but block_size=4 needs at least 5"):
+        list(eval_batches(torch.arange(4), 4, 2, stride=stride))
+    with pytest.raises(ValueError, match=r"eval data must be a 1-D torch.long tensor"):
+        list(eval_batches(torch.arange(12, dtype=torch.int32), 4, 2, stride=stride))
