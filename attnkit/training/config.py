@@ -35,6 +35,9 @@ RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "max_time", "device", "stop_at_lo
                                       "loss_chunks")
 # The most tokens in one micro-batch (batch_size x block_size): the indices of torch's kernels are 32-bit.
 MAX_BATCH_TOKENS = INDEX_MAX
+# The most chunks of the chunked loss (4,096 chunks of a micro-batch of 4,096 rows are one row each); more would
+# only add a loop of empty checkpointed chunks, one Python call each.
+MAX_LOSS_CHUNKS = 4096
 MAX_MINUTES = 1e9  # the longest max_time (about 1,900 years): its seconds stay a finite float
 # The length of a run given neither steps nor max_time (TrainConfig's default and resolve_train_config's).
 DEFAULT_STEPS = 2000
@@ -206,6 +209,9 @@ class TrainConfig:
         check_bool("TrainConfig.cuda_graphs", self.cuda_graphs)
         check_bool("TrainConfig.activation_checkpointing", self.activation_checkpointing)
         self.loss_chunks = _int("loss_chunks", self.loss_chunks, minimum=0)
+        if self.loss_chunks > MAX_LOSS_CHUNKS:
+            raise ValueError(f"TrainConfig.loss_chunks must be at most {MAX_LOSS_CHUNKS} (0 = the plain loss), got "
+                             f"{self.loss_chunks}")
         if self.cuda_graphs and (self.compile or self.fsdp or self.autocast == "fp16"):
             got = [name for name, on in (("compile", self.compile), ("fsdp", self.fsdp),
                                          ("autocast fp16", self.autocast == "fp16")) if on]

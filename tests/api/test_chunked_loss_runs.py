@@ -69,6 +69,9 @@ def test_a_value_that_is_not_an_int_is_refused_by_name(bad):
         api.TrainLMOptions(loss_chunks=bad)
 
 
-def test_a_negative_count_is_refused_by_its_flag(corpus, tmp_path):
-    with pytest.raises(ValueError, match=r"--loss-chunks must be"):
-        api.train_lm(data=str(corpus), out=tmp_path / "bad", steps=1, log=quiet, loss_chunks=-1, **TINY_LM)
+@pytest.mark.parametrize("bad, match", [(-1, r"--loss-chunks must be an int >= 0, got -1"),
+                                        (5000, r"--loss-chunks must be at most 4096 \(0 = the plain loss\), got 5000")])
+def test_a_count_out_of_range_is_refused_by_its_flag_before_training(corpus, tmp_path, bad, match):
+    with pytest.raises(ValueError, match=match):
+        api.train_lm(data=str(corpus), out=tmp_path / "bad", steps=1, log=quiet, loss_chunks=bad, **TINY_LM)
+    assert not (tmp_path / "bad").exists()

@@ -72,10 +72,11 @@ def test_with_compile_it_is_compiled_with_the_loss(tmp_path, build, task):
     assert compiled == pytest.approx(plain, rel=1e-4, abs=1e-5)
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True, 4097])
 def test_the_config_refuses_a_bad_value_by_name(bad):
     with pytest.raises(ValueError, match="TrainConfig.loss_chunks must be"):
         tiny_train_config(loss_chunks=bad)
+    assert tiny_train_config(loss_chunks=4096).loss_chunks == 4096  # the most: one row a chunk of 4,096 rows
 
 
 class _PlainTask:
