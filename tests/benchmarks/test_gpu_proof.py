@@ -262,7 +262,7 @@ def test_a_record_keeps_the_pieces_a_later_call_did_not_measure(tmp_path):
 def test_a_profile_summary_on_the_cpu_lists_the_operators():
     from torch.profiler import ProfilerActivity, profile
 
-    a = torch.randn(64, 64)
+    a = torch.randn(512, 512)  # (a 64 x 64 product could fall behind relu's launch on a loaded machine)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(2):
             (a @ a).relu().sum()
