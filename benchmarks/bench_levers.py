@@ -354,10 +354,19 @@ def lever_decode_layout(rounds, warmup, progress, *, quick=False):
     return res
 
 
-def _kept_bytes(model, x, y) -> int:
+def _lm_loss(model, x, y, chunks: int = 0):
+    """The LM loss of ``model`` on ``x``, ``y`` ``(B, T)``: plain cross-entropy, or the chunked one over ``chunks``
+    chunks (``--loss-chunks``)."""
+    if chunks:
+        return model(x, output_fn=lambda h, head: chunked_cross_entropy(h, head, y, chunks=chunks))
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+
+def _kept_bytes(model, x, y, chunks: int = 0) -> int:
     """Bytes the autograd graph of one training forward pass keeps for the backward pass: every distinct storage
-    packed by ``saved_tensors_hooks``, plus, with checkpointing, each block's input ``(B, T, C)``, which the
-    checkpoint keeps outside the hooks' view (counted whole even where the graph shares it: an upper bound)."""
+    packed by ``saved_tensors_hooks``, plus what the checkpoints keep outside the hooks' view (counted whole even
+    where the graph shares it: an upper bound): with activation checkpointing each block's input ``(B, T, C)``,
+    with the chunked loss the head's input."""
     seen: dict[int, int] = {}
 
     def pack(t):
@@ -365,16 +374,17 @@ def _kept_bytes(model, x, y) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-    inputs = len(model.blocks) * x.numel() * model.config.n_embd * 4 if model.activation_checkpointing else 0
+        loss = _lm_loss(model, x, y, chunks)
+    hidden = x.numel() * model.config.n_embd * 4
+    outside = (len(model.blocks) if model.activation_checkpointing else 0) * hidden + (hidden if chunks else 0)
     del loss
-    return sum(seen.values()) + inputs
+    return sum(seen.values()) + outside
 
 
 _PEAK_RSS = """
-import json, sys, torch, torch.nn.functional as F
+import json, sys, torch
+from benchmarks.bench_levers import _lm_loss
 from benchmarks.bench_lm import LMSizes, attnkit_gpt
-from attnkit.modules.chunked_cross_entropy import chunked_cross_entropy
 s, on, chunks = LMSizes(**json.loads(sys.argv[1])), sys.argv[2] == "1", int(sys.argv[3])
 torch.manual_seed(0)
 model = attnkit_gpt(s).train()
@@ -385,9 +395,7 @@ y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), generator=g)
 def hwm():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
 def loss(x, y):
-    if chunks:
-        return model(x, output_fn=lambda h, head: chunked_cross_entropy(h, head, y, chunks=chunks))
-    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    return _lm_loss(model, x, y, chunks)
 loss(x[:1, :8], y[:1, :8]).backward()  # load the kernels first
 model.zero_grad(set_to_none=False)  # the gradients' memory is held before the step is measured
 before = hwm()
@@ -404,6 +412,7 @@ def _peak_rss_growth(s: LMSizes, on: bool, chunks: int = 0, *, mmap_all: bool = 
     temporary is not kept in the heap (with its default thresholds, chunks of a few tens of MiB freed and made again
     fragment the heap, and the peak counts them several times)."""
     import json
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -411,8 +420,6 @@ def _peak_rss_growth(s: LMSizes, on: bool, chunks: int = 0, *, mmap_all: bool = 
     if not Path("/proc/self/status").exists():
         return None
     root = Path(__file__).resolve().parents[1]
-    import os
-
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0") if mmap_all else None
     out = subprocess.run([sys.executable, "-c", _PEAK_RSS, json.dumps(asdict(s)), "1" if on else "0", str(chunks)],
                          cwd=root, capture_output=True, text=True, check=True, env=env)
@@ -459,17 +466,12 @@ def lever_chunked_loss(s: LMSizes, rounds, warmup, progress, *, quick: bool = Fa
     model = attnkit_gpt(big).train()
     opt = make_optimizer(model.parameters(), big.optimizer, big.lr)
 
-    def loss(chunks):
-        if chunks:
-            return model(x, output_fn=lambda h, head: chunked_cross_entropy(h, head, y, chunks=chunks))
-        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-
     def step(on, chunks):
         def run():
             model.enable_activation_checkpointing(on)
             for _ in range(big.steps_per_round):
                 opt.zero_grad(set_to_none=True)
-                loss(chunks).backward()
+                _lm_loss(model, x, y, chunks).backward()
                 opt.step()
             return float(x.numel() * big.steps_per_round)
         return run
@@ -482,19 +484,7 @@ def lever_chunked_loss(s: LMSizes, rounds, warmup, progress, *, quick: bool = Fa
     res.ratios["checkpointed + chunked / checkpointed (tokens/s)"] = ratio(m, "checkpointed + chunked", "checkpointed")
     for name, (on, chunks) in variants.items():
         model.enable_activation_checkpointing(on)
-        seen: dict[int, int] = {}
-
-        def pack(t):
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            kept = loss(chunks)
-        del kept
-        # what the checkpoints keep outside the hooks' view: each block's input, the head's input (B, T, C)
-        hidden = x.numel() * big.n_embd * 4
-        outside = (len(model.blocks) if on else 0) * hidden + (hidden if chunks else 0)
-        res.extra[f"{name} kept MiB"] = (sum(seen.values()) + outside) / 2**20
+        res.extra[f"{name} kept MiB"] = _kept_bytes(model, x, y, chunks) / 2**20
         for label, mmap_all in (("", False), (", mmap > 64 KiB", True)):
             rss = _peak_rss_growth(big, on, chunks, mmap_all=mmap_all)
             res.extra[f"{name} peak RSS growth MiB{label}"] = None if rss is None else rss / 2**20
