@@ -190,11 +190,10 @@ def _scored_token_loss(model: Any, batch: tuple[Any, Any]) -> tuple[Any, int]:
     itself (the non-overlapping evaluation, unchanged).
 
     Shape: batch ``(x (B, T), y (B, T))``; ``model(x)`` -> logits ``(B, T, V)``; returns a 0-dim loss."""
-    import torch
     import torch.nn.functional as F
 
     from attnkit.data.pipeline.lm_dataset import NOT_SCORED
-    from attnkit.training.lm_task import next_token_loss
+    from attnkit.training.lm_task import check_target_ids, next_token_loss
 
     x, y = batch
     scored = y != NOT_SCORED  # (B, T)
@@ -202,10 +201,7 @@ def _scored_token_loss(model: Any, batch: tuple[Any, Any]) -> tuple[Any, int]:
         return next_token_loss(model, batch)
     logits = model(x)  # (B, T, V)
     V = logits.shape[-1]
-    y_min, y_max = (int(v) for v in torch.aminmax(y.masked_fill(~scored, 0)))
-    if y_min < 0 or y_max >= V:
-        raise ValueError(f"target token id {y_min if y_min < 0 else y_max} is outside the model's vocabulary "
-                         f"[0, {V})")
+    check_target_ids(y.masked_fill(~scored, 0), V)  # (the positions not scored hold NOT_SCORED)
     loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1), ignore_index=NOT_SCORED)  # (B*T, V)
     return loss, int(scored.sum())
 

@@ -207,7 +207,9 @@ def mean_token_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torc
     return float(total) / count, count
 
 
-def _check_targets(y: torch.Tensor, V: int, max_id: int | None) -> None:
+def check_target_ids(y: torch.Tensor, V: int, max_id: int | None = None) -> None:
+    """Every target id in ``[0, V)``, else ``ValueError`` naming the first one outside (``max_id``: a bound known on
+    the host, checked instead of reading ``y``). Shape: y ``(B, T)``."""
     # a negative id (-100, cross_entropy's ignore_index) would be dropped from the mean but counted in y.numel()
     y_min, y_max = (int(v) for v in torch.aminmax(y)) if max_id is None else (0, max_id)
     if y_min < 0 or y_max >= V:
@@ -219,7 +221,7 @@ def _chunked_loss(h: torch.Tensor, head: nn.Module, *, y: torch.Tensor, chunks: 
                   max_id: int | None) -> torch.Tensor:
     """The model's ``output_fn`` for ``chunks >= 1``: the targets checked against the head's vocabulary, then
     :func:`~attnkit.modules.chunked_cross_entropy.chunked_cross_entropy`. Shape: h ``(B, T, C)``, y ``(B, T)``."""
-    _check_targets(y, head_vocab_size(head), max_id)
+    check_target_ids(y, head_vocab_size(head), max_id)
     return chunked_cross_entropy(h, head, y, chunks=chunks)
 
 
@@ -250,7 +252,7 @@ def next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], 
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"model(x) must return logits (B, T, V) = ({x.shape[0]}, {x.shape[1]}, V), got {got}")
     V = logits.shape[-1]
-    _check_targets(y, V, max_id)
+    check_target_ids(y, V, max_id)
     y = y.long()
     # Cross-entropy in float32 even under bf16 autocast: the log-softmax over V needs the precision.
     loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))  # (B*T, V) vs (B*T,)

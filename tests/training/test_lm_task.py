@@ -161,7 +161,7 @@ def test_state_dict_detects_different_data(token_streams):
 def test_the_chunked_loss_refuses_targets_outside_the_vocabulary_too(bad):
     """next_token_loss(chunks=K) checks the targets against the head's vocabulary as the plain loss does: -100 is not
     silently left out of the chunks' mean while counted in y.numel(), and id V is refused by name (mutation check:
-    the chunked path's _check_targets removed); a max_id past the vocabulary is refused without reading y."""
+    the chunked path's check_target_ids removed); a max_id past the vocabulary is refused without reading y."""
     from helpers import tiny_gpt_config
 
     from attnkit.models.gpt import GPT
