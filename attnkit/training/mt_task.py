@@ -79,6 +79,13 @@ def _hash_of_pairs(data: EncodedPairs) -> str:
     return h.hexdigest()
 
 
+def _check_max_label(max_label: int, V: int) -> None:
+    """The batch's largest label id (counted on the host) must be in the target vocabulary ``[0, V)``; not checked
+    inside ``torch.compile`` (see :meth:`MTTask._cross_entropy`)."""
+    if not torch.compiler.is_compiling() and max_label >= V:
+        raise ValueError(f"MTTask: label id {max_label} is outside the model's target vocabulary [0, {V})")
+
+
 def _chunked_loss(h: torch.Tensor, head: nn.Module, *, labels: torch.Tensor, max_label: int, chunks: int,
                   smoothing: float) -> torch.Tensor:
     """:meth:`MTTask._cross_entropy`'s loss (label-smoothed, over the labels that are not ``IGNORE_INDEX``) from the
@@ -87,9 +94,7 @@ def _chunked_loss(h: torch.Tensor, head: nn.Module, *, labels: torch.Tensor, max
 
     Shape: h ``(B, T, C)``, labels ``(B, T)`` -> 0-dim.
     """
-    V = head_vocab_size(head)
-    if not torch.compiler.is_compiling() and max_label >= V:
-        raise ValueError(f"MTTask: label id {max_label} is outside the model's target vocabulary [0, {V})")
+    _check_max_label(max_label, head_vocab_size(head))
     return chunked_cross_entropy(h, head, labels, chunks=chunks, ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
 
 
@@ -455,8 +460,7 @@ class MTTask:
         on CUDA).
         """
         V = logits.shape[-1]
-        if not torch.compiler.is_compiling() and b.max_label >= V:
-            raise ValueError(f"MTTask: label id {b.max_label} is outside the model's target vocabulary [0, {V})")
+        _check_max_label(b.max_label, V)
         loss = F.cross_entropy(logits.float().reshape(-1, V), b.labels.reshape(-1),  # (B*T, V) vs (B*T,)
                                ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
         return loss, b.n_tokens
