@@ -2,6 +2,7 @@
 
     from attnkit.api import evaluate_lm, evaluate_mt
     evaluate_lm(ckpt="runs/char", data="shakespeare").metrics["ppl"]
+    evaluate_lm(model="smollm2-135m-instruct", data="fortunes").metrics["loss"]
     evaluate_mt(ckpt="runs/de-en", split="test", beam=4).metrics["bleu"]
 
 ``evaluate_lm`` runs the model over the whole validation split in non-overlapping windows of the model's block
@@ -13,6 +14,9 @@ the one before did not (the first all ``T``): the same tokens, each predicted fr
 one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the checkpoint's own tokenizer; for a
 ``finetune`` run, the one it used: its documents each followed by ``<eos>`` (after ``<bos>`` where the model wants
 one), as :func:`attnkit.data.pipeline.documents.prepare_finetune_data` encodes them.
+A pretrained model (``model``: a name, a ``.gguf`` file or a Hugging Face folder) is scored on the valid split
+``finetune`` would hold out of ``data`` (documents ``auto``), in windows of ``block_size`` (default 256, fine-tuning's,
+at most its context), so the base model and a fine-tune of it are scored on the same tokens.
 
 ``evaluate_mt`` translates the sources of a split (recipe name or prepared folder + ``split``, a TSV file, or
 ``SRC_FILE,TGT_FILE``; the other way round for a model trained with ``reverse``) with beam search (``beam=1`` =
@@ -36,7 +40,7 @@ from attnkit.checks import is_int
 from attnkit.data.corpora.parallel import SPLITS
 
 from .decoding import DecodingOptions
-from .options import DeviceOptions, inference_device, place_model
+from .options import DeviceOptions, check_model_source, inference_device, place_model
 
 __all__ = ["EvalLMOptions", "EvalMTOptions", "EvalResult", "evaluate_lm", "evaluate_mt"]
 
@@ -44,29 +48,39 @@ __all__ = ["EvalLMOptions", "EvalMTOptions", "EvalResult", "evaluate_lm", "evalu
 
 @dataclass
 class EvalLMOptions(DeviceOptions):
-    """Options of :func:`evaluate_lm`: the checkpoint (a run folder uses ``checkpoints/best``), the data it was
-    trained on (a recipe name or the local file/folder), windows per batch, at most ``max_batches`` batches, the
-    ``stride`` between windows (None: non-overlapping windows; else 1 to the window length) and where the JSON goes
-    (default ``<checkpoint>/eval_lm.json``)."""
+    """Options of :func:`evaluate_lm`: the model (``ckpt``, a run folder, which uses ``checkpoints/best``, or a
+    checkpoint folder; or ``model``, a named pretrained model, a ``.gguf`` file or a Hugging Face folder), the data
+    (for ``ckpt`` the recipe name or local file/folder it was trained on; for ``model`` a recipe or text to
+    fine-tune on), windows per batch, at most ``max_batches`` batches, the window length ``block_size`` (default:
+    the one the checkpoint was trained with; for ``model`` 256, fine-tuning's, at most the model's context), the
+    ``stride`` between windows (None: non-overlapping windows; else 1 to the window length), where the JSON goes
+    (default ``<checkpoint>/eval_lm.json``; for ``model`` nowhere unless given) and ``progress``: a tqdm bar of the
+    batches on a terminal's stderr."""
 
-    ckpt: str | Path = ""
+    ckpt: str | Path | None = None
+    model: str | Path | None = None
     data: str = ""
     batch_size: int = 16
     max_batches: int | None = None
+    block_size: int | None = None
     stride: int | None = None
     json: str | Path | None = None
+    progress: bool = True
 
     def _check(self) -> None:
         super()._check()
-        if not str(self.ckpt):
-            raise ValueError("evaluate_lm needs ckpt (a run or checkpoint folder)")
+        check_model_source("evaluate_lm", self.ckpt, self.model)
         if not self.data:
-            raise ValueError("evaluate_lm needs data (the recipe name or files the model was trained on)")
+            raise ValueError("evaluate_lm needs data (a recipe name, or a local text file or folder)")
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.max_batches is not None and self.max_batches < 1:
             raise ValueError(f"--max-batches must be >= 1, got {self.max_batches}")
-        if self.stride is not None and (not is_int(self.stride) or self.stride < 1):  # its upper end: the model's
+        # (the upper ends, the model's context and the window length, are checked when the model is loaded)
+        if self.block_size is not None and (not is_int(self.block_size) or self.block_size < 1):
+            raise ValueError(f"--block-size must be an int from 1 to the model's context length, or None, got "
+                             f"{self.block_size!r}")
+        if self.stride is not None and (not is_int(self.stride) or self.stride < 1):
             raise ValueError(f"--stride must be an int from 1 to the window length, or None, got {self.stride!r}")
 
 
@@ -74,8 +88,9 @@ class EvalLMOptions(DeviceOptions):
 class EvalMTOptions(DecodingOptions):
     """Options of :func:`evaluate_mt`: the checkpoint, the pairs (default: the data the model was trained on) and
     their ``split``, at most ``max_sentences`` of them, the decoding settings, where the JSON goes (default
-    ``<checkpoint>/eval_mt_<data>_<split>.json``; ``_<split>`` only for a recipe or prepared folder) and optionally
-    where the translations go (``hyps``). A run folder's checkpoint is its ``checkpoints/best``."""
+    ``<checkpoint>/eval_mt_<data>_<split>.json``; ``_<split>`` only for a recipe or prepared folder), optionally
+    where the translations go (``hyps``) and ``progress``: a tqdm bar of the sentences on a terminal's stderr. A run
+    folder's checkpoint is its ``checkpoints/best``."""
 
     ckpt: str | Path = ""
     data: str | None = None
@@ -83,6 +98,7 @@ class EvalMTOptions(DecodingOptions):
     max_sentences: int | None = None
     json: str | Path | None = None
     hyps: str | Path | None = None
+    progress: bool = True
 
     def _check(self) -> None:
         super()._check()
@@ -99,10 +115,11 @@ class EvalMTOptions(DecodingOptions):
 
 @dataclass
 class EvalResult:
-    """The figures of an evaluation (also written as JSON to ``path``) and any notes (skipped lines, cut sources)."""
+    """The figures of an evaluation (also written as JSON to ``path``; None: not written, a pretrained model's
+    evaluation without ``json``) and any notes (skipped lines, cut sources)."""
 
     metrics: dict[str, Any]
-    path: Path
+    path: Path | None
     notes: list[str] = field(default_factory=list)
 
 
@@ -163,7 +180,7 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     _write_text(path, json_lib.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
-def _write_record(out: Path, result: dict[str, Any], checkpoint: Path, held: tuple[int, ...] | None,
+def _write_record(out: Path, result: dict[str, Any], checkpoint: Path | None, held: tuple[int, ...] | None,
                   scores: str) -> None:
     """Write the record; one into the checkpoint folder (the default) only while that folder is still the checkpoint
     evaluated: a run that is training may have replaced its ``best/`` meanwhile, and the record would describe
@@ -172,7 +189,7 @@ def _write_record(out: Path, result: dict[str, Any], checkpoint: Path, held: tup
 
     replaced = (f"{checkpoint} was replaced or removed by its training run while it was evaluated, so the record (step "
                 f"{result.get('step')}: {scores}) is not written into it; pass --json FILE to keep one")
-    inside = out.parent.resolve() == checkpoint.resolve()
+    inside = checkpoint is not None and out.parent.resolve() == checkpoint.resolve()
     if inside and checkpoint_identity(checkpoint) != held:
         raise ValueError(replaced)
     try:
@@ -206,57 +223,95 @@ def _scored_token_loss(model: Any, batch: tuple[Any, Any]) -> tuple[Any, int]:
     return loss, int(scored.sum())
 
 
-def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResult:
-    """Validation loss and perplexity of a language model checkpoint (see the module docstring)."""
-    import torch
-
+def _load_lm(o: EvalLMOptions) -> tuple[Any, Path | None, tuple[int, ...] | None, Path | None]:
+    """The model ``o`` names, with the checkpoint folder read, its identity and where the record goes (None for a
+    pretrained model without ``json``). The output is checked before a pretrained model is read (it may be large)."""
     from attnkit.checkpoints import load
     from attnkit.checkpoints.load import checkpoint_identity
+    from attnkit.interop.load import load_named
+
+    if o.ckpt is None:
+        out = None if o.json is None else Path(o.json)
+        if out is not None:
+            _check_outputs(o, o.data, out)
+        loaded = load_named(str(o.model))
+        if loaded.path is not None:  # an attnkit run: its own split, tokenization and window are known
+            raise ValueError(f"--model {str(o.model)!r} is an attnkit checkpoint; give it as --ckpt (then it is "
+                             f"evaluated on the split and windows it was trained with)")
+        return loaded, None, None, out
+    loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
+    checkpoint = loaded.path  # the checkpoint folder load() read (a run folder's checkpoints/best)
+    held = checkpoint_identity(checkpoint)
+    out = Path(o.json) if o.json is not None else checkpoint / "eval_lm.json"
+    _check_outputs(o, o.data, out)
+    return loaded, checkpoint, held, out
+
+
+def _window(o: EvalLMOptions, loaded: Any) -> int:
+    """The window length: ``block_size``, else the one the checkpoint was trained with, else fine-tuning's default
+    (256) for a pretrained model; at most the model's context length."""
+    from attnkit.recipes import FT_DEFAULTS
+
+    context = int(loaded.model.config.block_size)
+    if o.block_size is not None:
+        if o.block_size > context:
+            raise ValueError(f"--block-size must be <= the model's context length = {context}, got {o.block_size}")
+        return o.block_size
+    if o.ckpt is None:
+        return min(FT_DEFAULTS["block_size"], context)
+    trained = (loaded.state.get("train_config") or {}).get("block_size")
+    return trained if isinstance(trained, int) and 1 <= trained <= context else context
+
+
+def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResult:
+    """Validation loss and perplexity of a language model checkpoint or a pretrained model (see the module
+    docstring)."""
+    import torch
+    from tqdm.auto import tqdm
+
     from attnkit.data.pipeline.lm_dataset import check_block_length, eval_batches, num_eval_windows
     from attnkit.data.pipeline.lm_store import open_lm_stores
     from attnkit.training.lm_task import mean_token_loss, perplexity
 
     o = EvalLMOptions.make(options, kwargs)
     device = inference_device(o)  # a device (or autocast) this machine lacks fails before loading
-    loaded = load(o.ckpt, expect_kind="lm")  # a translator is refused here
-    checkpoint = loaded.path  # the checkpoint folder load() read (a run folder's checkpoints/best)
-    held = checkpoint_identity(checkpoint)
-    out = Path(o.json) if o.json is not None else checkpoint / "eval_lm.json"
-    _check_outputs(o, o.data, out)
+    loaded, checkpoint, held, out = _load_lm(o)
+    T = _window(o, loaded)
     model = place_model(loaded.model, o, device)
-    T = int(model.config.block_size)
-    train_block = (loaded.state.get("train_config") or {}).get("block_size")
-    if isinstance(train_block, int) and 1 <= train_block <= T:
-        T = train_block  # evaluate at the context length the model was trained with
     extra = loaded.state.get("extra") or {}
-    if extra.get("task") == "finetune":  # its valid split: documents, each ending with <eos> (after <bos>), as tuned
-        from attnkit.data.pipeline.documents import prepare_finetune_data
+    if o.ckpt is None or extra.get("task") == "finetune":  # its valid split: documents, each ending with <eos>
+        from attnkit.data.pipeline.documents import prepare_finetune_data  # (after <bos>), as fine-tuning reads them
 
         valid = prepare_finetune_data(o.data, loaded.tokenizer, extra.get("documents") or "auto",
                                       add_bos=loaded.add_bos)[1]
     else:
         valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split
-    if len(valid) < T + 1:  # (check_block_length's advice, a smaller block_size, is no option of eval lm)
+    window = ("--block-size" if o.block_size is not None else "the default for --model" if o.ckpt is None
+              else "the block size the model was trained with")
+    if len(valid) < T + 1:
         raise ValueError(f"the valid split of {o.data!r} (a text file's last 10%) has {len(valid)} tokens, but this "
-                         f"model reads windows of {T} and needs at least {T + 1}: give more text")
+                         f"model reads windows of {T} ({window}) and needs at least {T + 1}: give more text")
     check_block_length(valid, T, "valid")
     if o.stride is not None and o.stride > T:
-        raise ValueError(f"--stride must be an int from 1 to the window length {T} (the block size the model was "
-                         f"trained with), got {o.stride}")
+        raise ValueError(f"--stride must be an int from 1 to the window length {T} ({window}), got {o.stride}")
     stride = T if o.stride is None else o.stride  # T: non-overlapping windows
     n_windows = num_eval_windows(valid, T, stride)
     max_windows = None if o.max_batches is None else o.max_batches * o.batch_size
+    windows = min(n_windows, max_windows or n_windows)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        mean, count = mean_token_loss(model, eval_batches(valid, T, o.batch_size, max_windows=max_windows,
-                                                          stride=stride), _scored_token_loss)
+    batches = eval_batches(valid, T, o.batch_size, max_windows=max_windows, stride=stride)
+    with torch.no_grad(), tqdm(batches, total=-(-windows // o.batch_size), unit="batch", desc="evaluating",
+                               leave=False, disable=None if o.progress else True) as bar:  # None: on a terminal only
+        mean, count = mean_token_loss(model, bar, _scored_token_loss)
     if not math.isfinite(mean):
-        raise FloatingPointError(f"the validation loss is {mean}: the checkpoint's weights are broken")
-    result = {"kind": "lm", "ckpt": str(o.ckpt), "checkpoint": str(checkpoint), "step": loaded.state.get("step"),
-              "data": str(o.data), "split": "valid",
-              "block_size": T, "stride": stride, "windows": min(n_windows, max_windows or n_windows), "tokens": count,
+        raise FloatingPointError(f"the validation loss is {mean}: the model's weights are broken")
+    result = {"kind": "lm", "ckpt": None if o.ckpt is None else str(o.ckpt),
+              "checkpoint": None if checkpoint is None else str(checkpoint), "step": loaded.state.get("step"),
+              "model": None if o.model is None else str(o.model), "data": str(o.data), "split": "valid",
+              "block_size": T, "stride": stride, "windows": windows, "tokens": count,
               "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
-    _write_record(out, result, checkpoint, held, f"valid loss {mean:.4f}, perplexity {perplexity(mean):.3f}")
+    if out is not None:
+        _write_record(out, result, checkpoint, held, f"valid loss {mean:.4f}, perplexity {perplexity(mean):.3f}")
     return EvalResult(result, out)
 
 
@@ -307,7 +362,7 @@ def evaluate_mt(options: EvalMTOptions | None = None, **kwargs: Any) -> EvalResu
 
     t0 = time.perf_counter()
     hyps, n_cut = translate_sentences(model, loaded.tokenizer, sources, strict=o.strict, batch_size=o.batch_size,
-                                      **o.search)
+                                      progress=o.progress, **o.search)
     seconds = time.perf_counter() - t0
     scores = score_translations(hyps, refs)
     split = None if from_files else o.split

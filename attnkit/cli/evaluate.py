@@ -1,5 +1,6 @@
 """``attnkit eval lm|mt``: :func:`attnkit.api.evaluate_lm` (loss, perplexity) and :func:`attnkit.api.evaluate_mt`
-(sacreBLEU BLEU, chrF); each prints one summary line and writes the figures as JSON.
+(sacreBLEU BLEU, chrF); each prints one summary line and writes the figures as JSON (``eval lm --model``: with
+``--json``).
 
     attnkit eval mt --ckpt runs/de-en --data de-en --split test --beam 4
 """
@@ -10,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.flags import (DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, add_translator_flag,
-                               command_group, options_from)
+from attnkit.cli.flags import (DEFAULT_BATCH_SIZE, add_decoding_flags, add_device_flags, add_model_source,
+                               add_translator_flag, command_group, options_from)
 from attnkit.data.corpora.parallel import SPLITS
 
 
@@ -20,11 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Evaluate a trained checkpoint on held-out data.", metavar="TASK")
 
     lm = esub.add_parser("lm", help="validation loss and perplexity of a language model",
-                         description="Mean cross-entropy and perplexity over the validation split (the same split "
-                                     "`attnkit train lm` held out), in non-overlapping windows of the block size.")
-    lm.add_argument("--ckpt", type=Path, required=True, help="run folder (uses checkpoints/best) or checkpoint folder")
-    lm.add_argument("--data", required=True, help="recipe name (shakespeare, fortunes) or the local file/folder "
-                    "the model was trained on")
+                         description="Mean cross-entropy and perplexity over the validation split that `attnkit train "
+                                     "lm` or `finetune` holds out (--model: finetune's), in windows of the block size.")
+    add_model_source(lm)
+    lm.add_argument("--data", required=True, help="recipe name (shakespeare, fortunes) or local text file/folder")
+    lm.add_argument("--block-size", type=int, metavar="T", help="window length (default: trained; --model: 256)")
     lm.add_argument("--batch-size", type=int, default=16, help="windows per batch")
     lm.add_argument("--max-batches", type=int, default=None, help="only this many batches, spread over the split")
     lm.add_argument("--stride", type=int, metavar="N", help="overlapping windows N ids apart, each scoring its new ids")
@@ -44,8 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_decoding_flags(mt)
     mt.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences/batch (default %(default)s)")
     mt.add_argument("--strict", action="store_true", help="refuse malformed lines and over-long sources")
-    mt.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_mt_<data>"
-                    "[_<split>].json)")
+    mt.add_argument("--json", type=Path, help="results file (default <checkpoint>/eval_mt_<data>[_<split>].json)")
     mt.add_argument("--hyps", type=Path, default=None, help="also write the translations here, one per line")
     add_device_flags(mt)
     mt.set_defaults(func=run_eval_mt)
@@ -57,7 +57,8 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     result = evaluate_lm(options_from(EvalLMOptions, args))
     m = result.metrics
     print(f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f} over {m['tokens']:,} tokens "
-          f"({m['windows']} windows of {m['block_size']}, stride {m['stride']}); written to {result.path}")
+          f"({m['windows']} windows of {m['block_size']}, stride {m['stride']})"
+          + ("" if result.path is None else f"; written to {result.path}"))
     return 0
 
 

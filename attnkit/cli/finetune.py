@@ -30,13 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "blank-line (paragraphs), none (one stream); auto (default) = fortune if the train text has "
                         "lines holding only '%%', else none")
     p.add_argument("--tokenizer", default=None, metavar="FILE",
-                   help="tokenizer for a Hugging Face folder without tokenizer.json: an attnkit tokenizer JSON or "
-                        "a Hugging Face tokenizer.json")
+                   help="tokenizer of a Hugging Face folder without one: an attnkit or a Hugging Face tokenizer.json")
     p.add_argument("--block-size", dest="block_size", type=int, default=None, help="context length T (default 256)")
     lo = p.add_argument_group("LoRA")
     lo.add_argument("--lora", action="store_true", help="train low-rank adapters instead of all weights")
-    lo.add_argument("--lora-rank", type=int, default=None, help="adapter rank r (default 8; at most each adapted "
-                    "layer's smaller side)")
+    lo.add_argument("--lora-rank", type=int, help="adapter rank r (default 8; at most an adapted layer's smaller side)")
     lo.add_argument("--lora-alpha", type=float, default=None, help="adapter scale (update alpha/r * B A; default 16)")
     lo.add_argument("--lora-dropout", type=float, default=None, help="dropout on the adapter input (default 0)")
     lo.add_argument("--lora-targets", nargs="+", default=None, metavar="NAME",

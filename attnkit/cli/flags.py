@@ -14,8 +14,8 @@ from typing import Any
 from attnkit.models.configs import parse_overrides
 from attnkit.recipes import DEFAULT_BATCH_SIZE, DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 
-__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "runs", "command_group", "add_translator_flag", "add_decoding_flags",
-           "add_sampling_flags", "add_device_flags", "DEFAULT_BATCH_SIZE"]
+__all__ = ["TRAIN_FLAGS", "add_run_flags", "options_from", "runs", "command_group", "add_translator_flag",
+           "add_model_source", "add_decoding_flags", "add_sampling_flags", "add_device_flags", "DEFAULT_BATCH_SIZE"]
 
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps"
 
@@ -32,6 +32,13 @@ def add_translator_flag(p: argparse.ArgumentParser) -> None:
     ``eval mt``)."""
     p.add_argument("--ckpt", type=Path, required=True,
                    help="run folder (uses checkpoints/best) or a checkpoint folder (e.g. checkpoints/averaged)")
+
+
+def add_model_source(p: argparse.ArgumentParser) -> None:
+    """``--ckpt`` (an attnkit run or checkpoint folder) or ``--model`` (a pretrained model), exactly one."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", help="run folder (its checkpoints/best) or checkpoint folder (`train`, `finetune`)")
+    src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
 
 
 def add_device_flags(p: argparse.ArgumentParser | Any, *, training: bool = False, autocast: bool = True) -> None:

@@ -9,16 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.flags import add_device_flags, add_sampling_flags, options_from
+from attnkit.cli.flags import add_device_flags, add_model_source, add_sampling_flags, options_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sample", help="generate text from a checkpoint or a pretrained model",
                        description="Generate text with attnkit's generation API (KV cache, greedy or sampled), "
                                    "streaming tokens to stdout as they arrive.")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--ckpt", help="run folder or checkpoint folder written by `attnkit train lm` / `finetune`")
-    src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
+    add_model_source(p)
     p.add_argument("--prompt", default="", help="text to continue (default: empty, start from BOS or newline)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (pretrained models)")
     p.add_argument("--system", default=None, help="with --chat: the system turn (default: the template's own, if any)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attnkit import api
 from attnkit.api.viz import ATTENTION_KINDS as _ATTN_KINDS
-from attnkit.cli.flags import add_device_flags, command_group, options_from
+from attnkit.cli.flags import add_device_flags, add_model_source, command_group, options_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,8 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "model's greedy translation) and choose --attn encoder, decoder or cross.")
     _add_model_args(q)
     q.add_argument("--attn", choices=_ATTN_KINDS, default=None,
-                   help="which attention: self (GPT, the default), encoder / decoder self-attention or cross "
-                        "(encoder-decoder; default cross)")
+                   help="which attention: self (GPT, the default), encoder / decoder self-attention or cross (default)")
     q.add_argument("--layer", type=int, default=None, help="layer index from 0 (default: the last layer)")
     q.add_argument("--head", type=int, default=None, help="draw only this head (default: all heads in a grid)")
     q.add_argument("--html", type=Path, default=None, metavar="PAGE.html", help="write an interactive page instead of "
@@ -95,9 +94,7 @@ def _add_output_args(q: argparse.ArgumentParser, default: str) -> None:
 
 
 def _add_model_args(q: argparse.ArgumentParser) -> None:
-    src = q.add_mutually_exclusive_group(required=True)
-    src.add_argument("--ckpt", help="run folder or checkpoint folder written by `attnkit train` / `finetune`")
-    src.add_argument("--model", help="pretrained model name (smollm2-135m-instruct), .gguf file or Hugging Face folder")
+    add_model_source(q)
     q.add_argument("--text", default=None, help="text to run through a language model (GPT)")
     q.add_argument("--src", default=None, help="source sentence (translation checkpoints)")
     q.add_argument("--tgt", default=None,

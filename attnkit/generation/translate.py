@@ -132,12 +132,15 @@ def single_line(text: str) -> str:
 
 
 def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *, strict: bool = False,
-                        sort_all: bool = True, **kwargs: Any) -> tuple[list[str], int]:
+                        sort_all: bool = True, progress: bool = False, **kwargs: Any) -> tuple[list[str], int]:
     """Translate a whole list of sentences; returns ``(translations in input order, number truncated)``.
 
     With ``sort_all`` the whole list is sorted by length before batching (fast for a test set), and the
-    results are put back in order. ``kwargs`` go to :func:`translate_ids`.
+    results are put back in order. ``progress``: a tqdm bar of the sentences on stderr when it is a terminal.
+    ``kwargs`` go to :func:`translate_ids`.
     """
+    from tqdm.auto import tqdm
+
     if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Sequence):
         raise ValueError(f"sentences must be a list of strings, got {type(sentences).__name__}")
     for i, s in enumerate(sentences):
@@ -149,10 +152,13 @@ def translate_sentences(model: Any, tokenizer: Any, sentences: Sequence[str], *,
     order = sorted(range(len(ids)), key=lambda i: len(ids[i])) if sort_all else list(range(len(ids)))
     out: list[str] = [""] * len(ids)
     k = 0
-    for hyps in translate_ids(model, tokenizer, [ids[i] for i in order], **kwargs):
-        for h in hyps:
-            out[order[k]] = h
-            k += 1
+    with tqdm(total=len(ids), unit="sentence", desc="translating", leave=False,
+              disable=None if progress else True) as bar:  # None: on a terminal only
+        for hyps in translate_ids(model, tokenizer, [ids[i] for i in order], **kwargs):
+            for h in hyps:
+                out[order[k]] = h
+                k += 1
+            bar.update(len(hyps))
     return out, n_cut
 
 

@@ -85,7 +85,8 @@ def test_evaluate_lm_and_sample(lm_run, corpus, tmp_path):
     short = tmp_path / "short.txt"  # its valid part is far shorter than a window of the model
     short.write_text(corpus.read_text()[:200])
     with pytest.raises(ValueError, match=r"the valid split of '.*short.txt' \(a text file's last 10%\) has \d+ tokens, "
-                                         r"but this model reads windows of 16 and needs at least 17: give more text"):
+                                         r"but this model reads windows of 16 \(the block size the model was trained "
+                                         r"with\) and needs at least 17: give more text"):
         api.evaluate_lm(ckpt=lm_run.out, data=str(short), json=tmp_path / "short.json")
 
 
@@ -194,6 +195,9 @@ def test_trace_viz_params_and_data(lm_run, tmp_path):
     (lambda: api.SampleOptions(ckpt=""), r"exactly one of ckpt .* and model .*got ckpt='', model=None"),
     (lambda: api.ModelText(ckpt="", text="a"), r"exactly one of ckpt .* and model .*got ckpt='', model=None"),
     (lambda: api.EvalLMOptions(ckpt="x"), r"evaluate_lm needs data"),
+    (lambda: api.EvalLMOptions(data="x"), r"evaluate_lm needs exactly one of ckpt .* and model .*got ckpt=None"),
+    (lambda: api.EvalLMOptions(ckpt="x", model="y", data="x"), r"evaluate_lm needs exactly one of ckpt"),
+    (lambda: api.EvalLMOptions(ckpt="x", data="x", block_size=-1), r"--block-size must be an int from 1 .*got -1"),
     (lambda: api.EvalMTOptions(ckpt="x", data=""), r"--data must name the pairs to score .*got ''"),
 ])
 def test_bad_options_are_refused_when_made(make, message):

@@ -6,9 +6,11 @@ Axis legend: T block size (windows of T + 1 ids).
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import re
+import sys
 
 import pytest
 import torch
@@ -180,3 +182,128 @@ def test_a_strided_batch_with_a_target_outside_the_vocabulary_is_refused_by_name
             _scored_token_loss(model, (x, torch.tensor([[NOT_SCORED, 1, bad]])))
     loss, count = _scored_token_loss(model, (x, torch.tensor([[NOT_SCORED, 1, V - 1]])))
     assert count == 2 and torch.allclose(loss, F.cross_entropy(logits[0, 1:], torch.tensor([1, V - 1])))
+
+
+def _fortunes(path, n: int = 200, seed: int = 3):
+    """A fortune file of ``n`` short entries (``%`` lines between them), written at ``path``."""
+    rng = random.Random(seed)
+    words = "the cat sat on a mat and dog ran far".split()
+    path.write_text("\n%\n".join(" ".join(rng.choice(words) for _ in range(6)) for _ in range(n)) + "\n%\n",
+                    encoding="utf-8")
+    return path
+
+
+def test_a_pretrained_model_is_scored_as_transformers_scores_the_same_windows(tmp_path):
+    """``model=``: a Hugging Face folder is scored on the valid split as ``finetune`` encodes it (documents, each
+    ending with ``<eos>``), in windows of ``block_size``; the loss is transformers' own loss of those windows
+    (its ``labels``, shifted inside the model); with no ``json`` nothing is written. Default window: fine-tuning's
+    256, cut to the model's context (64 here)."""
+    import transformers
+
+    from attnkit.interop.load import load_model
+
+    from helpers import tiny_hf_folder
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = _fortunes(tmp_path / "fortunes.txt")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = api.evaluate_lm(model=str(folder), data=str(text), block_size=16)
+    assert result.path is None and sorted(p.name for p in tmp_path.rglob("*")) == before
+    m = result.metrics
+    assert (m["model"], m["ckpt"], m["checkpoint"], m["step"], m["block_size"]) == (str(folder), None, None, None, 16)
+
+    loaded = load_model(str(folder))
+    _, valid, info = prepare_finetune_data(str(text), loaded.tokenizer, "auto", add_bos=loaded.add_bos)
+    assert info["documents"] == "fortune"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    T, total, count = 16, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, (valid.numel() - 1) // T * T, T):
+            window = valid[None, start:start + T + 1]  # (1, T + 1): T inputs, T targets
+            total += float(hf(input_ids=window, labels=window).loss) * T
+            count += T
+    assert m["tokens"] == count and m["windows"] == count // T
+    assert m["loss"] == pytest.approx(total / count, rel=1e-5)
+
+    assert api.evaluate_lm(model=str(folder), data=str(text)).metrics["block_size"] == 64  # min(256, context)
+    kept = tmp_path / "base.json"
+    assert api.evaluate_lm(model=folder, data=str(text), block_size=16, json=kept).path == kept
+    assert json.loads(kept.read_text())["loss"] == m["loss"]
+
+
+def test_a_base_model_and_its_finetune_are_scored_on_the_same_tokens(tmp_path):
+    """What ``eval lm --model`` is for: the pretrained model and a ``finetune`` run of it (same data, same window)
+    are measured on the very same valid tokens, so their losses compare."""
+    from helpers import tiny_hf_folder
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = _fortunes(tmp_path / "fortunes.txt")
+    tuned = tmp_path / "tuned"
+    api.finetune(source=str(folder), data=str(text), out=tuned, steps=3, block_size=16, batch_size=8, lr=1e-2,
+                 eval_batches=2, progress=False, log=lambda line: None)
+    base = api.evaluate_lm(model=str(folder), data=str(text), block_size=16).metrics
+    after = api.evaluate_lm(ckpt=tuned, data=str(text), json=tmp_path / "tuned.json").metrics
+    assert (base["tokens"], base["windows"], base["block_size"]) == (after["tokens"], after["windows"], 16)
+    assert after["loss"] < base["loss"]
+
+
+def test_a_window_length_is_given_checked_and_named_in_the_errors(tmp_path):
+    """``block_size`` replaces the trained window of a checkpoint (the loss is then the hand loop's at that length)
+    and must be at most the model's context; the errors say where the window length came from."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
+    run = api.train_lm(data=str(text), out=tmp_path / "run", steps=4, **TINY_LM).out
+    result = api.evaluate_lm(ckpt=run, data=str(text), block_size=8, json=tmp_path / "eval.json").metrics
+    loaded = load(run, expect_kind="lm")
+    from attnkit.data.pipeline.lm_store import open_lm_stores
+
+    valid = open_lm_stores(str(text), loaded.tokenizer, splits=("valid",)).stores["valid"]
+    loss, count = _mean_loss_by_hand(loaded.model, torch.as_tensor(valid[:]).long(), 8)
+    assert (result["block_size"], result["tokens"]) == (8, count)
+    assert result["loss"] == pytest.approx(loss, rel=1e-5)
+    with pytest.raises(ValueError, match=r"--block-size must be <= the model's context length = 16, got 17"):
+        api.evaluate_lm(ckpt=run, data=str(text), block_size=17, json=tmp_path / "eval.json")
+    with pytest.raises(ValueError, match=r"--stride must be an int from 1 to the window length 8 \(--block-size\), "
+                                         r"got 9"):
+        api.evaluate_lm(ckpt=run, data=str(text), block_size=8, stride=9, json=tmp_path / "eval.json")
+    with pytest.raises(ValueError, match=r"--block-size must be an int from 1 to the model's context length, or "
+                                         r"None, got 0"):
+        api.evaluate_lm(ckpt=run, data=str(text), block_size=0)
+
+
+def test_an_attnkit_run_as_model_is_sent_to_ckpt_and_a_bad_json_is_refused_before_loading(tmp_path, monkeypatch):
+    """``model=`` an attnkit run would be scored on finetune's split, not the one it held out: refused with the
+    flag to use. A ``json`` that is the data is refused before a (possibly large) pretrained model is read."""
+    import attnkit.interop.load as interop_load
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
+    run = api.train_lm(data=str(text), out=tmp_path / "run", steps=2, **TINY_LM).out
+    with pytest.raises(ValueError, match=r"--model '.*run' is an attnkit checkpoint; give it as --ckpt"):
+        api.evaluate_lm(model=str(run), data=str(text))
+    monkeypatch.setattr(interop_load, "load_named", lambda *a, **k: pytest.fail("the model was read"))
+    with pytest.raises(ValueError, match=r"--json '.*corpus.txt' is \(or is inside\) the data being scored"):
+        api.evaluate_lm(model="smollm2-135m-instruct", data=str(text), json=text)
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_evaluation_shows_a_bar_of_its_batches_on_a_terminal_only(tmp_path, monkeypatch):
+    """A pretrained model's evaluation takes minutes on a CPU: a tqdm bar of the batches ("evaluating", out of
+    ceil(windows / batch size)) on a terminal's stderr; none in a log file, none with ``progress=False``."""
+    from helpers import tiny_hf_folder
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = _fortunes(tmp_path / "fortunes.txt")
+    for progress, err in [(True, _Terminal()), (True, io.StringIO()), (False, _Terminal())]:
+        monkeypatch.setattr(sys, "stderr", err)
+        m = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, batch_size=4, progress=progress).metrics
+        batches = -(-m["windows"] // 4)
+        shown = progress and isinstance(err, _Terminal)
+        assert (f"evaluating:   0%|          | 0/{batches}" in err.getvalue()) == shown
+        assert (err.getvalue() == "") != shown

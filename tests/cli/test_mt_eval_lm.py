@@ -1,5 +1,6 @@
 """`attnkit eval lm` (attnkit.api.evaluate_lm, beside evaluate_mt in attnkit/api/evaluation.py): the reported loss is the
-mean cross-entropy over every window of the validation split, and --max-batches evaluates a subset."""
+mean cross-entropy over every window of the validation split, and --max-batches evaluates a subset; --model scores a
+pretrained model."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnkit import api
 from attnkit.cli.main import main
 from attnkit.data.pipeline.lm_dataset import eval_batches, prepare_lm_data
 from attnkit.checkpoints import load
+
+from helpers import tiny_hf_folder
 
 
 def _train_tiny_lm(tmp_path: Path, text: str, *, steps: int) -> tuple[Path, Path]:
@@ -92,3 +96,28 @@ def test_eval_lm_stride(tmp_path, capsys):
         err = capsys.readouterr().err
         assert re.fullmatch(rf"attnkit eval: error: {expected}\n", err), err
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_eval_lm_scores_a_pretrained_model_and_writes_only_with_json(tmp_path, capsys):
+    """The line is the api's figures; without --json nothing is written (no checkpoint folder to write into), with
+    it the record is; --ckpt and --model are one required choice."""
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = tmp_path / "notes.txt"
+    text.write_text("".join(f"the cat sat on the mat {i} times.\n\n" for i in range(300)), encoding="utf-8")
+    argv = ["eval", "lm", "--model", str(folder), "--data", str(text), "--block-size", "16", "--stride", "8"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    m = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, stride=8).metrics
+    assert out == (f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f} over {m['tokens']:,} tokens "
+                   f"({m['windows']} windows of 16, stride 8)\n")
+    assert main([*argv, "--json", str(tmp_path / "base.json")]) == 0
+    assert capsys.readouterr().out.endswith(f"; written to {tmp_path / 'base.json'}\n")
+    assert json.loads((tmp_path / "base.json").read_text())["model"] == str(folder)
+
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "lm", "--data", str(text)])
+    assert exc.value.code == 2
+    assert "error: one of the arguments --ckpt --model is required" in capsys.readouterr().err
+    assert main(["eval", "lm", "--model", str(folder), "--data", str(text), "--block-size", "65"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"attnkit eval: error: --block-size must be <= the model's context length = 64, got 65\n", err)

@@ -1,7 +1,12 @@
 """encode_sources: source lines to ids under the model's length limit; a line of megabytes is cut to
-CHARS_PER_TOKEN x max_len characters before it is tokenized, and its first tokens are those of the whole line."""
+CHARS_PER_TOKEN x max_len characters before it is tokenized, and its first tokens are those of the whole line;
+translate_sentences' progress bar."""
+
+import io
+import sys
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +90,31 @@ def test_a_cut_line_keeps_a_word_that_ends_at_the_limit():
     assert _cut_line("aaaa bbbb cccc", 9) == "aaaa bbbb"  # "bbbb" ends at character 9: it fits
     assert _cut_line("aaaa bbbb cccc", 8) == "aaaa"  # "bbbb" would be cut inside: dropped whole
     assert _cut_line("abcdefghij", 4) == "abcd"  # no word boundary: a plain cut
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("progress, terminal", [(True, True), (True, False), (False, True)])
+def test_a_progress_bar_counts_the_sentences_on_a_terminal_only(tok, monkeypatch, progress, terminal):
+    """``progress=True``: a "translating" bar of the sentences on stderr when it is a terminal (a log file or a
+    pipe gets none); ``progress=False``: none anywhere. The translations are the same either way."""
+    from attnkit.models.transformer import Transformer
+
+    from helpers import tiny_transformer_config
+
+    torch.manual_seed(0)
+    config = tiny_transformer_config(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size)
+    model = Transformer(config).eval()
+    sentences = ["Die Katze", "Der Hund schläft", "Was ist das?"]
+    want, _ = translate_sentences(model, tok, sentences, beam=1, batch_size=2, max_len_b=3)
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    got, _ = translate_sentences(model, tok, sentences, beam=1, batch_size=2, max_len_b=3, progress=progress)
+    assert got == want
+    shown = progress and terminal
+    assert ("translating" in err.getvalue() and "/3" in err.getvalue()) == shown and (err.getvalue() == "") != shown
