@@ -223,6 +223,32 @@ def _scored_token_loss(model: Any, batch: tuple[Any, Any]) -> tuple[Any, int]:
     return loss, int(scored.sum())
 
 
+class _ScoredBytes:
+    """Counts the UTF-8 bytes of the text of the targets a run of evaluation batches scores (the ``bytes`` that
+    bits per byte divides by): each row's scored targets, in order, through one
+    :class:`~attnkit.data.tokenizers.tokenizer.StreamDecoder` (special tokens such as ``<eos>`` have no text), so
+    the count is that of ``decode`` of all the targets at once, whatever the batching. ``context``: the ids before
+    the first target (a decoder may treat a text's first token apart).
+
+    Shape: each batch ``(x (B, T), y (B, T))``; ``NOT_SCORED`` targets are left out."""
+
+    def __init__(self, tokenizer: Any, context: list[int]):
+        from attnkit.data.tokenizers.tokenizer import StreamDecoder
+
+        self._decoder = StreamDecoder(tokenizer, skip_special_tokens=True, context=context)
+        self.bytes = 0
+
+    def count(self, batches: Any) -> Any:
+        """Yield ``batches`` unchanged, counting the bytes of each one's scored targets."""
+        from attnkit.data.pipeline.lm_dataset import NOT_SCORED
+
+        for x, y in batches:
+            for row in y:  # (T,)
+                self.bytes += len(self._decoder.push(row[row != NOT_SCORED].tolist()).encode("utf-8"))
+            yield x, y
+        self.bytes += len(self._decoder.flush().encode("utf-8"))
+
+
 def _load_lm(o: EvalLMOptions) -> tuple[Any, Path | None, tuple[int, ...] | None, Path | None]:
     """The model ``o`` names, with the checkpoint folder read, its identity and where the record goes (None for a
     pretrained model without ``json``). The output is checked before a pretrained model is read (it may be large)."""
@@ -299,17 +325,21 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     max_windows = None if o.max_batches is None else o.max_batches * o.batch_size
     windows = min(n_windows, max_windows or n_windows)
     t0 = time.perf_counter()
-    batches = eval_batches(valid, T, o.batch_size, max_windows=max_windows, stride=stride)
+    scored = _ScoredBytes(loaded.tokenizer, [int(valid[0])])  # (the first target follows id 0)
+    batches = scored.count(eval_batches(valid, T, o.batch_size, max_windows=max_windows, stride=stride))
     with torch.no_grad(), tqdm(batches, total=-(-windows // o.batch_size), unit="batch", desc="evaluating",
                                leave=False, disable=None if o.progress else True) as bar:  # None: on a terminal only
         mean, count = mean_token_loss(model, bar, _scored_token_loss)
     if not math.isfinite(mean):
         raise FloatingPointError(f"the validation loss is {mean}: the model's weights are broken")
+    # the summed loss in bits over the bytes of the scored text: no tokenizer's (a character model on ASCII: loss/ln 2)
+    bits_per_byte = mean * count / math.log(2) / scored.bytes if scored.bytes else None
     result = {"kind": "lm", "ckpt": None if o.ckpt is None else str(o.ckpt),
               "checkpoint": None if checkpoint is None else str(checkpoint), "step": loaded.state.get("step"),
               "model": None if o.model is None else str(o.model), "data": str(o.data), "split": "valid",
-              "block_size": T, "stride": stride, "windows": windows, "tokens": count,
-              "loss": mean, "ppl": perplexity(mean), "seconds": time.perf_counter() - t0}
+              "block_size": T, "stride": stride, "windows": windows, "tokens": count, "bytes": scored.bytes,
+              "loss": mean, "ppl": perplexity(mean), "bits_per_byte": bits_per_byte,
+              "seconds": time.perf_counter() - t0}
     if out is not None:
         _write_record(out, result, checkpoint, held, f"valid loss {mean:.4f}, perplexity {perplexity(mean):.3f}")
     return EvalResult(result, out)

@@ -56,7 +56,8 @@ def run_eval_lm(args: argparse.Namespace) -> int:
 
     result = evaluate_lm(options_from(EvalLMOptions, args))
     m = result.metrics
-    print(f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f} over {m['tokens']:,} tokens "
+    bpb = "" if m["bits_per_byte"] is None else f", {m['bits_per_byte']:.4f} bits per byte"
+    print(f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f}{bpb} over {m['tokens']:,} tokens "
           f"({m['windows']} windows of {m['block_size']}, stride {m['stride']})"
           + ("" if result.path is None else f"; written to {result.path}"))
     return 0

@@ -42,8 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "padding mask from sequence lengths.")
     q.add_argument("--kind", choices=("causal", "banded", "padding"), required=True, help="which mask")
     q.add_argument("--len", dest="length", type=int, default=8, help="query length T (causal, banded; default 8)")
-    q.add_argument("--key-len", type=int, default=None,
-                   help="key length S (causal: default T; padding: default the longest length)")
+    q.add_argument("--key-len", type=int, help="key length S (causal: default T; padding: default the longest length)")
     q.add_argument("--masked-len", type=int, default=None,
                    help="banded: element [i, j] is masked when len - j + i <= masked_len (default len - 1)")
     q.add_argument("--lengths", default=None, metavar="N,N,...",

@@ -307,3 +307,36 @@ def test_the_evaluation_shows_a_bar_of_its_batches_on_a_terminal_only(tmp_path, 
         shown = progress and isinstance(err, _Terminal)
         assert (f"evaluating:   0%|          | 0/{batches}" in err.getvalue()) == shown
         assert (err.getvalue() == "") != shown
+
+
+def test_bits_per_byte_divide_the_summed_loss_by_the_bytes_of_the_scored_text(tmp_path):
+    """``bytes``: the UTF-8 bytes of the text of the scored targets (ids 1 … nT of the valid split; ``<eos>`` has no
+    text), whatever the stride and the batch size; ``bits_per_byte`` = loss x tokens / (ln 2 x bytes), so a
+    character model on ASCII text has ``loss / ln 2`` and models of different tokenizers compare."""
+    import math
+
+    from attnkit.interop.load import load_model
+
+    from helpers import tiny_hf_folder
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60, encoding="utf-8")
+    run = api.train_lm(data=str(text), out=tmp_path / "run", steps=2, **TINY_LM).out
+    m = api.evaluate_lm(ckpt=run, data=str(text), json=tmp_path / "char.json").metrics
+    assert m["bytes"] == m["tokens"] and m["bits_per_byte"] == pytest.approx(m["loss"] / math.log(2), rel=1e-12)
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    fortunes = tmp_path / "fortunes.txt"
+    fortunes.write_text("\n%\n".join(f"Tür {i}: the cat sat on the mat — ça va? 🐈" for i in range(150)) + "\n%\n",
+                        encoding="utf-8")
+    loaded = load_model(str(folder))
+    valid = prepare_finetune_data(str(fortunes), loaded.tokenizer, "auto", add_bos=loaded.add_bos)[1]
+    T = 16
+    targets = valid[1:(valid.numel() - 1) // T * T + 1].tolist()
+    want = len(loaded.tokenizer.decode(targets, skip_special_tokens=True).encode("utf-8"))
+    assert want > len(targets)  # multi-byte characters, and <eos> tokens with no text
+    for stride, batch_size in [(None, 16), (None, 3), (5, 2)]:
+        m = api.evaluate_lm(model=str(folder), data=str(fortunes), block_size=T, stride=stride,
+                            batch_size=batch_size).metrics
+        assert m["bytes"] == want
+        assert m["bits_per_byte"] == pytest.approx(m["loss"] * m["tokens"] / math.log(2) / want, rel=1e-12)

@@ -108,7 +108,8 @@ def test_eval_lm_scores_a_pretrained_model_and_writes_only_with_json(tmp_path, c
     assert main(argv) == 0
     out = capsys.readouterr().out
     m = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, stride=8).metrics
-    assert out == (f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f} over {m['tokens']:,} tokens "
+    assert out == (f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f}, {m['bits_per_byte']:.4f} bits per byte "
+                   f"over {m['tokens']:,} tokens "
                    f"({m['windows']} windows of 16, stride 8)\n")
     assert main([*argv, "--json", str(tmp_path / "base.json")]) == 0
     assert capsys.readouterr().out.endswith(f"; written to {tmp_path / 'base.json'}\n")

@@ -272,7 +272,9 @@ class StreamDecoder:
     How: we decode a short window ``ids[prefix:]`` and compare it with the decoding of the already-emitted part
     ``ids[prefix:read]``. Decoding with a little left context (rather than the new ids alone) keeps decoders that
     treat the first token specially (e.g. stripping a leading space) from changing the text.
-    Concatenating all pieces gives ``tokenizer.decode(all_ids)`` for byte-level and character tokenizers.
+    Concatenating all pieces gives ``tokenizer.decode(all_ids)`` for byte-level and character tokenizers. Only the
+    ids from that left context on are kept, so a long stream (a whole validation split) costs no more memory than a
+    short one.
 
     ``context``: ids that come before the stream (a prompt's), decoded as its left context and never returned, so
     the first piece is the text as it continues them: a SentencePiece-style decoder (Metaspace) drops the space
@@ -294,9 +296,9 @@ class StreamDecoder:
         self._restart()
 
     def _restart(self) -> None:
-        self.ids: list[int] = list(self._context)  # the context, then the ids pushed since
+        self._ids: list[int] = list(self._context)  # the context, then the ids pushed since
         self._prefix = 0  # start of the decoding window (left context)
-        self._read = len(self.ids)  # ids before this index have been emitted as text (or are the context)
+        self._read = len(self._ids)  # ids before this index have been emitted as text (or are the context)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
@@ -307,20 +309,21 @@ class StreamDecoder:
             ids = list(ids)
         except TypeError:  # a single id (int, numpy or 0-d torch integer)
             ids = [ids]
-        self.ids.extend(self.tokenizer._check_ids(ids))
-        emitted = self._decode(self.ids[self._prefix:self._read])
-        window = self._decode(self.ids[self._prefix:])
+        self._ids.extend(self.tokenizer._check_ids(ids))
+        emitted = self._decode(self._ids[self._prefix:self._read])
+        window = self._decode(self._ids[self._prefix:])
         if len(window) > len(emitted) and not window.endswith(REPLACEMENT_CHAR) and window.startswith(emitted):
             piece = window[len(emitted):]
-            self._prefix, self._read = self._read, len(self.ids)
+            del self._ids[:self._read]  # before the new left context: never decoded again (memory stays a window)
+            self._prefix, self._read = 0, len(self._ids)
             return piece
         return ""
 
     def flush(self) -> str:
         """Return the remaining text (incomplete UTF-8 at the very end becomes U+FFFD) and reset."""
-        emitted = self._decode(self.ids[self._prefix:self._read])
-        window = self._decode(self.ids[self._prefix:])
-        piece = window[len(emitted):] if window.startswith(emitted) else self._decode(self.ids[self._read:])
+        emitted = self._decode(self._ids[self._prefix:self._read])
+        window = self._decode(self._ids[self._prefix:])
+        piece = window[len(emitted):] if window.startswith(emitted) else self._decode(self._ids[self._read:])
         self._restart()
         return piece
 

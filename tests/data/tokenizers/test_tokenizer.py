@@ -222,3 +222,15 @@ def test_stream_decoder_and_decode_stream_skip_special_tokens(bpe):
     assert "".join(sd.push(i) for i in ids) + sd.flush() == "hello world"
     kept = "".join(decode_stream(bpe, ids))  # the default keeps them
     assert kept.startswith("<bos>") and kept.endswith("<eos>")
+
+
+def test_a_long_stream_keeps_only_its_decoding_window():
+    """Was: StreamDecoder kept every id pushed since it was made (a whole validation split, counted by ``eval lm``'s
+    bits per byte, or a long generation); the ids before its left context are dropped, and the pieces still join
+    to the text of all ids."""
+    tok = CharTokenizer.train("abcdefgh é")
+    ids = tok.encode("abc défgh " * 2_000)
+    sd = StreamDecoder(tok)
+    pieces = [sd.push(ids[i:i + 7]) for i in range(0, len(ids), 7)]
+    assert len(sd._ids) <= 14  # (the last two pushes at most)
+    assert "".join(pieces) + sd.flush() == tok.decode(ids)
