@@ -15,6 +15,7 @@ function                                  options                               
 :func:`translate`, :class:`Translator`    :class:`TranslateOptions`              ``attnkit translate``
 :func:`translate_file`                    :class:`TranslateFileOptions`          ``attnkit translate --output``
 :func:`sample`, :class:`Sampler`          :class:`SampleOptions`                 ``attnkit sample``
+:func:`chat`                              :class:`SampleOptions`                 ``attnkit sample --interactive``
 :func:`draw_attention` and the others     :class:`ModelText`                     ``attnkit viz ...``
 :func:`trace_model`                       :class:`TracePreset`, :class:`ModelText`  ``attnkit trace``
 :func:`prepare_data`, :func:`data_recipes`                                       ``attnkit data``
@@ -37,6 +38,7 @@ Importing this module imports no torch (the functions do, when called). There ar
 
 from __future__ import annotations
 
+from .chat import chat
 from .data import PreparedData, data_recipes, prepare_data
 from .decoding import DecodingOptions
 from .evaluation import EvalLMOptions, EvalMTOptions, EvalResult, evaluate_lm, evaluate_mt
@@ -54,7 +56,7 @@ from .viz import draw_attention, draw_mask, draw_params, draw_positions, draw_pr
 
 __all__ = [
     "ConvertedCheckpoint", "DecodingOptions", "DeviceOptions", "EvalLMOptions", "EvalMTOptions", "EvalResult",
-    "FinetuneOptions", "ModelText", "PreparedData", "RunResult", "SampleOptions", "Sampler", "TracePreset",
+    "chat", "FinetuneOptions", "ModelText", "PreparedData", "RunResult", "SampleOptions", "Sampler", "TracePreset",
     "TrainLMOptions", "TrainMTOptions", "TrainOptions", "TranslateOptions", "Translator", "convert_checkpoint",
     "data_recipes", "draw_attention", "draw_mask", "draw_params", "draw_positions", "draw_predictions",
     "evaluate_lm", "evaluate_mt", "finetune", "parameter_table", "prepare_data", "preset_names", "sample",

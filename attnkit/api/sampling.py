@@ -19,6 +19,7 @@ this file.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -103,6 +104,7 @@ class Sampler:
     Attributes:
         prompt_ids: the prompt as token ids (what the first sample continues).
         shown_prompt: the text a stream shows before the sample (the prompt; nothing for a chat prompt).
+        loaded: the :class:`~attnkit.checkpoints.LoadedModel` (its chat template, ``encode_prompt``).
     """
 
     def __init__(self, options: SampleOptions | None = None, *, log: Log | None = None, **kwargs: Any):
@@ -111,11 +113,11 @@ class Sampler:
         from attnkit.interop.load import load_named
 
         o = self.options = SampleOptions.make(options, kwargs)
-        log = default_log(log)
+        self._log = log = default_log(log)
         gen_cfg = o.generation_config()  # bad sampling options fail here, before loading or printing anything
         device = inference_device(o)  # so does a device (or autocast) this machine lacks
         # --model: a name, a .gguf file or a folder (Hugging Face, or an attnkit run)
-        loaded = load(o.ckpt, expect_kind="lm") if o.ckpt is not None else load_named(str(o.model))
+        loaded = self.loaded = load(o.ckpt, expect_kind="lm") if o.ckpt is not None else load_named(str(o.model))
         self.model, self.tokenizer = place_model(loaded.model, o, device), loaded.tokenizer
         use_decoding_layout(self.model)  # same weights, transposed storage: faster one-token steps
         ids = loaded.encode_prompt(loaded.format_chat(o.prompt, o.system) if o.chat else o.prompt)
@@ -131,30 +133,51 @@ class Sampler:
         # the shown prompt is the left context of the text after it (a SentencePiece decoder keeps the space between)
         self._context = [] if o.chat else ids
         pad = self.tokenizer.pad_id if self.tokenizer.pad_id is not None else 0
-        gen_cfg = dataclasses.replace(gen_cfg, eos_token_id=loaded.stop_ids, pad_token_id=pad)
-        self.config = _window_config(gen_cfg, self.model, len(ids), o.max_new_tokens, log)
+        self._gen_cfg = dataclasses.replace(gen_cfg, eos_token_id=loaded.stop_ids, pad_token_id=pad)
+        self.config = _window_config(self._gen_cfg, self.model, len(ids), o.max_new_tokens, log)
         self.config.check_for(self.model, self.tokenizer)
 
     def sample(self, index: int = 0, *, stream: TextIO | None = None) -> str:
         """Sample number ``index`` (seeded ``seed + index``): the shown prompt followed by the generated text.
         With ``stream`` the text is written there as the tokens arrive (then a newline)."""
+        check_int("index", index, minimum=0)
+        _check_stream(stream)
+        if stream is not None:
+            stream.write(self.shown_prompt)
+            stream.flush()
+        return self.shown_prompt + self._generate(self.prompt_ids, self.config, self._context, index, stream)
+
+    def chat_ids(self, text: str, history: Sequence[dict[str, str]] = ()) -> list[int]:
+        """The prompt of the user turn ``text`` after the conversation ``history`` (user and assistant turns,
+        oldest first; the options' ``system`` turn before them), as token ids."""
+        return self.loaded.encode_prompt(self.loaded.format_chat(text, self.options.system, history))
+
+    def reply(self, text: str, history: Sequence[dict[str, str]] = (), *, index: int = 0,
+              stream: TextIO | None = None) -> str:
+        """The model's answer to the user turn ``text`` after the conversation ``history`` (see :meth:`chat_ids`),
+        drawn with ``seed + index``: the text of the new tokens. With ``stream`` it is written there as the tokens
+        arrive (then a newline)."""
+        check_int("index", index, minimum=0)
+        _check_stream(stream)
+        ids = self.chat_ids(text, history)
+        cfg = _window_config(self._gen_cfg, self.model, len(ids), self.options.max_new_tokens, self._log)
+        return self._generate(ids, cfg, [], index, stream)
+
+    def _generate(self, ids: list[int], config: Any, context: list[int], index: int, stream: TextIO | None) -> str:
+        """The text of the tokens generated after ``ids`` (as it continues ``context``), seeded ``seed + index``."""
         import torch
 
         from attnkit.data.tokenizers.tokenizer import decode_after
         from attnkit.generation import TextStreamer, generate
 
-        check_int("index", index, minimum=0)
-        _check_stream(stream)
         seed = self.options.seed
-        cfg = self.config if seed is None else dataclasses.replace(self.config, seed=seed + index)
+        cfg = config if seed is None else dataclasses.replace(config, seed=seed + index)
         streamer = None
         if stream is not None:
-            stream.write(self.shown_prompt)
-            stream.flush()
-            streamer = TextStreamer(self.tokenizer, skip_special_tokens=True, file=stream, context=self._context)
+            streamer = TextStreamer(self.tokenizer, skip_special_tokens=True, file=stream, context=context)
         with torch.inference_mode():
-            out = generate(self.model, [self.prompt_ids], cfg, tokenizer=self.tokenizer, streamer=streamer)
-        return self.shown_prompt + decode_after(self.tokenizer, self._context, out[0], skip_special_tokens=True)
+            out = generate(self.model, [ids], cfg, tokenizer=self.tokenizer, streamer=streamer)
+        return decode_after(self.tokenizer, context, out[0], skip_special_tokens=True)
 
 
 def _check_stream(stream: Any) -> None:

@@ -14,6 +14,7 @@ Nothing is unpickled: the weights are safetensors, everything else JSON. There a
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,17 +62,19 @@ class LoadedModel:
         """The checkpoint's ``extra`` (kind, tokenizer, data, options the run was started with)."""
         return self.state.get("extra") or {}
 
-    def format_chat(self, text: str, system: str | None = None) -> str:
-        """``text`` as one user turn in the model's chat template, after a ``system`` turn when one is given (else
-        the template's own default, if it has one), rendered as ``transformers`` renders it (the template sees the
-        tokenizer's ``bos_token`` / ``eos_token`` strings). ValueError if the model has no template, or a template
-        that cannot be rendered (also one that refuses a system turn)."""
+    def format_chat(self, text: str, system: str | None = None, history: Sequence[dict[str, str]] = ()) -> str:
+        """``text`` as a user turn in the model's chat template, after the earlier ``history`` turns (``{"role":
+        "user"|"assistant", "content": ...}``) and a ``system`` turn before them when one is given (else the
+        template's own default, if it has one), ending with the header of the assistant's answer; rendered as
+        ``transformers`` renders it (the template sees the tokenizer's ``bos_token`` / ``eos_token`` strings).
+        ValueError if the model has no template, or a template that cannot be rendered (also one that refuses a
+        system turn)."""
         from attnkit.data.tokenizers.chat_template import apply_chat_template
 
         if self.chat_source is None:
             raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
         turns = [] if system is None else [{"role": "system", "content": system}]
-        return apply_chat_template(self.chat_source, [*turns, {"role": "user", "content": text}],
+        return apply_chat_template(self.chat_source, [*turns, *history, {"role": "user", "content": text}],
                                    bos_token=self._token_text("bos_id"), eos_token=self._token_text("eos_id"))
 
     def _token_text(self, role: str) -> str | None:

@@ -17,10 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "finetune", help="fine-tune a pretrained decoder (full or LoRA) on a text corpus",
         description="Fine-tune a pretrained GPT/Llama-style model on text with attnkit's training loop. The model's "
-                    "own tokenizer encodes the data; documents (fortune entries, or blank-line paragraphs) end with "
-                    "its end-of-sequence token. With --lora only low-rank adapters train and the best checkpoint "
-                    "holds them merged into the weights at the end. Sample the result with "
-                    "`attnkit sample --ckpt OUT`.")
+                    "own tokenizer encodes the data; documents (fortune entries, blank-line paragraphs) end with its "
+                    "end-of-sequence token. With --lora only low-rank adapters train, merged into the best "
+                    "checkpoint's weights at the end. Sample the result with `attnkit sample --ckpt OUT`.")
     p.add_argument("--from", dest="source", default=None, metavar="MODEL",
                    help="smollm2-135m-instruct, a .gguf file, an attnkit run/checkpoint folder, or a Hugging Face "
                         "folder (config.json + model.safetensors); not needed with --resume")

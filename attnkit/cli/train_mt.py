@@ -57,9 +57,8 @@ def register(tsub: argparse._SubParsersAction) -> None:
                     help="with --anneal-data: the anneal phase also replays R training pairs per anneal pair (a fixed "
                          "random sample), so that the model keeps the other domains (default 0: anneal pairs only)")
     mt.add_argument("--reverse", action="store_true", default=None,
-                    help="train the other direction: every pair of --data (and --valid, --anneal-data) read target -> "
-                         "source, e.g. an en->de model from de-en (the reverse model of back-translation); recorded in "
-                         "the run, so translate takes English")
+                    help="train the other direction: pairs of --data (--valid, --anneal-data) read target -> source, "
+                         "e.g. en->de from de-en (back-translation's reverse model); recorded: translate takes English")
     mt.add_argument("--synthetic", default=None, metavar="FILE",
                     help="add back-translated pairs: a file written by `attnkit translate --output` with a model of "
                          "the reverse direction (sentence<TAB>translation), each synthetic source tagged <bt>")

@@ -36,10 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=run_positions)
 
     q = viz.add_parser("mask", help="a boolean attention mask as a grid (causal, banded, padding)",
-                       description="Draw a mask in torch.nn polarity (True = may not attend). causal: the "
-                                   "look-ahead mask, bottom-right aligned when --key-len > --len (a KV cache); "
-                                   "banded: seed 000's generate_mask_mat(len, masked_len); padding: a (B, S) key "
-                                   "padding mask from sequence lengths.")
+                       description="Draw a mask in torch.nn polarity (True = may not attend). causal: look-ahead, "
+                                   "bottom-right aligned when --key-len > --len (a KV cache); banded: seed 000's "
+                                   "generate_mask_mat(len, masked_len); padding: a (B, S) key padding mask.")
     q.add_argument("--kind", choices=("causal", "banded", "padding"), required=True, help="which mask")
     q.add_argument("--len", dest="length", type=int, default=8, help="query length T (causal, banded; default 8)")
     q.add_argument("--key-len", type=int, help="key length S (causal: default T; padding: default the longest length)")
@@ -70,9 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=run_attention)
 
     q = viz.add_parser("predict", help="the k most likely next tokens at every position of a text",
-                       description="Token-by-token prediction: for every position of the text, the model's top-k "
-                                   "candidates for the next token with their probabilities; the token that really "
-                                   "comes next is outlined.")
+                       description="Token-by-token prediction: the model's top-k next-token candidates at every "
+                                   "position, with their probabilities; the real next token is outlined.")
     _add_model_args(q)
     q.add_argument("--top-k", type=int, default=5, help="candidates per position (default 5)")
     _add_output_args(q, "predictions.png")
