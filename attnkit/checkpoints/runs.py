@@ -117,6 +117,9 @@ def check_output_file(path: str | Path, flag: str, *, replaces: Callable[[Path],
     ours = run_prefix is not None and real.name.startswith(run_prefix)
     if not ours and (_in_checkpoint(real) or (real.name in RUN_RECORDS and is_run_dir(real.parent))):
         raise ValueError(f"{flag} {str(path)!r} is a file of a training run; give a new file name")
+    if real.name == STATE_FILE:  # written, it makes its folder (a run, a Hugging Face folder) read as a checkpoint
+        raise ValueError(f"{flag} {str(path)!r}: a file named {STATE_FILE} marks its folder as an attnkit checkpoint; "
+                         f"give another file name")
     if not real.exists():
         return path
     if not real.is_file():  # a device, pipe or socket: written over (/dev/null) or read without end (/dev/full)

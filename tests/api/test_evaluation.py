@@ -193,11 +193,11 @@ def _fortunes(path, n: int = 200, seed: int = 3):
     return path
 
 
-def test_a_pretrained_model_is_scored_as_transformers_scores_the_same_windows(tmp_path):
+def test_a_pretrained_model_is_scored_as_transformers_scores_the_same_windows(tmp_path, monkeypatch):
     """``model=``: a Hugging Face folder is scored on the valid split as ``finetune`` encodes it (documents, each
     ending with ``<eos>``), in windows of ``block_size``; the loss is transformers' own loss of those windows
-    (its ``labels``, shifted inside the model); with no ``json`` nothing is written. Default window: fine-tuning's
-    256, cut to the model's context (64 here)."""
+    (its ``labels``, shifted inside the model); with no ``json`` nothing is written (not in the model's folder nor
+    in the working folder). Default window: fine-tuning's 256, cut to the model's context (64 here)."""
     import transformers
 
     from attnkit.interop.load import load_model
@@ -206,6 +206,7 @@ def test_a_pretrained_model_is_scored_as_transformers_scores_the_same_windows(tm
 
     folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
     text = _fortunes(tmp_path / "fortunes.txt")
+    monkeypatch.chdir(tmp_path)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     result = api.evaluate_lm(model=str(folder), data=str(text), block_size=16)
     assert result.path is None and sorted(p.name for p in tmp_path.rglob("*")) == before
@@ -244,6 +245,7 @@ def test_a_base_model_and_its_finetune_are_scored_on_the_same_tokens(tmp_path):
     base = api.evaluate_lm(model=str(folder), data=str(text), block_size=16).metrics
     after = api.evaluate_lm(ckpt=tuned, data=str(text), json=tmp_path / "tuned.json").metrics
     assert (base["tokens"], base["windows"], base["block_size"]) == (after["tokens"], after["windows"], 16)
+    assert (base["ckpt"], base["model"], after["ckpt"], after["model"]) == (None, str(folder), str(tuned), None)
     assert after["loss"] < base["loss"]
 
 
@@ -295,18 +297,19 @@ class _Terminal(io.StringIO):
 
 def test_the_evaluation_shows_a_bar_of_its_batches_on_a_terminal_only(tmp_path, monkeypatch):
     """A pretrained model's evaluation takes minutes on a CPU: a tqdm bar of the batches ("evaluating", out of
-    ceil(windows / batch size)) on a terminal's stderr; none in a log file, none with ``progress=False``."""
+    ceil(windows / batch size)) on a terminal's stderr by default, erased when done (no line left before the
+    summary); none in a log file, none with ``progress=False``."""
     from helpers import tiny_hf_folder
 
     folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
     text = _fortunes(tmp_path / "fortunes.txt")
-    for progress, err in [(True, _Terminal()), (True, io.StringIO()), (False, _Terminal())]:
+    for options, err in [({}, _Terminal()), ({}, io.StringIO()), ({"progress": False}, _Terminal())]:
         monkeypatch.setattr(sys, "stderr", err)
-        m = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, batch_size=4, progress=progress).metrics
+        m = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, batch_size=4, **options).metrics
         batches = -(-m["windows"] // 4)
-        shown = progress and isinstance(err, _Terminal)
+        shown = not options and isinstance(err, _Terminal)
         assert (f"evaluating:   0%|          | 0/{batches}" in err.getvalue()) == shown
-        assert (err.getvalue() == "") != shown
+        assert (err.getvalue() == "") != shown and "\n" not in err.getvalue()
 
 
 def test_bits_per_byte_divide_the_summed_loss_by_the_bytes_of_the_scored_text(tmp_path):
@@ -340,3 +343,40 @@ def test_bits_per_byte_divide_the_summed_loss_by_the_bytes_of_the_scored_text(tm
                             batch_size=batch_size).metrics
         assert m["bytes"] == want
         assert m["bits_per_byte"] == pytest.approx(m["loss"] * m["tokens"] / math.log(2) / want, rel=1e-12)
+
+def test_a_pretrained_models_window_is_256_by_default_up_to_its_context_and_one_id_short_of_the_split(tmp_path):
+    """``model=`` without ``block_size`` reads windows of fine-tuning's 256 also when its context is longer (300
+    here); ``block_size`` may be the whole context. A valid split of N ids holds one window of N - 1 (its N - 1
+    targets); a window of N is refused with the advice of ``eval lm`` (naming ``--block-size``)."""
+    from attnkit.interop.load import load_model
+
+    from helpers import tiny_hf_folder
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3, block_size=300)
+    text = _fortunes(tmp_path / "fortunes.txt", n=600)
+    assert api.evaluate_lm(model=str(folder), data=str(text)).metrics["block_size"] == 256
+    assert api.evaluate_lm(model=str(folder), data=str(text), block_size=300).metrics["block_size"] == 300
+
+    few = _fortunes(tmp_path / "few.txt", n=40)
+    loaded = load_model(str(folder))
+    N = prepare_finetune_data(str(few), loaded.tokenizer, "auto", add_bos=loaded.add_bos)[1].numel()
+    m = api.evaluate_lm(model=str(folder), data=str(few), block_size=N - 1).metrics
+    assert (m["windows"], m["tokens"]) == (1, N - 1)
+    with pytest.raises(ValueError, match=rf"has {N} tokens, but this model reads windows of {N} \(--block-size\) "
+                                         rf"and needs at least {N + 1}: give more text$"):
+        api.evaluate_lm(model=str(folder), data=str(few), block_size=N)
+
+
+def test_a_json_named_state_json_is_refused_before_it_makes_its_folder_a_checkpoint(tmp_path):
+    """Was: ``json=<a Hugging Face or run folder>/state.json`` wrote the record there, and the folder then read as a
+    broken attnkit checkpoint ("... is not an attnkit checkpoint" for ``model=`` and ``ckpt=``) until it was
+    removed."""
+    from helpers import tiny_hf_folder
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = _fortunes(tmp_path / "fortunes.txt")
+    with pytest.raises(ValueError, match=r"^--json '.*state.json': a file named state.json marks its folder as an "
+                                         r"attnkit checkpoint; give another file name$"):
+        api.evaluate_lm(model=str(folder), data=str(text), block_size=16, json=folder / "state.json")
+    assert not (folder / "state.json").exists()
+    assert api.evaluate_lm(model=str(folder), data=str(text), block_size=16).metrics["block_size"] == 16
