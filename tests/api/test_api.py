@@ -6,6 +6,7 @@ Axis legend: none (runs and files only).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -109,7 +110,7 @@ def test_evaluate_refuses_outputs_that_would_overwrite_the_data_the_run_or_a_use
         assert result.path.is_file() and result.metrics["step"] == 10
 
 
-def test_train_mt_translate_and_evaluate(pairs, tmp_path):
+def test_train_mt_translate_and_evaluate(pairs, tmp_path, monkeypatch):
     run = api.train_mt(data=str(pairs), out=tmp_path / "mt", steps=10, log=lambda s: None, **TINY_MT)
     assert run.summary["final_valid"]["sentences"] == 20 and load(run.out).state["extra"]["kind"] == "mt"
     hyps = api.translate(["a b c", "", "d e"], ckpt=run.out, beam=2)
@@ -124,7 +125,15 @@ def test_train_mt_translate_and_evaluate(pairs, tmp_path):
     with pytest.raises(ValueError, match=r"got one string 'a b'; wrap it in a list"):  # not one line per character
         translator.translate("a b")
     assert translator.n_lines == 3
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True  # a terminal's stderr: a bar of the sentences by default, erased when done
+    monkeypatch.setattr(sys, "stderr", terminal)
     scores = api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, hyps=tmp_path / "hyps.txt")
+    assert "translating" in terminal.getvalue() and "/20" in terminal.getvalue() and "\n" not in terminal.getvalue()
+    terminal.seek(0)
+    terminal.truncate()
+    api.evaluate_mt(ckpt=run.out, data=str(pairs), split="test", beam=1, json=tmp_path / "quiet.json", progress=False)
+    assert terminal.getvalue() == ""
     assert scores.metrics["sentences"] == 20 and 0.0 <= scores.metrics["bleu"] <= 100.0
     assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 20
     new = tmp_path / "new" / "folder" / "hyps.txt"  # was: the record was written, then the translations failed

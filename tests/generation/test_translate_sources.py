@@ -99,10 +99,12 @@ class _Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("progress, terminal", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("progress, terminal", [(True, True), (True, False), (False, True), (None, True)])
 def test_a_progress_bar_counts_the_sentences_on_a_terminal_only(tok, monkeypatch, progress, terminal):
     """``progress=True``: a "translating" bar of the sentences on stderr when it is a terminal (a log file or a
-    pipe gets none); ``progress=False``: none anywhere. The translations are the same either way."""
+    pipe gets none), advanced by each batch's sentences (2 then 1 here) and erased when done; ``progress=False``
+    (the default, None here): none anywhere. The translations are the same either way."""
+    import tqdm.auto
     from attnkit.models.transformer import Transformer
 
     from helpers import tiny_transformer_config
@@ -112,9 +114,19 @@ def test_a_progress_bar_counts_the_sentences_on_a_terminal_only(tok, monkeypatch
     model = Transformer(config).eval()
     sentences = ["Die Katze", "Der Hund schläft", "Was ist das?"]
     want, _ = translate_sentences(model, tok, sentences, beam=1, batch_size=2, max_len_b=3)
+    steps = []
+
+    class _Counted(tqdm.auto.tqdm):
+        def update(self, n=1):
+            steps.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", _Counted)
     err = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    got, _ = translate_sentences(model, tok, sentences, beam=1, batch_size=2, max_len_b=3, progress=progress)
-    assert got == want
-    shown = progress and terminal
+    options = {} if progress is None else {"progress": progress}
+    got, _ = translate_sentences(model, tok, sentences, beam=1, batch_size=2, max_len_b=3, **options)
+    assert got == want and steps == [2, 1]
+    shown = bool(progress) and terminal
     assert ("translating" in err.getvalue() and "/3" in err.getvalue()) == shown and (err.getvalue() == "") != shown
+    assert "\n" not in err.getvalue()
