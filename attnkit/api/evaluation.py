@@ -15,8 +15,8 @@ one ``train_lm`` used (same recipe, same ``valid_fraction``), tokenized with the
 ``finetune`` run, the one it used: its documents each followed by ``<eos>`` (after ``<bos>`` where the model wants
 one), as :func:`attnkit.data.pipeline.documents.prepare_finetune_data` encodes them.
 A pretrained model (``model``: a name, a ``.gguf`` file or a Hugging Face folder) is scored on the valid split
-``finetune`` would hold out of ``data`` (documents ``auto``), in windows of ``block_size`` (default 256, fine-tuning's,
-at most its context), so the base model and a fine-tune of it are scored on the same tokens.
+``finetune`` would hold out of ``data`` (``documents``, default ``auto``), in windows of ``block_size`` (default 256,
+fine-tuning's, at most its context), so the base model and a fine-tune of it are scored on the same tokens.
 
 ``evaluate_mt`` translates the sources of a split (recipe name or prepared folder + ``split``, a TSV file, or
 ``SRC_FILE,TGT_FILE``; the other way round for a model trained with ``reverse``) with beam search (``beam=1`` =
@@ -38,6 +38,7 @@ from typing import Any
 
 from attnkit.checks import is_int
 from attnkit.data.corpora.parallel import SPLITS
+from attnkit.data.pipeline.documents import DOCUMENT_MODES
 
 from .decoding import DecodingOptions
 from .options import DeviceOptions, check_model_source, inference_device, place_model
@@ -53,7 +54,8 @@ class EvalLMOptions(DeviceOptions):
     (for ``ckpt`` the recipe name or local file/folder it was trained on; for ``model`` a recipe or text to
     fine-tune on), windows per batch, at most ``max_batches`` batches, the window length ``block_size`` (default:
     the one the checkpoint was trained with; for ``model`` 256, fine-tuning's, at most the model's context), the
-    ``stride`` between windows (None: non-overlapping windows; else 1 to the window length), where the JSON goes
+    ``stride`` between windows (None: non-overlapping windows; else 1 to the window length), for ``model`` how the
+    text splits into ``documents`` (``finetune``'s modes; default ``auto``), where the JSON goes
     (default ``<checkpoint>/eval_lm.json``; for ``model`` nowhere unless given) and ``progress``: a tqdm bar of the
     batches on a terminal's stderr."""
 
@@ -64,12 +66,18 @@ class EvalLMOptions(DeviceOptions):
     max_batches: int | None = None
     block_size: int | None = None
     stride: int | None = None
+    documents: str | None = None
     json: str | Path | None = None
     progress: bool = True
 
     def _check(self) -> None:
         super()._check()
         check_model_source("evaluate_lm", self.ckpt, self.model)
+        if self.documents is not None and self.ckpt is not None:
+            raise ValueError(f"--documents is for --model (a checkpoint is scored as it was trained), got --documents "
+                             f"{self.documents} with --ckpt")
+        if self.documents not in (None, *DOCUMENT_MODES):
+            raise ValueError(f"--documents must be one of {list(DOCUMENT_MODES)}, got {self.documents!r}")
         if not self.data:
             raise ValueError("evaluate_lm needs data (a recipe name, or a local text file or folder)")
         if self.batch_size < 1:
@@ -305,11 +313,13 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     T = _window(o, loaded)
     model = place_model(loaded.model, o, device)
     extra = loaded.state.get("extra") or {}
+    documents = None  # a train lm run's split is one stream
     if o.ckpt is None or extra.get("task") == "finetune":  # its valid split: documents, each ending with <eos>
         from attnkit.data.pipeline.documents import prepare_finetune_data  # (after <bos>), as fine-tuning reads them
 
-        valid = prepare_finetune_data(o.data, loaded.tokenizer, extra.get("documents") or "auto",
-                                      add_bos=loaded.add_bos)[1]
+        mode = o.documents or extra.get("documents") or "auto"
+        _, valid, info = prepare_finetune_data(o.data, loaded.tokenizer, mode, add_bos=loaded.add_bos)
+        documents = info["documents"]
     else:
         valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split
     window = ("--block-size" if o.block_size is not None else "the default for --model" if o.ckpt is None
@@ -337,6 +347,7 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
     result = {"kind": "lm", "ckpt": None if o.ckpt is None else str(o.ckpt),
               "checkpoint": None if checkpoint is None else str(checkpoint), "step": loaded.state.get("step"),
               "model": None if o.model is None else str(o.model), "data": str(o.data), "split": "valid",
+              "documents": documents,
               "block_size": T, "stride": stride, "windows": windows, "tokens": count, "bytes": scored.bytes,
               "loss": mean, "ppl": perplexity(mean), "bits_per_byte": bits_per_byte,
               "seconds": time.perf_counter() - t0}

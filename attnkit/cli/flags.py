@@ -163,8 +163,7 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
     g.add_argument("--min-p", type=float, default=None, help="keep the tokens with probability >= p x the top one's")
     g.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL repetition penalty (1.0 = off)")
-    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop when the generated text contains TEXT (repeatable)")
+    g.add_argument("--stop", action="append", metavar="TEXT", help="stop once the output contains TEXT (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     g.add_argument("--num-samples", type=int, default=1, help="how many samples to draw (default 1)")
     g.add_argument("--no-cache", action="store_true",

@@ -380,3 +380,28 @@ def test_a_json_named_state_json_is_refused_before_it_makes_its_folder_a_checkpo
         api.evaluate_lm(model=str(folder), data=str(text), block_size=16, json=folder / "state.json")
     assert not (folder / "state.json").exists()
     assert api.evaluate_lm(model=str(folder), data=str(text), block_size=16).metrics["block_size"] == 16
+
+
+def test_a_models_documents_are_read_as_the_finetune_run_of_that_mode_read_them(tmp_path):
+    """``documents`` (``model=`` only): the base model is scored on the very tokens a ``finetune --documents`` run
+    of it holds out (``auto`` would read these paragraphs as one stream: other tokens); the record names the mode.
+    A checkpoint is scored as it was trained: ``documents`` with ``ckpt`` is refused, as is an unknown mode."""
+    from helpers import tiny_hf_folder
+
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = tmp_path / "notes.txt"
+    text.write_text("".join(f"note {i}: the cat sat\non the mat.\n\n" for i in range(300)), encoding="utf-8")
+    tuned = tmp_path / "tuned"
+    api.finetune(source=str(folder), data=str(text), documents="blank-line", out=tuned, steps=1, block_size=16,
+                 batch_size=8, eval_batches=2, progress=False, log=lambda line: None)
+    after = api.evaluate_lm(ckpt=tuned, data=str(text), json=tmp_path / "tuned.json").metrics
+    base = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, documents="blank-line").metrics
+    stream = api.evaluate_lm(model=str(folder), data=str(text), block_size=16).metrics
+    assert (base["documents"], after["documents"], stream["documents"]) == ("blank-line", "blank-line", "none")
+    assert base["tokens"] == after["tokens"] != stream["tokens"]
+    with pytest.raises(ValueError, match=r"--documents is for --model \(a checkpoint is scored as it was trained\), "
+                                         r"got --documents none with --ckpt"):
+        api.evaluate_lm(ckpt=tuned, data=str(text), documents="none")
+    with pytest.raises(ValueError, match=r"--documents must be one of \['auto', 'fortune', 'blank-line', 'none'\], "
+                                         r"got 'pages'"):
+        api.evaluate_lm(model=str(folder), data=str(text), documents="pages")
