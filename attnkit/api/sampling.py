@@ -52,6 +52,7 @@ class SampleOptions(DeviceOptions):
     top_p: float | None = None
     min_p: float | None = None
     repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
     stop: list[str] | None = None
     seed: int | None = None
     num_samples: int = 1
@@ -77,7 +78,8 @@ class SampleOptions(DeviceOptions):
 
         return GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=not self.greedy,
                                 temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
-                                repetition_penalty=self.repetition_penalty, stop_strings=self.stop, seed=self.seed,
+                                repetition_penalty=self.repetition_penalty,
+                                no_repeat_ngram_size=self.no_repeat_ngram_size, stop_strings=self.stop, seed=self.seed,
                                 use_cache=self.use_cache, compile=self.compile)
 
 

@@ -163,11 +163,11 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
     g.add_argument("--min-p", type=float, default=None, help="keep the tokens with probability >= p x the top one's")
     g.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL repetition penalty (1.0 = off)")
+    g.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N", help="never repeat an N-gram (0 = off)")
     g.add_argument("--stop", action="append", metavar="TEXT", help="stop once the output contains TEXT (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     g.add_argument("--num-samples", type=int, default=1, help="how many samples to draw (default 1)")
-    g.add_argument("--no-cache", action="store_true",
-                   help="recompute the whole context every step (slow; the same tokens within the model's context)")
+    g.add_argument("--no-cache", action="store_true", help="no KV cache: recompute the whole context each step (slow)")
     g.add_argument("--no-stream", action="store_true", help="print each sample when it is complete")
     g.add_argument("--compile", action="store_true", help="run the decoding steps through torch.compile: faster per "
                    "token, after a one-time compilation of up to ~30 s (needs the KV cache and a C++ compiler)")

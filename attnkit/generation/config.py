@@ -40,6 +40,8 @@ class GenerationConfig:
             keeps the tokens at least ``min_p`` times as likely as the most likely one, after temperature, top-k
             and top-p (:func:`~attnkit.generation.processors.min_p_filter`).
         repetition_penalty: CTRL penalty on tokens in the prompt or generated so far (greedy and sampling).
+        no_repeat_ngram_size: ``n > 0``: never generate a token that repeats an n-gram of the prompt and the
+            tokens so far (greedy and sampling; :func:`~attnkit.generation.processors.no_repeat_ngram_filter`).
         eos_token_id: an id or ids that end a sequence (kept as a sorted tuple); ``None`` = no EOS.
         stop_strings: text that ends a sequence once the decoded generated text contains it (needs a
             tokenizer); kept as a tuple.
@@ -63,6 +65,7 @@ class GenerationConfig:
     top_p: float | None = None
     min_p: float | None = None
     repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
     eos_token_id: int | tuple[int, ...] | None = None
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
@@ -84,6 +87,7 @@ class GenerationConfig:
         if self.min_p is not None:
             P.check_min_p(self.min_p)
         P.check_repetition_penalty(self.repetition_penalty)
+        P.check_no_repeat_ngram_size(self.no_repeat_ngram_size)
         eos = normalize_eos_token_id(self.eos_token_id)
         object.__setattr__(self, "eos_token_id", tuple(sorted(eos)) if eos else None)
         object.__setattr__(self, "stop_strings", _check_stop_strings(self.stop_strings))

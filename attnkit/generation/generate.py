@@ -348,7 +348,8 @@ def _pick(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: Ge
     """
     if cfg.vocab_size is not None:
         logits = logits[:, :cfg.vocab_size]  # (b, V'): the ids past it (a padded output layer) are never chosen
-        if cfg.repetition_penalty != 1.0:  # ids past V' in the rows (a prompt's, the padding) have no logit to penalise
+        if cfg.repetition_penalty != 1.0 or cfg.no_repeat_ngram_size:  # ids past V' in the rows (a prompt's, the
+            # padding) have no logit to penalise or ban
             outside = tokens >= cfg.vocab_size  # (b, L)
             tokens, pad = tokens.masked_fill(outside, 0), pad | outside  # (b, L) each: read as padding
     broken = ~torch.isfinite(logits.amax(dim=-1))  # (b,): a NaN or +inf logit, or none above -inf
@@ -369,6 +370,7 @@ def _choose(logits: torch.Tensor, tokens: torch.Tensor, pad: torch.Tensor, cfg: 
     """
     logits = P.process_logits(
         logits.float(), input_ids=tokens, ignore_mask=pad, repetition_penalty=cfg.repetition_penalty,
+        no_repeat_ngram_size=cfg.no_repeat_ngram_size,
         temperature=cfg.temperature if cfg.do_sample else 1.0,
         top_k=cfg.top_k if cfg.do_sample else None,
         top_p=cfg.top_p if cfg.do_sample else None,
@@ -415,7 +417,7 @@ def generate(
         prompts: a ``(B, T)`` tensor (every row a full prompt) or ``B`` lists of ids of any lengths >= 1.
         config: a :class:`GenerationConfig`; ``options`` (its field names: ``max_new_tokens=``,
             ``do_sample=``, ``temperature=``, ``top_k=``, ``top_p=``, ``min_p=``, ``repetition_penalty=``,
-            ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``, ``pad_token_id=``,
+            ``no_repeat_ngram_size=``, ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``, ``pad_token_id=``,
             ``sliding_window=``, ``compile=``, ``vocab_size=``) replace its fields, or make one without it.
         tokenizer: used to decode for stop strings; one with fewer tokens than the model's output layer (a
             padded vocabulary) limits the generated ids to its own (``config.vocab_size``, unless given).

@@ -6,6 +6,8 @@ Every function takes raw next-token logits ``(B, V)`` and returns new logits ``(
 input is never modified). Tokens that must not be picked get ``-inf``; softmax turns them into probability 0.
 
 * :func:`apply_repetition_penalty` -- CTRL (Keskar et al., 2019): make already-seen tokens less likely.
+* :func:`no_repeat_ngram_filter`   -- forbid the tokens that would repeat an n-gram of the history (Paulus et al.,
+  2017; transformers' ``no_repeat_ngram_size``).
 * :func:`apply_temperature`        -- divide by ``temperature``: < 1 sharpens, > 1 flattens.
 * :func:`top_k_filter`             -- keep the ``k`` most likely tokens.
 * :func:`top_p_filter`             -- nucleus sampling (Holtzman et al., 2019): keep the smallest set of
@@ -21,6 +23,7 @@ before doing any work.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -32,11 +35,13 @@ __all__ = [
     "check_top_p",
     "check_min_p",
     "check_repetition_penalty",
+    "check_no_repeat_ngram_size",
     "apply_temperature",
     "top_k_filter",
     "top_p_filter",
     "min_p_filter",
     "apply_repetition_penalty",
+    "no_repeat_ngram_filter",
     "process_logits",
 ]
 
@@ -95,6 +100,12 @@ def check_repetition_penalty(penalty) -> float:
     return float(penalty)
 
 
+def check_no_repeat_ngram_size(size) -> int:
+    """``size``: an int >= 0 (0 = off)."""
+    check_int("no_repeat_ngram_size", size, minimum=0)
+    return size
+
+
 def _check_logits(logits: torch.Tensor) -> None:
     if not isinstance(logits, torch.Tensor) or not torch.is_floating_point(logits):
         got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -106,6 +117,19 @@ def _check_logits(logits: torch.Tensor) -> None:
 # ----------------------------------------------------------------------------------------------------
 # the processors
 # ----------------------------------------------------------------------------------------------------
+def _check_history(logits: torch.Tensor, input_ids: Any, ignore_mask: Any) -> tuple[int, int]:
+    """``(B, V)`` of ``logits`` after checking them, the history ``input_ids (B, L)`` and its ``ignore_mask``."""
+    _check_logits(logits)
+    B, V = logits.shape
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != B:
+        got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must have shape (B, L) with B = {B}, got {got}")
+    if ignore_mask is not None and (ignore_mask.dtype != torch.bool or ignore_mask.shape != input_ids.shape):
+        raise ValueError(f"ignore_mask must be a bool tensor of shape {tuple(input_ids.shape)}, "
+                         f"got {ignore_mask.dtype} {tuple(ignore_mask.shape)}")
+    return B, V
+
+
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Divide the logits by ``temperature``.
 
@@ -254,15 +278,8 @@ def apply_repetition_penalty(
     Shape:
         logits ``(B, V)``; input_ids ``(B, L)``; ignore_mask ``(B, L)`` -> ``(B, V)``.
     """
-    _check_logits(logits)
     penalty = check_repetition_penalty(penalty)
-    B, V = logits.shape
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != B:
-        got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise ValueError(f"input_ids must have shape (B, L) with B = {B}, got {got}")
-    if ignore_mask is not None and (ignore_mask.dtype != torch.bool or ignore_mask.shape != input_ids.shape):
-        raise ValueError(f"ignore_mask must be a bool tensor of shape {tuple(input_ids.shape)}, "
-                         f"got {ignore_mask.dtype} {tuple(ignore_mask.shape)}")
+    B, V = _check_history(logits, input_ids, ignore_mask)
     if penalty == 1.0 or input_ids.shape[1] == 0:
         return logits.clone()
     # count every real occurrence of every token: counts[b, v] = #{l : input_ids[b, l] == v and not ignored}
@@ -293,19 +310,59 @@ def apply_repetition_penalty(
     return torch.where(overflow, shifted, out)
 
 
+def no_repeat_ngram_filter(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    size: int,
+    *,
+    ignore_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Forbid (``-inf``) every token that would complete an n-gram of ``size`` tokens already in the row's history:
+    the tokens that followed an earlier occurrence of its last ``size - 1`` tokens (``size = 1``: every token seen).
+    transformers' ``NoRepeatNGramLogitsProcessor``, n-grams holding an ignored position (left padding) left out. A
+    row where no token would be left keeps its logits (transformers would then pick id 0 or fail to sample).
+
+    Args:
+        logits: next-token logits.
+        input_ids: the tokens seen so far (prompt and generated), int64.
+        size: the n-gram length ``n`` (0 = off).
+        ignore_mask: bool, ``True`` = not a real token (left padding).
+
+    Shape:
+        logits ``(B, V)``; input_ids ``(B, L)``; ignore_mask ``(B, L)`` -> ``(B, V)``.
+    """
+    n = check_no_repeat_ngram_size(size)
+    B, V = _check_history(logits, input_ids, ignore_mask)
+    L = input_ids.shape[1]
+    if n == 0 or L < n:  # not one whole n-gram yet
+        return logits.clone()
+    ids = input_ids.to(logits.device)
+    grams = ids.unfold(1, n, 1)  # (B, W, n), W = L - n + 1: every n-gram of the history
+    follows = (grams[:, :, :-1] == ids[:, None, L - n + 1:]).all(dim=-1)  # (B, W): its first n - 1 are the last n - 1
+    if ignore_mask is not None:  # an n-gram (or a tail) reaching into the padding is no n-gram of the text
+        ignored = ignore_mask.to(logits.device)
+        follows &= ~ignored.unfold(1, n, 1).any(dim=-1) & ~ignored[:, L - n + 1:].any(dim=-1, keepdim=True)
+    counts = torch.zeros(B, V, dtype=torch.int64, device=logits.device)
+    counts.scatter_add_(1, grams[:, :, -1], follows.to(torch.int64))  # (B, V): how often each id followed
+    banned = counts > 0  # (B, V)
+    left = (~banned & (logits > float("-inf"))).any(dim=-1, keepdim=True)  # (B, 1): a token still to pick
+    return logits.masked_fill(banned & left, float("-inf"))
+
+
 def process_logits(
     logits: torch.Tensor,
     *,
     input_ids: torch.Tensor | None = None,
     ignore_mask: torch.Tensor | None = None,
     repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
     min_p: float | None = None,
 ) -> torch.Tensor:
-    """Apply repetition penalty, temperature, top-k, top-p and min-p in that order (each only if it does
-    something).
+    """Apply repetition penalty, the n-gram ban, temperature, top-k, top-p and min-p in that order (each only if it
+    does something).
 
     The order is transformers' ``generate`` order (``GenerationMixin._get_logits_processor``). Min-p comes after
     temperature (as in llama.cpp), so ``temperature`` changes which tokens pass its cut-off. Its own cut-off does not
@@ -320,6 +377,10 @@ def process_logits(
         if input_ids is None:
             raise ValueError("process_logits: repetition_penalty != 1.0 needs input_ids (B, L), got None")
         logits = apply_repetition_penalty(logits, input_ids, repetition_penalty, ignore_mask=ignore_mask)
+    if no_repeat_ngram_size:
+        if input_ids is None:
+            raise ValueError("process_logits: no_repeat_ngram_size > 0 needs input_ids (B, L), got None")
+        logits = no_repeat_ngram_filter(logits, input_ids, no_repeat_ngram_size, ignore_mask=ignore_mask)
     if temperature != 1.0:
         logits = apply_temperature(logits, temperature)
     if top_k is not None:
