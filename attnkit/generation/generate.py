@@ -417,8 +417,9 @@ def generate(
         prompts: a ``(B, T)`` tensor (every row a full prompt) or ``B`` lists of ids of any lengths >= 1.
         config: a :class:`GenerationConfig`; ``options`` (its field names: ``max_new_tokens=``,
             ``do_sample=``, ``temperature=``, ``top_k=``, ``top_p=``, ``min_p=``, ``repetition_penalty=``,
-            ``no_repeat_ngram_size=``, ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``, ``pad_token_id=``,
-            ``sliding_window=``, ``compile=``, ``vocab_size=``) replace its fields, or make one without it.
+            ``no_repeat_ngram_size=``, ``eos_token_id=``, ``stop_strings=``, ``seed=``, ``use_cache=``,
+            ``pad_token_id=``, ``sliding_window=``, ``compile=``, ``vocab_size=``) replace its fields, or make one
+            without it.
         tokenizer: used to decode for stop strings; one with fewer tokens than the model's output layer (a
             padded vocabulary) limits the generated ids to its own (``config.vocab_size``, unless given).
         streamer: ``put(ids)`` / ``end()`` object (e.g. :class:`~attnkit.generation.streaming.TextStreamer`),
