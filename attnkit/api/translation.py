@@ -28,8 +28,9 @@ inside that window (less padding, rows that finish together); each window's line
 is done. **Resume**: when the output exists, its complete lines are kept, each must be the translation of the same
 input line (else it is refused), and the run continues with the next line; a last line without its newline is
 dropped when it is the start of the next line's pair (a line cut off by a stop), else the output is refused too.
-The input is never the output (refused), and its lines end at ``\n`` only (:func:`open_lines`). ``<output>.json``
-records the checkpoint, the decoding settings (a resume with others is refused), the counts and the throughput.
+The input is never the output (refused), and its lines end at ``\n`` only (:func:`open_lines`). One run at a time
+writes an output: it is locked (``flock``) while a run reads and writes it, and a second run is refused at once.
+``<output>.json`` records the checkpoint, the decoding settings (a resume with others is refused), the counts and the throughput.
 
 Axis legend: B sentences in a batch, S source length (inside :mod:`attnkit.generation.translate`).
 """
@@ -239,6 +240,22 @@ def _input_file(name: str | Path) -> Path:
     return prepare(str(name)) / "sentences.txt"
 
 
+def _lock_output(output: Path) -> Any:
+    """``output`` opened (made if missing) and locked for this process (an advisory ``flock``, dropped when the file
+    is closed or the process dies): a second ``translate --output`` of the same file is refused at once, not left to
+    append the same pairs again."""
+    import fcntl
+
+    held = open(output, "ab")
+    try:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held.close()
+        raise ValueError(f"{output} is being written by another translate --output process; wait for it to finish "
+                         f"(run this again then to check it is complete) or choose another --output") from None
+    return held
+
+
 def _kept_lines(output: Path, input_path: Path) -> int:
     """How many lines of an existing ``output`` to keep: its complete lines, each of which must start with the same
     input line. A last line without its newline is cut off the file only when it is the start of what this run
@@ -332,14 +349,23 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
     with open_lines(input_path) as f:  # counted, and a line that is not UTF-8 refused, before anything is written
         for n_lines, line in enumerate(f, start=1):
             _check_utf8([line], n_lines)
-    done = _kept_lines(output, input_path)
-    # loaded before anything is written: a checkpoint or device that cannot be had leaves no record behind
-    translator = Translator(o) if done < n_lines else None
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(record_path, json.dumps({**record, "lines": n_lines, "complete": done == n_lines}, indent=2))
-    counts = {"translated": 0, "src": 0, "tgt": 0, "cut": 0, "seconds": 0.0}
-    if translator is not None:
-        _translate_lines(translator, input_path, output, done, n_lines, counts)
+    held = _lock_output(output) if output.exists() else None  # one process a pairs file: held to the end
+    try:
+        done = _kept_lines(output, input_path)
+        # loaded before anything is written: a checkpoint or device that cannot be had leaves no record behind
+        translator = Translator(o) if done < n_lines else None
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if held is None:
+            held = _lock_output(output)  # (made now; another process may have begun it meanwhile)
+            done = _kept_lines(output, input_path)
+            translator = translator or (Translator(o) if done < n_lines else None)
+        write_text_atomic(record_path, json.dumps({**record, "lines": n_lines, "complete": done == n_lines}, indent=2))
+        counts = {"translated": 0, "src": 0, "tgt": 0, "cut": 0, "seconds": 0.0}
+        if translator is not None and done < n_lines:
+            _translate_lines(translator, input_path, output, done, n_lines, counts)
+    finally:
+        if held is not None:
+            held.close()  # (closing drops the lock)
     seconds = counts["seconds"]
     result = TranslateFileResult(given, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
                                  counts["tgt"], counts["cut"])

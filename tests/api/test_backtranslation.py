@@ -96,6 +96,40 @@ def test_translate_file_continues_after_the_last_complete_line(reverse_run, mono
     assert again.translated == 0 and "nothing to translate" in again.summary()
 
 
+def test_a_pairs_file_another_process_writes_is_refused(reverse_run, mono, tmp_path, monkeypatch):
+    """Was: two ``translate --output`` runs of one file each read how many lines were done and appended the same
+    pairs after them. The file is locked while a run writes it: a second run is refused at once, whether the file
+    existed before or the other run made it while this one loaded the model; once it is free the run finishes it."""
+    import fcntl
+
+    import attnkit.api.translation as translation
+
+    opts = dict(ckpt=reverse_run.out, input=mono, beam=1, batch_size=4, progress=False)
+    out = tmp_path / "pairs.tsv"
+    out.write_text("", encoding="utf-8")
+    message = r"pairs.tsv is being written by another translate --output process; wait for it to finish"
+    with open(out, "ab") as other:  # the other process's hold on the file
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ValueError, match=message):
+            translate_file(TranslateFileOptions(output=out, **opts))
+    assert translate_file(TranslateFileOptions(output=out, **opts)).translated == len(MONO)
+
+    late = tmp_path / "late.tsv"
+    real = translation.Translator
+    held = []
+
+    def the_other_process_begins(options):  # while this run loads its model, another one makes the file
+        held.append(open(late, "ab"))
+        fcntl.flock(held[0].fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return real(options)
+
+    monkeypatch.setattr(translation, "Translator", the_other_process_begins)
+    with pytest.raises(ValueError, match=message.replace("pairs", "late")):
+        translate_file(TranslateFileOptions(output=late, **opts))
+    held[0].close()
+    assert late.read_text() == "" and not late.with_name("late.tsv.json").exists()
+
+
 def test_translate_file_refuses_an_output_of_other_input_or_decoding(reverse_run, mono, tmp_path):
     opts = dict(ckpt=reverse_run.out, input=mono, batch_size=4, progress=False)
     other = tmp_path / "other.tsv"
