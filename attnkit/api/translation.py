@@ -30,7 +30,8 @@ input line (else it is refused), and the run continues with the next line; a las
 dropped when it is the start of the next line's pair (a line cut off by a stop), else the output is refused too.
 The input is never the output (refused), and its lines end at ``\n`` only (:func:`open_lines`). One run at a time
 writes an output: it is locked (``flock``) while a run reads and writes it, and a second run is refused at once.
-``<output>.json`` records the checkpoint, the decoding settings (a resume with others is refused), the counts and the throughput.
+``<output>.json`` records the checkpoint, the decoding settings (a resume with others is refused), the counts and
+the throughput.
 
 Axis legend: B sentences in a batch, S source length (inside :mod:`attnkit.generation.translate`).
 """
