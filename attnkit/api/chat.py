@@ -8,7 +8,8 @@ Each line read is a user turn; the model answers it after every earlier turn of 
 conversation is rendered with the model's chat template and encoded again each turn, so what it sees is what
 ``transformers``' ``apply_chat_template`` makes of the same messages), streaming its answer. Answer ``i`` is drawn
 with ``seed + i`` when a seed is given. Blank lines are skipped; ``/clear`` starts the conversation afresh and
-``/exit`` (or the end of the input: Ctrl-D) ends it. When the conversation and a full answer
+``/exit`` (or the end of the input: Ctrl-D) ends it. On a terminal, Ctrl-C during an answer stops that answer (the
+turn is left out of the conversation) and Ctrl-C at the ``>>>`` sign ends the conversation. When the conversation and a full answer
 (``max_new_tokens``) no longer fit in the model's context, its oldest exchanges are left out, with a note. There
 are no tensor axes in this file.
 """
@@ -82,7 +83,14 @@ def chat(options: SampleOptions | None = None, *, input: TextIO | None = None, o
             history = []
             continue
         history = _fit(sampler, text, history, log)
-        answer = sampler.reply(text, history, index=turn, stream=output)
+        try:
+            answer = sampler.reply(text, history, index=turn, stream=output)
+        except KeyboardInterrupt:
+            if not terminal:  # (a script's Ctrl-C ends it, as any command's does)
+                raise
+            output.write("\n")
+            log("note: answer interrupted; the turn is left out of the conversation (Ctrl-C at >>> or Ctrl-D ends it)")
+            continue
         history = [*history, {"role": "user", "content": text}, {"role": "assistant", "content": answer}]
         turn += 1
     return history
