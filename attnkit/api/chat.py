@@ -19,6 +19,8 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from attnkit.checks import SEED_MAX
+
 from .options import Log, default_log
 from .sampling import SampleOptions, Sampler
 
@@ -59,7 +61,8 @@ def chat(options: SampleOptions | None = None, *, input: TextIO | None = None, o
         if not callable(getattr(stream, method, None)):
             raise ValueError(f"{name} must be a text stream with a {method} method, got {stream!r:.60}")
     log = default_log(log)
-    sampler = Sampler(o.replace(prompt=""), log=log)  # (the prompt is the first turn below)
+    sampler = Sampler(o.replace(prompt=""), log=lambda line: None)  # (the prompt is the first turn below; the
+    sampler._log = log  # empty prompt it is made with is never sampled, so its notes are not shown)
     terminal = bool(getattr(input, "isatty", lambda: False)())
     history: list[dict[str, str]] = []
     pending = [o.prompt] if o.prompt else []
@@ -82,6 +85,9 @@ def chat(options: SampleOptions | None = None, *, input: TextIO | None = None, o
         if text.strip() == "/clear":
             history = []
             continue
+        if o.seed is not None and o.seed + turn > SEED_MAX:
+            raise ValueError(f"answer {turn + 1} would be drawn with --seed + {turn} = {o.seed + turn}, past 2**64 - 1 "
+                             f"(the largest seed torch takes): give a smaller --seed")
         history = _fit(sampler, text, history, log)
         try:
             answer = sampler.reply(text, history, index=turn, stream=output)

@@ -72,7 +72,8 @@ class LoadedModel:
         from attnkit.data.tokenizers.chat_template import apply_chat_template
 
         if self.chat_source is None:
-            raise ValueError("--chat needs a model with a chat template (e.g. --model smollm2-135m-instruct)")
+            raise ValueError("--chat and --interactive need a model with a chat template (e.g. --model "
+                             "smollm2-135m-instruct)")
         turns = [] if system is None else [{"role": "system", "content": system}]
         return apply_chat_template(self.chat_source, [*turns, *history, {"role": "user", "content": text}],
                                    bos_token=self._token_text("bos_id"), eos_token=self._token_text("eos_id"))

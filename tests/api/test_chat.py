@@ -7,6 +7,7 @@ Axis legend: none (token id lists and text only).
 from __future__ import annotations
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,15 @@ class _Terminal(io.StringIO):
         return True
 
 
+class _Shown(io.StringIO):
+    """A stdout that shows (``shown``) only what was written before its last flush, as a line-buffered one does."""
+
+    shown = ""
+
+    def flush(self) -> None:
+        self.shown = self.getvalue()
+
+
 def _answering(monkeypatch, tokenizer, answers: list[str]) -> list[tuple[list[int], int | None]]:
     """``generate`` replaced by one that answers ``answers`` in turn (streaming them) and records each prompt's ids
     and seed."""
@@ -52,12 +62,13 @@ def _answering(monkeypatch, tokenizer, answers: list[str]) -> list[tuple[list[in
 def test_each_turn_is_prompted_with_the_conversation_as_transformers_renders_it(hf_folder, monkeypatch):
     """The prompt of every turn is ``transformers``' ``apply_chat_template`` of the system turn, the earlier turns
     and answers and the new turn, tokenized; blank lines are skipped, ``/clear`` forgets the conversation,
-    ``/exit`` ends it; answer ``i`` is drawn with ``seed + i``; the answers stream to ``output``, a line each."""
+    ``/exit`` ends it; answer ``i`` is drawn with ``seed + i``; the answers stream to ``output``, a line each, and
+    a special token drawn (``<|endoftext|>``) is in neither the stream nor the conversation."""
     import transformers
 
     hf = transformers.AutoTokenizer.from_pretrained(str(hf_folder))
     sampler = api.Sampler(model=str(hf_folder), chat=True, max_new_tokens=4)
-    calls = _answering(monkeypatch, sampler.tokenizer, [" mat", " far", " ran", "never"])
+    calls = _answering(monkeypatch, sampler.tokenizer, [" mat", " far", " ran<|endoftext|>", "never"])
     out = io.StringIO()
     turns = "the cat\n\n  \nsat on\n/clear\na dog\n/exit\nnever read\n"
     history = api.chat(model=str(hf_folder), system="Be brief.", input=io.StringIO(turns), output=out,
@@ -78,15 +89,15 @@ def test_each_turn_is_prompted_with_the_conversation_as_transformers_renders_it(
 
 
 def test_the_prompt_is_the_first_turn_and_a_terminal_gets_a_prompt_sign(hf_folder, monkeypatch):
-    """``prompt`` is answered before anything is read; ``>>> `` is written before each read only when ``input``
-    is a terminal (piped turns give the answers alone)."""
+    """``prompt`` is answered before anything is read; ``>>> `` is written (and flushed, so that a terminal shows
+    it while it waits) before each read only when ``input`` is a terminal (piped turns give the answers alone)."""
     sampler = api.Sampler(model=str(hf_folder), chat=True, max_new_tokens=4)
     for terminal, want in [(False, " mat\n far\n"), (True, " mat\n>>>  far\n>>> ")]:
         _answering(monkeypatch, sampler.tokenizer, [" mat", " far"])
         source = (_Terminal if terminal else io.StringIO)("sat on\n")
-        out = io.StringIO()
+        out = _Shown()
         history = api.chat(model=str(hf_folder), prompt="the cat", input=source, output=out, max_new_tokens=4)
-        assert out.getvalue() == want
+        assert out.getvalue() == want == out.shown
         assert [m["content"] for m in history] == ["the cat", " mat", "sat on", " far"]
 
 
@@ -135,17 +146,70 @@ def test_the_oldest_exchanges_are_left_out_when_the_conversation_outgrows_the_co
     assert kept == [f"line {i}: the cat sat on the mat" for i in range(6 - len(kept), 6)]
 
 
+def test_a_conversation_that_just_fits_is_kept_and_only_whole_exchanges_are_left_out(hf_folder, monkeypatch):
+    """A prompt and a full answer may fill the context exactly (the conversation is kept whole, without a note);
+    past it the oldest exchanges are left out a whole exchange (a user turn and its answer) at a time and no more
+    than needed (never leaving an answer without its turn), and the note counts the exchanges."""
+    first = " ".join(f"line {i}: the cat sat on the mat and ran away." for i in (1, 2))
+    second, third = "sat on", "the mat"
+    sampler = api.Sampler(model=str(hf_folder), chat=True, max_new_tokens=4)
+    one = [{"role": "user", "content": first}, {"role": "assistant", "content": " mat"}]
+    two = [*one, {"role": "user", "content": second}, {"role": "assistant", "content": " far"}]
+    fits = len(sampler.chat_ids(second, one))  # the second turn and an answer of 256 - fits fill the context
+    assert len(sampler.chat_ids(third, two[1:])) <= fits < len(sampler.chat_ids(third, two))
+    calls = _answering(monkeypatch, sampler.tokenizer, [" mat", " far", " ran"])
+    notes = []
+    history = api.chat(model=str(hf_folder), input=io.StringIO(f"{first}\n{second}\n{third}\n"), output=io.StringIO(),
+                       max_new_tokens=256 - fits, log=notes.append)
+    want = [sampler.chat_ids(first), sampler.chat_ids(second, one), sampler.chat_ids(third, two[2:])]
+    assert [ids for ids, _ in calls] == want
+    assert notes == [f"note: the conversation no longer fits the model's context of 256 tokens with a full answer "
+                     f"({256 - fits}); its oldest 1 exchange(s) are left out"]
+    assert history == [*two[2:], {"role": "user", "content": third}, {"role": "assistant", "content": " ran"}]
+
+
+def test_windows_line_ends_commands_between_blanks_and_a_first_turn_past_the_context(hf_folder):
+    """A ``\\r\\n`` line end is a line end and a command may have blanks around it; a turn longer than the context
+    (256) is answered over a sliding window with the Sampler's note, once (``prompt``, the first turn, is not also
+    read as the Sampler's own prompt)."""
+    notes = []
+    history = api.chat(model=str(hf_folder), prompt="the cat sat on the mat " * 50, output=io.StringIO(),
+                       input=io.StringIO("  /clear \r\nsat on\r\n\t/exit \r\nnever\r\n"), max_new_tokens=3, seed=0,
+                       log=notes.append)
+    assert [m["content"] for m in history if m["role"] == "user"] == ["sat on"]
+    assert len(notes) == 1, notes
+    assert re.fullmatch(r"note: \d{3} prompt \+ 3 new tokens exceed the model's context of 256; sampling with a "
+                        r"sliding window \(.*\)", notes[0]), notes
+    notes.clear()  # (was: also a note for the empty prompt the Sampler is made with, which is never sampled)
+    api.chat(model=str(hf_folder), input=io.StringIO("hi\n"), output=io.StringIO(), max_new_tokens=250,
+             log=notes.append)
+    assert len(notes) == 1 and "prompt + 250 new tokens exceed the model's context of 256" in notes[0], notes
+
+
 def test_bad_chats_are_refused_with_what_is_wrong(hf_folder, tmp_path):
     """More than one answer a turn, an input that cannot be read or an output that cannot be written: ValueError
-    naming it (before the model is read); a model without a chat template: the --chat message."""
+    naming it (before the model is read); a model without a chat template: the --chat message. ``Sampler.reply``
+    refuses a negative index and a stream that cannot be written before it samples. An answer past the largest
+    seed (``seed + i`` > 2**64 - 1) says so (was: "seed must be an int in ..., got 18446744073709551616")."""
     with pytest.raises(ValueError, match=r"chat answers each turn once: --num-samples must be 1, got 2"):
         api.chat(model=str(hf_folder), num_samples=2, input=io.StringIO(""))
     with pytest.raises(ValueError, match=r"input must be a text stream with a readline method, got 'hi'"):
         api.chat(model=str(hf_folder), input="hi")
     with pytest.raises(ValueError, match=r"output must be a text stream with a write method, got 5"):
         api.chat(model=str(hf_folder), input=io.StringIO(""), output=5)
+    sampler = api.Sampler(model=str(hf_folder), chat=True, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"index must be an int >= 0, got -1"):
+        sampler.reply("hi", index=-1)
+    with pytest.raises(ValueError, match=r"stream must be a text stream with a write method .* got 'out.txt' \(str\)"):
+        sampler.reply("hi", stream="out.txt")
+    out = io.StringIO()
+    with pytest.raises(ValueError, match=r"^answer 2 would be drawn with --seed \+ 1 = 18446744073709551616, past "
+                                         r"2\*\*64 - 1 \(the largest seed torch takes\): give a smaller --seed$"):
+        api.chat(model=str(hf_folder), seed=2**64 - 1, input=io.StringIO("the cat\nsat on\n"), output=out,
+                 max_new_tokens=2)
+    assert out.getvalue().count("\n") == 1  # the first answer
     plain = tiny_hf_folder(tmp_path / "plain")
-    with pytest.raises(ValueError, match=r"--chat needs a model with a chat template"):
+    with pytest.raises(ValueError, match=r"--chat and --interactive need a model with a chat template"):
         api.chat(model=str(plain), input=io.StringIO("hi\n"))
 
 
