@@ -344,6 +344,34 @@ def test_bits_per_byte_divide_the_summed_loss_by_the_bytes_of_the_scored_text(tm
         assert m["bytes"] == want
         assert m["bits_per_byte"] == pytest.approx(m["loss"] * m["tokens"] / math.log(2) / want, rel=1e-12)
 
+def test_the_first_scored_target_counts_the_bytes_it_adds_after_id_0(tmp_path):
+    """A SentencePiece-style decoder drops the space of a ``▁word`` at the start of a text: ``bytes`` counts the
+    first target as it continues id 0 (the text of ids 0 … nT less that of id 0), not as a text of its own; after
+    a ``<bos>`` (no text) the first target does start the text."""
+    import json
+
+    from attnkit.interop.load import load_model
+
+    from helpers import metaspace_tokenizer, tiny_hf_folder
+
+    fortunes = tmp_path / "fortunes.txt"
+    fortunes.write_text("\n%\n".join(["once upon a time there was a cat"] * 150) + "\n%\n", encoding="utf-8")
+    for bos in (False, True):
+        folder = tiny_hf_folder(tmp_path / f"sp_{bos}", tokenizer=metaspace_tokenizer(), std=0.3)
+        if bos:
+            (folder / "tokenizer_config.json").write_text(json.dumps(
+                {"eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "add_bos_token": True}))
+        loaded = load_model(str(folder))
+        tok, T = loaded.tokenizer, 16
+        valid = prepare_finetune_data(str(fortunes), tok, "auto", add_bos=loaded.add_bos)[1].tolist()
+        ids = valid[:(len(valid) - 1) // T * T + 1]
+        assert (ids[0] == tok.bos_id) == bos
+        whole, first, alone = (len(tok.decode(i, skip_special_tokens=True).encode("utf-8"))
+                               for i in (ids, ids[:1], ids[1:]))
+        assert alone == whole - first - (not bos)  # (without <bos>: the space the first target has after id 0)
+        assert api.evaluate_lm(model=str(folder), data=str(fortunes), block_size=T).metrics["bytes"] == whole - first
+
+
 def test_a_pretrained_models_window_is_256_by_default_up_to_its_context_and_one_id_short_of_the_split(tmp_path):
     """``model=`` without ``block_size`` reads windows of fine-tuning's 256 also when its context is longer (300
     here); ``block_size`` may be the whole context. A valid split of N ids holds one window of N - 1 (its N - 1

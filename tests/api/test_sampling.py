@@ -73,14 +73,15 @@ def test_no_window_note_when_nothing_is_sampled(hf_folder):
 def test_a_sentencepiece_folder_keeps_the_space_between_prompt_and_continuation(tmp_path, monkeypatch):
     """Was: the result (and the stream) was the prompt plus ``decode(new ids)``, and a Metaspace decoder drops the
     space of ``▁time`` at the start of a text: "once upon atime". Now the text continues the prompt, as
-    ``decode(prompt + new)`` reads (Hugging Face's text-generation pipeline does the same)."""
+    ``decode(prompt + new)`` reads (Hugging Face's text-generation pipeline does the same). ``reply``'s answer is
+    the text of its new tokens alone, as a chat pipeline decodes them, whatever prompt the Sampler has."""
     import io
 
     import attnkit.generation as generation
     from helpers import metaspace_tokenizer
 
     tok = metaspace_tokenizer()
-    folder = tiny_hf_folder(tmp_path / "sp", tokenizer=tok)
+    folder = tiny_hf_folder(tmp_path / "sp", tokenizer=tok, chat_template=CHAT)
     new = tok.encode(" time there")
 
     def fake_generate(model, prompts, config, *, tokenizer, streamer=None):  # the ids a model could well draw
@@ -93,6 +94,8 @@ def test_a_sentencepiece_folder_keeps_the_space_between_prompt_and_continuation(
     stream = io.StringIO()
     got = api.sample(model=str(folder), prompt="once upon a", max_new_tokens=3, greedy=True, stream=stream)
     assert got == ["once upon a time there"] and stream.getvalue() == "once upon a time there\n"
+    sampler = api.Sampler(model=str(folder), prompt="once upon a", max_new_tokens=3, greedy=True)
+    assert sampler.reply("once upon a") == "time there" == tok.decode(new)
 
 
 def _transformers_chat(folder: Path, system: str, user: str) -> str:

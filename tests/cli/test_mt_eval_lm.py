@@ -122,3 +122,16 @@ def test_eval_lm_scores_a_pretrained_model_and_writes_only_with_json(tmp_path, c
     assert main(["eval", "lm", "--model", str(folder), "--data", str(text), "--block-size", "65"]) == 2
     err = capsys.readouterr().err
     assert re.fullmatch(r"attnkit eval: error: --block-size must be <= the model's context length = 64, got 65\n", err)
+
+
+def test_eval_lm_leaves_bits_per_byte_out_when_the_scored_text_has_no_bytes(tmp_path, capsys):
+    """Targets that are all special tokens (no text): ``bytes`` is 0 and ``bits_per_byte`` None (neither a division
+    by zero nor 0 bits), and the line has no bits per byte."""
+    folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
+    text = tmp_path / "specials.txt"
+    text.write_text("\n%\n".join(["<|im_start|>"] * 300) + "\n%\n", encoding="utf-8")
+    assert main(["eval", "lm", "--model", str(folder), "--data", str(text), "--block-size", "8"]) == 0
+    m = api.evaluate_lm(model=str(folder), data=str(text), block_size=8).metrics
+    assert (m["bytes"], m["bits_per_byte"]) == (0, None) and m["tokens"] > 0
+    assert capsys.readouterr().out == (f"valid loss {m['loss']:.4f}, perplexity {m['ppl']:.3f} over {m['tokens']:,} "
+                                       f"tokens ({m['windows']} windows of 8, stride {m['stride']})\n")
