@@ -731,6 +731,11 @@ case("sample-max-new", "cli sample", "--max-new-tokens -3", "error: max_new_toke
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--max-new-tokens", "-3"))
 case("sample-num-samples", "cli sample", "--num-samples 0", "error: --num-samples must be >= 1")(
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--num-samples", "0"))
+case("sample-ngram", "cli sample", "--no-repeat-ngram-size -1", "error: no_repeat_ngram_size must be an int >= 0")(
+    lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--no-repeat-ngram-size", "-1"))
+case("sample-interactive-no-template", "cli sample", "--interactive with a character model (no chat template)",
+     "error: need a model with a chat template")(
+    lambda fx, tmp: cli(["sample", "--ckpt", fx.lm_run, "--interactive"]))
 case("sample-empty-stop", "cli sample", "--stop '' (an empty stop string)", "error: stop_strings must be None, a non-empty str")(
     lambda fx, tmp: _sample_clean_stdout(fx, tmp, "--stop", ""))
 case("sample-mt-ckpt", "cli sample", "--ckpt a translation run", "error: needs a language model")(
@@ -792,6 +797,8 @@ case("eval-lm-mt-ckpt", "cli eval lm", "--ckpt a translation run", "error: needs
     lambda fx, tmp: cli(["eval", "lm", "--ckpt", fx.mt_run, "--data", fx.corpus]))
 case("eval-lm-batch", "cli eval lm", "--batch-size 0", "error: batch")(
     lambda fx, tmp: cli(["eval", "lm", "--ckpt", fx.lm_run, "--data", fx.corpus, "--batch-size", "0"]))
+case("eval-lm-model-run", "cli eval lm", "--model an attnkit run folder", "error: give it as --ckpt")(
+    lambda fx, tmp: cli(["eval", "lm", "--model", fx.lm_run, "--data", fx.corpus]))
 case("eval-mt-lm-ckpt", "cli eval mt", "--ckpt a language-model run", "error: needs a translation model")(
     lambda fx, tmp: cli(["eval", "mt", "--ckpt", fx.lm_run, "--data", fx.pairs]))
 case("eval-mt-beam", "cli eval mt", "--beam 0", "error: beam")(
