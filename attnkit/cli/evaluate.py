@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--batch-size", type=int, default=16, help="windows per batch")
     lm.add_argument("--max-batches", type=int, default=None, help="only this many batches, spread over the split")
     lm.add_argument("--stride", type=int, metavar="N", help="overlapping windows N ids apart, each scoring its new ids")
-    lm.add_argument("--documents", help="--model: how the text splits into documents, as finetune --documents (auto)")
-    lm.add_argument("--json", type=Path, default=None, help="results file (default <checkpoint>/eval_lm.json)")
+    lm.add_argument("--documents", metavar="MODE", help="--model: documents as finetune --documents reads them (auto)")
+    lm.add_argument("--json", type=Path, help="results file (default <checkpoint>/eval_lm.json; --model: none)")
     add_device_flags(lm)
     lm.set_defaults(func=run_eval_lm)
 
