@@ -75,7 +75,7 @@ class EvalLMOptions(DeviceOptions):
         check_model_source("evaluate_lm", self.ckpt, self.model)
         if self.documents is not None and self.ckpt is not None:
             raise ValueError(f"--documents is for --model (a checkpoint is scored as it was trained), got --documents "
-                             f"{self.documents} with --ckpt")
+                             f"{self.documents!r} with --ckpt")
         if self.documents not in (None, *DOCUMENT_MODES):
             raise ValueError(f"--documents must be one of {list(DOCUMENT_MODES)}, got {self.documents!r}")
         if not self.data:

@@ -79,6 +79,7 @@ def test_strided_evaluation_equals_a_hand_loop_and_stride_T_is_the_non_overlappi
     with torch.no_grad():  # the computation eval lm made before strides: non-overlapping windows, next_token_loss
         old, old_count = mean_token_loss(loaded.model, eval_batches(valid, 16, 16), next_token_loss)
     assert (today["loss"], today["tokens"], today["stride"], today["windows"]) == (old, old_count, 16, n_targets // 16)
+    assert today["documents"] is None  # a train lm run's split is one stream, read in no documents mode
     same = evaluate(16, 16)
     assert (same["loss"], same["ppl"], same["tokens"], same["stride"]) == (old, today["ppl"], old_count, 16)
     for stride in (1, 5, 7, 16):
@@ -412,8 +413,9 @@ def test_a_json_named_state_json_is_refused_before_it_makes_its_folder_a_checkpo
 
 def test_a_models_documents_are_read_as_the_finetune_run_of_that_mode_read_them(tmp_path):
     """``documents`` (``model=`` only): the base model is scored on the very tokens a ``finetune --documents`` run
-    of it holds out (``auto`` would read these paragraphs as one stream: other tokens); the record names the mode.
-    A checkpoint is scored as it was trained: ``documents`` with ``ckpt`` is refused, as is an unknown mode."""
+    of it holds out (``auto``, also given, would read these paragraphs as one stream: other tokens); the record names
+    the mode. A checkpoint is scored as it was trained: ``documents`` with ``ckpt`` is refused, as is an unknown
+    mode."""
     from helpers import tiny_hf_folder
 
     folder = tiny_hf_folder(tmp_path / "hf", std=0.3)
@@ -424,11 +426,11 @@ def test_a_models_documents_are_read_as_the_finetune_run_of_that_mode_read_them(
                  batch_size=8, eval_batches=2, progress=False, log=lambda line: None)
     after = api.evaluate_lm(ckpt=tuned, data=str(text), json=tmp_path / "tuned.json").metrics
     base = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, documents="blank-line").metrics
-    stream = api.evaluate_lm(model=str(folder), data=str(text), block_size=16).metrics
+    stream = api.evaluate_lm(model=str(folder), data=str(text), block_size=16, documents="auto").metrics
     assert (base["documents"], after["documents"], stream["documents"]) == ("blank-line", "blank-line", "none")
     assert base["tokens"] == after["tokens"] != stream["tokens"]
     with pytest.raises(ValueError, match=r"--documents is for --model \(a checkpoint is scored as it was trained\), "
-                                         r"got --documents none with --ckpt"):
+                                         r"got --documents 'none' with --ckpt"):
         api.evaluate_lm(ckpt=tuned, data=str(text), documents="none")
     with pytest.raises(ValueError, match=r"--documents must be one of \['auto', 'fortune', 'blank-line', 'none'\], "
                                          r"got 'pages'"):
