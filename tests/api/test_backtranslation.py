@@ -8,6 +8,7 @@ Axis legend: ``B`` pairs in a batch, ``S`` source length, ``C`` model width, ``V
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,14 @@ def mono(tmp_path) -> Path:
     path = tmp_path / "mono.txt"
     path.write_text("".join(line + "\n" for line in MONO), encoding="utf-8")
     return path
+
+
+def _handles(path: Path) -> int:
+    """How many open files of this process are ``path`` (Linux: /proc/self/fd)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    return sum(os.path.realpath(fds / fd) == os.path.realpath(path) for fd in os.listdir(fds))
 
 
 def test_a_reverse_run_trains_and_validates_the_other_way(pairs, reverse_run):
@@ -108,14 +117,17 @@ def test_a_pairs_file_another_process_writes_is_refused(reverse_run, mono, tmp_p
     out = tmp_path / "pairs.tsv"
     out.write_text("", encoding="utf-8")
     message = r"pairs.tsv is being written by another translate --output process; wait for it to finish"
-    with open(out, "ab") as other:  # the other process's hold on the file
-        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(ValueError, match=message):
+    real = translation.Translator
+    loads = []
+    monkeypatch.setattr(translation, "Translator", lambda options: loads.append(options) or real(options))
+    with translation._lock_output(out):  # the other run's hold on the file, taken as a run takes it
+        with pytest.raises(ValueError, match=message) as refused:  # noqa: F841 (held: its frames stay alive)
             translate_file(TranslateFileOptions(output=out, **opts))
-    assert translate_file(TranslateFileOptions(output=out, **opts)).translated == len(MONO)
+        assert loads == []  # refused before its model is loaded
+        assert _handles(out) == 1  # the other run's: the refused run's own is closed (its error still held)
+    assert translate_file(TranslateFileOptions(output=out, **opts)).translated == len(MONO) and len(loads) == 1
 
     late = tmp_path / "late.tsv"
-    real = translation.Translator
     held = []
 
     def the_other_process_begins(options):  # while this run loads its model, another one makes the file
@@ -128,6 +140,56 @@ def test_a_pairs_file_another_process_writes_is_refused(reverse_run, mono, tmp_p
         translate_file(TranslateFileOptions(output=late, **opts))
     held[0].close()
     assert late.read_text() == "" and not late.with_name("late.tsv.json").exists()
+
+
+def test_a_pairs_file_is_locked_while_its_pairs_are_written_and_free_after_the_run_even_a_failed_one(
+        reverse_run, mono, tmp_path, monkeypatch):
+    """The lock is held while the pairs are written (not only while the file is read) and dropped when the run
+    returns, without leaving its file to the garbage collector, or fails (while its error is still held, as a
+    REPL's last traceback holds it); a file another run made and finished part of while this one loaded its model
+    is resumed after its pairs, not written again."""
+    import gc
+    import warnings
+
+    import attnkit.api.translation as translation
+
+    opts = dict(ckpt=reverse_run.out, input=mono, beam=1, batch_size=4, progress=False)
+    message = r"is being written by another translate --output process"
+    real_translator, real_lines = translation.Translator, translation._translate_lines
+    meanwhile = {}  # what another run writes while this one loads its model
+
+    def loading(options):
+        for path, text in meanwhile.items():
+            path.write_text(text, encoding="utf-8")
+        return real_translator(options)
+
+    def writing(translator, input_path, output, *rest):
+        with pytest.raises(ValueError, match=message):
+            translation._lock_output(output)  # another run is refused while this one writes
+        if output.name == "failing.tsv":
+            raise OSError("no space left on device")
+        real_lines(translator, input_path, output, *rest)
+
+    monkeypatch.setattr(translation, "Translator", loading)
+    monkeypatch.setattr(translation, "_translate_lines", writing)
+    out = tmp_path / "pairs.tsv"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert translate_file(TranslateFileOptions(output=out, **opts)).translated == len(MONO)
+        gc.collect()
+    assert not [w for w in caught if str(out) in str(w.message)]  # its file was closed, not collected
+    translation._lock_output(out).close()  # free once the run returned
+    full = out.read_text(encoding="utf-8")
+
+    late = tmp_path / "late.tsv"
+    meanwhile[late] = "".join(full.splitlines(keepends=True)[:3])  # made, 3 pairs written, and let go meanwhile
+    result = translate_file(TranslateFileOptions(output=late, **opts))
+    assert (result.resumed_from, result.translated) == (3, len(MONO) - 3) and late.read_text(encoding="utf-8") == full
+
+    failing = tmp_path / "failing.tsv"
+    with pytest.raises(OSError, match="no space left on device") as failed:  # noqa: F841 (held: its frames live)
+        translate_file(TranslateFileOptions(output=failing, **opts))
+    translation._lock_output(failing).close()  # free although the failed run's error is still held
 
 
 def test_translate_file_refuses_an_output_of_other_input_or_decoding(reverse_run, mono, tmp_path):

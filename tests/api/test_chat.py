@@ -103,30 +103,34 @@ def test_the_prompt_is_the_first_turn_and_a_terminal_gets_a_prompt_sign(hf_folde
 
 def test_ctrl_c_during_an_answer_on_a_terminal_drops_that_turn_and_the_chat_goes_on(hf_folder, monkeypatch):
     """On a terminal, Ctrl-C while an answer streams ends that answer (a newline, a note) and leaves the turn out of
-    the conversation; the next turn is answered as if it had not been asked. Piped turns: Ctrl-C ends the chat."""
+    the conversation; the next turn is answered as if it had not been asked (after the earlier exchanges, with the
+    seed the interrupted answer had). Piped turns: Ctrl-C ends the chat."""
     sampler = api.Sampler(model=str(hf_folder), chat=True, max_new_tokens=4)
-    calls = _answering(monkeypatch, sampler.tokenizer, [" far"])
+    calls = _answering(monkeypatch, sampler.tokenizer, [" mat", " far", " mat"])
     real = generation.generate
+    asked = []
 
-    def interrupted_once(model, prompts, config, **kwargs):
-        if not hasattr(interrupted_once, "done"):
-            interrupted_once.done = True
+    def interrupted_second(model, prompts, config, **kwargs):
+        asked.append(config.seed)
+        if len(asked) == 2:
             kwargs["streamer"].put(sampler.tokenizer.encode(" ma"))
             raise KeyboardInterrupt
         return real(model, prompts, config, **kwargs)
 
-    monkeypatch.setattr(generation, "generate", interrupted_once)
+    monkeypatch.setattr(generation, "generate", interrupted_second)
     out, notes = io.StringIO(), []
-    history = api.chat(model=str(hf_folder), input=_Terminal("the cat\nsat on\n"), output=out, max_new_tokens=4,
-                       log=notes.append)
-    assert out.getvalue() == ">>>  ma\n>>>  far\n>>> "
+    history = api.chat(model=str(hf_folder), input=_Terminal("the cat\nsat on\na dog\n"), output=out,
+                       max_new_tokens=4, seed=5, log=notes.append)
+    assert out.getvalue() == ">>>  mat\n>>>  ma\n>>>  far\n>>> "
     assert notes == ["note: answer interrupted; the turn is left out of the conversation (Ctrl-C at >>> or Ctrl-D "
                      "ends it)"]
-    assert history == [{"role": "user", "content": "sat on"}, {"role": "assistant", "content": " far"}]
-    assert calls[-1][0] == sampler.chat_ids("sat on")  # the interrupted turn is not in the prompt
-    del interrupted_once.done
+    first = [{"role": "user", "content": "the cat"}, {"role": "assistant", "content": " mat"}]
+    assert history == [*first, {"role": "user", "content": "a dog"}, {"role": "assistant", "content": " far"}]
+    assert calls[-1] == (sampler.chat_ids("a dog", first), 6)  # the interrupted turn is not in the prompt
+    assert asked == [5, 6, 6]
+    asked.clear()  # piped: the second turn's Ctrl-C ends the chat
     with pytest.raises(KeyboardInterrupt):
-        api.chat(model=str(hf_folder), input=io.StringIO("the cat\n"), output=io.StringIO(), max_new_tokens=4)
+        api.chat(model=str(hf_folder), input=io.StringIO("the cat\nsat on\n"), output=io.StringIO(), max_new_tokens=4)
 
 
 def test_the_oldest_exchanges_are_left_out_when_the_conversation_outgrows_the_context(hf_folder, monkeypatch):

@@ -91,6 +91,23 @@ def test_sample_min_p_flag_is_a_fraction_and_off_by_default():
     assert options_from(api.SampleOptions, parser.parse_args(["sample", "--model", "m"])).min_p is None
 
 
+def test_sample_no_repeat_ngram_size_flag_is_an_int_and_off_by_default(capsys):
+    """``--no-repeat-ngram-size 2`` parses as the int 2 and reaches the generation config (0, off, without it); a
+    size that is no int is a usage error naming the flag (exit 2)."""
+    from attnkit.cli.flags import options_from
+    from attnkit.cli.main import build_parser
+
+    def size(*flags: str) -> int:
+        args = build_parser().parse_args(["sample", "--model", "m", *flags])
+        return options_from(api.SampleOptions, args).generation_config().no_repeat_ngram_size
+
+    assert (size("--no-repeat-ngram-size", "2"), size()) == (2, 0)
+    with pytest.raises(SystemExit) as exc:
+        size("--no-repeat-ngram-size", "1.5")
+    assert exc.value.code == 2
+    assert "argument --no-repeat-ngram-size: invalid int value: '1.5'" in capsys.readouterr().err
+
+
 def test_sample_system_takes_a_value_that_starts_with_a_dash():
     """``--system -terse`` (one word, no space) is the system text, not an unknown flag: --system is a text option."""
     from attnkit.cli.main import build_parser, join_text_values

@@ -52,6 +52,21 @@ def test_left_padding_is_no_part_of_an_n_gram_and_a_row_is_never_left_without_a_
         no_repeat_ngram_filter(logits, ids, 2, ignore_mask=pad.long())
 
 
+def test_an_ignored_position_anywhere_breaks_the_n_grams_that_hold_it_and_the_tail():
+    """``ignore_mask`` in the middle of a row (an id past a padded vocabulary in a prompt, read as padding): an n-gram
+    holding an ignored position, at its start or as the token it would ban, bans nothing, the last ``n - 1`` tokens
+    holding one ban nothing, and an ignored position just before them does not matter; ``process_logits`` passes
+    the mask on."""
+    ids = torch.tensor([[3, 1, 0, 1], [3, 0, 5, 0], [1, 2, 0, 1]])  # (B, L)
+    pad = torch.tensor([[False, False, True, False], [False, False, False, True], [False, False, True, False]])
+    logits = torch.zeros(3, 6)  # (B, V)
+    # row 0: "1 0" holds the ignored 0 (not banned); row 1: the tail "0" is ignored; row 2: "1 2" is whole text
+    assert _banned(no_repeat_ngram_filter(logits, ids, 2, ignore_mask=pad)) == [[], [], [2]]
+    assert _banned(no_repeat_ngram_filter(logits, ids, 2)) == [[0], [5], [2]]  # what the mask leaves out
+    assert torch.equal(process_logits(logits, input_ids=ids, ignore_mask=pad, no_repeat_ngram_size=2),
+                       no_repeat_ngram_filter(logits, ids, 2, ignore_mask=pad))
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.integers(1, 4), st.integers(0, 12), st.integers(2, 6), st.data())
 def test_it_bans_what_transformers_bans(n, L, V, data):
