@@ -61,8 +61,8 @@ def chat(options: SampleOptions | None = None, *, input: TextIO | None = None, o
         if not callable(getattr(stream, method, None)):
             raise ValueError(f"{name} must be a text stream with a {method} method, got {stream!r:.60}")
     log = default_log(log)
-    sampler = Sampler(o.replace(prompt=""), log=lambda line: None)  # (the prompt is the first turn below; the
-    sampler._log = log  # empty prompt it is made with is never sampled, so its notes are not shown)
+    # the prompt is the first turn below; the empty one the Sampler is made with is never sampled: no notes of it
+    sampler = Sampler(o.replace(prompt=""), log=lambda line: None)
     terminal = bool(getattr(input, "isatty", lambda: False)())
     history: list[dict[str, str]] = []
     pending = [o.prompt] if o.prompt else []
@@ -90,7 +90,7 @@ def chat(options: SampleOptions | None = None, *, input: TextIO | None = None, o
                              f"(the largest seed torch takes): give a smaller --seed")
         history = _fit(sampler, text, history, log)
         try:
-            answer = sampler.reply(text, history, index=turn, stream=output)
+            answer = sampler.reply(text, history, index=turn, stream=output, log=log)
         except KeyboardInterrupt:
             if not terminal:  # (a script's Ctrl-C ends it, as any command's does)
                 raise

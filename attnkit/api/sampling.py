@@ -155,14 +155,15 @@ class Sampler:
         return self.loaded.encode_prompt(self.loaded.format_chat(text, self.options.system, history))
 
     def reply(self, text: str, history: Sequence[dict[str, str]] = (), *, index: int = 0,
-              stream: TextIO | None = None) -> str:
+              stream: TextIO | None = None, log: Log | None = None) -> str:
         """The model's answer to the user turn ``text`` after the conversation ``history`` (see :meth:`chat_ids`),
         drawn with ``seed + index``: the text of the new tokens. With ``stream`` it is written there as the tokens
-        arrive (then a newline)."""
+        arrive (then a newline). ``log``: where its note goes (default: the Sampler's)."""
         check_int("index", index, minimum=0)
         _check_stream(stream)
         ids = self.chat_ids(text, history)
-        cfg = _window_config(self._gen_cfg, self.model, len(ids), self.options.max_new_tokens, self._log)
+        log = self._log if log is None else default_log(log)
+        cfg = _window_config(self._gen_cfg, self.model, len(ids), self.options.max_new_tokens, log)
         return self._generate(ids, cfg, [], index, stream)
 
     def _generate(self, ids: list[int], config: Any, context: list[int], index: int, stream: TextIO | None) -> str:
