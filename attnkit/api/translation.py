@@ -364,17 +364,17 @@ def translate_file(options: TranslateFileOptions | None = None, **kwargs: Any) -
         counts = {"translated": 0, "src": 0, "tgt": 0, "cut": 0, "seconds": 0.0}
         if translator is not None and done < n_lines:
             _translate_lines(translator, input_path, output, done, n_lines, counts)
+        seconds = counts["seconds"]
+        result = TranslateFileResult(given, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
+                                     counts["tgt"], counts["cut"])
+        write_text_atomic(record_path, json.dumps({  # (still under the lock: the record is this run's)
+            **record, "lines": n_lines, "complete": True, "resumed_from": done, "translated": result.translated,
+            "seconds": round(seconds, 3), "sentences_per_s": round(result.sentences_per_s, 2),
+            "source_tokens_per_s": round(result.source_tokens_per_s, 1),
+            "target_tokens_per_s": round(result.target_tokens_per_s, 1), "truncated": result.truncated}, indent=2))
     finally:
         if held is not None:
             held.close()  # (closing drops the lock)
-    seconds = counts["seconds"]
-    result = TranslateFileResult(given, record_path, n_lines, done, counts["translated"], seconds, counts["src"],
-                                 counts["tgt"], counts["cut"])
-    write_text_atomic(record_path, json.dumps({
-        **record, "lines": n_lines, "complete": True, "resumed_from": done, "translated": result.translated,
-        "seconds": round(seconds, 3), "sentences_per_s": round(result.sentences_per_s, 2),
-        "source_tokens_per_s": round(result.source_tokens_per_s, 1),
-        "target_tokens_per_s": round(result.target_tokens_per_s, 1), "truncated": result.truncated}, indent=2))
     return result
 
 

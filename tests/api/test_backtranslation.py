@@ -331,3 +331,24 @@ def test_the_input_is_a_file_or_a_monolingual_recipe(tmp_path):
         _input_file("no-such-corpus")
     with pytest.raises(FileNotFoundError, match="no such file"):
         _input_file(tmp_path / "missing.txt")
+
+
+def test_both_records_of_a_run_are_written_under_its_lock(reverse_run, mono, tmp_path, monkeypatch):
+    """Was: the final record (``complete``, counts) was written after the lock was let go, so a run started in
+    between could find it half-way. Both writes of ``<output>.json`` now happen while the run holds the file."""
+    import attnkit.api.translation as translation
+    import attnkit.checkpoints as checkpoints
+
+    out = tmp_path / "pairs.tsv"
+    real = checkpoints.write_text_atomic
+    written = []
+
+    def while_locked(path, text):
+        with pytest.raises(ValueError, match=r"is being written by another translate --output process"):
+            translation._lock_output(out)
+        written.append(json.loads(text)["complete"])
+        return real(path, text)
+
+    monkeypatch.setattr(checkpoints, "write_text_atomic", while_locked)
+    translate_file(TranslateFileOptions(ckpt=reverse_run.out, input=mono, output=out, beam=1, progress=False))
+    assert written == [False, True]
