@@ -134,10 +134,13 @@ PACKAGES: tuple[DebSource, ...] = (
     # LibreOffice keeps its catalogs outside /usr/share/locale.
     DebSource("libreoffice-l10n-de", "MPL-2.0", "gettext",
               ("usr/lib/libreoffice/program/resource/de/LC_MESSAGES/*.mo",)),  # 0.9 MB
-    DebSource("gcc-12-locales", "GPL-3+", "gettext", _LOCALE_DE),  # 1.8 MB
-    DebSource("git", "GPL-2", "gettext", _LOCALE_DE),  # 7.3 MB
-    DebSource("gimp-data", "GPL-3+", "gettext", _LOCALE_DE),  # 14.2 MB
-    DebSource("evolution-common", "LGPL-2 or LGPL-3", "gettext", _LOCALE_DE),  # 8.5 MB
+    # Programs whose German catalogs are in /usr/share/locale/de.
+    *(DebSource(package, license, "gettext", _LOCALE_DE) for package, license in (
+        ("gcc-12-locales", "GPL-3+"),  # 1.8 MB
+        ("git", "GPL-2"),  # 7.3 MB
+        ("gimp-data", "GPL-3+"),  # 14.2 MB
+        ("evolution-common", "LGPL-2 or LGPL-3"),  # 8.5 MB
+    )),
     DebSource("libreoffice-help-de", "MPL-2.0", "help-de", ("usr/share/libreoffice/help/de/text/**/*.html",)),  # 3.3 MB
     DebSource("libreoffice-help-en-us", "MPL-2.0", "help-en",
               ("usr/share/libreoffice/help/en-US/text/**/*.html",)),  # 1.8 MB
