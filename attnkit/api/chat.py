@@ -9,9 +9,9 @@ conversation is rendered with the model's chat template and encoded again each t
 ``transformers``' ``apply_chat_template`` makes of the same messages), streaming its answer. Answer ``i`` is drawn
 with ``seed + i`` when a seed is given. Blank lines are skipped; ``/clear`` starts the conversation afresh and
 ``/exit`` (or the end of the input: Ctrl-D) ends it. On a terminal, Ctrl-C during an answer stops that answer (the
-turn is left out of the conversation) and Ctrl-C at the ``>>>`` sign ends the conversation. When the conversation and a full answer
-(``max_new_tokens``) no longer fit in the model's context, its oldest exchanges are left out, with a note. There
-are no tensor axes in this file.
+turn is left out of the conversation) and Ctrl-C at the ``>>>`` sign ends the conversation. When the conversation
+and a full answer (``max_new_tokens``) no longer fit in the model's context, its oldest exchanges are left out, with
+a note. There are no tensor axes in this file.
 """
 
 from __future__ import annotations
