@@ -318,7 +318,8 @@ def evaluate_lm(options: EvalLMOptions | None = None, **kwargs: Any) -> EvalResu
         from attnkit.data.pipeline.documents import prepare_finetune_data  # (after <bos>), as fine-tuning reads them
 
         mode = o.documents or extra.get("documents") or "auto"
-        _, valid, info = prepare_finetune_data(o.data, loaded.tokenizer, mode, add_bos=loaded.add_bos)
+        _, valid, info = prepare_finetune_data(o.data, loaded.tokenizer, mode, add_bos=loaded.add_bos,
+                                               encode_train=False)  # (the train split is not scored)
         documents = info["documents"]
     else:
         valid = open_lm_stores(o.data, loaded.tokenizer, splits=("valid",)).stores["valid"]  # only the valid split

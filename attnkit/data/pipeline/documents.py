@@ -78,12 +78,14 @@ def encode_documents(tokenizer, text: str, mode: str, *, add_bos: bool = False):
     return torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
 
 
-def prepare_finetune_data(data: str, tokenizer, documents: str = "auto", *, add_bos: bool = False):
+def prepare_finetune_data(data: str, tokenizer, documents: str = "auto", *, add_bos: bool = False,
+                          encode_train: bool = True):
     """``(train_ids, valid_ids, info)`` of a recipe or a local text, encoded with the model's tokenizer
     (:func:`encode_documents`; ``add_bos``: each document starts with ``<bos>``). ``"auto"`` picks the mode from
-    the train text, and both splits are encoded in that one mode.
+    the train text, and both splits are encoded in that one mode; ``encode_train=False`` (an evaluation) encodes
+    only the valid split (``train_ids`` is None).
 
-    Shape: returns ``LongTensor (N_train,)``, ``LongTensor (N_valid,)``.
+    Shape: returns ``LongTensor (N_train,)`` or None, ``LongTensor (N_valid,)``.
     """
     from attnkit.data.corpora.text import load_text_corpus
 
@@ -92,7 +94,7 @@ def prepare_finetune_data(data: str, tokenizer, documents: str = "auto", *, add_
     mode = documents
     if mode == "auto":
         mode = "fortune" if _is_fortune_text(train_text) else "none"
-    train = encode_documents(tokenizer, train_text, mode, add_bos=add_bos)
+    train = encode_documents(tokenizer, train_text, mode, add_bos=add_bos) if encode_train else None
     valid = encode_documents(tokenizer, valid_text, mode, add_bos=add_bos)
     info = json.loads(json.dumps(info, default=str))
     return train, valid, {"source": info, "documents": mode}

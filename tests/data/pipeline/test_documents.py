@@ -95,3 +95,17 @@ def test_split_documents_refuses_text_that_is_not_a_str(mode):
 def test_blank_line_documents_keep_their_indentation_and_trailing_spaces():
     """Blank-line documents are kept as they are: only the line ends at their edges go, not a poem's indentation."""
     assert split_documents("  indented\n  lines  \n\n\tb\n", "blank-line") == ["  indented\n  lines  ", "\tb"]
+
+
+def test_an_evaluation_encodes_only_the_valid_split_in_the_train_texts_mode(tmp_path):
+    """``encode_train=False`` (``eval lm``): no train ids, and the same valid ids and mode, still judged from the
+    train text (a "%" line only there makes both splits fortunes)."""
+    from attnkit.data.pipeline.documents import prepare_finetune_data
+
+    lines = [f"line {i} of a plain text." for i in range(100)]
+    lines.insert(10, "%")
+    path = tmp_path / "text.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _, valid, info = prepare_finetune_data(str(path), _Tok(), "auto")
+    train, alone, alone_info = prepare_finetune_data(str(path), _Tok(), "auto", encode_train=False)
+    assert train is None and alone.tolist() == valid.tolist() and alone_info == info == {**info, "documents": "fortune"}
